@@ -1,0 +1,96 @@
+"""The task contract: what a procedural family returns and how a task directory is laid out.
+
+A task directory (DESIGN section 3)::
+
+    task.json                id, signature, instruction, family, mismatch record, provenance
+    instruction.md           what the agent sees, and nothing else
+    environment/setup.sh     run inside the sandbox with cwd /app; fixtures at /tmp/env/fixtures
+    environment/fixtures/    the task's input files (made before the verifier is written)
+    environment/container.def, environment/Dockerfile   the same environment for Apptainer/Docker
+    tests/test_initial_state.py, tests/test_final_state.py, tests/test.sh
+    solution/solve.sh        the oracle (runs with cwd /app)
+    private/truth.json       the answer key: host side only
+    private/method.md        the method note (hints are written from it)
+
+Inside the sandbox the task layer is /app (writable), tests are bound read-only at /tests only
+when the verifier runs, and the verifier writes /logs/verifier/reward.txt.
+"""
+
+from __future__ import annotations
+
+import random
+import textwrap
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+APP = "/app"
+FIXTURES_IN_SANDBOX = "/tmp/env/fixtures"
+BASE_APT_PACKAGES = ("python3", "python3-pytest", "bash", "coreutils")
+
+
+@dataclass
+class TaskSpec:
+    """Everything a family decides for one task. The writer turns it into a task directory."""
+
+    instruction: str
+    """Markdown shown to the agent: persona voice, skills, exact paths and output formats."""
+    setup_sh: str
+    """Bash run once at build time inside the sandbox, cwd /app, fixtures at /tmp/env/fixtures."""
+    test_initial: str
+    """pytest source: passes on the untouched environment."""
+    test_final: str
+    """pytest source: passes only when the task is solved (expected values baked in)."""
+    solve_sh: str
+    """The oracle: bash run with cwd /app that solves the task."""
+    truth: dict
+    """The answer key. Never reaches the instruction, the image or a policy-facing export."""
+    method_note: str
+    """How to discover the answer (not the answer): the seed for hints."""
+    verifier_kind: str
+    fixture_kind: str
+    fixtures: dict[str, bytes] = field(default_factory=dict)
+    """Relative path under environment/fixtures/ -> bytes."""
+    output_paths: list[str] = field(default_factory=list)
+    """Absolute paths the agent must create (checked to exist after the oracle)."""
+    apt_packages: tuple[str, ...] = ()
+    """Debian packages the task needs beyond BASE_APT_PACKAGES (python3-numpy, python3-pil, gcc...)."""
+    allow_network: bool = False
+    timeout_sec: int = 600
+
+
+class TaskFamily:
+    """A small generator of one kind of task. Subclasses set the class attributes and build()."""
+
+    name: ClassVar[str]
+    domains: ClassVar[tuple[str, ...]]
+    verifier_kinds: ClassVar[tuple[str, ...]]
+    fixture_kinds: ClassVar[tuple[str, ...]]
+    summary: ClassVar[str] = ""
+
+    def build(self, sig: dict, rng: random.Random) -> TaskSpec:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+def instruction_frame(sig: dict, title: str, body: str, deliverables: list[str]) -> str:
+    """The common instruction shape: the persona's voice, the task, deliverables, skills named."""
+    persona = sig.get("persona") or "an engineer on the team"
+    skills = ", ".join(sig.get("skills") or [])
+    anchor = sig.get("anchor")
+    lines = [f"# {title}", "", f"_From {persona}:_", "", textwrap.dedent(body).strip(), ""]
+    lines += ["## Deliverables", ""]
+    lines += [f"- {d}" for d in deliverables]
+    lines += ["", f"Work in `{APP}`. There is no network access."]
+    if skills:
+        lines += ["", f"Skills exercised: {skills}."]
+    if anchor:
+        lines += [f"Context: this comes up when working with {anchor}."]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def pytest_module(body: str) -> str:
+    """Dedent a pytest source and make sure it ends with one newline."""
+    return textwrap.dedent(body).strip() + "\n"
+
+
+def bash_script(body: str) -> str:
+    return "#!/bin/bash\nset -euo pipefail\n" + textwrap.dedent(body).strip() + "\n"

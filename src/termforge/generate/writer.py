@@ -1,0 +1,86 @@
+"""Turn a TaskSpec into a canonical task directory, atomically (staging dir, then one rename)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from termforge.generate.base import BASE_APT_PACKAGES, FIXTURES_IN_SANDBOX, TaskSpec
+from termforge.io import pretty_json, publish_dir, staging_dir
+from termforge.verifier import TEST_SH
+
+EXECUTABLE = 0o755
+REGULAR = 0o644
+
+
+def container_def(spec: TaskSpec, base_image: str) -> str:
+    """Apptainer definition for the same environment bwrap builds from setup.sh."""
+    pkgs = " ".join(sorted(set(BASE_APT_PACKAGES) | set(spec.apt_packages)))
+    return (
+        f"Bootstrap: docker\nFrom: {base_image}\n\n"
+        "%files\n"
+        "    environment/setup.sh /tmp/env/setup.sh\n"
+        "    environment/fixtures /tmp/env/fixtures\n\n"
+        "%post\n"
+        "    export DEBIAN_FRONTEND=noninteractive\n"
+        f"    apt-get update && apt-get install -y --no-install-recommends {pkgs}\n"
+        "    rm -rf /var/lib/apt/lists/*\n"
+        "    mkdir -p /app /logs/verifier && cd /app && bash /tmp/env/setup.sh && rm -rf /tmp/env\n\n"
+        "%environment\n"
+        "    export LANG=C.UTF-8\n\n"
+        "%runscript\n"
+        "    cd /app && exec /bin/bash \"$@\"\n"
+    )
+
+
+def dockerfile(spec: TaskSpec, base_image: str) -> str:
+    pkgs = " ".join(sorted(set(BASE_APT_PACKAGES) | set(spec.apt_packages)))
+    return (
+        f"FROM {base_image}\n"
+        "ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8\n"
+        f"RUN apt-get update && apt-get install -y --no-install-recommends {pkgs} && rm -rf /var/lib/apt/lists/*\n"
+        "COPY setup.sh /tmp/env/setup.sh\n"
+        "COPY fixtures /tmp/env/fixtures\n"
+        "RUN mkdir -p /app /logs/verifier && cd /app && bash /tmp/env/setup.sh && rm -rf /tmp/env\n"
+        "WORKDIR /app\n"
+    )
+
+
+def task_files(task_json: dict, spec: TaskSpec, base_image: str) -> dict[str, tuple[bytes, int]]:
+    """Every file of the task directory: relative path -> (bytes, mode)."""
+    files: dict[str, tuple[bytes, int]] = {
+        "task.json": (pretty_json(task_json).encode(), REGULAR),
+        "instruction.md": (spec.instruction.encode(), REGULAR),
+        "environment/setup.sh": (spec.setup_sh.encode(), EXECUTABLE),
+        "environment/container.def": (container_def(spec, base_image).encode(), REGULAR),
+        "environment/Dockerfile": (dockerfile(spec, base_image).encode(), REGULAR),
+        "environment/fixtures/.keep": (b"", REGULAR),
+        "tests/test_initial_state.py": (spec.test_initial.encode(), REGULAR),
+        "tests/test_final_state.py": (spec.test_final.encode(), REGULAR),
+        "tests/test.sh": (TEST_SH.encode(), EXECUTABLE),
+        "solution/solve.sh": (spec.solve_sh.encode(), EXECUTABLE),
+        "private/truth.json": (pretty_json(spec.truth).encode(), REGULAR),
+        "private/method.md": ((spec.method_note.strip() + "\n").encode(), REGULAR),
+    }
+    for rel, data in spec.fixtures.items():
+        if rel.startswith("/") or ".." in Path(rel).parts:
+            raise ValueError(f"fixture path {rel!r} must be relative and stay under fixtures/")
+        files[f"environment/fixtures/{rel}"] = (data, EXECUTABLE if data[:2] in (b"#!", b"\x7fE") else REGULAR)
+    return files
+
+
+def write_task_dir(final: Path, files: dict[str, tuple[bytes, int]]) -> None:
+    """Write into a hidden staging sibling and publish with one rename: never a half-written task."""
+    stage = staging_dir(final)
+    for rel, (data, mode) in sorted(files.items()):
+        path = stage / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        os.chmod(path, mode)
+    # Fixed mtimes keep archives of the task directory byte-identical across runs.
+    for path in sorted(stage.rglob("*"), reverse=True):
+        os.utime(path, (0, 0), follow_symlinks=False)
+    publish_dir(stage, final)
+
+
+__all__ = ["task_files", "write_task_dir", "container_def", "dockerfile", "FIXTURES_IN_SANDBOX"]

@@ -1,0 +1,107 @@
+"""The runtime interface (DESIGN section 4): where untrusted task code runs.
+
+build(task_dir) -> image; start(image) -> Session; Session.exec(cmd, timeout) with the real exit
+code; copy_in/copy_out; stop(). Backends: bwrap (default, CI), apptainer (clusters), docker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Limits:
+    """Resource limits applied to every process a session starts."""
+
+    wall_sec: float = 120.0
+    cpu_sec: int = 120
+    memory_mb: int = 2048
+    max_procs: int = 256
+
+
+@dataclass
+class ExecResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_sec: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    def tail(self, n: int = 2000) -> str:
+        text = (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
+        return text[-n:]
+
+
+@dataclass
+class Image:
+    """A built task environment. For bwrap it is a directory holding the task layer (/app)."""
+
+    task_id: str
+    backend: str
+    path: Path
+    digest: str
+    allow_network: bool = False
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class BuildResult:
+    ok: bool
+    image: Image | None
+    reason: str
+    log: str
+    duration_sec: float
+    cached: bool = False
+
+
+class Session:
+    """One running environment over a private copy of an image's layer."""
+
+    def exec(self, command: str, timeout: float | None = None, env: dict | None = None,
+             cwd: str = "/app") -> ExecResult:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def copy_in(self, src: Path, dst: str) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def copy_out(self, src: str, dst: Path) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def stop(self) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class Runtime:
+    name = "base"
+
+    def build(self, task_dir: Path, images_dir: Path, timeout: float = 600) -> BuildResult:  # pragma: no cover
+        raise NotImplementedError
+
+    def start(self, image: Image, limits: Limits | None = None) -> Session:  # pragma: no cover
+        raise NotImplementedError
+
+
+def get_runtime(name: str, **options) -> Runtime:
+    """Runtime by config name; heavy backends import only when chosen."""
+    if name == "bwrap":
+        from termforge.runtime.bwrap import BwrapRuntime
+
+        return BwrapRuntime(**options)
+    if name == "apptainer":
+        from termforge.runtime.apptainer import ApptainerRuntime
+
+        return ApptainerRuntime(**options)
+    from termforge.errors import ConfigError
+
+    raise ConfigError(f"runtime.backend: unknown runtime {name!r} (expected 'bwrap' or 'apptainer')")

@@ -1,0 +1,295 @@
+"""Bubblewrap runtime: the host's /usr and /etc read-only, a private writable task layer at /app.
+
+Layout inside every sandbox (DESIGN section 8 records why the host root is not bound whole:
+a read-only / cannot get the /app mount point): tmpfs /, read-only /usr and /etc, /bin /lib
+/lib64 /sbin symlinks, fresh /dev /proc /tmp /home/user, the task layer bound at /app; new
+user, pid, ipc, uts, cgroup and net namespaces; uid 1000; every capability dropped; killed with
+its parent. Limits: wall clock (the caller's timeout), CPU seconds and address space (rlimits).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from termforge.errors import TermforgeError
+from termforge.io import atomic_write_json, read_json, stable_hash
+from termforge.runtime.base import BuildResult, ExecResult, Image, Limits, Runtime, Session
+
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+OUTPUT_CAP = 4 * 1024 * 1024
+
+
+def bwrap_available() -> bool:
+    return shutil.which("bwrap") is not None
+
+
+@dataclass
+class Bind:
+    host: Path
+    sandbox: str
+    writable: bool = False
+
+
+def sandbox_argv(
+    layer: Path,
+    command: list[str],
+    *,
+    binds: list[Bind] = (),
+    env: dict[str, str] | None = None,
+    cwd: str = "/app",
+    allow_network: bool = False,
+    tmp_dir: Path | None = None,
+    home_dir: Path | None = None,
+) -> list[str]:
+    """The bwrap command line for one process in a task sandbox."""
+    argv = ["bwrap", "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    for name in ("bin", "lib", "lib64", "sbin"):
+        if os.path.exists(f"/usr/{name}"):
+            argv += ["--symlink", f"usr/{name}", f"/{name}"]
+    argv += ["--dev", "/dev", "--proc", "/proc"]
+    argv += ["--bind", str(tmp_dir), "/tmp"] if tmp_dir else ["--tmpfs", "/tmp"]
+    argv += ["--bind", str(home_dir), "/home/user"] if home_dir else ["--dir", "/home/user"]
+    argv += ["--bind", str(layer), "/app"]
+    for b in binds:
+        argv += ["--bind" if b.writable else "--ro-bind", str(b.host), b.sandbox]
+    argv += ["--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000"]
+    if allow_network:
+        argv += ["--share-net"]
+    argv += ["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv"]
+    base_env = {"PATH": SANDBOX_PATH, "HOME": "/home/user", "USER": "user", "LANG": "C.UTF-8",
+                "TERM": "dumb"}
+    base_env.update(env or {})
+    for key, value in sorted(base_env.items()):
+        argv += ["--setenv", key, value]
+    argv += ["--chdir", cwd, "--"] + command
+    return argv
+
+
+def _limit_preexec(limits: Limits):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_sec, limits.cpu_sec + 5))
+        mem = limits.memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
+
+
+def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes | None = None) -> ExecResult:
+    """Run a bwrap command line; on timeout kill the sandbox (its pid namespace dies with it)."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_limit_preexec(limits),
+    )
+    timed_out = False
+    try:
+        out, err = proc.communicate(input=stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    code = 124 if timed_out else proc.returncode
+    if code is not None and code < 0:
+        # Killed by a signal: report it the way a shell would (128 + signal number).
+        code = 128 - code
+    return ExecResult(
+        exit_code=code,
+        stdout=out[:OUTPUT_CAP].decode(errors="replace"),
+        stderr=err[:OUTPUT_CAP].decode(errors="replace"),
+        duration_sec=time.monotonic() - start,
+        timed_out=timed_out,
+    )
+
+
+def tree_digest(root: Path) -> str:
+    """Content hash of a directory tree (paths, modes and bytes)."""
+    entries = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_symlink():
+            entries.append([rel, "link", os.readlink(p)])
+        elif p.is_file():
+            entries.append([rel, oct(p.stat().st_mode & 0o777), stable_hash(p.read_bytes(), 64)])
+        elif p.is_dir():
+            entries.append([rel, "dir"])
+    return stable_hash(entries, 24)
+
+
+def missing_debian_packages(packages: list[str]) -> list[str]:
+    """Packages a task needs from the host that dpkg does not report as installed."""
+    missing = []
+    for pkg in packages:
+        res = subprocess.run(["dpkg-query", "-W", "-f=${Status}", pkg], capture_output=True, text=True)
+        if res.returncode != 0 or "install ok installed" not in res.stdout:
+            missing.append(pkg)
+    return missing
+
+
+class BwrapSession(Session):
+    """A private copy of an image's layer; every exec is a fresh sandbox over that copy.
+
+    Extra binds (tests, logs, verifier toolchain) are added per exec, so the verifier can see
+    files the agent's processes never could.
+    """
+
+    def __init__(self, image: Image, limits: Limits, work_root: Path | None = None):
+        self.image = image
+        self.limits = limits
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"tf-{image.task_id}-", dir=work_root))
+        self.layer = self.workdir / "app"
+        shutil.copytree(image.path / "layer", self.layer, symlinks=True)
+        self.home = self.workdir / "home"
+        self.home.mkdir()
+        self.binds: list[Bind] = []
+        self._stopped = False
+
+    def exec(self, command: str, timeout: float | None = None, env: dict | None = None,
+             cwd: str = "/app", binds: list[Bind] = (), stdin: bytes | None = None,
+             keep_home: bool = True) -> ExecResult:
+        if self._stopped:
+            raise TermforgeError(f"task {self.image.task_id}: session already stopped")
+        argv = sandbox_argv(
+            self.layer,
+            ["/bin/bash", "--noprofile", "--norc", "-c", command],
+            binds=[*self.binds, *binds],
+            env=env,
+            cwd=cwd,
+            allow_network=self.image.allow_network,
+            home_dir=self.home if keep_home else None,
+        )
+        return run_sandboxed(argv, timeout or self.limits.wall_sec, self.limits, stdin=stdin)
+
+    def copy_in(self, src: Path, dst: str) -> None:
+        target = self._host_path(dst)
+        if Path(src).is_dir():
+            shutil.copytree(src, target, symlinks=True, dirs_exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+
+    def copy_out(self, src: str, dst: Path) -> None:
+        source = self._host_path(src)
+        if source.is_dir():
+            shutil.copytree(source, dst, symlinks=True, dirs_exist_ok=True)
+        else:
+            Path(dst).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dst)
+
+    def _host_path(self, sandbox_path: str) -> Path:
+        for prefix, host in (("/app", self.layer), ("/home/user", self.home)):
+            if sandbox_path == prefix or sandbox_path.startswith(prefix + "/"):
+                rel = sandbox_path[len(prefix):].lstrip("/")
+                resolved = (host / rel).resolve()
+                if not str(resolved).startswith(str(host.resolve())):
+                    raise TermforgeError(f"path {sandbox_path!r} escapes the task layer")
+                return resolved
+        raise TermforgeError(f"path {sandbox_path!r} is outside the task layer (/app, /home/user)")
+
+    def stop(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class BwrapRuntime(Runtime):
+    name = "bwrap"
+
+    def __init__(self, work_root: str | Path | None = None):
+        self.work_root = Path(work_root) if work_root else None
+        if not bwrap_available():
+            raise TermforgeError("runtime bwrap: the 'bwrap' executable is not on PATH "
+                                 "(apt-get install bubblewrap)")
+
+    def build(self, task_dir: Path, images_dir: Path, timeout: float = 600,
+              limits: Limits | None = None) -> BuildResult:
+        """Run setup.sh in a sandbox to produce the task layer; content-addressed and atomic."""
+        task_dir = Path(task_dir)
+        task = read_json(task_dir / "task.json")
+        task_id = task["id"]
+        env_dir = task_dir / "environment"
+        digest = tree_digest(env_dir)
+        final = Path(images_dir) / task_id
+        meta_path = final / "image.json"
+        allow_network = bool(task.get("environment", {}).get("allow_network", False))
+        if meta_path.exists():
+            meta = read_json(meta_path)
+            if meta.get("digest") == digest and meta.get("backend") == self.name:
+                return BuildResult(True, Image(task_id, self.name, final, digest, allow_network), "cached",
+                                   (final / "build.log").read_text() if (final / "build.log").exists() else "",
+                                   0.0, cached=True)
+        start = time.monotonic()
+        packages = list(task.get("environment", {}).get("apt_packages", []))
+        missing = missing_debian_packages(packages)
+        if missing:
+            reason = (f"task {task_id}: the bwrap runtime runs on the host's /usr, which lacks Debian "
+                      f"packages {missing} (apt-get install them, or use the apptainer runtime)")
+            return BuildResult(False, None, reason, reason, time.monotonic() - start)
+        from termforge.io import publish_dir, staging_dir
+
+        stage = staging_dir(final)
+        layer, tmp, home = stage / "layer", stage / "tmp", stage / "home"
+        for d in (layer, tmp, home):
+            d.mkdir()
+        argv = sandbox_argv(
+            layer,
+            ["/bin/bash", "--noprofile", "--norc", "/tmp/env/setup.sh"],
+            binds=[Bind(env_dir, "/tmp/env")],
+            allow_network=allow_network,
+            tmp_dir=tmp,
+            home_dir=home,
+        )
+        res = run_sandboxed(argv, timeout, limits or Limits(wall_sec=timeout, cpu_sec=int(timeout)))
+        log = f"$ bash /tmp/env/setup.sh  (exit {res.exit_code}, {res.duration_sec:.2f}s)\n{res.stdout}{res.stderr}"
+        escaped = sorted({p.relative_to(tmp).parts[0] for p in tmp.rglob("*")} - {"env"})
+        escaped = [f"/tmp/{p}" for p in escaped] + [f"/home/user/{p.name}" for p in home.iterdir()]
+        reason = ""
+        if res.timed_out:
+            reason = f"setup.sh timed out after {timeout:.0f}s"
+        elif "Read-only file system" in res.stderr or "Permission denied" in res.stderr:
+            reason = "setup.sh tried to write outside the task layer: " + _first_line_with(
+                res.stderr, ("Read-only file system", "Permission denied"))
+        elif res.exit_code != 0:
+            reason = f"setup.sh failed with exit code {res.exit_code}: {res.tail(300)}"
+        elif escaped:
+            reason = f"setup.sh wrote outside the task layer: {', '.join(escaped)}"
+        if reason:
+            shutil.rmtree(stage, ignore_errors=True)
+            return BuildResult(False, None, reason, log, res.duration_sec)
+        shutil.rmtree(tmp)
+        shutil.rmtree(home)
+        (stage / "build.log").write_text(log)
+        atomic_write_json(stage / "image.json", {"task_id": task_id, "backend": self.name, "digest": digest,
+                                                 "allow_network": allow_network})
+        publish_dir(stage, final)
+        image = Image(task_id, self.name, final, digest, allow_network)
+        return BuildResult(True, image, "built", log, time.monotonic() - start)
+
+    def load(self, images_dir: Path, task_id: str) -> Image:
+        meta_path = Path(images_dir) / task_id / "image.json"
+        if not meta_path.exists():
+            raise TermforgeError(f"task {task_id}: no built image at {meta_path.parent}")
+        meta = read_json(meta_path)
+        return Image(task_id, self.name, meta_path.parent, meta["digest"], meta.get("allow_network", False))
+
+    def start(self, image: Image, limits: Limits | None = None) -> BwrapSession:
+        return BwrapSession(image, limits or Limits(), self.work_root)
+
+
+def _first_line_with(text: str, needles: tuple[str, ...]) -> str:
+    for line in text.splitlines():
+        if any(n in line for n in needles):
+            return line.strip()
+    return text.strip()[:200]

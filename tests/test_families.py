@@ -1,0 +1,67 @@
+"""Every procedural family, over a spread of seeds: the oracle passes, the untouched env fails,
+the initial-state test passes, and nothing private leaks into what the agent or the image sees."""
+
+import json
+
+import pytest
+
+from conftest import make_signature, needs_bwrap
+from termforge.generate.families import all_families
+from termforge.generate.procedural import generate_task
+from termforge.runtime.bwrap import BwrapRuntime
+from termforge.taskcheck import check_soundness
+
+FAMILIES = all_families()
+SEEDS = (0, 1, 2)
+
+
+def _sig_for(fam, seed):
+    return make_signature(seed, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0],
+                          corpus_kind=f"family-test-{fam.name}")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("fam", FAMILIES, ids=lambda f: f.name)
+def test_family_is_sound(fam, seed, tmp_path):
+    task_dir = generate_task(_sig_for(fam, seed), tmp_path / "tasks", families=[fam])
+    report = check_soundness(task_dir, BwrapRuntime(), tmp_path / "images")
+    assert report.ok, f"{fam.name} seed {seed}: {report.failed_check}: {report.reason}\n{report.evidence}"
+
+
+@pytest.mark.parametrize("fam", FAMILIES, ids=lambda f: f.name)
+def test_family_keeps_truth_private(fam, tmp_path):
+    task_dir = generate_task(_sig_for(fam, 5), tmp_path / "tasks", families=[fam])
+    truth = json.loads((task_dir / "private" / "truth.json").read_text())
+    assert truth, "truth.json must not be empty"
+    policy_visible = (task_dir / "instruction.md").read_text()
+    # truth["given"] holds parameters the instruction states on purpose; the rest must be discovered.
+    hidden = {k: v for k, v in truth.items() if k != "given"}
+    secrets = [v for v in _leaf_strings(hidden) if len(v) >= 6]
+    for secret in secrets:
+        assert secret not in policy_visible, f"{fam.name}: truth value {secret!r} appears in instruction.md"
+    assert (task_dir / "private" / "method.md").read_text().strip()
+
+
+@pytest.mark.parametrize("fam", FAMILIES, ids=lambda f: f.name)
+def test_family_is_deterministic(fam, tmp_path):
+    a = generate_task(_sig_for(fam, 3), tmp_path / "a", families=[fam])
+    b = generate_task(_sig_for(fam, 3), tmp_path / "b", families=[fam])
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    files_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert files_a == files_b
+    for rel in files_a:
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), f"{fam.name}: {rel} differs between runs"
+
+
+def _leaf_strings(obj):
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from _leaf_strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _leaf_strings(v)
+    elif isinstance(obj, (str, int, float)) and not isinstance(obj, bool):
+        s = str(obj)
+        if not s.replace(".", "").isdigit() or len(s) >= 6:
+            yield s
