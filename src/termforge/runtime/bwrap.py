@@ -60,6 +60,8 @@ def sandbox_argv(
     argv += ["--bind", str(layer), "/app"]
     for b in binds:
         argv += ["--bind" if b.writable else "--ro-bind", str(b.host), b.sandbox]
+    # With every mount point in place, the tmpfs root itself becomes read-only.
+    argv += ["--remount-ro", "/"]
     argv += ["--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000"]
     if allow_network:
         argv += ["--share-net"]

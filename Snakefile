@@ -1,0 +1,17 @@
+# termforge: signatures -> tasks -> export (later stages extend the DAG through rules/*.smk).
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+
+
+rule all:
+    input:
+        "results/export/export.json",
+    default_target: True

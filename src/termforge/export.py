@@ -1,0 +1,144 @@
+"""Exports: a Hugging Face dataset (policy-facing columns only), a separate private table
+(truth, tests, oracle), and Harbor-format task directories that `harbor run -p <dir>` can run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from termforge.errors import TermforgeError
+from termforge.io import atomic_write_json, canonical_json, publish_dir, read_json, staging_dir
+
+AXIS_COLUMNS = ("corpus_kind", "domain", "skill_type", "skills", "persona", "language", "anchor",
+                "task_complexity", "command_complexity", "verifier_kind", "fixture_kind")
+DIFFICULTY = {"short": "easy", "moderate": "medium", "complex": "hard", "intricate": "hard"}
+
+
+def load_tasks(manifests: list[Path]) -> list[tuple[dict, Path]]:
+    """(task.json, task_dir) for every task listed in the shard manifests, in manifest order."""
+    out = []
+    for m in manifests:
+        manifest = read_json(m)
+        tasks_dir = Path(manifest["tasks_dir"])
+        for entry in manifest["tasks"]:
+            task_dir = tasks_dir / entry["id"]
+            if not (task_dir / "task.json").exists():
+                raise TermforgeError(f"task {entry['id']}: listed in {m} but {task_dir}/task.json is missing")
+            out.append((read_json(task_dir / "task.json"), task_dir))
+    return out
+
+
+def policy_row(task: dict, demos: dict[str, str] | None = None) -> dict:
+    sig = task["signature"]
+    row = {"task_id": task["id"], "instruction": task["instruction"], "family": task["family"]}
+    for col in AXIS_COLUMNS:
+        row[col] = sig.get(col)
+    row["mismatch"] = canonical_json(task["mismatch"])
+    if demos is not None:
+        row["demo"] = demos.get(task["id"])
+    return row
+
+
+def private_row(task_dir: Path) -> dict:
+    tests = {p.name: p.read_text() for p in sorted((task_dir / "tests").iterdir()) if p.is_file()}
+    return {
+        "task_id": task_dir.name,
+        "truth": (task_dir / "private" / "truth.json").read_text(),
+        "method_note": (task_dir / "private" / "method.md").read_text(),
+        "tests": canonical_json(tests),
+        "oracle": (task_dir / "solution" / "solve.sh").read_text(),
+    }
+
+
+def _toml_str(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def harbor_task_toml(task: dict) -> str:
+    sig = task["signature"]
+    env = task.get("environment", {})
+    lines = ['version = "1.0"', "", "[metadata]", 'author_name = "termforge"',
+             f"difficulty = {_toml_str(DIFFICULTY.get(sig.get('task_complexity'), 'medium'))}",
+             f"category = {_toml_str(sig['domain'])}",
+             "tags = [" + ", ".join(_toml_str(s) for s in [sig["domain"], task["family"], *sig.get("skills", [])]) + "]",
+             f"termforge_id = {_toml_str(task['id'])}", f"family = {_toml_str(task['family'])}"]
+    for col in AXIS_COLUMNS:
+        value = sig.get(col)
+        if isinstance(value, list):
+            lines.append(f"{col} = [" + ", ".join(_toml_str(v) for v in value) + "]")
+        elif value is not None:
+            lines.append(f"{col} = {_toml_str(str(value))}")
+    timeout = float(env.get("timeout_sec", 600))
+    lines += ["", "[verifier]", "timeout_sec = 120.0", "", "[agent]", f"timeout_sec = {timeout}", "",
+              "[environment]", "build_timeout_sec = 600.0", "cpus = 1", "memory_mb = 2048", "storage_mb = 10240",
+              f"allow_internet = {'true' if env.get('allow_network') else 'false'}", ""]
+    return "\n".join(lines)
+
+
+def write_harbor_task(task: dict, task_dir: Path, out_dir: Path) -> None:
+    """One Harbor task directory: everything except private/ and our own task.json."""
+    final = out_dir / task["id"]
+    stage = staging_dir(final)
+    (stage / "instruction.md").write_text(task["instruction"])
+    (stage / "task.toml").write_text(harbor_task_toml(task))
+    for sub in ("environment", "tests", "solution"):
+        shutil.copytree(task_dir / sub, stage / sub)
+    (stage / "environment" / "container.def").unlink(missing_ok=True)
+    for path in sorted(stage.rglob("*"), reverse=True):
+        os.utime(path, (0, 0), follow_symlinks=False)
+    publish_dir(stage, final)
+
+
+def write_parquet(rows: list[dict], path: Path) -> None:
+    """Write rows through `datasets` (so the file loads as a Hugging Face dataset), atomically."""
+    import datasets
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    datasets.Dataset.from_list(rows).to_parquet(str(tmp))
+    os.replace(tmp, path)
+
+
+def run_export(manifests: list[Path], out_dir: Path, demos_path: Path | None = None) -> dict:
+    out_dir = Path(out_dir)
+    tasks = load_tasks(manifests)
+    if not tasks:
+        raise TermforgeError("export: the manifests list no tasks")
+    demos = None
+    if demos_path is not None:
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(demos_path).to_pylist()
+        demos = {r["task_id"]: r["demo"] for r in table}
+    write_parquet([policy_row(t, demos) for t, _ in tasks], out_dir / "dataset" / "train.parquet")
+    write_parquet([private_row(d) for _, d in tasks], out_dir / "private" / "private.parquet")
+    harbor = out_dir / "harbor"
+    harbor.mkdir(parents=True, exist_ok=True)
+    for task, task_dir in tasks:
+        write_harbor_task(task, task_dir, harbor)
+    summary = {"tasks": len(tasks), "dataset": str(out_dir / "dataset" / "train.parquet"),
+               "private": str(out_dir / "private" / "private.parquet"), "harbor_dir": str(harbor),
+               "with_demo": sum(1 for t, _ in tasks if demos and demos.get(t["id"]))}
+    atomic_write_json(out_dir / "export.json", summary)
+    print(f"export: {len(tasks)} tasks -> dataset, private table and Harbor task dirs in {out_dir}")
+    return summary
+
+
+def push_to_hub(export_dir: Path, repo_id: str | None, token_env: str, private: bool = True) -> dict:
+    """Upload the policy-facing dataset only; without a repo id and token, list what would be sent."""
+    files = sorted(str(p.relative_to(export_dir)) for p in (Path(export_dir) / "dataset").rglob("*") if p.is_file())
+    token = os.environ.get(token_env)
+    if not repo_id or not token:
+        why = "no export.hf_repo_id configured" if not repo_id else f"${token_env} is not set"
+        print(f"push_to_hub dry run ({why}); would upload to {repo_id or '<repo id>'}: {', '.join(files)}")
+        return {"dry_run": True, "reason": why, "files": files}
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+    api.upload_folder(folder_path=str(Path(export_dir) / "dataset"), repo_id=repo_id, repo_type="dataset",
+                      path_in_repo="data")
+    return {"dry_run": False, "repo_id": repo_id, "files": files}

@@ -1,0 +1,60 @@
+"""The generate stage for one shard: signatures in, task directories and a shard manifest out."""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from tqdm import tqdm
+
+from termforge.errors import TermforgeError
+from termforge.generate.procedural import generate_task
+from termforge.io import atomic_write_json, clean_stale_staging, read_json, read_jsonl
+
+
+def shard_signatures(signatures_path: Path, shard: int, shard_size: int) -> list[dict]:
+    sigs = read_jsonl(signatures_path)
+    chunk = sigs[shard * shard_size:(shard + 1) * shard_size]
+    if not chunk:
+        raise TermforgeError(f"shard {shard:05d} is empty: {signatures_path} has {len(sigs)} signatures "
+                             f"and shard_size is {shard_size}")
+    return chunk
+
+
+def _one(args: tuple[dict, str, str, str]) -> tuple[str, bool]:
+    sig, tasks_dir, backend, base_image = args
+    existed = (Path(tasks_dir) / sig["id"] / "task.json").exists()
+    if backend != "procedural":
+        raise TermforgeError(f"generate.backend: {backend!r} runs through the llm stage, not the procedural one")
+    generate_task(sig, Path(tasks_dir), base_image=base_image)
+    return sig["id"], existed
+
+
+def run_generate_shard(signatures_path: Path, shard: int, shard_size: int, tasks_dir: Path, manifest_path: Path,
+                       backend: str = "procedural", base_image: str = "debian:bookworm-slim",
+                       workers: int = 1) -> dict:
+    """Generate every task of the shard (finished ones are skipped) and write the shard manifest."""
+    tasks_dir = Path(tasks_dir)
+    tasks_dir.mkdir(parents=True, exist_ok=True)
+    removed = clean_stale_staging(tasks_dir)
+    sigs = shard_signatures(Path(signatures_path), shard, shard_size)
+    jobs = [(s, str(tasks_dir), backend, base_image) for s in sigs]
+    skipped = 0
+    desc = f"generate shard {shard:05d}"
+    if workers > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            results = list(tqdm(pool.map(_one, jobs), total=len(jobs), desc=desc, unit="task"))
+    else:
+        results = [_one(j) for j in tqdm(jobs, desc=desc, unit="task")]
+    skipped = sum(1 for _, existed in results if existed)
+    entries = []
+    for sig in sigs:
+        task = read_json(tasks_dir / sig["id"] / "task.json")
+        entries.append({"id": sig["id"], "family": task["family"], "domain": sig["domain"],
+                        "mismatch": [m["axis"] for m in task["mismatch"]]})
+    manifest = {"shard": f"{shard:05d}", "tasks_dir": str(tasks_dir), "tasks": entries}
+    atomic_write_json(manifest_path, manifest)
+    mismatched = sum(1 for e in entries if e["mismatch"])
+    print(f"generate shard {shard:05d}: {len(entries)} tasks ({len(entries) - skipped} new, {skipped} already done, "
+          f"{mismatched} with a recorded family mismatch, {removed} stale partial dirs removed)")
+    return manifest

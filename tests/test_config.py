@@ -1,0 +1,77 @@
+"""Bad configs are rejected with one message naming the key; overlays merge; the CLI prints no traceback."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from termforge.config import check_config, load_config, shard_ids
+from termforge.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = yaml.safe_load((ROOT / "config.yaml").read_text())
+
+BAD = [
+    ({"corpus": {"shard_sise": 3}}, "corpus.shard_sise", "unknown key"),
+    ({"colour": "blue"}, "colour", "unknown key"),
+    ({"corpus": {"n_tasks": "many"}}, "corpus.n_tasks", "expected integer"),
+    ({"corpus": {"n_tasks": 0}}, "corpus.n_tasks", "out of range"),
+    ({"corpus": {"anchor_prob": 1.5}}, "corpus.anchor_prob", "out of range"),
+    ({"corpus": {"domains": ["securty"]}}, "corpus.domains[0]", "securty"),
+    ({"corpus": {"mix": {"legacy": 0.5, "rl_v3": 0.5}}}, "corpus.mix.rl_v3", "unknown key"),
+    ({"corpus": {"mix": {"legacy": 0.7, "rl_v2": 0.7}}}, "corpus.mix", "sum to 1"),
+    ({"generate": {"backend": "magic"}}, "generate.backend", "'magic' is not one of"),
+    ({"runtime": {"backend": "docker-in-docker"}}, "runtime.backend", "not one of"),
+    ({"runtime": {"exec_timeout_sec": -1}}, "runtime.exec_timeout_sec", "out of range"),
+    ({"seed": 1.5}, "seed", "expected integer"),
+    ({"corpus": {"taxonomy": "/nonexistent/tax.yaml"}}, "corpus.taxonomy", "does not exist"),
+    ({"cluster": {"gpus_per_job": 0}}, "cluster.gpus_per_job", "out of range"),
+    ({"corpus": {"domains": "security"}}, "corpus.domains", "expected array"),
+]
+
+
+def _merged(overlay):
+    from termforge.config import deep_merge
+
+    return deep_merge(BASE, overlay)
+
+
+@pytest.mark.parametrize("overlay,key,fragment", BAD, ids=[b[1] + ":" + b[2] for b in BAD])
+def test_bad_config_names_the_key(overlay, key, fragment):
+    with pytest.raises(ConfigError) as exc:
+        check_config(_merged(overlay))
+    msg = str(exc.value)
+    assert msg.startswith(key + ":") or msg.startswith(key + " "), msg
+    assert fragment in msg
+
+
+def test_defaults_fill_missing_sections():
+    cfg = check_config({})
+    assert cfg["corpus"]["n_tasks"] == 18
+    assert cfg["runtime"]["backend"] == "bwrap"
+    assert cfg["export"]["hf_repo_id"] is None
+
+
+def test_overlay_merges_and_full_scale_plans_shards():
+    cfg = load_config([ROOT / "config.yaml", ROOT / "configs" / "tmax15k.yaml"])
+    assert cfg["corpus"]["n_tasks"] == 15000
+    assert cfg["runtime"]["backend"] == "bwrap"  # untouched keys survive the overlay
+    assert len(shard_ids(cfg)) == 75
+
+
+def test_cli_rejects_bad_config_without_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("corpus:\n  mix: {legacy: 2}\n")
+    res = subprocess.run([sys.executable, "-m", "termforge.cli", "check-config", str(ROOT / "config.yaml"), str(bad)],
+                         capture_output=True, text=True)
+    assert res.returncode == 2
+    assert "corpus.mix.legacy" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_cli_missing_config_file(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "termforge.cli", "check-config", str(tmp_path / "nope.yaml")],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and "nope.yaml does not exist" in res.stderr

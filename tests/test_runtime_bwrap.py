@@ -1,0 +1,111 @@
+"""The bwrap sandbox: no network, no writes outside the task layer, no host /root, real exit
+codes, and limits that kill (wall clock, CPU time, memory)."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import needs_bwrap
+from termforge.runtime.base import Limits
+from termforge.runtime.bwrap import BwrapRuntime
+
+pytestmark = needs_bwrap
+
+
+def _task(tmp_path: Path, setup: str, task_id: str = "tf-sandbox") -> Path:
+    d = tmp_path / task_id
+    (d / "environment" / "fixtures").mkdir(parents=True)
+    (d / "environment" / "setup.sh").write_text("#!/bin/bash\nset -e\n" + setup + "\n")
+    (d / "task.json").write_text(json.dumps({"id": task_id, "environment": {"apt_packages": []}}))
+    return d
+
+
+@pytest.fixture
+def session(tmp_path):
+    rt = BwrapRuntime()
+    built = rt.build(_task(tmp_path, "echo hello > /app/greeting.txt"), tmp_path / "images")
+    assert built.ok, built.reason
+    with rt.start(built.image, Limits(wall_sec=20, cpu_sec=10, memory_mb=512)) as s:
+        yield s
+
+
+def test_layer_is_built_and_private(session):
+    res = session.exec("cat /app/greeting.txt && id -u")
+    assert res.ok and res.stdout.split() == ["hello", "1000"]
+
+
+def test_real_exit_code(session):
+    assert session.exec("exit 7").exit_code == 7
+
+
+def test_no_network(session):
+    res = session.exec("python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), timeout=3)'")
+    assert res.exit_code != 0
+    assert "Network is unreachable" in res.stderr or "OSError" in res.stderr
+
+
+def test_cannot_write_outside_layer(session, tmp_path):
+    for target in ("/usr/evil", "/etc/evil", "/evil-root-file"):
+        res = session.exec(f"echo x > {target}")
+        assert res.exit_code != 0, target
+    # /tmp inside is a private tmpfs: nothing reaches the host's /tmp.
+    marker = f"tf-escape-{os.getpid()}"
+    assert session.exec(f"echo x > /tmp/{marker}").ok
+    assert not Path("/tmp", marker).exists()
+    assert session.exec("echo y > /app/new.txt").ok
+
+
+def test_host_root_home_is_invisible(session):
+    res = session.exec("ls /root")
+    assert res.exit_code != 0
+    assert "No such file" in res.stderr
+
+
+def test_capabilities_dropped(session):
+    res = session.exec("grep CapEff /proc/self/status")
+    assert res.stdout.split()[1] == "0000000000000000"
+
+
+def test_wall_clock_timeout_is_reported(session):
+    res = session.exec("sleep 30", timeout=1.0)
+    assert res.timed_out and res.exit_code == 124
+    assert res.duration_sec < 10
+
+
+def test_cpu_limit_kills_busy_loop(session):
+    res = session.exec("python3 -c 'while True: pass'", timeout=30)
+    assert not res.timed_out and res.exit_code != 0  # SIGXCPU/SIGKILL from RLIMIT_CPU
+
+
+def test_memory_limit(session):
+    res = session.exec("python3 -c 'b = bytearray(1024 * 1024 * 1024)'")
+    assert res.exit_code != 0 and "MemoryError" in res.stderr
+
+
+def test_setup_writing_outside_layer_fails_build(tmp_path):
+    rt = BwrapRuntime()
+    res = rt.build(_task(tmp_path, "echo x > /etc/hacked"), tmp_path / "images")
+    assert not res.ok and "outside the task layer" in res.reason
+    res = rt.build(_task(tmp_path, "echo x > /tmp/stash; echo y > /app/ok", "tf-tmpwrite"), tmp_path / "images")
+    assert not res.ok and "/tmp/stash" in res.reason
+
+
+def test_build_is_content_addressed(tmp_path):
+    rt = BwrapRuntime()
+    task = _task(tmp_path, "date +%s%N > /app/stamp")
+    first = rt.build(task, tmp_path / "images")
+    second = rt.build(task, tmp_path / "images")
+    assert first.ok and second.cached and not first.cached
+    (task / "environment" / "setup.sh").write_text("#!/bin/bash\necho changed > /app/stamp\n")
+    third = rt.build(task, tmp_path / "images")
+    assert third.ok and not third.cached
+
+
+def test_missing_debian_package_fails_build_with_reason(tmp_path):
+    task = _task(tmp_path, "true", "tf-needs-pkg")
+    (task / "task.json").write_text(json.dumps({"id": "tf-needs-pkg",
+                                                "environment": {"apt_packages": ["no-such-package-xyz"]}}))
+    res = BwrapRuntime().build(task, tmp_path / "images")
+    assert not res.ok and "no-such-package-xyz" in res.reason
