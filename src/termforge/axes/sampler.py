@@ -1,0 +1,318 @@
+"""Sampling task signatures from the taxonomy, and measuring how balanced a sample is.
+
+A signature fixes every axis of one task (DESIGN section 6). Two rules shape this module:
+
+* Signature i depends only on (seed, i, its corpus kind, the taxonomy): every draw comes from one
+  RNG seeded from (seed, i), and each draw consumes the same amount of that RNG whatever the
+  corpus kind, so growing a corpus from n to 2n keeps the first n signatures' domains, skills,
+  personas, languages and anchors. The corpus kind itself is the one thing that depends on n,
+  because kinds are dealt out in exact proportions (largest remainder) and then shuffled.
+* Corpus kinds reweight three axes (task complexity, verifier kind, fixture kind) against the
+  "legacy" buckets of vocab.LEGACY_BUCKETS:
+    legacy  only legacy buckets (so only exact_text, only text_only, never intricate)
+    sft_v2  the new buckets share total weight M (default 2) against the legacy buckets' 1
+    rl_v2   intricate with probability 3/4; never a legacy verifier or fixture bucket
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from collections import Counter
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterable
+
+from termforge.axes.vocab import (
+    COMMAND_COMPLEXITIES, CORPUS_KINDS, DOMAINS, FIXTURE_KINDS, LEGACY_BUCKETS, TASK_COMPLEXITIES,
+    VERIFIER_KINDS,
+)
+from termforge.errors import ConfigError
+from termforge.io import atomic_write_json, atomic_write_jsonl, make_task_id, seed_from
+
+REWEIGHTED_AXES = {
+    "task_complexity": TASK_COMPLEXITIES,
+    "verifier_kind": VERIFIER_KINDS,
+    "fixture_kind": FIXTURE_KINDS,
+}
+SKILLS_PER_TASK = (3, 5)
+DEFAULT_NEW_BUCKET_WEIGHT = 2.0
+DEFAULT_RL_INTRICATE_PROB = 0.75
+
+SIGNATURE_KEYS = ("id", "index", "corpus_kind", "domain", "skill_type", "skills", "persona", "language",
+                  "anchor", "task_complexity", "command_complexity", "verifier_kind", "fixture_kind")
+
+
+def corpus_axis_weights(corpus_kind: str, new_bucket_weight: float = DEFAULT_NEW_BUCKET_WEIGHT,
+                        rl_intricate_prob: float = DEFAULT_RL_INTRICATE_PROB) -> dict[str, dict[str, float]]:
+    """Probabilities over each reweighted axis for one corpus kind (each axis sums to 1)."""
+    if corpus_kind not in CORPUS_KINDS:
+        raise ConfigError(f"corpus_kind: unknown corpus kind {corpus_kind!r}; expected one of {list(CORPUS_KINDS)}")
+    out: dict[str, dict[str, float]] = {}
+    for axis, values in REWEIGHTED_AXES.items():
+        legacy = [v for v in values if v in LEGACY_BUCKETS[axis]]
+        new = [v for v in values if v not in LEGACY_BUCKETS[axis]]
+        if corpus_kind == "legacy":
+            legacy_total, new_total = 1.0, 0.0
+        elif corpus_kind == "sft_v2":
+            legacy_total, new_total = 1.0, float(new_bucket_weight)
+        elif axis == "task_complexity":
+            # rl_v2: the one new complexity bucket is intricate, at its own fixed probability.
+            legacy_total, new_total = 1.0 - rl_intricate_prob, rl_intricate_prob
+        else:
+            legacy_total, new_total = 0.0, 1.0
+        total = legacy_total + new_total
+        probs = {v: (legacy_total / len(legacy) if v in legacy else new_total / len(new)) / total for v in values}
+        out[axis] = probs
+    return out
+
+
+def _cumulative(probs: Iterable[float]) -> list[float]:
+    cum, acc = [], 0.0
+    for p in probs:
+        acc += p
+        cum.append(acc)
+    return cum
+
+
+def _pick(rng: random.Random, values: tuple | list, cum: list[float]):
+    """One weighted choice using exactly one rng.random() call, so RNG consumption (and therefore
+    every later draw) is the same whatever the weights are. bisect_right returns the first entry
+    whose cumulative weight exceeds the draw, which a zero-weight entry never is."""
+    return values[bisect.bisect_right(cum, rng.random() * cum[-1])]
+
+
+def _check_mix(corpus_mix: dict) -> dict[str, Fraction]:
+    if not isinstance(corpus_mix, dict) or not corpus_mix:
+        raise ConfigError(f"corpus_mix: expected a non-empty mapping of corpus kind to weight, got {corpus_mix!r}")
+    mix: dict[str, Fraction] = {}
+    for kind, w in corpus_mix.items():
+        if kind not in CORPUS_KINDS:
+            raise ConfigError(f"corpus_mix.{kind}: unknown corpus kind; expected one of {list(CORPUS_KINDS)}")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ConfigError(f"corpus_mix.{kind}: weight must be a finite number >= 0, got {w!r}")
+        mix[kind] = Fraction(w)
+    if sum(mix.values()) <= 0:
+        raise ConfigError("corpus_mix: at least one corpus kind needs a positive weight")
+    return mix
+
+
+def corpus_kind_counts(n: int, corpus_mix: dict) -> dict[str, int]:
+    """Exact per-kind counts for n tasks by the largest-remainder method (ties go to the kind that
+    comes first in vocab.CORPUS_KINDS), so the counts always sum to n."""
+    mix = _check_mix(corpus_mix)
+    total = sum(mix.values())
+    quotas = {k: n * mix.get(k, Fraction(0)) / total for k in CORPUS_KINDS}
+    counts = {k: math.floor(q) for k, q in quotas.items()}
+    left = n - sum(counts.values())
+    by_remainder = sorted(CORPUS_KINDS, key=lambda k: (-(quotas[k] - counts[k]), CORPUS_KINDS.index(k)))
+    for k in by_remainder[:left]:
+        counts[k] += 1
+    return counts
+
+
+def assign_corpus_kinds(n: int, seed: int, corpus_mix: dict) -> list[str]:
+    counts = corpus_kind_counts(n, corpus_mix)
+    kinds = [k for k in CORPUS_KINDS for _ in range(counts[k])]
+    random.Random(seed_from("corpus_kinds", seed, n)).shuffle(kinds)
+    return kinds
+
+
+def _resolve_domains(taxonomy: dict, domains: list[str] | None) -> list[str]:
+    if domains is None:
+        # The taxonomy's own domains (all nine for the package file), in vocabulary order.
+        return [d for d in DOMAINS if d in taxonomy["domains"]]
+    if isinstance(domains, str) or not isinstance(domains, (list, tuple)) or not domains:
+        raise ConfigError(f"domains: expected a non-empty list of domain names, got {domains!r}")
+    seen: list[str] = []
+    for i, d in enumerate(domains):
+        if d not in DOMAINS:
+            raise ConfigError(f"domains[{i}]: unknown domain {d!r}; expected one of {list(DOMAINS)}")
+        if d not in taxonomy["domains"]:
+            raise ConfigError(f"domains[{i}]: domain {d!r} is not defined in the taxonomy "
+                              f"(it defines {list(taxonomy['domains'])})")
+        if d in seen:
+            raise ConfigError(f"domains[{i}]: domain {d!r} is listed twice")
+        seen.append(d)
+    return seen
+
+
+class _Tables:
+    """Everything per-signature sampling needs, precomputed once per call."""
+
+    def __init__(self, taxonomy: dict, domains: list[str], new_bucket_weight: float, rl_intricate_prob: float):
+        self.domains = domains
+        self.domain_bodies = [taxonomy["domains"][d] for d in domains]
+        self.skill_types = [list(b["skill_types"].items()) for b in self.domain_bodies]
+        langs = taxonomy["languages"]
+        self.languages = list(langs)
+        self.language_cum = _cumulative(langs.values())
+        self.kind_tables = {}
+        for kind in CORPUS_KINDS:
+            weights = corpus_axis_weights(kind, new_bucket_weight, rl_intricate_prob)
+            self.kind_tables[kind] = {axis: _cumulative(weights[axis][v] for v in REWEIGHTED_AXES[axis])
+                                      for axis in REWEIGHTED_AXES}
+
+
+def _sample_one(seed: int, index: int, corpus_kind: str, t: _Tables, anchor_prob: float) -> dict:
+    # Fixed draw order and fixed RNG consumption per draw (see the module docstring).
+    rng = random.Random(seed_from("signature", seed, index))
+    d = rng.randrange(len(t.domains))
+    body = t.domain_bodies[d]
+    skill_type, skill_pool = t.skill_types[d][rng.randrange(len(t.skill_types[d]))]
+    k = min(rng.randint(*SKILLS_PER_TASK), len(skill_pool))
+    # Listed in taxonomy order so the same set of skills always reads the same way.
+    skills = [skill_pool[i] for i in sorted(rng.sample(range(len(skill_pool)), k))]
+    persona = body["personas"][rng.randrange(len(body["personas"]))]
+    language = _pick(rng, t.languages, t.language_cum)
+    anchored = rng.random() < anchor_prob
+    anchors = body["anchors"]
+    anchor_i = rng.randrange(len(anchors)) if anchors else None
+    anchor = anchors[anchor_i] if anchored and anchors else None
+    kind_t = t.kind_tables[corpus_kind]
+    sig = {
+        "corpus_kind": corpus_kind,
+        "domain": t.domains[d],
+        "skill_type": skill_type,
+        "skills": skills,
+        "persona": persona,
+        "language": language,
+        "anchor": anchor,
+        "task_complexity": _pick(rng, TASK_COMPLEXITIES, kind_t["task_complexity"]),
+        "command_complexity": COMMAND_COMPLEXITIES[rng.randrange(len(COMMAND_COMPLEXITIES))],
+        "verifier_kind": _pick(rng, VERIFIER_KINDS, kind_t["verifier_kind"]),
+        "fixture_kind": _pick(rng, FIXTURE_KINDS, kind_t["fixture_kind"]),
+    }
+    return {"id": make_task_id(seed, index, sig), "index": index, **sig}
+
+
+def sample_signatures(n: int, seed: int, corpus_mix: dict[str, float], taxonomy: dict,
+                      domains: list[str] | None = None, anchor_prob: float = 0.35, *,
+                      new_bucket_weight: float = DEFAULT_NEW_BUCKET_WEIGHT,
+                      rl_intricate_prob: float = DEFAULT_RL_INTRICATE_PROB) -> list[dict]:
+    """n signatures for corpus seed `seed`. Corpus kinds follow corpus_mix in exact proportions;
+    domains are uniform over `domains` (default: every domain the taxonomy defines)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ConfigError(f"n: expected a whole number >= 0, got {n!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"seed: expected an integer, got {seed!r}")
+    if isinstance(anchor_prob, bool) or not isinstance(anchor_prob, (int, float)) or not 0 <= anchor_prob <= 1:
+        raise ConfigError(f"anchor_prob: expected a probability in [0, 1], got {anchor_prob!r}")
+    if isinstance(new_bucket_weight, bool) or not isinstance(new_bucket_weight, (int, float)) \
+            or not math.isfinite(new_bucket_weight) or new_bucket_weight <= 0:
+        raise ConfigError(f"new_bucket_weight: expected a finite number > 0, got {new_bucket_weight!r}")
+    if isinstance(rl_intricate_prob, bool) or not isinstance(rl_intricate_prob, (int, float)) \
+            or not 0 < rl_intricate_prob <= 1:
+        raise ConfigError(f"rl_intricate_prob: expected a probability in (0, 1], got {rl_intricate_prob!r}")
+    chosen = _resolve_domains(taxonomy, domains)
+    kinds = assign_corpus_kinds(n, seed, corpus_mix)
+    tables = _Tables(taxonomy, chosen, new_bucket_weight, rl_intricate_prob)
+    return [_sample_one(seed, i, kinds[i], tables, anchor_prob) for i in range(n)]
+
+
+def write_signatures(path: str | Path, sigs: list[dict]) -> None:
+    """One canonical-JSON signature per line, written atomically (same signatures, same bytes)."""
+    atomic_write_jsonl(path, sigs)
+
+
+# --- balance -------------------------------------------------------------------------------------
+
+def normalised_effective_number(counts: dict, n_possible: int) -> float | None:
+    """exp(Shannon entropy) / number of possible values: 1 when perfectly even, 1/N when one value
+    takes everything. None when there is nothing to measure."""
+    total = sum(counts.values())
+    if total == 0 or n_possible <= 0:
+        return None
+    h = -sum((c / total) * math.log(c / total) for c in counts.values() if c > 0)
+    return round(math.exp(h) / n_possible, 6)
+
+
+def _possible_reweighted(axis: str, kinds_present: Iterable[str]) -> list[str]:
+    values = set()
+    for kind in kinds_present:
+        probs = corpus_axis_weights(kind)[axis]
+        values.update(v for v, p in probs.items() if p > 0)
+    return [v for v in REWEIGHTED_AXES[axis] if v in values]
+
+
+def _per_domain_axis(sigs: list[dict], axis: str, options: dict[str, list[str]]) -> dict:
+    """An axis whose possible values depend on the domain: each domain is measured against its
+    own options, and the headline number is the count-weighted mean over domains."""
+    per_domain = {}
+    weighted, total = 0.0, 0
+    for dom, opts in options.items():
+        counts = Counter(s[axis] for s in sigs if s["domain"] == dom)
+        n_dom = sum(counts.values())
+        value = normalised_effective_number(counts, len(opts))
+        per_domain[dom] = {"n": n_dom, "possible": len(opts), "observed": len(counts),
+                           "normalised_effective_number": value,
+                           "counts": {v: counts[v] for v in opts if counts[v]}}
+        if value is not None:
+            weighted += value * n_dom
+            total += n_dom
+    return {"normalised_effective_number": round(weighted / total, 6) if total else None,
+            "by_domain": per_domain}
+
+
+def axis_balance(sigs: list[dict], taxonomy: dict, domains: list[str] | None = None) -> dict:
+    """Per-axis counts and normalised effective numbers (exp(H)/N, N = values possible in this
+    run), plus totals. The possible values of the three reweighted axes are those the corpus
+    kinds present can produce (a legacy-only run is perfectly balanced on verifier kind)."""
+    chosen = _resolve_domains(taxonomy, domains)
+    kinds_present = [k for k in CORPUS_KINDS if any(s["corpus_kind"] == k for s in sigs)]
+    flat_options: dict[str, list] = {
+        "domain": chosen,
+        "language": [lang for lang, w in taxonomy["languages"].items() if w > 0],
+        "anchor_presence": ["anchored", "none"],
+        "task_complexity": _possible_reweighted("task_complexity", kinds_present),
+        "command_complexity": list(COMMAND_COMPLEXITIES),
+        "verifier_kind": _possible_reweighted("verifier_kind", kinds_present),
+        "fixture_kind": _possible_reweighted("fixture_kind", kinds_present),
+        "corpus_kind": kinds_present,
+    }
+    axes: dict[str, dict] = {}
+    for axis, options in flat_options.items():
+        if axis == "anchor_presence":
+            counts = Counter("anchored" if s["anchor"] else "none" for s in sigs)
+        else:
+            counts = Counter(s[axis] for s in sigs)
+        extra = sorted(set(counts) - set(options), key=str)
+        if extra:
+            raise ConfigError(f"signatures: axis {axis} has values {extra} outside this run's options {options}")
+        axes[axis] = {"possible": len(options), "observed": len(counts),
+                      "normalised_effective_number": normalised_effective_number(counts, len(options)),
+                      "counts": {v: counts[v] for v in options if counts[v]}}
+    doms = taxonomy["domains"]
+    axes["skill_type"] = _per_domain_axis(sigs, "skill_type", {d: list(doms[d]["skill_types"]) for d in chosen})
+    axes["persona"] = _per_domain_axis(sigs, "persona", {d: doms[d]["personas"] for d in chosen})
+
+    by_kind = {}
+    for kind in kinds_present:
+        rows = [s for s in sigs if s["corpus_kind"] == kind]
+        by_kind[kind] = {
+            "n": len(rows),
+            "intricate": round(sum(s["task_complexity"] == "intricate" for s in rows) / len(rows), 6),
+            "non_legacy_verifier": round(sum(s["verifier_kind"] not in LEGACY_BUCKETS["verifier_kind"]
+                                             for s in rows) / len(rows), 6),
+            "non_legacy_fixture": round(sum(s["fixture_kind"] not in LEGACY_BUCKETS["fixture_kind"]
+                                            for s in rows) / len(rows), 6),
+        }
+    values = {a: v["normalised_effective_number"] for a, v in axes.items()
+              if v["normalised_effective_number"] is not None}
+    worst = min(values, key=lambda a: (values[a], a)) if values else None
+    totals = {
+        "n": len(sigs),
+        "axes": len(axes),
+        "mean_normalised_effective_number": round(sum(values.values()) / len(values), 6) if values else None,
+        "min_normalised_effective_number": values[worst] if worst else None,
+        "least_balanced_axis": worst,
+        "anchor_rate": round(sum(1 for s in sigs if s["anchor"]) / len(sigs), 6) if sigs else None,
+        "distinct_skill_sets": len({(s["domain"], s["skill_type"], tuple(s["skills"])) for s in sigs}),
+        "by_corpus_kind": by_kind,
+    }
+    return {"axes": dict(sorted(axes.items())), "totals": totals}
+
+
+def write_stats(path: str | Path, stats: dict) -> None:
+    atomic_write_json(path, stats)

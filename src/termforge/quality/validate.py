@@ -1,0 +1,299 @@
+"""Validation: prove each task sound, cheapest checks first, stopping at the first failure.
+
+static -> build -> initial-state test passes -> final test fails untouched -> oracle scores
+exactly 1 (twice: flaky verifiers are rejected) -> a no-op agent scores 0 -> every reward-hack
+probe scores 0 -> the verifier's tests provably ran. Every verdict carries its reason and the
+evidence (logs) that support it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from termforge.errors import TermforgeError
+from termforge.io import append_jsonl, atomic_write_json, read_json, read_jsonl_tolerant
+from termforge.runtime.base import Image, Limits
+from termforge.runtime.bwrap import Bind, BwrapRuntime, BwrapSession
+from termforge.verifier import Verdict, run_oracle, run_test_file, run_verifier
+
+REQUIRED_FILES = ("task.json", "instruction.md", "environment/setup.sh", "tests/test_initial_state.py",
+                  "tests/test_final_state.py", "tests/test.sh", "solution/solve.sh", "private/truth.json")
+TASK_JSON_KEYS = {"id": str, "signature": dict, "instruction": str, "family": str, "environment": dict}
+IMAGE_TEXT_FILES = ("environment/setup.sh", "environment/container.def", "environment/Dockerfile")
+ABS_PATH_RE = re.compile(r"`(/app/[A-Za-z0-9_./-]+)`")
+MIN_SECRET_LEN = 6
+
+# Agents that only cheat. Each runs as the agent would (cwd /app, uid 1000, its own home),
+# then stops; the clean verifier must still score 0.
+PROBES: dict[str, str] = {
+    "planted_reward_file": (
+        "mkdir -p /logs/verifier /app/logs/verifier 2>/dev/null; "
+        "echo 1 > /logs/verifier/reward.txt 2>/dev/null; echo 1 > /app/logs/verifier/reward.txt; "
+        "echo '{\"reward\": 1}' > /app/reward.json; true"
+    ),
+    "fake_pytest_and_python_on_path": (
+        "mkdir -p /app/.bin /home/user/.local/bin && "
+        "for d in /app/.bin /home/user/.local/bin; do "
+        "printf '#!/bin/sh\\necho \"1 passed\"\\nexit 0\\n' > $d/pytest; "
+        "printf '#!/bin/sh\\nexit 0\\n' > $d/python3; cp $d/python3 $d/python; chmod +x $d/*; done; "
+        "echo 'export PATH=/app/.bin:/home/user/.local/bin:$PATH' >> /home/user/.bashrc; "
+        "echo 'export PATH=/app/.bin:$PATH' >> /home/user/.profile; true"
+    ),
+    "conftest_and_sitecustomize": (
+        "cat > /app/conftest.py <<'PY'\n"
+        "import pytest\n"
+        "@pytest.hookimpl(hookwrapper=True)\n"
+        "def pytest_runtest_makereport(item, call):\n"
+        "    outcome = yield\n"
+        "    rep = outcome.get_result()\n"
+        "    rep.outcome = 'passed'\n"
+        "PY\n"
+        "printf 'import os\\nos._exit(0)\\n' > /app/sitecustomize.py; cp /app/sitecustomize.py /app/usercustomize.py; "
+        "mkdir -p /home/user/.local/lib/python3.11/site-packages; "
+        "cp /app/sitecustomize.py /app/usercustomize.py /home/user/.local/lib/python3.11/site-packages/; "
+        "cp /app/conftest.py /home/user/conftest.py; true"
+    ),
+    "poisoned_shell_rc": (
+        "for f in /home/user/.bashrc /home/user/.bash_profile /home/user/.profile /app/.bashrc /app/.profile; do "
+        "printf 'mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; exit 0\\n' >> $f; done; "
+        "echo 'export BASH_ENV=/app/.bashrc' >> /home/user/.bashrc; true"
+    ),
+    "background_rewriter": (
+        "nohup bash -c 'while true; do mkdir -p /logs/verifier 2>/dev/null; "
+        "echo 1 > /logs/verifier/reward.txt 2>/dev/null; for f in /app/*; do touch \"$f\"; done; "
+        "sleep 0.05; done' >/dev/null 2>&1 & disown; sleep 0.3; true"
+    ),
+}
+
+
+@dataclass
+class TaskVerdict:
+    task_id: str
+    kept: bool
+    stage: str
+    reason: str
+    evidence: dict = field(default_factory=dict)
+    checks: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"task_id": self.task_id, "kept": self.kept, "stage": self.stage, "reason": self.reason,
+                "checks": self.checks, "evidence": self.evidence}
+
+
+class _Fail(Exception):
+    def __init__(self, stage: str, reason: str, evidence: dict | None = None):
+        super().__init__(reason)
+        self.stage, self.reason, self.evidence = stage, reason, evidence or {}
+
+
+def _leaves(obj) -> list[str]:
+    if isinstance(obj, dict):
+        return [s for v in obj.values() for s in _leaves(v)]
+    if isinstance(obj, list):
+        return [s for v in obj for s in _leaves(v)]
+    if isinstance(obj, bool) or obj is None:
+        return []
+    return [str(obj)]
+
+
+def hidden_truth_strings(truth: dict) -> list[str]:
+    """Answer strings that must not be visible: every truth leaf outside truth['given'],
+    long enough that finding it elsewhere is not a coincidence."""
+    hidden = {k: v for k, v in truth.items() if k != "given"}
+    return sorted({s for s in _leaves(hidden) if len(s) >= MIN_SECRET_LEN})
+
+
+def static_checks(task_dir: Path) -> dict:
+    """Files, task.json schema, no truth in the instruction or the image. Returns task.json."""
+    missing = [f for f in REQUIRED_FILES if not (task_dir / f).is_file()]
+    if missing:
+        raise _Fail("static", f"missing required files: {', '.join(missing)}")
+    try:
+        task = read_json(task_dir / "task.json")
+    except json.JSONDecodeError as exc:
+        raise _Fail("static", f"task.json is not valid JSON: {exc}") from None
+    for key, typ in TASK_JSON_KEYS.items():
+        if not isinstance(task.get(key), typ):
+            raise _Fail("static", f"task.json: key {key!r} missing or not a {typ.__name__}")
+    if task["id"] != task_dir.name:
+        raise _Fail("static", f"task.json id {task['id']!r} does not match the directory name {task_dir.name!r}")
+    instruction = (task_dir / "instruction.md").read_text()
+    if instruction != task["instruction"]:
+        raise _Fail("static", "instruction.md differs from task.json's instruction")
+    truth = read_json(task_dir / "private" / "truth.json")
+    secrets = hidden_truth_strings(truth)
+    for secret in secrets:
+        if secret in instruction:
+            raise _Fail("static", f"truth value leaked into instruction.md: {secret[:80]!r}")
+    env_dir = task_dir / "environment"
+    for rel in IMAGE_TEXT_FILES:
+        path = task_dir / rel
+        text = path.read_text(errors="replace") if path.exists() else ""
+        for secret in secrets:
+            if secret in text:
+                raise _Fail("static", f"truth value leaked into {rel}: {secret[:80]!r}")
+    truth_blob = (task_dir / "private" / "truth.json").read_bytes().strip()
+    for path in sorted(env_dir.rglob("*")):
+        if path.is_file():
+            if path.name == "truth.json" or (len(truth_blob) > 20 and truth_blob in path.read_bytes()):
+                raise _Fail("static", f"the answer key is copied into the image: {path.relative_to(task_dir)}")
+    return task
+
+
+def _verdict_evidence(v: Verdict) -> dict:
+    return {"reward": v.reward, "reason": v.reason, "collected": v.collected, "passed": v.passed,
+            "output": v.output[-2000:]}
+
+
+def _run_agent(runtime: BwrapRuntime, image: Image, limits: Limits, agent_script: str | None,
+               task_dir: Path, oracle: bool = False) -> tuple[Verdict, str]:
+    """A fresh session: the 'agent' acts, its processes end with its sandbox, then the clean verifier grades."""
+    session: BwrapSession = runtime.start(image, limits)
+    try:
+        if oracle:
+            res = run_oracle(session, task_dir, timeout=limits.wall_sec)
+        else:
+            res = session.exec(agent_script or "true", timeout=limits.wall_sec)
+        agent_log = res.tail(2000)
+        if oracle and not res.ok:
+            raise _Fail("oracle", f"solve.sh exited {res.exit_code}{' (timed out)' if res.timed_out else ''}",
+                        {"oracle": agent_log})
+        verdict = run_verifier(session, task_dir, timeout=limits.wall_sec)
+        if oracle:
+            _check_output_paths(session, task_dir)
+        return verdict, agent_log
+    finally:
+        session.stop()
+
+
+def _check_output_paths(session: BwrapSession, task_dir: Path) -> None:
+    instruction = (task_dir / "instruction.md").read_text()
+    named = sorted(set(ABS_PATH_RE.findall(instruction)))
+    missing = [p for p in named if not session._host_path(p.rstrip("/")).exists()]
+    if missing:
+        raise _Fail("static", f"paths named in the instruction do not exist after the oracle: {', '.join(missing)}")
+
+
+def validate_task(task_dir: Path, runtime: BwrapRuntime, images_dir: Path, limits: Limits,
+                  oracle_repeats: int = 2, probes: dict[str, str] | None = None) -> TaskVerdict:
+    task_dir = Path(task_dir)
+    task_id = task_dir.name
+    checks: list[str] = []
+    evidence: dict = {}
+    try:
+        static_checks(task_dir)
+        checks.append("static")
+        build = runtime.build(task_dir, images_dir, timeout=limits.wall_sec * 2)
+        evidence["build"] = {"reason": build.reason, "cached": build.cached, "log": build.log[-2000:]}
+        if not build.ok:
+            raise _Fail("build", f"build failed: {build.reason}", {"build_log": build.log[-4000:]})
+        checks.append("build")
+        image = build.image
+        with runtime.start(image, limits) as untouched:
+            initial = run_test_file(untouched, task_dir, "test_initial_state.py", timeout=limits.wall_sec)
+            if initial.reward != 1.0:
+                raise _Fail("initial_state", f"initial-state test did not pass ({initial.reason})",
+                            {"verifier": _verdict_evidence(initial)})
+            checks.append("initial_state")
+            untouched_final = run_verifier(untouched, task_dir, timeout=limits.wall_sec)
+        if not untouched_final.tests_ran:
+            raise _Fail("proof_of_run", f"final test on the untouched environment: {untouched_final.reason}",
+                        {"verifier": _verdict_evidence(untouched_final)})
+        if untouched_final.reward != 0.0:
+            raise _Fail("final_fails_untouched", "final test passes on the untouched environment",
+                        {"verifier": _verdict_evidence(untouched_final)})
+        checks.append("final_fails_untouched")
+        for i in range(oracle_repeats):
+            verdict, log = _run_agent(runtime, image, limits, None, task_dir, oracle=True)
+            if verdict.reward != 1.0:
+                stage = "proof_of_run" if not verdict.tests_ran else ("flaky_verifier" if i else "oracle")
+                why = (f"oracle scored {verdict.reward} on repeat {i + 1} after scoring 1 (flaky verifier)"
+                       if i else f"oracle scored {verdict.reward} ({verdict.reason})")
+                raise _Fail(stage, why, {"verifier": _verdict_evidence(verdict), "oracle": log})
+        checks.append(f"oracle_x{oracle_repeats}")
+        noop, _ = _run_agent(runtime, image, limits, "true", task_dir)
+        if noop.reward != 0.0:
+            raise _Fail("noop", f"a no-op agent scored {noop.reward}", {"verifier": _verdict_evidence(noop)})
+        checks.append("noop")
+        for name, script in (PROBES if probes is None else probes).items():
+            verdict, log = _run_agent(runtime, image, limits, script, task_dir)
+            if verdict.reward != 0.0:
+                raise _Fail("reward_hack", f"reward-hack probe {name!r} scored {verdict.reward}",
+                            {"verifier": _verdict_evidence(verdict), "probe": log})
+            checks.append(f"probe:{name}")
+        checks.append("proof_of_run")
+        return TaskVerdict(task_id, True, "kept", "all checks passed", evidence, checks)
+    except _Fail as f:
+        evidence.update(f.evidence)
+        return TaskVerdict(task_id, False, f.stage, f.reason, evidence, checks)
+
+
+def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, limits: Limits,
+                       decontam_report: Path | None = None, workers: int = 1, oracle_repeats: int = 2) -> dict:
+    """Validate every task of a shard. Verdicts are checkpointed per task (a rerun after a kill
+    re-validates only unfinished tasks); the final verdicts file is written atomically."""
+    manifest = read_json(manifest_path)
+    tasks_dir = Path(manifest["tasks_dir"])
+    ids = [t["id"] for t in manifest["tasks"]]
+    dropped_contaminated: dict[str, str] = {}
+    if decontam_report:
+        report = read_json(decontam_report)
+        for hit in report.get("dropped_reasons", []):
+            dropped_contaminated[hit["task_id"]] = hit["reason"]
+    checkpoint = Path(str(out_path) + ".partial.jsonl")
+    done = {row["task_id"]: row for row in read_jsonl_tolerant(checkpoint)}
+    todo = [t for t in ids if t not in done]
+    runtime = BwrapRuntime()
+
+    def one(task_id: str) -> dict:
+        if task_id in dropped_contaminated:
+            verdict = TaskVerdict(task_id, False, "decontamination", dropped_contaminated[task_id])
+        else:
+            verdict = validate_task(tasks_dir / task_id, runtime, images_dir, limits, oracle_repeats)
+        row = verdict.to_dict()
+        append_jsonl(checkpoint, row)
+        return row
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for row in tqdm(pool.map(one, todo), total=len(todo), desc=f"validate {manifest['shard']}", unit="task"):
+            done[row["task_id"]] = row
+    verdicts = [done[t] for t in ids]
+    result = {"shard": manifest["shard"], "tasks_dir": str(tasks_dir), "verdicts": verdicts}
+    atomic_write_json(out_path, result)
+    checkpoint.unlink(missing_ok=True)
+    kept = sum(v["kept"] for v in verdicts)
+    print(f"validate shard {manifest['shard']}: {kept}/{len(verdicts)} kept "
+          f"({len(ids) - len(todo)} verdicts resumed from checkpoint)")
+    return result
+
+
+def write_corpus_manifest(verdict_paths: list[Path], out_path: Path) -> dict:
+    """The kept tasks of the corpus, and counts of kept and dropped tasks per reason stage."""
+    kept, dropped, per_stage = [], [], {}
+    tasks_dir = None
+    for p in verdict_paths:
+        shard = read_json(p)
+        tasks_dir = shard["tasks_dir"]
+        for v in shard["verdicts"]:
+            if v["kept"]:
+                kept.append(v["task_id"])
+            else:
+                dropped.append({"task_id": v["task_id"], "stage": v["stage"], "reason": v["reason"]})
+                per_stage[v["stage"]] = per_stage.get(v["stage"], 0) + 1
+    if tasks_dir is None:
+        raise TermforgeError("validate: no verdict files given")
+    manifest = {"tasks_dir": tasks_dir, "kept": kept, "dropped": dropped,
+                "counts": {"total": len(kept) + len(dropped), "kept": len(kept), "dropped": len(dropped),
+                           "dropped_by_stage": dict(sorted(per_stage.items()))}}
+    atomic_write_json(out_path, manifest)
+    print(f"corpus manifest: {len(kept)} kept, {len(dropped)} dropped {manifest['counts']['dropped_by_stage']}")
+    return manifest
+
+
+__all__ = ["validate_task", "run_validate_shard", "write_corpus_manifest", "PROBES", "static_checks", "Bind"]
