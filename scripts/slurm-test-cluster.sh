@@ -173,7 +173,7 @@ $MARKER
 Name=gpu Type=fake Count=1 File=/dev/null
 EOF
     mv "$tmp" "$GRES_CONF"
-    [[ -n "$cpus" ]] && say "node $NODE: $cpus CPUs, $(sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' <<<"$hw") MB"
+    say "node $NODE: $cpus CPUs, $(sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' <<<"$hw") MB"
 }
 
 node_state() { sinfo -h -n "$NODE" -o %t 2>/dev/null | head -n 1; }

@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from termforge.runtime.base import ExecResult
-from termforge.runtime.bwrap import Bind, BwrapSession
+from termforge.runtime.base import Bind
+from termforge.runtime.bwrap import BwrapSession
 
 TEST_SH = """#!/bin/bash
 # Harbor verifier entry point: writes 1 to /logs/verifier/reward.txt when the final-state tests

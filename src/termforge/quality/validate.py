@@ -19,7 +19,7 @@ from tqdm import tqdm
 from termforge.errors import TermforgeError
 from termforge.io import append_jsonl, atomic_write_json, read_json, read_jsonl_tolerant
 from termforge.runtime.base import Image, Limits
-from termforge.runtime.bwrap import Bind, BwrapRuntime, BwrapSession
+from termforge.runtime.base import get_runtime
 from termforge.verifier import Verdict, run_oracle, run_test_file, run_verifier
 
 REQUIRED_FILES = ("task.json", "instruction.md", "environment/setup.sh", "tests/test_initial_state.py",
@@ -151,10 +151,10 @@ def _verdict_evidence(v: Verdict) -> dict:
             "output": v.output[-2000:]}
 
 
-def _run_agent(runtime: BwrapRuntime, image: Image, limits: Limits, agent_script: str | None,
+def _run_agent(runtime, image: Image, limits: Limits, agent_script: str | None,
                task_dir: Path, oracle: bool = False) -> tuple[Verdict, str]:
     """A fresh session: the 'agent' acts, its processes end with its sandbox, then the clean verifier grades."""
-    session: BwrapSession = runtime.start(image, limits)
+    session = runtime.start(image, limits)
     try:
         if oracle:
             res = run_oracle(session, task_dir, timeout=limits.wall_sec)
@@ -172,15 +172,19 @@ def _run_agent(runtime: BwrapRuntime, image: Image, limits: Limits, agent_script
         session.stop()
 
 
-def _check_output_paths(session: BwrapSession, task_dir: Path) -> None:
+def _check_output_paths(session, task_dir: Path) -> None:
     instruction = (task_dir / "instruction.md").read_text()
     named = sorted(set(ABS_PATH_RE.findall(instruction)))
-    missing = [p for p in named if not session._host_path(p.rstrip("/")).exists()]
+    if not named:
+        return
+    quoted = " ".join("'" + p.rstrip("/") + "'" for p in named)
+    res = session.exec(f'for p in {quoted}; do [ -e "$p" ] || echo "$p"; done')
+    missing = res.stdout.split()
     if missing:
         raise _Fail("static", f"paths named in the instruction do not exist after the oracle: {', '.join(missing)}")
 
 
-def validate_task(task_dir: Path, runtime: BwrapRuntime, images_dir: Path, limits: Limits,
+def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
                   oracle_repeats: int = 2, probes: dict[str, str] | None = None) -> TaskVerdict:
     task_dir = Path(task_dir)
     task_id = task_dir.name
@@ -235,7 +239,8 @@ def validate_task(task_dir: Path, runtime: BwrapRuntime, images_dir: Path, limit
 
 
 def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, limits: Limits,
-                       decontam_report: Path | None = None, workers: int = 1, oracle_repeats: int = 2) -> dict:
+                       decontam_report: Path | None = None, workers: int = 1, oracle_repeats: int = 2,
+                       backend: str = "bwrap") -> dict:
     """Validate every task of a shard. Verdicts are checkpointed per task (a rerun after a kill
     re-validates only unfinished tasks); the final verdicts file is written atomically."""
     manifest = read_json(manifest_path)
@@ -249,7 +254,7 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
     checkpoint = Path(str(out_path) + ".partial.jsonl")
     done = {row["task_id"]: row for row in read_jsonl_tolerant(checkpoint)}
     todo = [t for t in ids if t not in done]
-    runtime = BwrapRuntime()
+    runtime = get_runtime(backend)
 
     def one(task_id: str) -> dict:
         if task_id in dropped_contaminated:
@@ -296,4 +301,4 @@ def write_corpus_manifest(verdict_paths: list[Path], out_path: Path) -> dict:
     return manifest
 
 
-__all__ = ["validate_task", "run_validate_shard", "write_corpus_manifest", "PROBES", "static_checks", "Bind"]
+__all__ = ["validate_task", "run_validate_shard", "write_corpus_manifest", "PROBES", "static_checks"]

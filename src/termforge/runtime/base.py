@@ -11,6 +11,15 @@ from pathlib import Path
 
 
 @dataclass
+class Bind:
+    """A host path made visible inside a sandbox (read-only unless writable)."""
+
+    host: Path
+    sandbox: str
+    writable: bool = False
+
+
+@dataclass
 class Limits:
     """Resource limits applied to every process a session starts."""
 

@@ -16,12 +16,11 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, read_json, stable_hash
-from termforge.runtime.base import BuildResult, ExecResult, Image, Limits, Runtime, Session
+from termforge.runtime.base import Bind, BuildResult, ExecResult, Image, Limits, Runtime, Session
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 OUTPUT_CAP = 4 * 1024 * 1024
@@ -29,13 +28,6 @@ OUTPUT_CAP = 4 * 1024 * 1024
 
 def bwrap_available() -> bool:
     return shutil.which("bwrap") is not None
-
-
-@dataclass
-class Bind:
-    host: Path
-    sandbox: str
-    writable: bool = False
 
 
 def sandbox_argv(

@@ -1,0 +1,129 @@
+"""Validation drops broken tasks with the right reason, keeps sound ones, every reward-hack
+probe scores 0 on every family, and an interrupted run resumes from its checkpoint."""
+
+import json
+import shutil
+
+import pytest
+
+from conftest import make_signature, needs_bwrap
+from termforge.generate.families import all_families, family_by_name
+from termforge.generate.procedural import generate_task
+from termforge.io import atomic_write_json, read_json
+from termforge.quality.validate import run_validate_shard, static_checks, validate_task, write_corpus_manifest
+from termforge.runtime.base import Limits
+from termforge.runtime.bwrap import BwrapRuntime
+
+pytestmark = needs_bwrap
+LIMITS = Limits(wall_sec=60, cpu_sec=60, memory_mb=4096)
+
+
+def _good_task(tmp_path, index=0):
+    fam = family_by_name("log_level_filter")
+    sig = make_signature(index, "file_operations", "exact_text", "text_only")
+    return generate_task(sig, tmp_path / "tasks", families=[fam])
+
+
+def _validate(task_dir, tmp_path, **kw):
+    return validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS, **kw)
+
+
+def test_sound_task_is_kept_with_every_check(tmp_path):
+    v = _validate(_good_task(tmp_path), tmp_path)
+    assert v.kept, v.reason
+    assert v.checks[:5] == ["static", "build", "initial_state", "final_fails_untouched", "oracle_x2"]
+    assert sum(c.startswith("probe:") for c in v.checks) == 5 and v.checks[-1] == "proof_of_run"
+
+
+def test_verifier_passing_untouched_is_dropped(tmp_path):
+    task = _good_task(tmp_path)
+    (task / "tests" / "test_final_state.py").write_text("def test_nothing():\n    assert True\n")
+    v = _validate(task, tmp_path)
+    assert not v.kept and v.stage == "final_fails_untouched"
+
+
+def test_failing_oracle_is_dropped(tmp_path):
+    task = _good_task(tmp_path)
+    (task / "solution" / "solve.sh").write_text("#!/bin/bash\necho wrong > /app/errors.txt\n")
+    v = _validate(task, tmp_path)
+    assert not v.kept and v.stage == "oracle" and "oracle scored 0" in v.reason
+
+
+def test_flaky_verifier_is_dropped(tmp_path):
+    task = _good_task(tmp_path)
+    final = task / "tests" / "test_final_state.py"
+    final.write_text(final.read_text() + "\n\ndef test_coin():\n    import os\n    assert os.urandom(1)[0] % 2 == 0\n")
+    # 12 repeats: a verifier that passes half the time survives with probability 2**-12.
+    v = _validate(task, tmp_path, oracle_repeats=12)
+    assert not v.kept and v.stage in ("oracle", "flaky_verifier"), v.reason
+
+
+def test_truth_leaked_into_instruction_is_dropped(tmp_path):
+    task = _good_task(tmp_path)
+    truth = read_json(task / "private" / "truth.json")
+    leaked = (task / "instruction.md").read_text() + "\nHint: " + truth["expected_lines"][0] + "\n"
+    (task / "instruction.md").write_text(leaked)
+    meta = read_json(task / "task.json")
+    meta["instruction"] = leaked
+    atomic_write_json(task / "task.json", meta)
+    v = _validate(task, tmp_path)
+    assert not v.kept and v.stage == "static" and "leaked into instruction.md" in v.reason
+
+
+def test_answer_key_copied_into_image_is_dropped(tmp_path):
+    task = _good_task(tmp_path)
+    shutil.copy(task / "private" / "truth.json", task / "environment" / "fixtures" / "truth.json")
+    with pytest.raises(Exception) as exc:
+        static_checks(task)
+    assert "answer key is copied into the image" in str(exc.value)
+
+
+def test_setup_writing_outside_layer_is_dropped(tmp_path):
+    task = _good_task(tmp_path)
+    setup = task / "environment" / "setup.sh"
+    setup.write_text(setup.read_text() + "echo pwned > /home/user/.bashrc\n")
+    v = _validate(task, tmp_path)
+    assert not v.kept and v.stage == "build" and "outside the task layer" in v.reason
+
+
+def test_tests_that_never_run_are_dropped(tmp_path):
+    task = _good_task(tmp_path)
+    (task / "tests" / "test_final_state.py").write_text("# no tests at all\n")
+    v = _validate(task, tmp_path)
+    assert not v.kept and v.stage == "proof_of_run"
+
+
+def test_missing_file_is_a_static_failure(tmp_path):
+    task = _good_task(tmp_path)
+    (task / "solution" / "solve.sh").unlink()
+    v = _validate(task, tmp_path)
+    assert not v.kept and v.stage == "static" and "solution/solve.sh" in v.reason
+
+
+@pytest.mark.parametrize("fam", all_families(), ids=lambda f: f.name)
+def test_every_probe_scores_zero_on_every_family(fam, tmp_path):
+    sig = make_signature(7, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
+    task = generate_task(sig, tmp_path / "tasks", families=[fam])
+    v = _validate(task, tmp_path)
+    assert v.kept, f"{fam.name}: {v.stage}: {v.reason}\n{json.dumps(v.evidence)[:3000]}"
+    assert [c for c in v.checks if c.startswith("probe:")] == [
+        "probe:planted_reward_file", "probe:fake_pytest_and_python_on_path", "probe:conftest_and_sitecustomize",
+        "probe:poisoned_shell_rc", "probe:background_rewriter"]
+
+
+def test_validation_resumes_from_checkpoint(tmp_path):
+    tasks = [_good_task(tmp_path, i) for i in range(3)]
+    manifest = tmp_path / "manifest.json"
+    atomic_write_json(manifest, {"shard": "00000", "tasks_dir": str(tmp_path / "tasks"),
+                                 "tasks": [{"id": t.name} for t in tasks]})
+    out = tmp_path / "verdicts.json"
+    # A killed run left one finished verdict (and a torn line) in the checkpoint.
+    planted = {"task_id": tasks[0].name, "kept": False, "stage": "planted", "reason": "from checkpoint",
+               "checks": [], "evidence": {}}
+    (tmp_path / "verdicts.json.partial.jsonl").write_text(json.dumps(planted) + "\n{\"task_id\": \"tf-torn")
+    result = run_validate_shard(manifest, out, tmp_path / "images", LIMITS)
+    stages = [v["stage"] for v in result["verdicts"]]
+    assert stages == ["planted", "kept", "kept"]  # the finished verdict was not redone
+    assert not (tmp_path / "verdicts.json.partial.jsonl").exists()
+    corpus = write_corpus_manifest([out], tmp_path / "corpus.json")
+    assert corpus["counts"] == {"total": 3, "kept": 2, "dropped": 1, "dropped_by_stage": {"planted": 1}}
