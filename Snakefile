@@ -9,9 +9,12 @@ configfile: "config.yaml"
 
 include: "rules/common.smk"
 include: "rules/data.smk"
+include: "rules/images.smk"
+include: "rules/quality.smk"
 
 
 rule all:
     input:
         "results/export/export.json",
+        "results/corpus/manifest.json",
     default_target: True

@@ -83,6 +83,61 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_build_images(args) -> int:
+    from termforge.images import run_build_shard
+
+    o = _stage_options(args, "build_images")
+    run_build_shard(Path(args.manifest), Path(args.images_dir), Path(args.out), backend=o["runtime.backend"],
+                    timeout=o["runtime.build_timeout_sec"], workers=o["validate.workers"])
+    return 0
+
+
+def cmd_decontaminate(args) -> int:
+    from termforge.quality.decontam import (decontaminate, load_harbor_references, load_hf_references,
+                                            load_jsonl_references)
+    from termforge.export import load_tasks
+    from termforge.io import atomic_write_json
+
+    o = _stage_options(args, "decontaminate")
+    refs = []
+    for d in o["decontam.harbor_dirs"]:
+        refs += load_harbor_references(d)
+    for ds in o["decontam.hf_datasets"]:
+        refs += load_hf_references(ds["id"], ds["column"], ds.get("split", "test"))
+    for j in o["decontam.jsonl"]:
+        refs += load_jsonl_references(j["path"], j["column"])
+    task_dirs = [d for _, d in load_tasks([Path(m) for m in args.manifests])]
+    report = decontaminate(task_dirs, refs, n=o["decontam.n"], policy=o["decontam.policy"],
+                           near_dup_threshold=o["decontam.near_dup_threshold"], min_shared=o["decontam.min_shared"])
+    atomic_write_json(args.out, report)
+    s = report["summary"]
+    print(f"decontaminate: {s['tasks']} tasks against {s['references']} reference documents: "
+          f"{s['contaminated_tasks']} contaminated, {s['near_duplicate_tasks']} near-duplicates, "
+          f"{s['dropped']} dropped (policy {o['decontam.policy']})")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from termforge.quality.validate import run_validate_shard
+    from termforge.runtime.base import Limits
+
+    o = _stage_options(args, "validate")
+    limits = Limits(wall_sec=o["runtime.exec_timeout_sec"], cpu_sec=o["runtime.cpu_sec"],
+                    memory_mb=o["runtime.memory_mb"])
+    run_validate_shard(Path(args.manifest), Path(args.out), Path(args.images_dir), limits,
+                       decontam_report=Path(args.decontam) if args.decontam else None,
+                       workers=o["validate.workers"], oracle_repeats=o["validate.oracle_repeats"],
+                       backend=o["runtime.backend"])
+    return 0
+
+
+def cmd_corpus_manifest(args) -> int:
+    from termforge.quality.validate import write_corpus_manifest
+
+    write_corpus_manifest([Path(p) for p in args.verdicts], Path(args.out))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="termforge", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -108,6 +163,29 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--tasks-dir", required=True)
     sp.add_argument("--out", required=True, help="shard manifest JSON")
     sp.set_defaults(func=cmd_generate)
+
+    sp = stage("build-images", "build the images of one shard's tasks")
+    sp.add_argument("--manifest", required=True, help="shard manifest from generate")
+    sp.add_argument("--images-dir", required=True)
+    sp.add_argument("--out", required=True, help="build manifest JSON")
+    sp.set_defaults(func=cmd_build_images)
+
+    sp = stage("decontaminate", "n-gram overlap with reference sets and near-duplicates in the corpus")
+    sp.add_argument("--manifests", nargs="+", required=True)
+    sp.add_argument("--out", required=True, help="decontamination report JSON")
+    sp.set_defaults(func=cmd_decontaminate)
+
+    sp = stage("validate", "validate one shard's tasks (static, build, tests, oracle, no-op, probes)")
+    sp.add_argument("--manifest", required=True)
+    sp.add_argument("--images-dir", required=True)
+    sp.add_argument("--decontam", help="decontamination report: its dropped tasks are not validated")
+    sp.add_argument("--out", required=True, help="verdicts JSON")
+    sp.set_defaults(func=cmd_validate)
+
+    sp = sub.add_parser("corpus-manifest", help="merge shard verdicts into the manifest of kept tasks")
+    sp.add_argument("--verdicts", nargs="+", required=True)
+    sp.add_argument("--out", required=True)
+    sp.set_defaults(func=cmd_corpus_manifest)
 
     sp = stage("export", "export the corpus: HF parquet, private table, Harbor task dirs")
     sp.add_argument("--manifests", nargs="+", required=True)

@@ -10,6 +10,11 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
     "sample_axes": ("seed", "corpus.n_tasks", "corpus.domains", "corpus.mix", "corpus.sft_v2_new_bucket_weight",
                     "corpus.anchor_prob", "corpus.taxonomy"),
     "generate": ("corpus.shard_size", "generate.backend", "generate.base_image", "generate.workers"),
+    "build_images": ("runtime.backend", "runtime.build_timeout_sec", "validate.workers"),
+    "decontaminate": ("decontam.n", "decontam.min_shared", "decontam.policy", "decontam.near_dup_threshold",
+                      "decontam.harbor_dirs", "decontam.hf_datasets", "decontam.jsonl"),
+    "validate": ("runtime.backend", "runtime.exec_timeout_sec", "runtime.cpu_sec", "runtime.memory_mb",
+                 "validate.oracle_repeats", "validate.workers"),
     "export": ("export.hf_repo_id", "export.hf_token_env", "export.hf_private"),
 }
 

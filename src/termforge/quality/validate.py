@@ -249,8 +249,9 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
     dropped_contaminated: dict[str, str] = {}
     if decontam_report:
         report = read_json(decontam_report)
-        for hit in report.get("dropped_reasons", []):
-            dropped_contaminated[hit["task_id"]] = hit["reason"]
+        reasons = {f["task_id"]: f["reasons"] for f in report.get("flagged", [])}
+        for task_id in report.get("dropped", []):
+            dropped_contaminated[task_id] = "dropped by decontamination: " + ", ".join(reasons.get(task_id, []))
     checkpoint = Path(str(out_path) + ".partial.jsonl")
     done = {row["task_id"]: row for row in read_jsonl_tolerant(checkpoint)}
     todo = [t for t in ids if t not in done]

@@ -1,0 +1,63 @@
+# Decontamination (whole corpus, before validation so dropped tasks cost nothing further),
+# per-shard validation, and the corpus manifest of kept tasks.
+
+
+rule decontaminate:
+    input:
+        manifests=expand("results/tasks/manifests/{shard}.json", shard=SHARDS),
+    output:
+        report="results/decontam/report.json",
+    params:
+        options=params_of("decontaminate"),
+    log:
+        "results/logs/decontaminate.log",
+    benchmark:
+        "results/benchmarks/decontaminate.tsv"
+    threads: 1
+    resources:
+        slurm_partition=CPU_PARTITION,
+        mem_mb=CPU_MEM,
+        runtime=CPU_RUNTIME,
+    shell:
+        "termforge decontaminate --params {params.options:q} --manifests {input.manifests} "
+        "--out {output.report} 2>&1 | tee {log}"
+
+
+rule validate:
+    input:
+        manifest="results/tasks/manifests/{shard}.json",
+        builds="results/images/manifests/{shard}.json",
+        decontam="results/decontam/report.json",
+    output:
+        verdicts="results/validate/{shard}.json",
+    params:
+        options=params_of("validate"),
+    log:
+        "results/logs/validate/{shard}.log",
+    benchmark:
+        "results/benchmarks/validate/{shard}.tsv"
+    threads: CPU_THREADS
+    resources:
+        slurm_partition=CPU_PARTITION,
+        mem_mb=CPU_MEM,
+        runtime=CPU_RUNTIME,
+    shell:
+        "termforge validate --params {params.options:q} --manifest {input.manifest} "
+        "--images-dir results/images --decontam {input.decontam} --out {output.verdicts} 2>&1 | tee {log}"
+
+
+localrules:
+    corpus_manifest,
+
+
+rule corpus_manifest:
+    input:
+        verdicts=expand("results/validate/{shard}.json", shard=SHARDS),
+    output:
+        manifest="results/corpus/manifest.json",
+    log:
+        "results/logs/corpus_manifest.log",
+    benchmark:
+        "results/benchmarks/corpus_manifest.tsv"
+    shell:
+        "termforge corpus-manifest --verdicts {input.verdicts} --out {output.manifest} 2>&1 | tee {log}"
