@@ -11,10 +11,12 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/images.smk"
 include: "rules/quality.smk"
+include: "rules/solve.smk"
 
 
 rule all:
     input:
         "results/export/export.json",
         "results/corpus/manifest.json",
+        "results/solve/passk.json",
     default_target: True

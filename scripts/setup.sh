@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(bubblewrap slurm-wlm munge graphviz gcc binutils file
+APT_PACKAGES=(bubblewrap slurm-wlm munge graphviz gcc libc6-dev make binutils file
               python3 python3-pytest python3-numpy python3-pil chromium)
 
 missing=()

@@ -16,7 +16,7 @@ from termforge.errors import ConfigError, TermforgeError
 
 
 def _stage_options(args, stage: str) -> dict:
-    from termforge.params import STAGE_KEYS, stage_params
+    from termforge.params import STAGE_KEYS, resolve_flat, stage_params
 
     if args.params and args.configfile:
         raise ConfigError("give either --params or --configfile, not both")
@@ -30,7 +30,10 @@ def _stage_options(args, stage: str) -> dict:
         opts = json.loads(args.params)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--params is not valid JSON: {exc}") from None
-    missing = [k for k in STAGE_KEYS[stage] if k not in opts]
+    try:
+        missing = [k for k in STAGE_KEYS[stage] if resolve_flat(opts, k) not in opts]
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(f"--params for {stage} lacks {exc}") from None
     if missing:
         raise ConfigError(f"--params for {stage} lacks keys: {', '.join(missing)}")
     return opts
@@ -138,6 +141,54 @@ def cmd_corpus_manifest(args) -> int:
     return 0
 
 
+def _model_for(o: dict, role_key: str, models_key: str, agent: str = "model", tasks_dir: Path | None = None):
+    from termforge.models.base import make_model
+    from termforge.solve import OracleReplayModel
+
+    if agent == "oracle":
+        return OracleReplayModel(tasks_dir)
+    from termforge.params import resolve_flat
+
+    key = resolve_flat(o, models_key)
+    return make_model(dict(o[key]), where=key)
+
+
+def cmd_solve(args) -> int:
+    from termforge.harness import HarnessConfig
+    from termforge.models.base import SamplingParams
+    from termforge.models.cache import CachedChatModel
+    from termforge.runtime.base import Limits
+    from termforge.solve import SolveSettings, run_solve_shard
+
+    o = _stage_options(args, "solve")
+    s = o["solve"]
+    shard = __import__("termforge.io", fromlist=["read_json"]).read_json(args.manifest)
+    tasks_dir = Path(shard["tasks_dir"])
+    model = _model_for(o, "solve.model", "models.{solve.model}", s["agent"], tasks_dir)
+    if s["agent"] == "model" and s.get("cache_dir") and not isinstance(model, CachedChatModel):
+        model = CachedChatModel(model, s["cache_dir"])
+    harness = HarnessConfig(turn_cap=s["turn_cap"], max_format_errors=s["max_format_errors"],
+                            command_timeout_sec=s["command_timeout_sec"], task_timeout_sec=s["task_timeout_sec"],
+                            sampling=SamplingParams.from_dict(s["sampling"], where="solve.sampling"))
+    limits = Limits(wall_sec=o["runtime.exec_timeout_sec"], cpu_sec=o["runtime.cpu_sec"],
+                    memory_mb=o["runtime.memory_mb"])
+    settings = SolveSettings(k=s["k"], concurrency=s["concurrency"], max_infra_retries=s["max_infra_retries"],
+                             seed=o["seed"], harness=harness, limits=limits, backend=o["runtime.backend"])
+    try:
+        run_solve_shard(Path(args.manifest), Path(args.corpus), Path(args.images_dir), Path(args.out),
+                        Path(args.trajectories), model, settings)
+    finally:
+        model.close()
+    return 0
+
+
+def cmd_passk(args) -> int:
+    from termforge.passk import run_passk
+
+    run_passk([Path(p) for p in args.solved], Path(args.out), Path(args.csv), Path(args.sft) if args.sft else None)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="termforge", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -186,6 +237,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--verdicts", nargs="+", required=True)
     sp.add_argument("--out", required=True)
     sp.set_defaults(func=cmd_corpus_manifest)
+
+    sp = stage("solve", "k rollouts per kept task of one shard, graded by the clean verifier")
+    sp.add_argument("--manifest", required=True, help="shard manifest from generate")
+    sp.add_argument("--corpus", required=True, help="corpus manifest of kept tasks")
+    sp.add_argument("--images-dir", required=True)
+    sp.add_argument("--trajectories", required=True, help="directory for per-rollout trajectories")
+    sp.add_argument("--out", required=True, help="rollouts JSON of the shard")
+    sp.set_defaults(func=cmd_solve)
+
+    sp = sub.add_parser("passk", help="pass@k tables from the solve stage, and the SFT set of successes")
+    sp.add_argument("--solved", nargs="+", required=True)
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--csv", required=True)
+    sp.add_argument("--sft", help="parquet of successful rollouts (chat messages)")
+    sp.set_defaults(func=cmd_passk)
 
     sp = stage("export", "export the corpus: HF parquet, private table, Harbor task dirs")
     sp.add_argument("--manifests", nargs="+", required=True)

@@ -15,11 +15,21 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
                       "decontam.harbor_dirs", "decontam.hf_datasets", "decontam.jsonl"),
     "validate": ("runtime.backend", "runtime.exec_timeout_sec", "runtime.cpu_sec", "runtime.memory_mb",
                  "validate.oracle_repeats", "validate.workers"),
+    "solve": ("seed", "solve", "models.{solve.model}", "runtime.backend", "runtime.exec_timeout_sec", "runtime.cpu_sec",
+              "runtime.memory_mb"),
     "export": ("export.hf_repo_id", "export.hf_token_env", "export.hf_private"),
 }
 
 
+def resolve_key(cfg: dict, dotted: str) -> str:
+    """Expand a `{other.key}` placeholder: "models.{solve.model}" -> "models.policy"."""
+    import re
+
+    return re.sub(r"\{([^}]+)\}", lambda m: str(get_key(cfg, m.group(1))), dotted)
+
+
 def get_key(cfg: dict, dotted: str):
+    dotted = resolve_key(cfg, dotted) if "{" in dotted else dotted
     node = cfg
     for part in dotted.split("."):
         node = node[part]
@@ -28,8 +38,38 @@ def get_key(cfg: dict, dotted: str):
 
 def stage_params(cfg: dict, stage: str) -> dict:
     """The flat {dotted key: value} a stage needs, taken from a validated config."""
-    return {key: get_key(cfg, key) for key in STAGE_KEYS[stage]}
+    out = {}
+    for key in STAGE_KEYS[stage]:
+        try:
+            out[resolve_key(cfg, key) if "{" in key else key] = get_key(cfg, key)
+        except KeyError:
+            from termforge.errors import ConfigError
+
+            raise ConfigError(f"{resolve_key(cfg, key)}: not defined (needed by the {stage} stage)") from None
+    return out
 
 
 def stage_params_json(cfg: dict, stage: str) -> str:
     return canonical_json(stage_params(cfg, stage))
+
+
+def flat_lookup(opts: dict, dotted: str):
+    """Look a dotted key up in a flat params dict whose keys may be prefixes ("solve" holds "solve.model")."""
+    if dotted in opts:
+        return opts[dotted]
+    parts = dotted.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:i])
+        if prefix in opts:
+            node = opts[prefix]
+            for p in parts[i:]:
+                node = node[p]
+            return node
+    raise KeyError(dotted)
+
+
+def resolve_flat(opts: dict, dotted: str) -> str:
+    """Expand placeholders of a STAGE_KEYS entry from the flat params a rule passed."""
+    import re
+
+    return re.sub(r"\{([^}]+)\}", lambda m: str(flat_lookup(opts, m.group(1))), dotted)

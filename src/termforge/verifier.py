@@ -39,10 +39,19 @@ fi
 """
 
 _GRADE_PY = '''
+import ctypes
+import os
 import sys
+
 import pytest
 
 TOKEN = open("/verifier/token").read().strip()
+os.unlink("/verifier/token")
+# Programs the tests start (the agent's code) must not read the expected values: this process
+# becomes non-dumpable (no /proc/<pid>/mem for same-uid processes), and the test files are
+# deleted from disk once pytest has imported them.
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+sys.dont_write_bytecode = True  # no __pycache__ copy of the tests (pytest honours this too)
 
 
 class Proof:
@@ -53,6 +62,11 @@ class Proof:
 
     def pytest_collection_modifyitems(self, session, config, items):
         self.collected = len(items)
+
+    def pytest_collection_finish(self, session):
+        for path in {str(item.path) for item in session.items}:
+            if path.startswith("/tests/") and os.path.exists(path):
+                os.unlink(path)
 
     def pytest_runtest_logreport(self, report):
         if report.failed:
@@ -114,7 +128,9 @@ class _Toolchain:
         run.chmod(0o755)
 
     def binds(self) -> list[Bind]:
-        return [Bind(self.tests, "/tests"), Bind(self.tool, "/verifier"), Bind(self.logs, "/logs", writable=True)]
+        # Private per-run copies, writable so grade.py can delete what it has read.
+        return [Bind(self.tests, "/tests", writable=True), Bind(self.tool, "/verifier", writable=True),
+                Bind(self.logs, "/logs", writable=True)]
 
     def proof(self, res: ExecResult) -> tuple[int, int, int] | None:
         for m in PROOF_RE.finditer(res.stdout):
@@ -137,29 +153,43 @@ def run_test_file(session: BwrapSession, task_dir: Path, test_file: str, timeout
         tc.cleanup()
 
 
-def run_verifier(session: BwrapSession, task_dir: Path, timeout: float = 300) -> Verdict:
-    """Grade a finished episode: tests/test.sh writes the reward; the proof token must be present."""
+def run_verifier(session: BwrapSession, task_dir: Path, timeout: float = 300, *, cwd: str = "/tests",
+                 env: dict | None = None, reward_file_proof: bool = False) -> Verdict:
+    """Grade a finished episode: tests/test.sh writes the reward; the proof token must be present.
+
+    Harbor / Terminal-Bench tasks (termforge.evals) pass reward_file_proof=True: their test.sh runs
+    pytest itself rather than /verifier/run-tests, so a numeric reward file written by test.sh in
+    this clean run is taken as the proof of run when no token is printed. They also run test.sh
+    from the image's WORKDIR (cwd) as Harbor does, with extra variables (env) on top of the
+    verifier's own."""
     tc = _Toolchain(task_dir)
     try:
-        res = session.exec("/bin/bash --noprofile --norc /tests/test.sh", timeout=timeout, env=VERIFIER_ENV,
-                           cwd="/tests", binds=tc.binds(), keep_home=False)
+        res = session.exec("/bin/bash --noprofile --norc /tests/test.sh", timeout=timeout,
+                           env={**VERIFIER_ENV, **(env or {})}, cwd=cwd, binds=tc.binds(), keep_home=False)
         reward_file = tc.logs / "verifier" / "reward.txt"
         text = reward_file.read_text().strip() if reward_file.exists() else ""
         try:
             reward = float(text)
         except ValueError:
             reward = 0.0
-        return _verdict(tc, res, reward=reward, reward_text=text)
+        return _verdict(tc, res, reward=reward, reward_text=text, reward_file_proof=reward_file_proof)
     finally:
         tc.cleanup()
 
 
-def _verdict(tc: _Toolchain, res: ExecResult, reward: float, reward_text: str | None = None) -> Verdict:
+def _verdict(tc: _Toolchain, res: ExecResult, reward: float, reward_text: str | None = None,
+             reward_file_proof: bool = False) -> Verdict:
     proof = tc.proof(res)
     collected, passed, failed = proof or (0, 0, 0)
     tests_ran = proof is not None and collected > 0
+    by_reward_file = proof is None and reward_file_proof and _is_number(reward_text)
+    tests_ran = tests_ran or by_reward_file
     if res.timed_out:
         reason = "verifier timed out"
+    elif proof is None and reward_file_proof and not tests_ran:
+        reason = "tests/test.sh wrote no numeric reward to /logs/verifier/reward.txt"
+    elif by_reward_file:
+        reason = f"tests/test.sh wrote reward {reward_text} (no proof token: the test.sh ran its own tests)"
     elif not tests_ran:
         reason = "no proof that the verifier's tests ran"
     elif reward_text is not None and reward_text == "":
@@ -170,6 +200,14 @@ def _verdict(tc: _Toolchain, res: ExecResult, reward: float, reward_text: str | 
         reward = 0.0
     return Verdict(reward, tests_ran, collected, passed, failed, res.exit_code, res.timed_out,
                    (res.stdout + res.stderr)[-4000:], reason)
+
+
+def _is_number(text: str | None) -> bool:
+    try:
+        float(text or "")
+    except ValueError:
+        return False
+    return True
 
 
 def run_oracle(session: BwrapSession, task_dir: Path, timeout: float = 300) -> ExecResult:

@@ -166,6 +166,16 @@ class BwrapSession(Session):
         )
         return run_sandboxed(argv, timeout or self.limits.wall_sec, self.limits, stdin=stdin)
 
+    def open_shell(self, env: dict | None = None):
+        """A persistent bash in this session's sandbox (the agent's shell)."""
+        from termforge.runtime.shell import PersistentShell
+
+        def argv() -> list[str]:
+            return sandbox_argv(self.layer, ["/bin/bash", "--noprofile", "--norc", "-s"], binds=self.binds,
+                                env=env, cwd="/app", allow_network=self.image.allow_network, home_dir=self.home)
+
+        return PersistentShell(argv, self.limits)
+
     def copy_in(self, src: Path, dst: str) -> None:
         target = self._host_path(dst)
         if Path(src).is_dir():

@@ -1,0 +1,45 @@
+# pass@k solving: k rollouts per kept task per shard, then the pass@k tables.
+
+
+rule solve:
+    input:
+        manifest="results/tasks/manifests/{shard}.json",
+        corpus="results/corpus/manifest.json",
+        builds="results/images/manifests/{shard}.json",
+    output:
+        rollouts="results/solve/{shard}.json",
+    params:
+        options=params_of("solve"),
+    log:
+        "results/logs/solve/{shard}.log",
+    benchmark:
+        "results/benchmarks/solve/{shard}.tsv"
+    threads: CPU_THREADS
+    resources:
+        slurm_partition=CPU_PARTITION,
+        mem_mb=CPU_MEM,
+        runtime=CPU_RUNTIME,
+    shell:
+        "termforge solve --params {params.options:q} --manifest {input.manifest} --corpus {input.corpus} "
+        "--images-dir results/images --trajectories results/solve/trajectories --out {output.rollouts} "
+        "2>&1 | tee {log}"
+
+
+localrules:
+    passk,
+
+
+rule passk:
+    input:
+        solved=expand("results/solve/{shard}.json", shard=SHARDS),
+    output:
+        table="results/solve/passk.json",
+        csv="results/solve/passk.csv",
+        sft="results/solve/sft.parquet",
+    log:
+        "results/logs/passk.log",
+    benchmark:
+        "results/benchmarks/passk.tsv"
+    shell:
+        "termforge passk --solved {input.solved} --out {output.table} --csv {output.csv} "
+        "--sft {output.sft} 2>&1 | tee {log}"

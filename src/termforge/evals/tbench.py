@@ -1,0 +1,614 @@
+"""Terminal-Bench evaluation: Harbor-format tasks run natively (bwrap) or through the `harbor` CLI.
+
+Native runner. For every task x attempt: a fresh session over the task's built layer, the agent
+acts in it, the agent stops, then the clean verifier runs tests/test.sh in a new sandbox
+(termforge.verifier.run_verifier) and reads /logs/verifier/reward.txt. Each trial writes a
+result.json shaped like Harbor's TrialResult (task_name, trial_name, verifier_result.rewards.reward,
+exception_info, agent_info, agent_result token counts, started_at/finished_at per phase:
+environment_setup, agent_execution, verifier), so native and Harbor jobs aggregate the same way.
+
+An agent is any callable `agent(session, task) -> dict | None` that acts through the session
+(`session.exec(command, timeout=...)`, copy_in/copy_out). The dict it returns is recorded; the keys
+name, version, model_name, model_provider, n_input_tokens, n_cache_tokens, n_output_tokens and
+cost_usd fill Harbor's agent_info / agent_result, the rest goes to agent_result.metadata. An agent
+raises AgentInfraError when its own infrastructure failed (a model server down): that trial is an
+error, not a 0. Any other exception is the agent's failure: it is recorded and the verifier still
+grades the environment as the agent left it.
+
+Outcomes: a trial is *scored* when the verifier produced a reward; otherwise it is an error, and an
+error of the environment (a build the bwrap runtime cannot do, a session that cannot start) is
+counted apart from the others. Errors never count as reward 0 or 1: mean reward and pass@k are
+over scored trials only, and the counts of errors are reported beside them.
+
+Harbor runner. `harbor_command` builds the command line of Harbor's `harbor run` (an alias of
+`harbor jobs start`); the flags, as documented for the harbor CLI:
+    -p/--path PATH         a local task or dataset directory (or -d/--dataset NAME@VERSION, e.g.
+                           terminal-bench@2.0, from the Harbor registry)
+    -a/--agent NAME        agent (oracle, claude-code, terminus-2, ...; default oracle)
+    -m/--model NAME        model as provider/name (e.g. anthropic/claude-opus-4-1)
+    -e/--env NAME          environment: docker (default), daytona, modal, e2b, runloop
+    -n/--n-concurrent N    trials run at once
+    -k/--n-attempts K      attempts per task
+    -o/--jobs-dir DIR      where jobs are written (default ~/.cache/harbor/jobs, older versions ./jobs)
+    --job-name NAME        the job's directory name (default: a timestamp)
+Harbor writes <jobs-dir>/<job-name>/config.json and result.json (JobResult: id, started_at,
+finished_at, n_total_trials, stats.evals["<agent>__<model>__<dataset>"] with n_trials, n_errors,
+metrics, reward_stats, exception_stats) and one directory per trial, <task>__<suffix>/, holding
+result.json (TrialResult) and verifier/reward.txt. `parse_harbor_job` reads those into the same
+table as the native runner.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+import traceback
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterable
+
+from termforge.errors import TermforgeError
+from termforge.evals.harbor_tasks import HarborSession, HarborTask, build_harbor_image
+from termforge.io import atomic_write_json, atomic_write_text, read_json
+from termforge.metrics import pass_at_k
+from termforge.runtime.base import BuildResult, Limits
+from termforge.runtime.bwrap import SANDBOX_PATH, tree_digest
+
+Agent = Callable[[HarborSession, HarborTask], "dict | None"]
+
+SUCCESS_REWARD = 1.0
+ENVIRONMENT_ERROR = "environment"
+OTHER_ERROR = "error"
+# Harbor exception types that mean the environment, not the agent, failed.
+HARBOR_ENVIRONMENT_EXCEPTIONS = {"EnvironmentBuildError", "EnvironmentStartError", "EnvironmentStartTimeoutError",
+                                 "DockerBuildError", "BuildError", "ImageBuildError", "EnvironmentSetupError"}
+AGENT_INFO_KEYS = ("name", "version", "model_name", "model_provider")
+AGENT_RESULT_KEYS = ("n_input_tokens", "n_cache_tokens", "n_output_tokens", "cost_usd")
+
+
+class AgentInfraError(TermforgeError):
+    """Raised by an agent whose infrastructure failed: the trial counts as an error, never a 0."""
+
+
+# -- agents ---------------------------------------------------------------------------------------
+
+def oracle_agent(session: HarborSession, task: HarborTask) -> dict:
+    """Run solution/solve.sh as the agent (bound read-only at /solution, from the WORKDIR)."""
+    from termforge.verifier import run_oracle
+
+    if task.solve_sh is None:
+        raise AgentInfraError(f"task {task.name}: the oracle needs solution/solve.sh, which this task lacks")
+    res = run_oracle(session, task.path, timeout=task.agent_timeout_sec)
+    return {"name": "oracle", "exit_code": res.exit_code, "timed_out": res.timed_out,
+            "duration_sec": round(res.duration_sec, 3), "output_tail": res.tail(2000)}
+
+
+oracle_agent.agent_name = "oracle"
+
+
+def noop_agent(session: HarborSession, task: HarborTask) -> dict:
+    """Does nothing: every task must score 0 with it."""
+    return {"name": "noop"}
+
+
+noop_agent.agent_name = "noop"
+
+
+def agent_display_name(agent: Agent) -> str:
+    return getattr(agent, "agent_name", None) or getattr(agent, "__name__", None) or type(agent).__name__
+
+
+# -- records and aggregation -----------------------------------------------------------------------
+
+@dataclass
+class TrialRecord:
+    """One trial, normalised from a Harbor-format result.json (native or Harbor's own)."""
+
+    task_name: str
+    trial_name: str
+    reward: float | None
+    error_kind: str | None
+    exception_type: str | None = None
+    exception_message: str | None = None
+    n_input_tokens: int | None = None
+    n_output_tokens: int | None = None
+    durations_sec: dict = field(default_factory=dict)
+
+    @property
+    def scored(self) -> bool:
+        return self.reward is not None
+
+
+@dataclass
+class EvalResults:
+    """Trials plus their aggregate (mean reward, pass@k, per-task table, error counts)."""
+
+    trials: list[TrialRecord]
+    summary: dict
+    job_dir: Path | None = None
+
+    def table(self) -> str:
+        return format_table(self.summary)
+
+
+def _parse_time(value) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _duration(phase) -> float | None:
+    if not isinstance(phase, dict):
+        return None
+    start, end = _parse_time(phase.get("started_at")), _parse_time(phase.get("finished_at"))
+    return round((end - start).total_seconds(), 3) if start and end else None
+
+
+def trial_record(result: dict, source: str = "result.json") -> TrialRecord:
+    """Normalise a Harbor TrialResult dict: scored iff the verifier produced a reward."""
+    for key in ("task_name", "trial_name"):
+        if not isinstance(result.get(key), str):
+            raise TermforgeError(f"{source}: trial result has no {key}")
+    rewards = (result.get("verifier_result") or {}).get("rewards")
+    reward = None
+    if isinstance(rewards, dict) and rewards:
+        value = rewards.get("reward", next(iter(rewards.values())))
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            reward = float(value)
+    exc = result.get("exception_info") or None
+    exc_type = exc.get("exception_type") if isinstance(exc, dict) else (str(exc) if exc else None)
+    exc_msg = exc.get("exception_message") if isinstance(exc, dict) else None
+    error_kind = None
+    if reward is None:
+        tf_kind = (result.get("termforge") or {}).get("error_kind")
+        env_like = exc_type in HARBOR_ENVIRONMENT_EXCEPTIONS or (exc_type or "").startswith("Environment")
+        error_kind = tf_kind or (ENVIRONMENT_ERROR if env_like else OTHER_ERROR)
+    agent_result = result.get("agent_result") or {}
+    durations = {phase: d for phase in ("environment_setup", "agent_setup", "agent_execution", "verifier")
+                 if (d := _duration(result.get(phase))) is not None}
+    return TrialRecord(result["task_name"], result["trial_name"], reward, error_kind, exc_type, exc_msg,
+                       agent_result.get("n_input_tokens"), agent_result.get("n_output_tokens"), durations)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _sum_or_none(values: Iterable[int | None]) -> int | None:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def summarize(trials: list[TrialRecord], k: int | None = None, success_reward: float = SUCCESS_REWARD) -> dict:
+    """Mean reward and pass@1..k over scored trials, per task and overall; errors counted apart.
+
+    A task's pass@j is the unbiased estimator over its n scored attempts (c of them with reward >=
+    success_reward); it is undefined (None) when n < j, and the overall pass@j is the mean over the
+    tasks where it is defined (their number is reported as n_tasks_pass_at_k)."""
+    by_task: dict[str, list[TrialRecord]] = {}
+    for t in sorted(trials, key=lambda t: (t.task_name, t.trial_name)):
+        by_task.setdefault(t.task_name, []).append(t)
+    k = k or max((len(v) for v in by_task.values()), default=1)
+    per_task = []
+    for name, rows in by_task.items():
+        scored = [r for r in rows if r.scored]
+        n, c = len(scored), sum(1 for r in scored if r.reward >= success_reward)
+        per_task.append({
+            "task_name": name,
+            "n_trials": len(rows),
+            "n_scored": n,
+            "n_passed": c,
+            "n_errors": sum(1 for r in rows if not r.scored),
+            "n_environment_errors": sum(1 for r in rows if r.error_kind == ENVIRONMENT_ERROR),
+            "mean_reward": _mean([r.reward for r in scored]),
+            "pass_at_k": {str(j): (pass_at_k(n, c, j) if n >= j else None) for j in range(1, k + 1)},
+            "errors": sorted({f"{r.exception_type}: {r.exception_message}" for r in rows if not r.scored}),
+        })
+    scored_all = [t for t in trials if t.scored]
+    pass_overall, counted = {}, {}
+    for j in range(1, k + 1):
+        values = [p["pass_at_k"][str(j)] for p in per_task if p["pass_at_k"][str(j)] is not None]
+        pass_overall[str(j)] = _mean(values)
+        counted[str(j)] = len(values)
+    return {
+        "k": k,
+        "n_tasks": len(by_task),
+        "n_trials": len(trials),
+        "n_scored": len(scored_all),
+        "n_errors": len(trials) - len(scored_all),
+        "n_environment_errors": sum(1 for t in trials if t.error_kind == ENVIRONMENT_ERROR),
+        "mean_reward": _mean([t.reward for t in scored_all]),
+        "pass_at_k": pass_overall,
+        "n_tasks_pass_at_k": counted,
+        "n_input_tokens": _sum_or_none(t.n_input_tokens for t in trials),
+        "n_output_tokens": _sum_or_none(t.n_output_tokens for t in trials),
+        "per_task": per_task,
+    }
+
+
+def _fmt(value, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_table(summary: dict) -> str:
+    """The per-task table as aligned text, with the overall row last."""
+    k = summary["k"]
+    cols = ["task", "trials", "scored", "passed", "errors", "env_err", "mean", "pass@1"] + (
+        [f"pass@{k}"] if k > 1 else [])
+    rows = []
+    for p in summary["per_task"]:
+        row = [p["task_name"], str(p["n_trials"]), str(p["n_scored"]), str(p["n_passed"]), str(p["n_errors"]),
+               str(p["n_environment_errors"]), _fmt(p["mean_reward"]), _fmt(p["pass_at_k"]["1"])]
+        rows.append(row + ([_fmt(p["pass_at_k"][str(k)])] if k > 1 else []))
+    total = ["ALL", str(summary["n_trials"]), str(summary["n_scored"]),
+             str(sum(p["n_passed"] for p in summary["per_task"])), str(summary["n_errors"]),
+             str(summary["n_environment_errors"]), _fmt(summary["mean_reward"]), _fmt(summary["pass_at_k"]["1"])]
+    rows.append(total + ([_fmt(summary["pass_at_k"][str(k)])] if k > 1 else []))
+    widths = [max(len(r[i]) for r in [cols, *rows]) for i in range(len(cols))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [cols, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.insert(len(lines) - 1, lines[1])
+    return "\n".join(lines) + "\n"
+
+
+# -- native runner ---------------------------------------------------------------------------------
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def _exception_info(exc_type: str, message: str, tb: str = "") -> dict:
+    return {"exception_type": exc_type, "exception_message": message, "exception_traceback": tb,
+            "occurred_at": _now()}
+
+
+def _json_safe(obj):
+    return json.loads(json.dumps(obj, default=str))
+
+
+def _agent_blocks(agent_name: str, info: dict) -> tuple[dict, dict | None]:
+    info = _json_safe(info or {})
+    agent_info = {"name": info.get("name") or agent_name, "version": info.get("version"),
+                  "model_info": ({"name": info["model_name"], "provider": info.get("model_provider")}
+                                 if info.get("model_name") else None)}
+    agent_result = {key: info.get(key) for key in AGENT_RESULT_KEYS}
+    agent_result["metadata"] = {k: v for k, v in info.items() if k not in AGENT_INFO_KEYS + AGENT_RESULT_KEYS}
+    return agent_info, agent_result
+
+
+def verifier_path(image_env: dict) -> str:
+    """PATH for test.sh: the system directories first, then the image's own additions, so a
+    `pytest` or `python3` the agent drops into a directory the image put on PATH (/app/bin)
+    cannot stand in for the real one, while the task's own tools are still found."""
+    system = SANDBOX_PATH.split(":")
+    extra = [p for p in image_env.get("PATH", "").split(":") if p and p not in system]
+    return ":".join(system + extra)
+
+
+def default_limits(task: HarborTask) -> Limits:
+    """Per-task limits from task.toml: the agent's timeout as the default command wall clock and
+    CPU budget, and the task's memory as the address-space limit."""
+    longest = max(task.agent_timeout_sec, task.verifier_timeout_sec)
+    return Limits(wall_sec=task.agent_timeout_sec, cpu_sec=int(longest), memory_mb=max(task.memory_mb, 1024))
+
+
+@dataclass
+class _Job:
+    name: str
+    dir: Path
+    agent: Agent
+    agent_name: str
+    limits: Limits | None
+    work_root: Path | None
+    dataset: str | None
+
+
+def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attempt: int) -> dict:
+    trial_name = f"{task.name}__{attempt}"
+    trial_dir = job.dir / trial_name
+    result = {
+        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"termforge:{job.name}:{trial_name}")),
+        "task_name": task.name,
+        "trial_name": trial_name,
+        "trial_uri": trial_dir.resolve().as_uri(),
+        "task_id": {"path": str(task.path.resolve())},
+        "source": job.dataset,
+        "task_checksum": checksum,
+        "config": {"agent": job.agent_name, "attempt": attempt, "runner": "native-bwrap"},
+        "agent_info": {"name": job.agent_name, "version": None, "model_info": None},
+        "agent_result": None,
+        "verifier_result": None,
+        "exception_info": None,
+        "started_at": _now(),
+        "finished_at": None,
+        "environment_setup": None,
+        "agent_setup": None,
+        "agent_execution": None,
+        "verifier": None,
+        "termforge": {"error_kind": None, "attempt": attempt,
+                      "build": {"ok": build.ok, "cached": build.cached, "reason": build.reason,
+                                "duration_sec": round(build.duration_sec, 3)}},
+    }
+    tf = result["termforge"]
+
+    def finish() -> dict:
+        result["finished_at"] = _now()
+        atomic_write_json(trial_dir / "result.json", result)
+        return result
+
+    setup = {"started_at": _now(), "finished_at": None}
+    result["environment_setup"] = setup
+    if not build.ok:
+        setup["finished_at"] = _now()
+        result["exception_info"] = _exception_info("EnvironmentBuildError", build.reason)
+        tf["error_kind"] = ENVIRONMENT_ERROR
+        return finish()
+    limits = job.limits or default_limits(task)
+    try:
+        session = HarborSession(build.image, limits, job.work_root)
+    except Exception as exc:  # the layer could not be copied: the environment failed, not the agent
+        setup["finished_at"] = _now()
+        result["exception_info"] = _exception_info("EnvironmentStartError", str(exc), traceback.format_exc())
+        tf["error_kind"] = ENVIRONMENT_ERROR
+        return finish()
+    setup["finished_at"] = _now()
+    try:
+        execution = {"started_at": _now(), "finished_at": None}
+        result["agent_execution"] = execution
+        t0 = time.monotonic()
+        info: dict = {}
+        try:
+            info = job.agent(session, task) or {}
+            if not isinstance(info, dict):
+                info = {"returned": info}
+        except AgentInfraError as exc:
+            execution["finished_at"] = _now()
+            result["exception_info"] = _exception_info("AgentInfraError", str(exc), traceback.format_exc())
+            tf["error_kind"] = OTHER_ERROR
+            return finish()
+        except Exception as exc:  # the agent's own failure: still graded on what it left behind
+            result["exception_info"] = _exception_info(type(exc).__name__, str(exc), traceback.format_exc())
+        elapsed = time.monotonic() - t0
+        execution["finished_at"] = _now()
+        result["agent_info"], result["agent_result"] = _agent_blocks(job.agent_name, info)
+        if elapsed > task.agent_timeout_sec and result["exception_info"] is None:
+            result["exception_info"] = _exception_info(
+                "AgentTimeoutError", f"agent ran {elapsed:.1f}s, over the task's {task.agent_timeout_sec:.0f}s")
+        result["verifier"] = verifier_phase = {"started_at": _now(), "finished_at": None}
+        from termforge.verifier import run_verifier
+
+        try:
+            verdict = run_verifier(session, task.path, timeout=task.verifier_timeout_sec,
+                                   cwd=session.task_workdir, reward_file_proof=True,
+                                   env={"PATH": verifier_path(session.image_env)})
+        except Exception as exc:  # the harness failed to grade: an error, never a reward
+            verifier_phase["finished_at"] = _now()
+            result["exception_info"] = _exception_info("VerifierError", f"{type(exc).__name__}: {exc}",
+                                                       traceback.format_exc())
+            tf["error_kind"] = OTHER_ERROR
+            return finish()
+        verifier_phase["finished_at"] = _now()
+        tf["verdict"] = {k: v for k, v in verdict.to_dict().items() if k != "output"}
+        atomic_write_text(trial_dir / "verifier" / "test-stdout.txt", verdict.output)
+        if verdict.tests_ran and not verdict.timed_out:
+            result["verifier_result"] = {"rewards": {"reward": verdict.reward}}
+            atomic_write_text(trial_dir / "verifier" / "reward.txt", f"{verdict.reward:g}\n")
+        elif verdict.timed_out:
+            # A verifier the agent's leftovers made hang: graded 0, as Harbor counts the timeout.
+            result["verifier_result"] = {"rewards": {"reward": 0.0}}
+            result["exception_info"] = result["exception_info"] or _exception_info(
+                "VerifierTimeoutError", verdict.reason)
+        else:
+            result["exception_info"] = _exception_info("VerifierError", verdict.reason)
+            tf["error_kind"] = OTHER_ERROR
+        return finish()
+    finally:
+        session.stop()
+
+
+def _reusable(trial_dir: Path, agent_name: str, checksum: str) -> dict | None:
+    """A finished trial of the same agent on the same task contents (a resumed job)."""
+    path = trial_dir / "result.json"
+    if not path.exists():
+        return None
+    try:
+        old = read_json(path)
+    except (OSError, ValueError):
+        return None
+    # Errors are not kept: a resumed job retries them (a host package installed since, a model
+    # server back up).
+    if old.get("task_checksum") == checksum and (old.get("config") or {}).get("agent") == agent_name \
+            and old.get("finished_at") and not (old.get("termforge") or {}).get("error_kind"):
+        return old
+    return None
+
+
+def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | Path, out_dir: str | Path,
+               limits: Limits | None = None, *, n_concurrent: int = 1, agent_name: str | None = None,
+               dataset: str | None = None, work_root: str | Path | None = None, resume: bool = True) -> EvalResults:
+    """Run every task k times with `agent` in bwrap sandboxes, grade each with the clean verifier.
+
+    out_dir becomes a Harbor-style job directory: config.json, result.json (the job, with the
+    termforge summary) and <task>__<attempt>/result.json per trial. With resume, trials already
+    finished there by the same agent on unchanged tasks are kept instead of re-run."""
+    if k < 1:
+        raise TermforgeError(f"run_native: k must be at least 1, got {k}")
+    if n_concurrent < 1:
+        raise TermforgeError(f"run_native: n_concurrent must be at least 1, got {n_concurrent}")
+    names = [t.name for t in tasks]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise TermforgeError(f"run_native: duplicate task names {dup}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = agent_name or agent_display_name(agent)
+    job = _Job(out_dir.name, out_dir, agent, name, limits, Path(work_root) if work_root else None, dataset)
+    started = _now()
+    atomic_write_json(out_dir / "config.json", {
+        "job_name": job.name, "runner": "native-bwrap", "agent": name, "n_attempts": k,
+        "n_concurrent": n_concurrent, "dataset": dataset, "tasks": [str(t.path) for t in tasks],
+        "limits": asdict(limits) if limits else "per task (task.toml)"})
+    checksums = {t.name: tree_digest(t.path) for t in tasks}
+
+    with ThreadPoolExecutor(max_workers=n_concurrent) as pool:
+        builds = dict(zip(names, pool.map(lambda t: build_harbor_image(t, images_dir), tasks)))
+        todo, done = [], []
+        for task in tasks:
+            for attempt in range(k):
+                old = _reusable(out_dir / f"{task.name}__{attempt}", name, checksums[task.name]) if resume else None
+                (done.append(old) if old else todo.append((task, attempt)))
+        lock = threading.Lock()
+
+        def one(item):
+            task, attempt = item
+            res = _trial(job, task, checksums[task.name], builds[task.name], attempt)
+            with lock:
+                done.append(res)
+
+        list(pool.map(one, todo))
+    results = sorted(done, key=lambda r: (r["task_name"], r["termforge"]["attempt"]))
+    trials = [trial_record(r) for r in results]
+    summary = summarize(trials, k)
+    atomic_write_json(out_dir / "result.json", _job_result(job, started, results, summary, k))
+    return EvalResults(trials, summary, out_dir)
+
+
+def _job_result(job: _Job, started: str, results: list[dict], summary: dict, k: int) -> dict:
+    """The job's result.json in Harbor's JobResult shape, with termforge's summary beside it."""
+    key = f"{job.agent_name}__{job.dataset or 'adhoc'}"
+    reward_stats: dict[str, list[str]] = {}
+    exception_stats: dict[str, list[str]] = {}
+    for r in results:
+        rewards = (r.get("verifier_result") or {}).get("rewards")
+        if rewards:
+            reward_stats.setdefault(str(float(rewards["reward"])), []).append(r["trial_name"])
+        if r.get("exception_info"):
+            exception_stats.setdefault(r["exception_info"]["exception_type"], []).append(r["trial_name"])
+    n_errors = sum(1 for r in results if r.get("exception_info"))
+    return {
+        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"termforge:{job.name}")),
+        "started_at": started,
+        "finished_at": _now(),
+        "n_total_trials": len(results),
+        "stats": {
+            "n_completed_trials": len(results),
+            "n_errored_trials": n_errors,
+            "evals": {key: {
+                "n_trials": sum(1 for r in results if (r.get("verifier_result") or {}).get("rewards")),
+                "n_errors": n_errors,
+                "metrics": [{"mean": summary["mean_reward"]}],
+                "pass_at_k": summary["pass_at_k"],
+                "reward_stats": {"reward": reward_stats},
+                "exception_stats": exception_stats,
+            }},
+            "n_input_tokens": summary["n_input_tokens"],
+            "n_output_tokens": summary["n_output_tokens"],
+        },
+        "termforge_summary": summary,
+    }
+
+
+# -- harbor runner ---------------------------------------------------------------------------------
+
+def harbor_command(dataset_or_path: str | Path, agent: str, model: str | None = None, env: str = "docker",
+                   n_concurrent: int = 1, k: int = 1, jobs_dir: str | Path | None = None, *,
+                   job_name: str | None = None, harbor: str = "harbor",
+                   extra_args: Iterable[str] = ()) -> list[str]:
+    """`harbor run` for a local task/dataset directory (-p) or a registry dataset NAME@VERSION (-d)."""
+    if n_concurrent < 1 or k < 1:
+        raise TermforgeError(f"harbor_command: n_concurrent and k must be at least 1 (got {n_concurrent}, {k})")
+    target = str(dataset_or_path)
+    is_path = isinstance(dataset_or_path, Path) or Path(target).exists() or target.startswith((".", "/", "~")) \
+        or ("/" in target and "@" not in target)
+    cmd = [harbor, "run", "-p" if is_path else "-d", target, "-a", agent]
+    if model:
+        cmd += ["-m", model]
+    cmd += ["--env", env, "-n", str(n_concurrent), "-k", str(k)]
+    if jobs_dir is not None:
+        cmd += ["-o", str(jobs_dir)]
+    if job_name:
+        cmd += ["--job-name", job_name]
+    return cmd + list(extra_args)
+
+
+def run_harbor(dataset_or_path: str | Path, agent: str, model: str | None = None, env: str = "docker",
+               n_concurrent: int = 1, k: int = 1, jobs_dir: str | Path = "results/harbor-jobs", *,
+               job_name: str | None = None, harbor: str = "harbor", extra_args: Iterable[str] = (),
+               timeout: float | None = None) -> EvalResults:
+    """Run `harbor run` (needs the harbor CLI and a container engine) and parse the job it wrote."""
+    exe = shutil.which(harbor)
+    if exe is None:
+        raise TermforgeError(
+            f"the harbor CLI ({harbor!r}) is not on PATH: install it (`uv tool install harbor` or "
+            "`pip install harbor`, plus a container engine such as Docker), or use the native runner")
+    job_name = job_name or f"termforge-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    jobs_dir = Path(jobs_dir)
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    cmd = harbor_command(dataset_or_path, agent, model, env, n_concurrent, k, jobs_dir, job_name=job_name,
+                         harbor=exe, extra_args=extra_args)
+    log_path = jobs_dir / f"{job_name}.log"
+    with open(log_path, "w") as log:
+        try:
+            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise TermforgeError(f"harbor run timed out after {timeout}s (log: {log_path})") from None
+    if proc.returncode != 0:
+        raise TermforgeError(f"harbor run exited with code {proc.returncode} (log: {log_path})")
+    return parse_harbor_job(jobs_dir / job_name, k=k)
+
+
+def parse_harbor_job(job_dir: str | Path, k: int | None = None) -> EvalResults:
+    """Read a Harbor job directory (its per-trial result.json files) into the evaluation table.
+
+    k defaults to the job's n_attempts (config.json), else to the most attempts any task has.
+    Trials the job announced (result.json n_total_trials) but never wrote are counted as missing."""
+    job_dir = Path(job_dir)
+    if not job_dir.is_dir():
+        raise TermforgeError(f"Harbor job {job_dir}: not a directory")
+    results = []
+    for trial_dir in sorted(p for p in job_dir.iterdir() if p.is_dir()):
+        path = trial_dir / "result.json"
+        if not path.exists():
+            continue
+        try:
+            results.append((path, read_json(path)))
+        except (OSError, ValueError) as exc:
+            raise TermforgeError(f"Harbor job {job_dir}: cannot read {path}: {exc}") from None
+    if not results:
+        raise TermforgeError(f"Harbor job {job_dir}: no trial directories with result.json")
+    trials = [trial_record(r, str(p)) for p, r in results]
+    config = _read_optional(job_dir / "config.json")
+    if k is None and isinstance(config.get("n_attempts"), int):
+        k = config["n_attempts"]
+    summary = summarize(trials, k)
+    job = _read_optional(job_dir / "result.json")
+    announced = job.get("n_total_trials")
+    summary["n_missing_trials"] = max(0, announced - len(trials)) if isinstance(announced, int) else 0
+    return EvalResults(trials, summary, job_dir)
+
+
+def _read_optional(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    try:
+        data = read_json(path)
+    except (OSError, ValueError) as exc:
+        raise TermforgeError(f"cannot read {path}: {exc}") from None
+    return data if isinstance(data, dict) else {}
+
+
+__all__ = [
+    "Agent", "AgentInfraError", "EvalResults", "TrialRecord", "oracle_agent", "noop_agent", "run_native",
+    "summarize", "format_table", "trial_record", "harbor_command", "run_harbor", "parse_harbor_job",
+    "default_limits",
+]

@@ -1,0 +1,1 @@
+"""On-policy self-distillation (OPSD): losses and training helpers."""

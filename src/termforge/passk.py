@@ -1,0 +1,109 @@
+"""pass@k over the solve stage's rollouts: per task, per axis bucket, difficulty bands, and the
+SFT warm-start dataset of successful rollouts."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from pathlib import Path
+
+from termforge.io import atomic_write_json, atomic_write_text, read_json
+from termforge.metrics import pass_at_k
+
+GROUP_AXES = ("domain", "task_complexity", "verifier_kind")
+
+
+def difficulty_band(n: int, c: int) -> str:
+    if n == 0:
+        return "no_graded_rollouts"
+    rate = c / n
+    if c == 0:
+        return "unsolved"
+    if rate < 1 / 3:
+        return "hard"
+    if rate < 2 / 3:
+        return "medium"
+    return "easy"
+
+
+def run_passk(solve_paths: list[Path], out_json: Path, out_csv: Path, sft_path: Path | None = None) -> dict:
+    per_task = []
+    sft_rows = []
+    infra = 0
+    for path in solve_paths:
+        shard = read_json(path)
+        tasks_dir = Path(shard["tasks_dir"])
+        by_task: dict[str, list[dict]] = defaultdict(list)
+        for r in shard["rollouts"]:
+            by_task[r["task_id"]].append(r)
+        for task_id, rows in by_task.items():
+            task = read_json(tasks_dir / task_id / "task.json")
+            # What the task really is (a family may stand in for a requested axis value).
+            sig = {**task["signature"], **task.get("actual", {})}
+            graded = [r for r in rows if r["status"] == "graded"]
+            infra += len(rows) - len(graded)
+            n, c = len(graded), sum(1 for r in graded if r["reward"] == 1.0)
+            entry = {"task_id": task_id, **{a: sig[a] for a in GROUP_AXES}, "n": n, "c": c,
+                     "infra_failed": len(rows) - len(graded), "band": difficulty_band(n, c), "zero_pass": c == 0,
+                     "hacked_rollouts": sum(1 for r in graded if r.get("hacked")),
+                     "pass_at_k": {str(k): round(pass_at_k(n, c, k), 6) for k in range(1, n + 1)}}
+            per_task.append(entry)
+            if sft_path is not None:
+                for r in graded:
+                    if r["reward"] == 1.0 and r.get("trajectory"):
+                        traj = read_json(r["trajectory"])
+                        sft_rows.append({"task_id": task_id, "rollout": r["rollout"], "domain": sig["domain"],
+                                         "reward": r["reward"], "hacked": bool(r.get("hacked")),
+                                         "messages": traj["messages"]})
+    per_task.sort(key=lambda e: e["task_id"])
+    k_max = min((e["n"] for e in per_task if e["n"]), default=0)
+    groups: dict[str, dict] = {}
+    for axis in GROUP_AXES:
+        buckets: dict[str, list[dict]] = defaultdict(list)
+        for e in per_task:
+            if e["n"]:
+                buckets[e[axis]].append(e)
+        groups[axis] = {b: {"tasks": len(es), **{f"pass@{k}": round(sum(e["pass_at_k"][str(k)] for e in es) / len(es), 6)
+                                                   for k in range(1, k_max + 1)}}
+                        for b, es in sorted(buckets.items())}
+    graded_tasks = [e for e in per_task if e["n"]]
+    overall = {f"pass@{k}": round(sum(e["pass_at_k"][str(k)] for e in graded_tasks) / len(graded_tasks), 6)
+               for k in range(1, k_max + 1)} if graded_tasks else {}
+    bands = defaultdict(int)
+    for e in per_task:
+        bands[e["band"]] += 1
+    result = {"tasks": len(per_task), "k_max": k_max, "overall": overall, "by": groups, "bands": dict(sorted(bands.items())),
+              "zero_pass": [e["task_id"] for e in per_task if e["zero_pass"]], "infra_failed_rollouts": infra,
+              "per_task": per_task, "sft_rows": len(sft_rows)}
+    atomic_write_json(out_json, result)
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["task_id", *GROUP_AXES, "n", "c", "band", "infra_failed", *[f"pass@{k}" for k in range(1, k_max + 1)]])
+    for e in per_task:
+        w.writerow([e["task_id"], *[e[a] for a in GROUP_AXES], e["n"], e["c"], e["band"], e["infra_failed"],
+                    *[e["pass_at_k"].get(str(k), "") for k in range(1, k_max + 1)]])
+    atomic_write_text(out_csv, buf.getvalue())
+    if sft_path is not None:
+        from termforge.export import write_parquet
+
+        if sft_rows:
+            write_parquet(sft_rows, sft_path)
+        else:
+            _write_empty_sft(sft_path)
+    print(f"passk: {len(per_task)} tasks, overall {overall}, bands {dict(bands)}, {infra} infra-failed rollouts, "
+          f"{len(sft_rows)} successful rollouts in the SFT set")
+    return result
+
+
+def _write_empty_sft(path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("task_id", pa.string()), ("rollout", pa.int64()), ("domain", pa.string()),
+                        ("reward", pa.float64()), ("hacked", pa.bool_()),
+                        ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])))])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(schema.empty_table(), tmp)
+    tmp.replace(path)

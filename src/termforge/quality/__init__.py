@@ -1,0 +1,1 @@
+"""Corpus quality gates that run between generation and validation (decontamination)."""

@@ -1,0 +1,107 @@
+"""A persistent bash session inside a sandbox: state (cwd, variables, functions) carries over
+between commands, each command gets the real exit code and a wall-clock limit.
+
+Each command is handed to `eval` through a quoted heredoc, so a syntax error in the agent's
+command is an error message and exit code 2, not a broken session. stdin is /dev/null (a command
+that reads stdin cannot swallow the next command). stdout and stderr are one stream, in order,
+as a terminal would show them. On a timeout, or if the command exits the shell, the sandbox is
+killed and a fresh shell starts on the same task layer at the next command.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import select
+import signal
+import subprocess
+import time
+from typing import Callable
+
+from termforge.runtime.base import ExecResult, Limits
+from termforge.runtime.bwrap import _limit_preexec
+
+MAX_BUFFER = 8 * 1024 * 1024
+
+
+class PersistentShell:
+    def __init__(self, argv_factory: Callable[[], list[str]], limits: Limits):
+        self.argv_factory = argv_factory
+        self.limits = limits
+        self.proc: subprocess.Popen | None = None
+        self.restarts = 0
+
+    def _start(self) -> None:
+        self.proc = subprocess.Popen(
+            self.argv_factory(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_limit_preexec(self.limits),
+        )
+
+    def _kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        if self.proc:
+            for stream in (self.proc.stdin, self.proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        self.proc = None
+
+    def run(self, command: str, timeout: float) -> ExecResult:
+        if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None:
+                self.restarts += 1
+            self._kill()
+            self._start()
+        nonce = secrets.token_hex(8)
+        delim = f"__TF_CMD_{nonce}"
+        sentinel = f"__TF_DONE_{nonce}_"
+        script = (f"__tf_cmd=$(cat <<'{delim}'\n{command}\n{delim}\n)\n"
+                  f"eval \"$__tf_cmd\" < /dev/null\n"
+                  f"printf '\\n{sentinel}%s__\\n' \"$?\"\n")
+        start = time.monotonic()
+        try:
+            self.proc.stdin.write(script.encode())
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            self._kill()
+            return ExecResult(125, "", "the shell is gone (it exited before the command ran)", 0.0)
+        pattern = re.compile(re.escape(sentinel).encode() + rb"(\d+)__\n")
+        buf = b""
+        fd = self.proc.stdout.fileno()
+        while True:
+            remaining = timeout - (time.monotonic() - start)
+            if remaining <= 0:
+                self._kill()
+                self.restarts += 1
+                return ExecResult(124, _clean(buf), "", time.monotonic() - start, timed_out=True)
+            ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:  # the shell died (exit, kill by a limit)
+                code = self.proc.wait()
+                self._kill()
+                return ExecResult(128 - code if code < 0 else code, _clean(buf), "", time.monotonic() - start)
+            buf += chunk
+            if len(buf) > MAX_BUFFER:
+                buf = buf[: MAX_BUFFER // 2] + b"\n[... output truncated ...]\n" + buf[-MAX_BUFFER // 2:]
+            m = pattern.search(buf)
+            if m:
+                out = buf[: m.start()]
+                if out.endswith(b"\n"):
+                    out = out[:-1]
+                return ExecResult(int(m.group(1)), _clean(out), "", time.monotonic() - start)
+
+    def close(self) -> None:
+        self._kill()
+
+
+def _clean(data: bytes) -> str:
+    return data.decode(errors="replace")

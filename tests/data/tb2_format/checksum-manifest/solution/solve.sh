@@ -1,0 +1,3 @@
+#!/bin/bash
+
+cd /app/files && sha256sum * > /app/manifest.sha256

@@ -1,0 +1,403 @@
+"""Decontamination: planted copies of reference instructions are caught, near duplicates inside the
+corpus are clustered, clean tasks pass, and the report is deterministic and explains each hit."""
+
+import json
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from termforge.errors import ConfigError, TermforgeError
+from termforge.io import canonical_json
+from termforge.quality.decontam import (
+    RefDoc,
+    ReferenceIndex,
+    decontaminate,
+    load_harbor_references,
+    load_hf_references,
+    load_jsonl_references,
+    ngram_hashes,
+    task_document,
+    word_tokens,
+)
+
+# A made-up benchmark instruction: long sentences (>= 13 words) so that n-grams survive light edits.
+REF_BACKUP = (
+    "Your job is to repair the nightly backup rotation on this server. "
+    "The cron entry in /etc/cron.d/rotate writes archives into /srv/backups, but it keeps every "
+    "archive forever and the disk filled up after 9 days. "
+    "Rewrite /usr/local/bin/rotate.sh so that it keeps the 7 most recent daily archives and the 4 most "
+    "recent weekly archives. "
+    "Archives beyond that budget must be deleted without ever touching a file whose name does not "
+    "follow the naming pattern backup-YYYY-MM-DD.tar.gz exactly. "
+    "When you are done, run the script once and list the surviving archive names, one per line and "
+    "sorted, in /app/remaining.txt."
+)
+REF_CERT = (
+    "A TLS certificate bundle has been dropped into /app/certs together with a private key that may "
+    "or may not belong to any of them. Find the certificate whose public key matches the private key, "
+    "report its subject common name and its expiry date in ISO format, and write both values on two "
+    "separate lines to /app/answer.txt without any extra commentary or trailing whitespace."
+)
+REF_SHORT = "Find the remainder of two to the hundredth power modulo seven."  # 11 words < n
+
+
+def _vocab_text(seed: int, words: int) -> str:
+    """Distinct, clean prose: random words from a seeded vocabulary, so no two texts share phrases."""
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = ["".join(rng.choice(letters) for _ in range(rng.randint(3, 9))) for _ in range(400)]
+    return " ".join(rng.choice(vocab) for _ in range(words)) + "."
+
+
+def make_task(root: Path, task_id: str, instruction: str, truth: dict | None = None,
+              test_src: str | None = None) -> Path:
+    task = root / task_id
+    (task / "tests").mkdir(parents=True)
+    (task / "private").mkdir()
+    (task / "task.json").write_text(json.dumps({"id": task_id, "instruction": instruction}))
+    (task / "instruction.md").write_text(instruction)
+    (task / "private" / "truth.json").write_text(json.dumps(truth or {"answer": task_id}))
+    (task / "tests" / "test_final_state.py").write_text(
+        test_src or f"def test_answer():\n    assert open('/app/out_{task_id}.txt').read() == 'x'\n"
+    )
+    return task
+
+
+def edited_copy(text: str) -> str:
+    """Sentences reordered and every number changed: a lightly disguised copy."""
+    sentences = [s.strip() for s in text.split(". ") if s.strip()]
+    reordered = sentences[1::2] + sentences[0::2]
+    swapped = ". ".join(reordered)
+    for old, new in (("9", "11"), ("7", "5"), ("4", "3")):
+        swapped = swapped.replace(old, new)
+    return swapped
+
+
+TWIN_TRUTH = {"answer": "same answer for both twins"}
+TWIN_TEST = "def test_answer():\n    assert open('/app/out.txt').read() == 'same answer for both twins'\n"
+
+
+@pytest.fixture
+def references() -> list[RefDoc]:
+    return [RefDoc("tb2/backup-rotation", "tb2", REF_BACKUP), RefDoc("tb2/cert-match", "tb2", REF_CERT),
+            RefDoc("aime/7", "aime", REF_SHORT)]
+
+
+@pytest.fixture
+def corpus(tmp_path) -> dict[str, Path]:
+    root = tmp_path / "tasks"
+    tasks = {
+        "tf-exact": make_task(root, "tf-exact", REF_BACKUP),
+        "tf-edited": make_task(root, "tf-edited", "# Rotation\n\n" + edited_copy(REF_BACKUP)),
+        # A near-duplicate pair: the larger id was written first, the smaller id must be the one kept.
+        "tf-twin-b": make_task(root, "tf-twin-b", _vocab_text(1, 220), truth=TWIN_TRUTH, test_src=TWIN_TEST),
+        "tf-twin-a": make_task(root, "tf-twin-a", _vocab_text(1, 220).replace(".", " extra closing words."),
+                               truth=TWIN_TRUTH, test_src=TWIN_TEST),
+    }
+    for i in range(3):
+        tid = f"tf-clean-{i}"
+        tasks[tid] = make_task(root, tid, _vocab_text(100 + i, 200), truth={"value": 1000 + i})
+    return tasks
+
+
+def _hits_by_task(report: dict) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for hit in report["contamination"]:
+        out.setdefault(hit["task_id"], []).append(hit)
+    return out
+
+
+def test_word_tokens_lowercase_alphanumeric():
+    assert word_tokens("Run `rotate.sh` -- KEEP 7_daily, Größe!") == ["run", "rotate", "sh", "keep", "7", "daily", "größe"]
+
+
+def test_ngram_hashes_short_text_and_equivalence():
+    assert len(ngram_hashes("", 13)) == 0
+    short = ngram_hashes("Three short words", 13)
+    assert len(short) == 1
+    assert list(short) == list(ngram_hashes("three, SHORT; words!", 13))
+    assert list(short) != list(ngram_hashes("three short word", 13))
+    tokens = word_tokens(REF_BACKUP)
+    hashes = ngram_hashes(REF_BACKUP, 13)
+    distinct_windows = {tuple(tokens[i:i + 13]) for i in range(len(tokens) - 12)}
+    assert len(hashes) == len(distinct_windows)
+    assert list(hashes) == sorted(hashes.tolist())
+
+
+def test_index_does_not_join_windows_across_references(references):
+    index = ReferenceIndex(references, n=13)
+    a, b = word_tokens(REF_BACKUP), word_tokens(REF_CERT)
+    assert index.shared_counts(REF_CERT) == {"tb2/cert-match": len(ngram_hashes(REF_CERT))}
+    # The last words of one reference followed by the first words of the next is in neither.
+    straddle = " ".join(a[-6:] + b[:7])
+    assert index.shared_counts(straddle) == {}
+
+
+def test_exact_and_edited_copies_caught_with_matching_words(corpus, references):
+    report = decontaminate(list(corpus.values()), references)
+    hits = _hits_by_task(report)
+
+    exact = hits["tf-exact"]
+    assert [h["ref_id"] for h in exact] == ["tb2/backup-rotation"]
+    assert exact[0]["source"] == "tb2"
+    assert exact[0]["shared_ngrams"] == len(ngram_hashes(REF_BACKUP))
+    # The first shared n-gram of an exact copy is the reference's first 13 words.
+    assert exact[0]["example_ngram"] == " ".join(word_tokens(REF_BACKUP)[:13])
+    assert exact[0]["example_token_offset"] == 0
+
+    edited = hits["tf-edited"]
+    assert [h["ref_id"] for h in edited] == ["tb2/backup-rotation"]
+    assert 0 < edited[0]["shared_ngrams"] < exact[0]["shared_ngrams"]
+    words = edited[0]["example_ngram"].split()
+    assert len(words) == 13
+    ref_tokens, task_tokens = word_tokens(REF_BACKUP), word_tokens(task_document(corpus["tf-edited"]))
+    assert any(ref_tokens[i:i + 13] == words for i in range(len(ref_tokens)))
+    offset = edited[0]["example_token_offset"]
+    assert task_tokens[offset:offset + 13] == words
+    assert offset > 0  # the heading and the reordering moved it
+
+
+def test_near_duplicates_inside_corpus(corpus, references):
+    report = decontaminate(list(corpus.values()), references)
+    assert report["near_duplicates"] == [{"task_id": "tf-twin-b", "kept": "tf-twin-a"}]
+    pairs = [p for p in report["near_duplicate_pairs"] if {p["task_id"], p["similar_to"]} == {"tf-twin-a", "tf-twin-b"}]
+    assert len(pairs) == 1 and 0.8 <= pairs[0]["jaccard_estimate"] <= 1.0
+    # The exact and edited copies of one reference are not near duplicates of each other:
+    # reordering and new numbers move them below the 0.8 threshold.
+    assert "tf-edited" not in {p["task_id"] for p in report["near_duplicate_pairs"]}
+
+
+def test_clean_tasks_not_flagged_and_policy_drop(corpus, references):
+    report = decontaminate(list(corpus.values()), references, policy="drop")
+    flagged = {f["task_id"]: f["reasons"] for f in report["flagged"]}
+    assert flagged == {"tf-exact": ["contamination"], "tf-edited": ["contamination"],
+                       "tf-twin-b": ["near_duplicate"]}
+    assert report["dropped"] == ["tf-edited", "tf-exact", "tf-twin-b"]
+    assert report["kept"] == ["tf-clean-0", "tf-clean-1", "tf-clean-2", "tf-twin-a"]
+    summary = report["summary"]
+    assert (summary["tasks"], summary["contaminated_tasks"], summary["near_duplicate_tasks"],
+            summary["dropped"], summary["kept"]) == (7, 2, 1, 3, 4)
+    assert report["references"]["sources"] == {"aime": 1, "tb2": 2}
+
+
+def test_policy_flag_reports_everything_drops_nothing(corpus, references):
+    drop = decontaminate(list(corpus.values()), references, policy="drop")
+    flag = decontaminate(list(corpus.values()), references, policy="flag")
+    assert flag["dropped"] == []
+    assert flag["kept"] == sorted(corpus)
+    assert flag["contamination"] == drop["contamination"]
+    assert flag["flagged"] == drop["flagged"]
+    assert flag["near_duplicates"] == drop["near_duplicates"]
+    assert flag["params"]["policy"] == "flag"
+
+
+def test_report_is_deterministic_and_order_independent(corpus, references):
+    dirs = list(corpus.values())
+    first = decontaminate(dirs, references)
+    again = decontaminate(list(reversed(dirs)), list(references))
+    assert canonical_json(first) == canonical_json(again)
+    json.dumps(first)  # JSON-able as is
+
+
+def test_short_reference_caught_inside_long_task(tmp_path, references):
+    text = _vocab_text(7, 120) + " " + REF_SHORT + " " + _vocab_text(8, 80)
+    task = make_task(tmp_path, "tf-aime-leak", text)
+    report = decontaminate([task], references)
+    assert [(h["ref_id"], h["example_ngram"]) for h in report["contamination"]] == [
+        ("aime/7", " ".join(word_tokens(REF_SHORT)))
+    ]
+
+
+def test_truth_and_tests_are_part_of_the_document(tmp_path, references):
+    # The instruction is clean, but the verifier embeds the reference text: still contamination.
+    task = make_task(tmp_path, "tf-leaky-test", _vocab_text(9, 150),
+                     test_src=f"EXPECTED = '''{REF_CERT}'''\n\ndef test_x():\n    assert EXPECTED\n")
+    doc = task_document(task)
+    assert "EXPECTED" in doc and json.dumps({"answer": "tf-leaky-test"}) in doc
+    report = decontaminate([task], references)
+    assert [h["ref_id"] for h in report["contamination"]] == ["tb2/cert-match"]
+
+
+def test_min_shared_threshold(corpus, references):
+    report = decontaminate([corpus["tf-edited"]], references, min_shared=10_000)
+    assert report["contamination"] == [] and report["kept"] == ["tf-edited"]
+
+
+def test_harbor_loader(tmp_path):
+    root = tmp_path / "terminal-bench-2"
+    for name, text in (("backup-rotation", REF_BACKUP), ("cert-match", REF_CERT)):
+        (root / name / "tests").mkdir(parents=True)
+        (root / name / "instruction.md").write_text(text)
+        (root / name / "task.toml").write_text("version = '1.0'\n")
+    (root / ".cache" / "junk").mkdir(parents=True)
+    (root / ".cache" / "junk" / "instruction.md").write_text("ignored")
+    refs = load_harbor_references(root, source="tb2")
+    assert [(r.ref_id, r.source) for r in refs] == [("tb2/backup-rotation", "tb2"), ("tb2/cert-match", "tb2")]
+    assert refs[1].text == REF_CERT
+    assert load_harbor_references(root)[0].ref_id == "terminal-bench-2/backup-rotation"
+
+
+def test_harbor_loader_errors_name_the_path(tmp_path):
+    missing = tmp_path / "nope"
+    with pytest.raises(TermforgeError, match=str(missing)):
+        load_harbor_references(missing)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TermforgeError, match="instruction.md"):
+        load_harbor_references(tmp_path / "empty")
+
+
+def test_hf_loader_reads_local_parquet(tmp_path, corpus):
+    path = tmp_path / "aime.parquet"
+    pq.write_table(pa.table({"id": ["2024-I-1", "2024-I-2"], "problem": [REF_CERT, "Another problem."]}), path)
+    refs = load_hf_references(str(path), column="problem", split="test", source="aime24", id_column="id",
+                              cache_dir=tmp_path / "hf-cache")
+    assert [(r.ref_id, r.source, r.text) for r in refs] == [
+        ("aime24/2024-I-1", "aime24", REF_CERT), ("aime24/2024-I-2", "aime24", "Another problem.")
+    ]
+    task = make_task(tmp_path / "t", "tf-cert", "Intro words first. " + REF_CERT)
+    report = decontaminate([task], refs)
+    assert [h["ref_id"] for h in report["contamination"]] == ["aime24/2024-I-1"]
+
+    with pytest.raises(TermforgeError, match="'question'"):
+        load_hf_references(str(path), column="question", cache_dir=tmp_path / "hf-cache")
+
+
+def test_hf_loader_reads_local_dataset_directory(tmp_path):
+    data = tmp_path / "evalset"
+    data.mkdir()
+    (data / "test.jsonl").write_text(json.dumps({"question": REF_SHORT}) + "\n")
+    refs = load_hf_references(str(data), column="question", split="test", cache_dir=tmp_path / "hf-cache")
+    assert [r.text for r in refs] == [REF_SHORT]
+    assert refs[0].ref_id == f"{data}/0"
+
+
+def test_hf_loader_missing_path_names_it(tmp_path):
+    missing = str(tmp_path / "absent.parquet")
+    with pytest.raises(TermforgeError, match="absent.parquet"):
+        load_hf_references(missing, column="problem")
+
+
+def test_jsonl_loader(tmp_path):
+    path = tmp_path / "own_eval.jsonl"
+    path.write_text(json.dumps({"uid": "a", "prompt": REF_CERT}) + "\n\n" + json.dumps({"uid": "b", "prompt": "x"}) + "\n")
+    refs = load_jsonl_references(path, "prompt", id_column="uid")
+    assert [(r.ref_id, r.source) for r in refs] == [("own_eval/a", "own_eval"), ("own_eval/b", "own_eval")]
+    with pytest.raises(TermforgeError, match=r"own_eval.jsonl:1: row has no column 'text'"):
+        load_jsonl_references(path, "text")
+    with pytest.raises(TermforgeError, match="missing.jsonl"):
+        load_jsonl_references(tmp_path / "missing.jsonl", "prompt")
+
+
+def test_bad_inputs_raise_clear_errors(tmp_path, corpus, references):
+    with pytest.raises(TermforgeError, match="no-such-task"):
+        decontaminate([tmp_path / "no-such-task"], references)
+    with pytest.raises(ConfigError, match="policy"):
+        decontaminate(list(corpus.values()), references, policy="delete")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    with pytest.raises(TermforgeError, match="instruction.md"):
+        task_document(bare)
+    dup = make_task(tmp_path / "other", "tf-exact", "same id, other dir")
+    with pytest.raises(TermforgeError, match="tf-exact"):
+        decontaminate([corpus["tf-exact"], dup], references)
+    with pytest.raises(TermforgeError, match="duplicate reference id"):
+        ReferenceIndex([RefDoc("r", "s", "a"), RefDoc("r", "s", "b")])
+
+
+def test_token_hashes_depend_only_on_the_token():
+    # Tokens of many lengths at many byte offsets of one batch: equal tokens hash equal, distinct
+    # tokens hash distinct, whatever document or position they sit at.
+    from termforge.quality.decontam import _tokenize
+
+    rng = random.Random(3)
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789ÄéßΩ"
+    vocab = sorted({"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 100))) for _ in range(3000)})
+    texts = [" -- ".join(rng.choice(vocab) for _ in range(rng.randint(0, 60))) for _ in range(200)]
+    batch = _tokenize(texts)
+    words = [w for t in texts for w in word_tokens(t)]
+    assert [batch.words(i, i + 1) for i in range(len(words))] == words
+    by_word: dict[str, int] = {}
+    for word, h in zip(words, batch.hashes.tolist()):
+        assert by_word.setdefault(word, h) == h
+    assert len(set(by_word.values())) == len(by_word)
+
+
+def test_batch_size_does_not_change_the_report(corpus, references):
+    big = decontaminate(list(corpus.values()), references, batch_size=512)
+    small = decontaminate(list(corpus.values()), references, batch_size=2)
+    assert canonical_json(big) == canonical_json(small)
+
+
+def test_window_hashes_match_the_sequential_polynomial():
+    # The vectorised block assembly must equal the plain left-to-right definition for every n.
+    import numpy as np
+
+    from termforge.quality.decontam import _window_hashes
+
+    mask = (1 << 64) - 1
+
+    def sequential(values):
+        acc = 0x27D4EB2F165667C5
+        for v in values:
+            acc = (acc * 0x9E3779B97F4A7C15 + v) & mask
+        for mul in (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, None):
+            acc ^= acc >> 33
+            if mul:
+                acc = (acc * mul) & mask
+        return acc
+
+    rng = random.Random(11)
+    tokens = [rng.getrandbits(64) for _ in range(40)]
+    arr = np.array(tokens, dtype=np.uint64)
+    for n in range(1, 41):
+        got = _window_hashes(arr, n).tolist()
+        assert got == [sequential(tokens[i:i + n]) for i in range(len(tokens) - n + 1)], n
+    assert len(_window_hashes(arr, 41)) == 0
+
+
+def test_mixed_batch_of_short_empty_and_long_documents(references):
+    from termforge.quality.decontam import scan_documents
+
+    index = ReferenceIndex(references + [RefDoc("tiny/1", "tiny", "Yes.")])
+    docs = [("a-long", "Preamble words here. " + REF_CERT), ("b-empty", "  ...  "), ("c-tiny", "YES"),
+            ("d-long", REF_BACKUP + " trailing"), ("e-two", "yes yes")]
+    hits, seen = scan_documents(docs, index, batch_size=5)
+    assert seen == [d for d, _ in docs]
+    assert [(h["task_id"], h["ref_id"], h["example_ngram"]) for h in hits] == [
+        ("a-long", "tb2/cert-match", " ".join(word_tokens(REF_CERT)[:13])),
+        ("c-tiny", "tiny/1", "yes"),
+        ("d-long", "tb2/backup-rotation", " ".join(word_tokens(REF_BACKUP)[:13])),
+    ]
+
+
+def test_summary_counts_contaminated_tasks_per_source(corpus, references):
+    summary = decontaminate(list(corpus.values()), references)["summary"]
+    assert summary["contaminated_tasks_by_source"] == {"tb2": 2}
+
+
+def test_near_duplicate_chains_form_one_cluster_kept_by_smallest_id():
+    import numpy as np
+
+    from termforge.quality.decontam import NearDuplicateFinder
+
+    shingles = np.random.default_rng(5).integers(0, 2**63, 1200, dtype=np.uint64)
+    finder = NearDuplicateFinder(threshold=0.85)
+    # Jaccard: a~b 0.90, b~c 0.90, a~c 0.82 (below the threshold), d unrelated.
+    finder.add("a", shingles[0:1000])
+    finder.add("b", shingles[50:1050])
+    finder.add("c", shingles[100:1100])
+    finder.add("d", np.random.default_rng(6).integers(0, 2**63, 1000, dtype=np.uint64))
+    finder.add("e", np.empty(0, dtype=np.uint64))
+    assert [(x, y) for x, y, _ in finder.pairs] == [("a", "b"), ("b", "c")]
+    assert finder.duplicate_of() == {"b": "a", "c": "a"}
+
+
+def test_empty_corpus_and_empty_references(tmp_path, references):
+    empty = decontaminate([], references)
+    assert empty["kept"] == [] and empty["summary"]["tasks"] == 0
+    task = make_task(tmp_path, "tf-solo", _vocab_text(4, 100))
+    alone = decontaminate([task], [])
+    assert alone["kept"] == ["tf-solo"] and alone["references"]["distinct_ngrams"] == 0

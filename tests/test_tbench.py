@@ -1,0 +1,388 @@
+"""Terminal-Bench evals: Harbor task loading, the bwrap build of Dockerfiles, the native runner
+(oracle scores 1, no-op 0, environment errors apart from both), pass@k, and the harbor CLI side."""
+
+import itertools
+import json
+import os
+import shutil
+import threading
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import needs_bwrap
+from termforge.errors import TermforgeError
+from termforge.evals.harbor_tasks import (HarborTaskError, build_harbor_image, load_harbor_dir, load_harbor_task,
+                                          parse_dockerfile, plan_dockerfile)
+from termforge.evals.tbench import (AgentInfraError, harbor_command, noop_agent, oracle_agent, parse_harbor_job,
+                                    run_harbor, run_native)
+from termforge.io import read_json
+from termforge.metrics import pass_at_k
+
+ROOT = Path(__file__).resolve().parents[1]
+TB_MINI = ROOT / "benchmarks" / "tb-mini"
+TB2 = Path(__file__).parent / "data" / "tb2_format"
+HARBOR_JOB = Path(__file__).parent / "data" / "harbor_job" / "2025-11-30__10-00-00"
+TRIAL_FIELDS = {"task_name", "trial_name", "verifier_result", "exception_info", "started_at", "finished_at",
+                "environment_setup", "agent_execution", "verifier", "agent_info", "agent_result"}
+
+
+# -- the benchmark and the native runner ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    """Every tb-mini and TB2-format task built once; the runs below hit this cache."""
+    path = tmp_path_factory.mktemp("images")
+    for task in load_harbor_dir(TB_MINI) + [load_harbor_task(TB2 / "count-log-levels")]:
+        built = build_harbor_image(task, path)
+        assert built.ok, built.reason
+    return path
+
+
+def test_tb_mini_covers_the_kinds_of_terminal_work():
+    tasks = load_harbor_dir(TB_MINI)
+    assert len(tasks) >= 6
+    assert len({t.category for t in tasks}) >= 5
+    for t in tasks:
+        assert t.allow_internet is False and t.solve_sh is not None
+        assert t.dockerfile.read_text().startswith("FROM debian:bookworm-slim")
+        assert "/logs/verifier/reward.txt" in t.test_sh.read_text()
+        assert (t.tests_dir / "test_outputs.py").is_file()
+
+
+@needs_bwrap
+def test_native_runner_scores_oracle_1_and_noop_0(images, tmp_path):
+    tasks = load_harbor_dir(TB_MINI)
+    results = {}
+
+    def run(name, agent):
+        results[name] = run_native(tasks, agent, 1, images, tmp_path / name, n_concurrent=2)
+
+    threads = [threading.Thread(target=run, args=a) for a in (("oracle", oracle_agent), ("noop", noop_agent))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    oracle, noop = results["oracle"], results["noop"]
+    assert {t.task_name: t.reward for t in oracle.trials} == {t.name: 1.0 for t in tasks}, oracle.table()
+    assert {t.task_name: t.reward for t in noop.trials} == {t.name: 0.0 for t in tasks}, noop.table()
+    assert oracle.summary["mean_reward"] == 1.0 and oracle.summary["pass_at_k"]["1"] == 1.0
+    assert noop.summary["mean_reward"] == 0.0 and noop.summary["n_errors"] == 0
+    # Harbor's trial shape on disk, and tb-mini's test.sh went through the proof-of-run launcher.
+    for trial in oracle.trials:
+        result = read_json(tmp_path / "oracle" / trial.trial_name / "result.json")
+        assert TRIAL_FIELDS <= set(result)
+        assert result["verifier_result"] == {"rewards": {"reward": 1.0}}
+        assert result["termforge"]["verdict"]["collected"] > 0
+        assert set(trial.durations_sec) == {"environment_setup", "agent_execution", "verifier"}
+    job = read_json(tmp_path / "oracle" / "result.json")
+    assert job["n_total_trials"] == len(tasks)
+    assert job["stats"]["evals"]["oracle__adhoc"]["reward_stats"]["reward"]["1.0"] == sorted(
+        f"{t.name}__0" for t in tasks)
+    assert "ALL" in oracle.table()
+
+
+# -- Terminal-Bench 2.0 format --------------------------------------------------------------------
+
+def test_tb2_task_toml_fields_are_read_with_harbor_defaults():
+    plain = load_harbor_task(TB2 / "count-log-levels")
+    assert (plain.name, plain.version, plain.difficulty, plain.category) == (
+        "count-log-levels", "1.0", "easy", "file-operations")
+    assert plain.tags == ["logs", "counting"]
+    assert plain.metadata["author_email"] == "tests@termforge.invalid"
+    assert (plain.verifier_timeout_sec, plain.agent_timeout_sec, plain.build_timeout_sec) == (180.0, 900.0, 600.0)
+    assert (plain.cpus, plain.memory_mb, plain.storage_mb) == (2, 4096, 10240)  # memory = "4G"
+    assert plain.allow_internet is True and plain.docker_image is None  # Harbor's default: internet on
+    assert plain.instruction.startswith("The file `/app/server.log`")
+    assert plain.test_sh == TB2 / "count-log-levels" / "tests" / "test.sh"
+    assert plain.solve_sh == TB2 / "count-log-levels" / "solution" / "solve.sh"
+    uv = load_harbor_task(TB2 / "checksum-manifest")
+    assert uv.docker_image == "termforge-tests/checksum-manifest:20251031"
+    assert (uv.verifier_timeout_sec, uv.agent_timeout_sec, uv.memory_mb, uv.cpus) == (900.0, 1800.0, 2048, 1)
+    for task in (plain, uv):
+        assert "echo 1 > /logs/verifier/reward.txt" in task.test_sh.read_text()
+    assert [t.name for t in load_harbor_dir(TB2)] == ["checksum-manifest", "count-log-levels"]
+
+
+@needs_bwrap
+def test_tb2_task_runs_natively_with_the_reward_file_as_proof(images, tmp_path):
+    task = load_harbor_task(TB2 / "count-log-levels")
+    oracle = run_native([task], oracle_agent, 1, images, tmp_path / "oracle")
+    noop = run_native([task], noop_agent, 1, images, tmp_path / "noop")
+    assert [t.reward for t in oracle.trials] == [1.0] and [t.reward for t in noop.trials] == [0.0]
+    verdict = read_json(tmp_path / "oracle" / "count-log-levels__0" / "result.json")["termforge"]["verdict"]
+    # The TB2 test.sh runs pytest itself (no proof token) and refuses to run outside its WORKDIR.
+    assert verdict["collected"] == 0 and "no proof token" in verdict["reason"]
+    # A second run of the same job resumes: the finished trial is kept, not re-run.
+    first = read_json(tmp_path / "oracle" / "count-log-levels__0" / "result.json")["started_at"]
+    again = run_native([task], oracle_agent, 1, images, tmp_path / "oracle")
+    assert again.trials[0].reward == 1.0
+    assert read_json(tmp_path / "oracle" / "count-log-levels__0" / "result.json")["started_at"] == first
+
+
+# -- environment errors ---------------------------------------------------------------------------
+
+def _task(root: Path, name: str, dockerfile: str, files: dict | None = None) -> Path:
+    d = root / name
+    shutil.copytree(TB2 / "count-log-levels", d)
+    (d / "environment" / "Dockerfile").write_text(dockerfile)
+    for rel, text in (files or {}).items():
+        (d / "environment" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / "environment" / rel).write_text(text)
+    return d
+
+
+BAD_ENVIRONMENTS = {
+    "missing-package": ("FROM debian:bookworm-slim\nRUN apt-get update && apt-get install -y python3 "
+                        "tf-no-such-package-zz\nWORKDIR /app\n", "tf-no-such-package-zz"),
+    "copy-outside-app": ("FROM debian:bookworm-slim\nWORKDIR /app\nCOPY server.log /usr/local/bin/tool\n",
+                         "/usr/local/bin/tool is outside /app"),
+    "run-writes-etc": ("FROM debian:bookworm-slim\nWORKDIR /app\nRUN echo x > /etc/tf-evil\n",
+                       "tried to write outside /app"),
+    "alpine-base": ("FROM alpine:3.19\nWORKDIR /app\n", "not Debian-like"),
+    "pip-install": ("FROM python:3.12-slim\nRUN pip install --no-cache-dir requests\nWORKDIR /app\n",
+                    "pip install"),
+    "workdir-outside-app": ("FROM ubuntu:24.04\nWORKDIR /srv/data\n", "WORKDIR /srv/data is outside /app"),
+    "multi-stage": ("FROM debian:bookworm AS build\nRUN true\nFROM debian:bookworm-slim\n", "multi-stage"),
+    "heredoc": ("FROM debian:bookworm-slim\nWORKDIR /app\nRUN cat <<EOF > /app/x\nhello\nEOF\n", "heredocs"),
+    "secret-mount": ("FROM debian:bookworm-slim\nRUN --mount=type=secret,id=tok cat /run/secrets/tok\n",
+                     "--mount=type=secret"),
+    "curl-download": ("FROM debian:bookworm-slim\nWORKDIR /app\nRUN curl -fsSL https://example.org/x.sh | sh\n",
+                      "fetches or installs software"),
+    "remove-package": ("FROM debian:bookworm-slim\nRUN apt-get purge -y python3\n", "apt-get purge"),
+}
+
+
+@needs_bwrap
+@pytest.mark.parametrize("case", sorted(BAD_ENVIRONMENTS))
+def test_unbuildable_environment_is_an_environment_error(case, tmp_path):
+    dockerfile, reason = BAD_ENVIRONMENTS[case]
+    task = load_harbor_task(_task(tmp_path, case, dockerfile))
+    built = build_harbor_image(task, tmp_path / "images")
+    assert not built.ok and reason in built.reason and case in built.reason
+    assert not (tmp_path / "images" / case).exists()
+
+
+@needs_bwrap
+def test_environment_errors_are_counted_apart_from_rewards(images, tmp_path):
+    tasks = [load_harbor_task(TB2 / "count-log-levels"), load_harbor_task(TB2 / "checksum-manifest")]
+    for case in ("missing-package", "copy-outside-app"):
+        tasks.append(load_harbor_task(_task(tmp_path / "tasks", case, BAD_ENVIRONMENTS[case][0])))
+    res = run_native(tasks, oracle_agent, 2, images, tmp_path / "job", n_concurrent=2)
+    by_task = {p["task_name"]: p for p in res.summary["per_task"]}
+    assert by_task["count-log-levels"]["n_passed"] == 2
+    for name in ("checksum-manifest", "missing-package", "copy-outside-app"):
+        assert by_task[name]["n_scored"] == 0 and by_task[name]["n_environment_errors"] == 2
+        assert by_task[name]["mean_reward"] is None and by_task[name]["pass_at_k"]["1"] is None
+    assert "installs its verifier toolchain" in by_task["checksum-manifest"]["errors"][0]
+    assert (res.summary["n_trials"], res.summary["n_scored"], res.summary["n_environment_errors"]) == (8, 2, 6)
+    # Errors are neither 0 nor 1: the mean and pass@k are over the one task that could run.
+    assert res.summary["mean_reward"] == 1.0 and res.summary["pass_at_k"] == {"1": 1.0, "2": 1.0}
+    assert res.summary["n_tasks_pass_at_k"] == {"1": 1, "2": 1}
+    trial = read_json(tmp_path / "job" / "missing-package__1" / "result.json")
+    assert trial["verifier_result"] is None
+    assert trial["exception_info"]["exception_type"] == "EnvironmentBuildError"
+
+
+# -- agents ---------------------------------------------------------------------------------------
+
+@needs_bwrap
+def test_agent_failures_and_token_counts(images, tmp_path):
+    task = load_harbor_task(TB2 / "count-log-levels")
+
+    def infra_down(session, task):
+        raise AgentInfraError("model server unreachable")
+
+    def crashes_after_work(session, task):
+        session.exec("cut -d: -f1 server.log | sort | uniq -c | awk '{print $2, $1}' > levels.txt")
+        raise RuntimeError("parser bug after the last command")
+
+    def counted(session, task):
+        res = session.exec("pwd; echo $LANG")
+        return {"name": "scripted", "model_name": "smollm2-135m", "n_input_tokens": 120, "n_output_tokens": 7,
+                "pwd": res.stdout.split()[0]}
+
+    infra = run_native([task], infra_down, 1, images, tmp_path / "infra")
+    assert infra.trials[0].reward is None and infra.trials[0].exception_type == "AgentInfraError"
+    assert infra.summary["n_errors"] == 1 and infra.summary["n_environment_errors"] == 0
+    crash = run_native([task], crashes_after_work, 1, images, tmp_path / "crash")
+    assert crash.trials[0].reward == 1.0 and crash.trials[0].exception_type == "RuntimeError"
+    tokens = run_native([task], counted, 1, images, tmp_path / "tokens")
+    result = read_json(tmp_path / "tokens" / "count-log-levels__0" / "result.json")
+    assert result["agent_info"]["name"] == "scripted"
+    assert result["agent_info"]["model_info"]["name"] == "smollm2-135m"
+    assert (result["agent_result"]["n_input_tokens"], result["agent_result"]["n_output_tokens"]) == (120, 7)
+    assert result["agent_result"]["metadata"]["pwd"] == "/app"  # the Dockerfile's WORKDIR
+    assert (tokens.summary["n_input_tokens"], tokens.summary["n_output_tokens"]) == (120, 7)
+
+
+# -- loader errors and Dockerfile interpretation ---------------------------------------------------
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda d: (d / "instruction.md").unlink(), "missing instruction.md"),
+    (lambda d: (d / "task.toml").unlink(), "missing task.toml"),
+    (lambda d: (d / "tests" / "test.sh").unlink(), "missing tests/test.sh"),
+    (lambda d: (d / "task.toml").write_text("[verifier\ntimeout_sec = 1\n"), "task.toml is not valid TOML"),
+    (lambda d: (d / "task.toml").write_text('[verifier]\ntimeout_sec = "soon"\n'), "[verifier] timeout_sec"),
+    (lambda d: (d / "task.toml").write_text('[environment]\nmemory = "lots"\n'), "[environment] memory"),
+    (lambda d: (d / "task.toml").write_text('[environment]\nallow_internet = "no"\n'), "allow_internet"),
+    (lambda d: (d / "environment" / "Dockerfile").unlink(), "missing environment/Dockerfile"),
+])
+def test_malformed_task_errors_name_the_directory_and_field(tmp_path, breakage, message):
+    d = tmp_path / "broken-task"
+    shutil.copytree(TB2 / "count-log-levels", d)
+    breakage(d)
+    with pytest.raises(HarborTaskError) as err:
+        load_harbor_task(d)
+    assert message in str(err.value) and str(d) in str(err.value)
+
+
+def test_dockerfile_plan_keeps_real_commands_and_drops_apt(tmp_path):
+    (tmp_path / "app.py").write_text("print('hi')\n")
+    (tmp_path / "Dockerfile").write_text(
+        "# syntax=docker/dockerfile:1\nARG BASE=debian:bookworm-slim\nFROM ${BASE}\n"
+        "ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8\n"
+        "RUN --mount=type=cache,target=/var/cache/apt apt-get update && \\\n\n"
+        "    apt-get install -y --no-install-recommends python3=3.11* make \\\n"
+        "    && mkdir -p /app/out && echo 'a && b; c' > /app/out/x && rm -rf /var/lib/apt/lists/*\n"
+        "WORKDIR /app\nCOPY --chmod=755 app.py ./bin/\nCMD [\"bash\"]\n")
+    plan = plan_dockerfile(tmp_path / "Dockerfile", tmp_path)
+    assert plan.base_image == "debian:bookworm-slim"
+    assert plan.apt_packages == ["make", "python3"]
+    assert plan.env == {"DEBIAN_FRONTEND": "noninteractive", "LANG": "C.UTF-8"} and plan.workdir == "/app"
+    run = plan.steps[0]
+    assert run.argv[:2] == ["/bin/sh", "-c"]
+    assert run.text == "true && true && mkdir -p /app/out && echo 'a && b; c' > /app/out/x && true"
+    copy = plan.steps[-1]
+    assert (copy.dest, copy.dest_is_dir, copy.chmod) == ("/app/bin", True, 0o755)
+    assert [i.keyword for i in parse_dockerfile((tmp_path / "Dockerfile").read_text())] == [
+        "ARG", "FROM", "ENV", "RUN", "WORKDIR", "COPY", "CMD"]
+
+
+@needs_bwrap
+def test_build_runs_steps_in_the_sandbox_and_caches(tmp_path):
+    task = load_harbor_task(_task(tmp_path, "steps", (
+        "FROM ubuntu:24.04\nENV GREETING=hello\nWORKDIR /app/work\nCOPY server.log /tmp/stage/\n"
+        "RUN cp /tmp/stage/server.log . && echo \"$GREETING $(id -u)\" > greeting.txt && rm -r /tmp/stage\n"
+        "ADD bundle.tar /app/vendor/\n"), {}))
+    import tarfile
+
+    src = tmp_path / "member.txt"
+    src.write_text("vendored\n")
+    with tarfile.open(task.environment_dir / "bundle.tar", "w") as tar:
+        tar.add(src, arcname="lib/member.txt")
+    built = build_harbor_image(task, tmp_path / "images")
+    assert built.ok, built.reason
+    layer = built.image.path / "layer"
+    assert (layer / "work" / "greeting.txt").read_text() == "hello 1000\n"
+    assert (layer / "work" / "server.log").exists() and (layer / "vendor" / "lib" / "member.txt").exists()
+    assert (layer / "vendor" / "lib" / "member.txt").stat().st_uid == os.getuid()
+    assert built.image.meta["workdir"] == "/app/work" and built.image.meta["env"] == {"GREETING": "hello"}
+    assert build_harbor_image(task, tmp_path / "images").cached
+
+
+# -- pass@k ---------------------------------------------------------------------------------------
+
+def _brute_force_pass_at_k(n: int, c: int, k: int) -> Fraction:
+    outcomes = [True] * c + [False] * (n - c)
+    draws = list(itertools.combinations(range(n), k))
+    return Fraction(sum(any(outcomes[i] for i in d) for d in draws), len(draws))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 9).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))))
+def test_pass_at_k_matches_brute_force_enumeration(nck):
+    n, c, k = nck
+    assert pass_at_k(n, c, k) == pytest.approx(float(_brute_force_pass_at_k(n, c, k)), abs=1e-12)
+
+
+def test_pass_at_k_rejects_impossible_counts():
+    for args in ((3, 4, 1), (3, 1, 4), (0, 0, 1), (3, -1, 1), (3, 1, 0)):
+        with pytest.raises(ValueError):
+            pass_at_k(*args)
+
+
+# -- harbor CLI -----------------------------------------------------------------------------------
+
+def test_harbor_command_line(tmp_path):
+    cmd = harbor_command(TB_MINI, "terminus-2", "openai/gpt-4o-mini", "docker", 4, 5, tmp_path / "jobs",
+                         job_name="tb-mini-k5")
+    assert cmd == ["harbor", "run", "-p", str(TB_MINI), "-a", "terminus-2", "-m", "openai/gpt-4o-mini",
+                   "--env", "docker", "-n", "4", "-k", "5", "-o", str(tmp_path / "jobs"), "--job-name", "tb-mini-k5"]
+    registry = harbor_command("terminal-bench@2.0", "oracle", env="daytona", n_concurrent=32)
+    assert registry == ["harbor", "run", "-d", "terminal-bench@2.0", "-a", "oracle", "--env", "daytona",
+                        "-n", "32", "-k", "1"]
+    with pytest.raises(TermforgeError):
+        harbor_command(TB_MINI, "oracle", k=0)
+
+
+def test_run_harbor_without_the_cli_is_a_clear_error(tmp_path):
+    with pytest.raises(TermforgeError, match="not on PATH"):
+        run_harbor(TB_MINI, "oracle", jobs_dir=tmp_path, harbor="tf-no-such-harbor-cli")
+
+
+def test_parse_harbor_job_builds_the_same_table():
+    res = parse_harbor_job(HARBOR_JOB)
+    s = res.summary
+    assert s["k"] == 3  # from config.json n_attempts
+    assert (s["n_trials"], s["n_scored"], s["n_errors"], s["n_environment_errors"]) == (9, 6, 3, 2)
+    assert s["n_missing_trials"] == 1  # the job announced 10 trials
+    assert s["mean_reward"] == pytest.approx(0.5)
+    by_task = {p["task_name"]: p for p in s["per_task"]}
+    assert by_task["tb-task-alpha"]["pass_at_k"] == pytest.approx({"1": 2 / 3, "2": 1.0, "3": 1.0})
+    assert by_task["tb-task-beta"]["pass_at_k"] == {"1": 0.5, "2": 1.0, "3": None}
+    assert by_task["tb-task-beta"]["n_errors"] == 1 and by_task["tb-task-beta"]["n_environment_errors"] == 0
+    assert by_task["tb-task-gamma"]["n_environment_errors"] == 2
+    assert s["pass_at_k"]["1"] == pytest.approx((2 / 3 + 0.5 + 0.0) / 3)
+    assert s["pass_at_k"]["2"] == 1.0 and s["n_tasks_pass_at_k"] == {"1": 3, "2": 2, "3": 1}
+    assert (s["n_input_tokens"], s["n_output_tokens"]) == (13200, 3180)
+    timed_out = next(t for t in res.trials if t.trial_name == "tb-task-beta__M1n2O3p")
+    assert timed_out.reward == 0.0 and timed_out.exception_type == "AgentTimeoutError"
+    assert timed_out.durations_sec["agent_execution"] == 28.0
+    table = res.table().splitlines()
+    assert table[0].split() == ["task", "trials", "scored", "passed", "errors", "env_err", "mean", "pass@1", "pass@3"]
+    assert table[-1].split()[:6] == ["ALL", "9", "6", "3", "3", "2"]
+
+
+def test_parse_harbor_job_errors_name_the_file(tmp_path):
+    with pytest.raises(TermforgeError, match="not a directory"):
+        parse_harbor_job(tmp_path / "nope")
+    (tmp_path / "job" / "t__1").mkdir(parents=True)
+    with pytest.raises(TermforgeError, match="no trial directories"):
+        parse_harbor_job(tmp_path / "job")
+    (tmp_path / "job" / "t__1" / "result.json").write_text(json.dumps({"trial_name": "t__1"}))
+    with pytest.raises(TermforgeError, match="no task_name"):
+        parse_harbor_job(tmp_path / "job")
+
+
+@needs_bwrap
+def test_a_test_sh_that_writes_no_reward_is_an_error_not_a_zero(tmp_path):
+    d = tmp_path / "count-log-levels"
+    shutil.copytree(TB2 / "count-log-levels", d)
+    (d / "tests" / "test.sh").write_text("#!/bin/bash\necho 'collecting...'\nexit 3\n")
+    res = run_native([load_harbor_task(d)], oracle_agent, 1, tmp_path / "images", tmp_path / "job")
+    trial = res.trials[0]
+    assert trial.reward is None and trial.error_kind == "error" and trial.exception_type == "VerifierError"
+    assert "no numeric reward" in trial.exception_message
+    assert res.summary["mean_reward"] is None and res.summary["n_errors"] == 1
+
+
+@needs_bwrap
+def test_verifier_finds_real_tools_before_agent_planted_ones(tmp_path):
+    """An image that puts /app/bin first on PATH: a fake pytest the agent drops there must not
+    grade the episode (the verifier searches the system directories first)."""
+    d = tmp_path / "count-log-levels"
+    shutil.copytree(TB2 / "count-log-levels", d)
+    dockerfile = d / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "ENV PATH=/app/bin:$PATH\n")
+
+    def plants_fake_pytest(session, task):
+        session.exec("mkdir -p /app/bin && printf '#!/bin/sh\\nexit 0\\n' > /app/bin/pytest && chmod +x /app/bin/pytest")
+        assert session.exec("command -v pytest").stdout.strip() == "/app/bin/pytest"  # the agent sees its PATH
+        return {"name": "hacker"}
+
+    res = run_native([load_harbor_task(d)], plants_fake_pytest, 1, tmp_path / "images", tmp_path / "job")
+    assert res.trials[0].reward == 0.0
