@@ -401,3 +401,11 @@ def test_empty_corpus_and_empty_references(tmp_path, references):
     task = make_task(tmp_path, "tf-solo", _vocab_text(4, 100))
     alone = decontaminate([task], [])
     assert alone["kept"] == ["tf-solo"] and alone["references"]["distinct_ngrams"] == 0
+
+
+def test_near_duplicates_can_be_flagged_while_contamination_is_dropped(corpus, references):
+    report = decontaminate(list(corpus.values()), references, policy="drop", near_dup_policy="flag")
+    assert report["dropped"] == ["tf-edited", "tf-exact"]
+    assert "tf-twin-b" in report["kept"]
+    assert {"task_id": "tf-twin-b", "reasons": ["near_duplicate"]} in report["flagged"]
+    assert report["params"]["near_dup_policy"] == "flag"

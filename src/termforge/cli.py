@@ -111,6 +111,7 @@ def cmd_decontaminate(args) -> int:
         refs += load_jsonl_references(j["path"], j["column"])
     task_dirs = [d for _, d in load_tasks([Path(m) for m in args.manifests])]
     report = decontaminate(task_dirs, refs, n=o["decontam.n"], policy=o["decontam.policy"],
+                           near_dup_policy=o["decontam.near_dup_policy"],
                            near_dup_threshold=o["decontam.near_dup_threshold"], min_shared=o["decontam.min_shared"])
     atomic_write_json(args.out, report)
     s = report["summary"]

@@ -623,6 +623,7 @@ def decontaminate(task_dirs: Sequence[str | Path], references: Sequence[RefDoc] 
 
 def _report(sorted_docs: Iterable[tuple[str, str]], references: Sequence[RefDoc] | ReferenceIndex, n: int,
             policy: str, near_dup_threshold: float, min_shared: int, num_perm: int = DEFAULT_NUM_PERM,
+            near_dup_policy: str | None = None,
             shingle_size: int = DEFAULT_SHINGLE, minhash_seed: int = DEFAULT_MINHASH_SEED,
             batch_size: int = 512) -> dict:
     if policy not in POLICIES:
@@ -648,12 +649,19 @@ def _report(sorted_docs: Iterable[tuple[str, str]], references: Sequence[RefDoc]
     for tid in dup_of:
         reasons.setdefault(tid, []).append("near_duplicate")
     flagged = sorted(reasons)
-    dropped = flagged if policy == "drop" else []
+    # Near-duplicates may follow their own policy: procedural families share their templates by
+    # design, so a large procedural corpus usually flags rather than drops them.
+    near_policy = policy if near_dup_policy is None else near_dup_policy
+    if near_policy not in POLICIES:
+        raise ConfigError(f"decontaminate near_dup_policy must be one of {list(POLICIES)}, got {near_policy!r}")
+    dropped = sorted(t for t in flagged
+                     if (policy == "drop" and "contamination" in reasons[t])
+                     or (near_policy == "drop" and "near_duplicate" in reasons[t]))
     dropped_set = set(dropped)
     kept = sorted(t for t in task_ids if t not in dropped_set)
     sources = Counter(ref.source for ref in index.refs)
     return {
-        "params": {"n": n, "policy": policy, "min_shared": min_shared,
+        "params": {"n": n, "policy": policy, "near_dup_policy": near_policy, "min_shared": min_shared,
                    "near_dup_threshold": near_dup_threshold, "num_perm": num_perm,
                    "shingle_size": shingle_size, "minhash_seed": minhash_seed},
         "references": {"documents": len(index.refs), "distinct_ngrams": len(index),
