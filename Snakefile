@@ -12,6 +12,7 @@ include: "rules/data.smk"
 include: "rules/images.smk"
 include: "rules/quality.smk"
 include: "rules/solve.smk"
+include: "rules/eval.smk"
 
 
 rule all:
@@ -19,4 +20,5 @@ rule all:
         "results/export/export.json",
         "results/corpus/manifest.json",
         "results/solve/passk.json",
+        "results/eval/results.csv",
     default_target: True

@@ -3,7 +3,7 @@ import sys
 
 from snakemake.utils import validate
 
-from termforge.config import check_config, shard_ids
+from termforge.config import ablation_config, check_config, model_names, shard_ids
 from termforge.errors import ConfigError
 from termforge.params import stage_params_json
 
@@ -24,6 +24,10 @@ GPU_PARTITION = CLUSTER["gpu_partition"]
 CPU_THREADS = CLUSTER["cpu_threads"]
 CPU_MEM = CLUSTER["mem_mb_cpu"]
 CPU_RUNTIME = CLUSTER["runtime_min_cpu"]
+GPUS = CLUSTER["gpus_per_job"]
+GPU_THREADS = CLUSTER["gpus_per_job"] * CLUSTER["cpus_per_gpu"]
+GPU_MEM = CLUSTER["mem_mb_gpu"]
+GPU_RUNTIME = CLUSTER["runtime_min_gpu"]
 LIGHT_MEM = 1024
 LIGHT_RUNTIME = 30
 
@@ -31,3 +35,35 @@ LIGHT_RUNTIME = 30
 def params_of(stage):
     """The JSON of the config keys a stage reads (termforge.params.STAGE_KEYS)."""
     return stage_params_json(config, stage)
+
+MODELS = model_names(config)
+ABLATIONS = [m for m in MODELS if m != "base"]
+
+
+def ablation_params_of(stage):
+    """A params function for per-ablation rules: the stage's keys under that ablation's config."""
+
+    def params(wildcards):
+        return stage_params_json(ablation_config(config, wildcards.model), stage)
+
+    return params
+
+
+def trained_summary(wildcards):
+    """The training summary whose weights an eval uses; none for the base policy."""
+    if wildcards.model == "base":
+        return []
+    return f"results/runs/{wildcards.model}/train/summary.json"
+
+
+def weights_flag(wildcards, input):
+    return f"--weights {input.weights}" if input.weights else ""
+
+
+def eval_records():
+    records = []
+    if config["eval"]["aime"]["enabled"]:
+        records += expand("results/runs/{model}/eval/aime.json", model=MODELS)
+    if config["eval"]["tbench"]["enabled"]:
+        records += expand("results/runs/{model}/eval/tbench.json", model=MODELS)
+    return records

@@ -61,3 +61,22 @@ rule export:
     shell:
         "termforge export --params {params.options:q} --manifests {input.manifests} "
         "--out-dir results/export 2>&1 | tee {log}"
+
+
+rule make_math_set:
+    output:
+        train="results/data/math/train.jsonl",
+        heldout="results/data/math/heldout.jsonl",
+    params:
+        options=params_of("math_data"),
+    log:
+        "results/logs/make_math_set.log",
+    benchmark:
+        "results/benchmarks/make_math_set.tsv"
+    threads: 1
+    resources:
+        slurm_partition=CPU_PARTITION,
+        mem_mb=LIGHT_MEM,
+        runtime=LIGHT_RUNTIME,
+    shell:
+        "termforge make-math-set --params {params.options:q} --out-dir results/data/math > {log} 2>&1"

@@ -190,6 +190,97 @@ def cmd_passk(args) -> int:
     return 0
 
 
+def cmd_make_math_set(args) -> int:
+    from termforge.mathdata import write_math_set
+
+    o = _stage_options(args, "math_data")
+    info = write_math_set(Path(args.out_dir), o["math_data"]["n"], o["seed"], o["math_data"]["heldout_fraction"])
+    print(f"make-math-set: {info['train']} train and {info['heldout']} held-out problems -> {args.out_dir}")
+    return 0
+
+
+def _policy(o: dict, weights: str | None):
+    from termforge.evals.run import load_policy
+    from termforge.params import resolve_flat
+
+    key = resolve_flat(o, "models.{eval.model}")
+    weights_dir = None
+    if weights:
+        summary = __import__("termforge.io", fromlist=["read_json"]).read_json(weights)
+        weights_dir = Path(summary["final_dir"])
+    return load_policy(dict(o[key]), weights_dir, where=key)
+
+
+def cmd_eval_aime(args) -> int:
+    from termforge.evals.aime import load_aime, run_aime_eval
+    from termforge.evals.run import write_eval_record
+    from termforge.models.base import SamplingParams
+
+    o = _stage_options(args, "eval_aime")
+    a = o["eval.aime"]
+    source = a["source"]
+    if source == "math_data:heldout":
+        if not args.math_heldout:
+            raise ConfigError("eval.aime.source: math_data:heldout needs --math-heldout (the workflow passes it)")
+        source = args.math_heldout
+    problems = load_aime(source, a["split"], problem_col=a["problem_col"], answer_col=a["answer_col"],
+                         where="eval.aime.source")
+    if a["max_problems"]:
+        problems = problems[: a["max_problems"]]
+    sampling = SamplingParams.from_dict({**a["sampling"], "seed": o["seed"]}, where="eval.aime.sampling")
+    model = _policy(o, args.weights)
+    try:
+        summary = run_aime_eval(model, problems, a["n"], sampling, Path(args.out_dir), thinking=a["thinking"])
+    finally:
+        model.close()
+    write_eval_record(Path(args.out), args.model_name, a["benchmark"], "aime", summary)
+    n = a["n"]
+    print(f"eval-aime {args.model_name} on {a['benchmark']}: {len(problems)} problems x {n} samples, "
+          f"avg@{n}={summary.get(f'avg@{n}')}, pass@{n}={summary.get(f'pass@{n}')}")
+    return 0
+
+
+def cmd_eval_tbench(args) -> int:
+    from termforge.evals.harbor_tasks import load_harbor_dir
+    from termforge.evals.run import harness_agent, write_eval_record
+    from termforge.evals.tbench import format_table, run_harbor, run_native
+    from termforge.harness import HarnessConfig
+    from termforge.models.base import SamplingParams
+    from termforge.runtime.base import Limits
+
+    o = _stage_options(args, "eval_tbench")
+    t = o["eval.tbench"]
+    if t["runner"] == "harbor":
+        results = run_harbor(t["tasks_dir"], t["harbor_agent"], t["harbor_model"], t["harbor_env"],
+                             t["n_concurrent"], t["k"], Path(args.out_dir))
+    else:
+        tasks = load_harbor_dir(t["tasks_dir"])
+        harness = HarnessConfig(turn_cap=t["turn_cap"], max_format_errors=t["max_format_errors"],
+                                command_timeout_sec=t["command_timeout_sec"],
+                                sampling=SamplingParams.from_dict({**t["sampling"], "seed": o["seed"]},
+                                                                  where="eval.tbench.sampling"))
+        model = _policy(o, args.weights)
+        try:
+            agent = harness_agent(model, harness, f"vanillux:{args.model_name}")
+            limits = Limits(wall_sec=o["runtime.exec_timeout_sec"], cpu_sec=o["runtime.cpu_sec"],
+                            memory_mb=o["runtime.memory_mb"])
+            results = run_native(tasks, agent, t["k"], Path(args.images_dir), Path(args.out_dir), limits,
+                                 n_concurrent=t["n_concurrent"], dataset=t["benchmark"])
+        finally:
+            model.close()
+    write_eval_record(Path(args.out), args.model_name, t["benchmark"], "tbench", results.summary)
+    print(format_table(results.summary))
+    return 0
+
+
+def cmd_eval_table(args) -> int:
+    from termforge.evals.run import write_eval_table
+
+    rows = write_eval_table([Path(p) for p in args.records], Path(args.out))
+    print(f"eval-table: {len(rows)} rows from {len(args.records)} evaluations -> {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="termforge", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -253,6 +344,26 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--csv", required=True)
     sp.add_argument("--sft", help="parquet of successful rollouts (chat messages)")
     sp.set_defaults(func=cmd_passk)
+
+    sp = stage("make-math-set", "generate the offline integer-answer math set (train + held-out)")
+    sp.add_argument("--out-dir", required=True)
+    sp.set_defaults(func=cmd_make_math_set)
+
+    for name, func, help_ in (("eval-aime", cmd_eval_aime, "AIME-style math eval: avg@n, pass@n, maj@n"),
+                              ("eval-tbench", cmd_eval_tbench, "Terminal-Bench-format eval: mean reward, pass@k")):
+        sp = stage(name, help_)
+        sp.add_argument("--model-name", required=True, help="base or an ablation name")
+        sp.add_argument("--weights", help="the training summary.json whose final weights to evaluate")
+        sp.add_argument("--out-dir", required=True, help="directory for per-item results")
+        sp.add_argument("--out", required=True, help="the eval record JSON")
+        sp.add_argument("--math-heldout", help="held-out split of the offline math set (for math_data:heldout)")
+        sp.add_argument("--images-dir", default="results/images/tbench")
+        sp.set_defaults(func=func)
+
+    sp = sub.add_parser("eval-table", help="merge eval records into the tidy results table")
+    sp.add_argument("--records", nargs="+", required=True)
+    sp.add_argument("--out", required=True)
+    sp.set_defaults(func=cmd_eval_table)
 
     sp = stage("export", "export the corpus: HF parquet, private table, Harbor task dirs")
     sp.add_argument("--manifests", nargs="+", required=True)

@@ -127,9 +127,30 @@ def _check_semantics(cfg: dict) -> None:
     tax = cfg["corpus"].get("taxonomy")
     if tax and not Path(tax).exists():
         raise ConfigError(f"corpus.taxonomy: file {tax} does not exist")
-    for name, section in (cfg.get("ablations") or {}).items():
-        if not isinstance(section, dict):
-            raise ConfigError(f"ablations.{name}: expected a mapping of overrides")
+    for name in cfg.get("ablations") or {}:
+        try:
+            ablation_config(cfg, name)
+        except ConfigError as exc:
+            raise ConfigError(f"ablations.{name}: override {exc}") from None
+
+
+def ablation_config(cfg: dict, name: str) -> dict:
+    """The config an ablation runs with: its train/eval overrides merged over the base config.
+    `base` is the untrained policy under the base config."""
+    if name == "base":
+        return cfg
+    ablations = cfg.get("ablations") or {}
+    if name not in ablations:
+        raise ConfigError(f"ablations.{name}: no such ablation (defined: {', '.join(sorted(ablations)) or 'none'})")
+    merged = deep_merge({k: v for k, v in cfg.items() if k != "ablations"}, ablations[name])
+    checked = check_config(merged)
+    checked["ablations"] = ablations
+    return checked
+
+
+def model_names(cfg: dict) -> list[str]:
+    """Everything the eval stage evaluates: the base policy, then each ablation's trained policy."""
+    return ["base", *sorted(cfg.get("ablations") or {})]
 
 
 def shard_ids(cfg: dict) -> list[str]:

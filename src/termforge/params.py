@@ -18,6 +18,10 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
                  "validate.oracle_repeats", "validate.workers"),
     "solve": ("seed", "solve", "models.{solve.model}", "runtime.backend", "runtime.exec_timeout_sec", "runtime.cpu_sec",
               "runtime.memory_mb"),
+    "math_data": ("seed", "math_data"),
+    "eval_aime": ("seed", "eval.aime", "eval.model", "models.{eval.model}"),
+    "eval_tbench": ("seed", "eval.tbench", "eval.model", "models.{eval.model}", "runtime.exec_timeout_sec",
+                    "runtime.cpu_sec", "runtime.memory_mb"),
     "export": ("export.hf_repo_id", "export.hf_token_env", "export.hf_private"),
 }
 

@@ -1,0 +1,98 @@
+"""dvc.yaml from the workflow: a few coarse DVC stages, each one Snakemake target, whose params
+are exactly the config keys their rules read (termforge.params.STAGE_KEYS).
+
+Regenerate with `termforge dvc-yaml --configfile config.yaml > dvc.yaml`; tests/test_dvc.py
+checks that the committed file equals the generated one, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from termforge.config import model_names, shard_ids
+from termforge.params import STAGE_KEYS, resolve_key
+
+CODE = "src/termforge"
+WORKFLOW_DEPS = ("Snakefile", "rules", "workflow/schemas/config.schema.yaml")
+
+# DVC stage -> (the Snakemake rules it covers, the library code it runs, its own upstream DVC outputs).
+DVC_STAGES: dict[str, dict] = {
+    "data": {"rules": ["sample_axes", "generate", "make_math_set"],
+             "code": ["axes", "generate", "mathdata.py", "io.py"], "upstream": []},
+    "quality": {"rules": ["build_images", "decontaminate", "validate", "corpus_manifest"],
+                "code": ["quality", "runtime", "verifier.py", "images.py"], "upstream": ["results/tasks"],
+                "extra_deps": ["benchmarks/tb-mini"]},
+    "solve": {"rules": ["solve", "passk"], "code": ["solve.py", "harness.py", "passk.py", "models"],
+              "upstream": ["results/corpus", "results/images"]},
+    "hints": {"rules": ["hints", "export"], "code": ["hints", "export.py"], "upstream": ["results/corpus"]},
+    "train": {"rules": ["train_opsd"], "code": ["opsd"], "upstream": ["results/data", "results/hints"]},
+    "eval": {"rules": ["eval_aime", "eval_tbench", "eval_table"], "code": ["evals"],
+             "upstream": ["results/data"], "extra_deps": ["benchmarks/tb-mini"]},
+    "report": {"rules": ["report"], "code": ["report"], "upstream": ["results/eval", "results/solve"]},
+}
+RULE_PARAM_STAGE = {"make_math_set": "math_data", "hints": "hints", "export": "export", "train_opsd": "train",
+                    "report": "report"}
+
+
+def rule_keys(rule: str) -> tuple[str, ...]:
+    return STAGE_KEYS.get(RULE_PARAM_STAGE.get(rule, rule), ())
+
+
+def stage_params(cfg: dict, stage: str) -> list[str]:
+    keys: list[str] = []
+    for rule in DVC_STAGES[stage]["rules"]:
+        for key in rule_keys(rule):
+            resolved = resolve_key(cfg, key) if "{" in key else key
+            if resolved not in keys:
+                keys.append(resolved)
+    if stage in ("train", "eval") and "ablations" not in keys:
+        keys.append("ablations")
+    return sorted(keys)
+
+
+def stage_outputs(cfg: dict, stage: str) -> tuple[list[str], list[str]]:
+    """(Snakemake targets, DVC outs) of a stage."""
+    ablations = [m for m in model_names(cfg) if m != "base"]
+    models = model_names(cfg)
+    table = {
+        "data": ([f"results/tasks/manifests/{s}.json" for s in shard_ids(cfg)] + ["results/data/math/heldout.jsonl"],
+                 ["results/axes", "results/tasks", "results/data"]),
+        "quality": (["results/corpus/manifest.json"],
+                    ["results/images", "results/decontam", "results/validate", "results/corpus"]),
+        "solve": (["results/solve/passk.json"], ["results/solve"]),
+        "hints": (["results/export/export.json"], ["results/hints", "results/export"]),
+        "train": ([f"results/runs/{a}/train/summary.json" for a in ablations],
+                  [f"results/runs/{a}/train" for a in ablations]),
+        # results/eval/ itself holds the metrics and plots files, declared as such below.
+        "eval": (["results/eval/results.csv"], [f"results/runs/{m}/eval" for m in models]),
+        "report": (["results/report.html"], ["results/report.html", "results/report"]),
+    }
+    return table[stage]
+
+
+def dvc_yaml(cfg: dict, present_rules: set[str]) -> str:
+    """The dvc.yaml text for the rules the Snakefile defines (stages with none are left out)."""
+    stages = {}
+    produced: list[str] = []
+    for name, spec in DVC_STAGES.items():
+        if not set(spec["rules"]) & present_rules:
+            continue
+        targets, outs = stage_outputs(cfg, name)
+        if not outs:
+            continue
+        deps = [*WORKFLOW_DEPS, *(f"{CODE}/{c}" for c in spec["code"]), *spec.get("extra_deps", []),
+                *[u for u in spec["upstream"] if u in produced]]
+        stage = {
+            "cmd": "snakemake --profile profiles/local --cores all " + " ".join(targets),
+            "deps": deps,
+            "params": [{"config.yaml": stage_params(cfg, name)}],
+            # Snakemake keeps its own incremental state in these directories: DVC must not wipe them.
+            "outs": [{o: {"persist": True, "cache": False}} for o in outs],
+        }
+        if name == "eval":
+            stage["metrics"] = [{"results/eval/metrics.json": {"cache": False}}]
+            stage["plots"] = [{"results/eval/results.csv": {"cache": False, "x": "model", "y": "value"}}]
+        stages[name] = stage
+        produced += outs
+    header = "# Generated by `termforge dvc-yaml --configfile config.yaml`; do not edit by hand.\n"
+    return header + yaml.safe_dump({"stages": stages}, sort_keys=False, width=120)

@@ -1,0 +1,123 @@
+"""Eval stage glue: load the base or a trained policy, run AIME and Terminal-Bench, and gather
+every summary into one tidy table (model, benchmark, metric, value, n, stderr)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+from termforge.errors import TermforgeError
+from termforge.harness import HarnessConfig, run_episode
+from termforge.io import atomic_write_json, atomic_write_text, read_json
+from termforge.models.base import ChatModel, make_model
+
+TABLE_COLUMNS = ("model", "benchmark", "metric", "value", "n", "stderr")
+
+
+def load_policy(spec: dict, weights_dir: Path | None, where: str = "models.policy") -> ChatModel:
+    """The base policy from its model spec, or the same model with trained weights applied.
+
+    `weights_dir` is a training output: a PEFT adapter (adapter_config.json) is applied on the base
+    weights and merged; a full model directory (config.json) replaces the base weights."""
+    if weights_dir is None:
+        return make_model(spec, where=where)
+    weights_dir = Path(weights_dir)
+    if spec.get("backend") != "transformers":
+        raise TermforgeError(f"{where}.backend: evaluating trained weights from {weights_dir} needs the "
+                             f"transformers backend here (serve them with vLLM through the openai backend on GPUs)")
+    from termforge.models.transformers_backend import TransformersChatModel, load_causal_lm
+
+    options = {k: spec[k] for k in ("device", "dtype", "batch_size", "num_threads") if k in spec}
+    load_opts = {k: options[k] for k in ("device", "dtype") if k in options}
+    if (weights_dir / "adapter_config.json").exists():
+        from peft import PeftModel
+
+        base, tokenizer = load_causal_lm(spec["model"], **load_opts)
+        model = PeftModel.from_pretrained(base, str(weights_dir)).merge_and_unload()
+    elif (weights_dir / "config.json").exists():
+        model, tokenizer = load_causal_lm(str(weights_dir), **load_opts)
+    else:
+        raise TermforgeError(f"trained weights not found in {weights_dir} (no adapter_config.json or config.json)")
+    model.eval()
+    return TransformersChatModel(f"{spec['model']}+{weights_dir.parent.parent.name}", loaded=(model, tokenizer),
+                                 **{k: v for k, v in options.items() if k in ("batch_size", "num_threads")})
+
+
+def harness_agent(model: ChatModel, cfg: HarnessConfig, name: str):
+    """A Terminal-Bench agent (for evals.tbench.run_native) that is the policy in our harness."""
+    from termforge.evals.tbench import AgentInfraError
+
+    def agent(session, task) -> dict:
+        shell = session.open_shell()
+        try:
+            episode = run_episode(model, shell, task.instruction, cfg)
+        except TermforgeError as exc:  # the model endpoint failed after its retries
+            raise AgentInfraError(f"model failed: {exc}") from exc
+        finally:
+            shell.close()
+        return {"name": name, "model_name": model.model_id, "n_input_tokens": episode.prompt_tokens,
+                "n_output_tokens": episode.completion_tokens, "end_reason": episode.end_reason,
+                "turns": len(episode.turns)}
+
+    agent.agent_name = name
+    return agent
+
+
+def _stderr_binary(p: float | None, n: int) -> float | None:
+    if p is None or n <= 1:
+        return None
+    return math.sqrt(max(p * (1 - p), 0.0) / n)
+
+
+def aime_rows(model_name: str, benchmark: str, summary: dict) -> list[dict]:
+    n_problems = summary.get("num_problems", 0)
+    rows = []
+    for key, value in sorted(summary.items()):
+        if "@" in key or key == "formatted_rate":
+            rows.append({"model": model_name, "benchmark": benchmark, "metric": key, "value": value,
+                         "n": n_problems, "stderr": _stderr_binary(value, n_problems)})
+    return rows
+
+
+def tbench_rows(model_name: str, benchmark: str, summary: dict) -> list[dict]:
+    n_tasks = summary.get("n_tasks", 0)
+    rows = [{"model": model_name, "benchmark": benchmark, "metric": "mean_reward", "value": summary["mean_reward"],
+             "n": summary.get("n_scored", n_tasks), "stderr": _stderr_binary(summary["mean_reward"],
+                                                                              summary.get("n_scored", n_tasks))}]
+    for j, value in sorted(summary.get("pass_at_k", {}).items(), key=lambda kv: int(kv[0])):
+        n = summary.get("n_tasks_pass_at_k", {}).get(j, n_tasks)
+        rows.append({"model": model_name, "benchmark": benchmark, "metric": f"pass@{j}", "value": value,
+                     "n": n, "stderr": _stderr_binary(value, n)})
+    for key in ("n_errors", "n_environment_errors"):
+        if key in summary:
+            rows.append({"model": model_name, "benchmark": benchmark, "metric": key, "value": summary[key],
+                         "n": n_tasks, "stderr": None})
+    return rows
+
+
+def write_eval_table(summary_paths: list[Path], out_csv: Path) -> list[dict]:
+    """Merge eval summaries (each a JSON with model, benchmark, kind and summary) into the tidy table."""
+    rows: list[dict] = []
+    for path in summary_paths:
+        record = read_json(path)
+        to_rows = aime_rows if record["kind"] == "aime" else tbench_rows
+        rows += to_rows(record["model"], record["benchmark"], record["summary"])
+    rows.sort(key=lambda r: (r["benchmark"], r["metric"], r["model"] != "base", r["model"]))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=TABLE_COLUMNS)
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: ("" if r[k] is None else r[k]) for k in TABLE_COLUMNS})
+    atomic_write_text(out_csv, buf.getvalue())
+    # The same numbers nested for `dvc metrics show/diff`: model -> benchmark -> metric -> value.
+    nested: dict = {}
+    for r in rows:
+        nested.setdefault(r["model"], {}).setdefault(r["benchmark"], {})[r["metric"]] = r["value"]
+    atomic_write_json(Path(out_csv).with_name("metrics.json"), nested)
+    return rows
+
+
+def write_eval_record(out: Path, model: str, benchmark: str, kind: str, summary: dict) -> None:
+    atomic_write_json(out, {"model": model, "benchmark": benchmark, "kind": kind, "summary": summary})

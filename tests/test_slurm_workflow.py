@@ -1,0 +1,70 @@
+"""The termforge workflow on a real single-node Slurm through profiles/slurm: CPU rules land in
+the `cpu` partition, GPU rules in `gpu` (read from Slurm's own job-completion records), and the
+outputs equal a local run's."""
+
+import filecmp
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from slurm_helpers import REPO_ROOT, run_snakemake_on_slurm, slurm_cluster  # noqa: F401
+
+from termforge.io import read_json
+
+SUBMITTED_RE = re.compile(r"SLURM jobid (\d+) \(log: \S*/slurm_logs/rule_([A-Za-z0-9_]+)/")
+GPU_RULES = {"train_opsd", "eval_aime", "eval_tbench"}
+OVERLAY = """
+corpus: {n_tasks: 2, shard_size: 2}
+solve: {agent: oracle, k: 1}
+math_data: {n: 8, heldout_fraction: 0.25}
+eval:
+  aime: {max_problems: 1, n: 1, sampling: {temperature: 1.0, top_p: 0.95, top_k: 0, max_new_tokens: 8}}
+  tbench: {enabled: false}
+cluster: {cpu_threads: 1, cpus_per_gpu: 1, mem_mb_cpu: 2000, mem_mb_gpu: 3000, runtime_min_cpu: 30,
+          runtime_min_gpu: 30}
+"""
+COMPARED = ("results/axes/signatures.jsonl", "results/corpus/manifest.json", "results/export/dataset/train.parquet",
+            "results/solve/passk.csv", "results/data/math/heldout.jsonl")
+
+
+def _workdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.yaml").write_text((REPO_ROOT / "config.yaml").read_text())
+    (path / "small.yaml").write_text(OVERLAY)
+    (path / "benchmarks").symlink_to(REPO_ROOT / "benchmarks")
+    return path
+
+
+@pytest.mark.slow
+def test_workflow_runs_on_slurm_in_the_right_partitions(slurm_cluster, tmp_path):
+    slurm_dir = _workdir(tmp_path / "slurm")
+    result = run_snakemake_on_slurm(REPO_ROOT / "Snakefile", slurm_dir, "--configfile", str(slurm_dir / "small.yaml"),
+                                    timeout_s=1500)
+    assert result.returncode == 0, f"snakemake failed:\n{result.stdout[-4000:]}{result.stderr[-8000:]}"
+    submitted = {job_id: rule for job_id, rule in SUBMITTED_RE.findall(result.stdout + result.stderr)}
+    assert submitted, "no job was submitted to Slurm"
+    records = slurm_cluster.records_for(list(submitted), timeout_s=60)
+    assert set(records) == set(submitted)
+    rules_seen = set()
+    print("\njob  rule                partition  state")
+    for job_id, rule in sorted(submitted.items(), key=lambda kv: int(kv[0])):
+        rec = records[job_id]
+        print(f"{job_id:>4} {rule:<19} {rec['Partition']:<10} {rec['JobState']}")
+        assert rec["JobState"] == "COMPLETED", rec
+        assert rec["Partition"] == ("gpu" if rule in GPU_RULES else "cpu"), (rule, rec["Partition"])
+        rules_seen.add(rule)
+    assert {"generate", "validate", "solve"} <= rules_seen and rules_seen & GPU_RULES
+
+    # The same config run locally gives the same outputs.
+    local_dir = _workdir(tmp_path / "local")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    local = subprocess.run([sys.executable, "-m", "snakemake", "--profile", str(REPO_ROOT / "profiles" / "local"),
+                            "--cores", "2", "-s", str(REPO_ROOT / "Snakefile"), "--directory", str(local_dir),
+                            "--configfile", str(local_dir / "small.yaml")], capture_output=True, text=True, env=env)
+    assert local.returncode == 0, local.stderr[-4000:]
+    for rel in COMPARED:
+        assert filecmp.cmp(slurm_dir / rel, local_dir / rel, shallow=False), f"{rel} differs between Slurm and local"
+    assert read_json(slurm_dir / "results/runs/base/eval/aime.json")["summary"]["num_problems"] == 1
