@@ -12,6 +12,7 @@ include: "rules/data.smk"
 include: "rules/images.smk"
 include: "rules/quality.smk"
 include: "rules/solve.smk"
+include: "rules/hints.smk"
 include: "rules/eval.smk"
 
 

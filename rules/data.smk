@@ -1,4 +1,4 @@
-# Axis sampling, per-shard task generation, and the corpus export.
+# Axis sampling, per-shard task generation, and the offline math set.
 
 
 rule sample_axes:
@@ -40,27 +40,6 @@ rule generate:
     shell:
         "termforge generate --params {params.options:q} --signatures {input.signatures} "
         "--shard {wildcards.shard} --tasks-dir results/tasks --out {output.manifest} 2>&1 | tee {log}"
-
-
-rule export:
-    input:
-        manifests=expand("results/tasks/manifests/{shard}.json", shard=SHARDS),
-    output:
-        summary="results/export/export.json",
-    params:
-        options=params_of("export"),
-    log:
-        "results/logs/export.log",
-    benchmark:
-        "results/benchmarks/export.tsv"
-    threads: 1
-    resources:
-        slurm_partition=CPU_PARTITION,
-        mem_mb=CPU_MEM,
-        runtime=CPU_RUNTIME,
-    shell:
-        "termforge export --params {params.options:q} --manifests {input.manifests} "
-        "--out-dir results/export 2>&1 | tee {log}"
 
 
 rule make_math_set:

@@ -154,9 +154,10 @@ def test_kill_9_during_generate_then_resume(tmp_path):
 
 @pytest.mark.slow
 @needs_bwrap
-def test_snakemake_runs_the_data_stages(tmp_path):
+def test_snakemake_runs_data_quality_hints_and_export(tmp_path):
     (tmp_path / "config.yaml").write_text((ROOT / "config.yaml").read_text())
-    (tmp_path / "small.yaml").write_text("corpus: {n_tasks: 6, shard_size: 3}\n")
+    (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks")
+    (tmp_path / "small.yaml").write_text("corpus: {n_tasks: 4, shard_size: 2}\n")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     # The target goes first: --configfile takes several values and would swallow it.
     res = subprocess.run([SNAKEMAKE, "results/export/export.json", "-s", str(ROOT / "Snakefile"), "--directory",
@@ -164,7 +165,12 @@ def test_snakemake_runs_the_data_stages(tmp_path):
                          capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((tmp_path / "results" / "export" / "export.json").read_text())
-    assert summary["tasks"] == 6
-    for log in ("sample_axes.log", "export.log"):
+    corpus = json.loads((tmp_path / "results" / "corpus" / "manifest.json").read_text())
+    assert corpus["counts"]["total"] == 4 and summary["tasks"] == corpus["counts"]["kept"] >= 1
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(tmp_path / "results" / "export" / "dataset" / "train.parquet").to_pylist()
+    assert all(r["demo"] for r in rows)  # every kept procedural task got a gate-passing hint
+    for log in ("sample_axes.log", "hints.log", "export.log"):
         assert (tmp_path / "results" / "logs" / log).stat().st_size > 0
     assert (tmp_path / "results" / "benchmarks" / "export.tsv").exists()

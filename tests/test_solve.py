@@ -16,6 +16,7 @@ from conftest import make_signature, needs_bwrap
 from fake_openai_server import FakeOpenAIServer
 from termforge.generate.families import family_by_name
 from termforge.generate.procedural import generate_task
+from termforge.hints import procedural_hint
 from termforge.harness import SUBMIT_MARKER, HarnessConfig, extract_commands, truncate_observation
 from termforge.io import atomic_write_json, read_json
 from termforge.models.base import SamplingParams, make_model
@@ -125,6 +126,8 @@ def test_faulty_endpoint_is_survived_and_prompts_never_leak(corpus, tmp_path):
             for ln in lines:
                 assert ln not in prompts, f"{rel} leaked: {ln[:60]}"
         assert (t / "instruction.md").read_text().strip()[:200] in prompts
+        # Hints are for the teacher side of OPSD only: never in a policy prompt.
+        assert procedural_hint(t)[:120] not in prompts
 
 
 @needs_bwrap

@@ -70,6 +70,22 @@ def cmd_generate(args) -> int:
     from termforge.generate.stage import run_generate_shard
 
     o = _stage_options(args, "generate")
+    if o["generate.backend"] == "llm":
+        from termforge.generate.llm import run_generate_shard_llm
+        from termforge.models.base import make_model
+        from termforge.params import resolve_flat
+
+        key = resolve_flat(o, "models.{generate.model}")
+        model = make_model(dict(o[key]), where=key)
+        try:
+            run_generate_shard_llm(Path(args.signatures), int(args.shard), o["corpus.shard_size"],
+                                   Path(args.tasks_dir), Path(args.out), model,
+                                   max_repair_rounds=o["generate.max_repair_rounds"],
+                                   base_image=o["generate.base_image"], images_dir=Path("results/images"),
+                                   workers=o["generate.workers"])
+        finally:
+            model.close()
+        return 0
     run_generate_shard(Path(args.signatures), int(args.shard), o["corpus.shard_size"], Path(args.tasks_dir),
                        Path(args.out), backend=o["generate.backend"], base_image=o["generate.base_image"],
                        workers=o["generate.workers"])
@@ -80,8 +96,10 @@ def cmd_export(args) -> int:
     from termforge.export import push_to_hub, run_export
 
     o = _stage_options(args, "export")
-    run_export([Path(m) for m in args.manifests], Path(args.out_dir),
-               Path(args.demos) if args.demos else None)
+    if not args.manifests and not args.corpus:
+        raise ConfigError("export: give --corpus (kept tasks) or --manifests (every generated task)")
+    run_export([Path(m) for m in args.manifests or []], Path(args.out_dir), Path(args.demos) if args.demos else None,
+               corpus_manifest=Path(args.corpus) if args.corpus else None, require_demo=o["export.require_demo"])
     push_to_hub(Path(args.out_dir), o["export.hf_repo_id"], o["export.hf_token_env"], o["export.hf_private"])
     return 0
 
@@ -281,6 +299,26 @@ def cmd_eval_table(args) -> int:
     return 0
 
 
+def cmd_hints(args) -> int:
+    from termforge.export import load_kept_tasks
+    from termforge.hints import run_hints
+    from termforge.params import resolve_flat
+
+    o = _stage_options(args, "hints")
+    model = None
+    if o["hints.backend"] == "llm":
+        key = resolve_flat(o, "models.{hints.model}")
+        model = __import__("termforge.models.base", fromlist=["make_model"]).make_model(dict(o[key]), where=key)
+    task_dirs = [d for _, d in load_kept_tasks(Path(args.corpus))]
+    try:
+        run_hints(task_dirs, o["hints.backend"], Path(args.out_dir), model=model, max_rounds=o["hints.max_rounds"],
+                  n=o["hints.ngram"], max_words=o["hints.max_words"])
+    finally:
+        if model is not None:
+            model.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="termforge", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -365,8 +403,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True)
     sp.set_defaults(func=cmd_eval_table)
 
+    sp = stage("hints", "one leak-gated, method-level hint per kept task (demos.parquet)")
+    sp.add_argument("--corpus", required=True, help="corpus manifest of kept tasks")
+    sp.add_argument("--out-dir", required=True)
+    sp.set_defaults(func=cmd_hints)
+
     sp = stage("export", "export the corpus: HF parquet, private table, Harbor task dirs")
-    sp.add_argument("--manifests", nargs="+", required=True)
+    sp.add_argument("--manifests", nargs="+", help="shard manifests: export every generated task")
+    sp.add_argument("--corpus", help="corpus manifest: export the tasks validation kept")
     sp.add_argument("--out-dir", required=True)
     sp.add_argument("--demos", help="demos.parquet from the hints stage")
     sp.set_defaults(func=cmd_export)

@@ -102,9 +102,18 @@ def write_parquet(rows: list[dict], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def run_export(manifests: list[Path], out_dir: Path, demos_path: Path | None = None) -> dict:
+def load_kept_tasks(corpus_manifest: Path) -> list[tuple[dict, Path]]:
+    """(task.json, task_dir) for the tasks validation kept, in the manifest's order."""
+    corpus = read_json(corpus_manifest)
+    tasks_dir = Path(corpus["tasks_dir"])
+    return [(read_json(tasks_dir / t / "task.json"), tasks_dir / t) for t in corpus["kept"]]
+
+
+def run_export(manifests: list[Path], out_dir: Path, demos_path: Path | None = None,
+               corpus_manifest: Path | None = None, require_demo: bool = False) -> dict:
+    """Export the kept tasks of the corpus manifest (or every task of the shard manifests)."""
     out_dir = Path(out_dir)
-    tasks = load_tasks(manifests)
+    tasks = load_kept_tasks(corpus_manifest) if corpus_manifest else load_tasks(manifests)
     if not tasks:
         raise TermforgeError("export: the manifests list no tasks")
     demos = None
@@ -113,6 +122,10 @@ def run_export(manifests: list[Path], out_dir: Path, demos_path: Path | None = N
 
         table = pq.read_table(demos_path).to_pylist()
         demos = {r["task_id"]: r["demo"] for r in table}
+    if require_demo:
+        if demos is None:
+            raise TermforgeError("export.require_demo: needs the hints stage's demos.parquet")
+        tasks = [(t, d) for t, d in tasks if demos.get(t["id"])]
     write_parquet([policy_row(t, demos) for t, _ in tasks], out_dir / "dataset" / "train.parquet")
     write_parquet([private_row(d) for _, d in tasks], out_dir / "private" / "private.parquet")
     harbor = out_dir / "harbor"

@@ -9,7 +9,8 @@ from termforge.io import canonical_json
 STAGE_KEYS: dict[str, tuple[str, ...]] = {
     "sample_axes": ("seed", "corpus.n_tasks", "corpus.domains", "corpus.mix", "corpus.sft_v2_new_bucket_weight",
                     "corpus.anchor_prob", "corpus.taxonomy"),
-    "generate": ("corpus.shard_size", "generate.backend", "generate.base_image", "generate.workers"),
+    "generate": ("corpus.shard_size", "generate.backend", "generate.base_image", "generate.workers",
+                 "generate.model", "generate.max_repair_rounds", "models.{generate.model}"),
     "build_images": ("runtime.backend", "runtime.build_timeout_sec", "validate.workers"),
     "decontaminate": ("decontam.n", "decontam.min_shared", "decontam.policy", "decontam.near_dup_policy",
                       "decontam.near_dup_threshold",
@@ -22,7 +23,9 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
     "eval_aime": ("seed", "eval.aime", "eval.model", "models.{eval.model}"),
     "eval_tbench": ("seed", "eval.tbench", "eval.model", "models.{eval.model}", "runtime.exec_timeout_sec",
                     "runtime.cpu_sec", "runtime.memory_mb"),
-    "export": ("export.hf_repo_id", "export.hf_token_env", "export.hf_private"),
+    "hints": ("hints.backend", "hints.model", "hints.max_rounds", "hints.ngram", "hints.max_words",
+              "models.{hints.model}"),
+    "export": ("export.hf_repo_id", "export.hf_token_env", "export.hf_private", "export.require_demo"),
 }
 
 

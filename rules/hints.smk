@@ -1,0 +1,45 @@
+# Leak-gated method-level hints for the kept tasks, then the exports (with the demo column).
+
+
+rule hints:
+    input:
+        corpus="results/corpus/manifest.json",
+    output:
+        demos="results/hints/demos.parquet",
+        coverage="results/hints/coverage.json",
+    params:
+        options=params_of("hints"),
+    log:
+        "results/logs/hints.log",
+    benchmark:
+        "results/benchmarks/hints.tsv"
+    threads: 1
+    resources:
+        slurm_partition=CPU_PARTITION,
+        mem_mb=CPU_MEM,
+        runtime=CPU_RUNTIME,
+    shell:
+        "termforge hints --params {params.options:q} --corpus {input.corpus} --out-dir results/hints "
+        "2>&1 | tee {log}"
+
+
+rule export:
+    input:
+        corpus="results/corpus/manifest.json",
+        demos="results/hints/demos.parquet",
+    output:
+        summary="results/export/export.json",
+    params:
+        options=params_of("export"),
+    log:
+        "results/logs/export.log",
+    benchmark:
+        "results/benchmarks/export.tsv"
+    threads: 1
+    resources:
+        slurm_partition=CPU_PARTITION,
+        mem_mb=CPU_MEM,
+        runtime=CPU_RUNTIME,
+    shell:
+        "termforge export --params {params.options:q} --corpus {input.corpus} --demos {input.demos} "
+        "--out-dir results/export 2>&1 | tee {log}"

@@ -1,0 +1,405 @@
+"""The leak gate: does a hint give away what the agent is expected to discover?
+
+A hint may restate what the instruction already says; it must never carry the answer key
+(private/truth.json, except truth["given"], which the instruction states on purpose), long runs of
+words from the key or from the oracle script (solution/solve.sh), the verifier's files and paths,
+or paths only the oracle knows. The gate is pure and deterministic: the same hint and task
+directory always give the same report, findings in a fixed order.
+
+Findings carry a `detail` that never quotes a secret (it names the truth key, a count, a kind), so
+a report can be stored next to a published hint; the matched text itself is kept apart in
+`evidence`, for the repair prompt and the host-side audit only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from termforge.errors import TermforgeError
+
+DEFAULT_NGRAM = 8
+DEFAULT_MAX_WORDS = 220
+
+FINDING_KINDS = (
+    "not_one_paragraph",
+    "too_long",
+    "literal_answer",
+    "truth_ngram",
+    "oracle_ngram",
+    "test_reference",
+    "oracle_path",
+)
+
+# A truth value this short or this common says nothing by itself (counts, flags, 0/1 ...), and
+# flagging it would reject any hint that mentions "2 columns". Values that are the answer and short
+# (an order id "69") are still caught unless the instruction itself shows them.
+SHORT_VALUE_CHARS = 6
+COMMON_VALUES = frozenset(
+    {"true", "false", "none", "null", "yes", "no", "ok", "nan", "inf", "-inf", "n/a", "na"}
+    | {str(i) for i in range(-1, 11)}
+    | {f"{i}.0" for i in range(-1, 11)}
+    | {"0.5", "0.1", "0.01", "0.05", "100", "1000"}
+)
+# Pieces of a delimited truth string ("sana:722:dba", "west,17,24317.41") are secrets too, but only
+# when they look like a name or a value rather than a fragment of code or prose.
+_PIECE_SPLIT = re.compile(r"[,\t\n;|:]")
+_PIECE_SHAPE = re.compile(r"^[\w.@#%+\-/= ]+$")
+# A value holding code (a query, a source snippet) splits into keywords, not secrets; it is covered
+# by the n-gram check instead.
+_CODE_CHARS = re.compile(r"[\n()\[\]{}<>\"'`$]")
+
+# Names of the verifier's files and the places it lives; an agent that reads or writes them is
+# attacking the grader, and a hint must not point there.
+_TEST_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("test_final_state", re.compile(r"test_final_state(?:\.py)?", re.I)),
+    ("test_initial_state", re.compile(r"test_initial_state(?:\.py)?", re.I)),
+    ("test.sh", re.compile(r"(?<![\w.-])test\.sh\b", re.I)),
+    ("/tests/", re.compile(r"(?<![\w.~-])/tests(?:/|\b)", re.I)),
+    ("/logs/verifier", re.compile(r"/logs/verifier\b", re.I)),
+    ("reward.txt", re.compile(r"(?<![\w.-])reward\.(?:txt|json)\b", re.I)),
+    ("/verifier/", re.compile(r"(?<![\w.~-])/verifier/", re.I)),
+)
+
+# Absolute paths: a slash then path characters, not preceded by something that makes it a
+# fragment of a longer token (a URL, a relative path, a number).
+ABS_PATH = re.compile(r"(?<![\w.~:/\\-])/(?:[\w.+@%-]+/?)+")
+# Interpreters, devices and system tools: naming them reveals nothing about a task.
+_SYSTEM_PREFIXES = ("/bin/", "/usr/", "/sbin/", "/dev/", "/proc/", "/lib", "/etc/alternatives/")
+_SYSTEM_PATHS = frozenset({"/tmp", "/app", "/bin", "/usr", "/dev/null", "/etc", "/home", "/root", "/"})
+
+_WORD = re.compile(r"[a-z0-9]+")
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+_BLOCK_LINE = re.compile(r"^\s*(?:[-*+]\s|\d+[.)]\s|#{1,6}\s|```|>\s?)")
+
+
+@dataclass
+class GateReport:
+    passed: bool
+    findings: list[dict[str, str]] = field(default_factory=list)
+    """Each {kind, detail, evidence}; `detail` names what leaked without quoting it."""
+    words: int = 0
+
+    def kinds(self) -> list[str]:
+        return sorted({f["kind"] for f in self.findings})
+
+    def to_dict(self, redact: bool = True) -> dict[str, Any]:
+        """With redact (the default) the matched text is left out: safe to store beside the hint."""
+        keep = ("kind", "detail") if redact else ("kind", "detail", "evidence")
+        return {
+            "passed": self.passed,
+            "words": self.words,
+            "findings": [{k: f[k] for k in keep if k in f} for f in self.findings],
+        }
+
+
+@dataclass(frozen=True)
+class _Secret:
+    text: str
+    where: str  # truth key path, e.g. "answers.q1" or "expected_rows[2] (part)"
+
+
+@dataclass
+class GateContext:
+    """What the gate compares a hint against, read once per task so repair rounds reuse it."""
+
+    task_dir: Path
+    n: int
+    max_words: int
+    instruction: str
+    secrets: list[_Secret]
+    truth_ngrams: dict[tuple[str, ...], str]
+    oracle_ngrams: dict[tuple[str, ...], str]
+    oracle_paths: list[str]
+
+
+def words_of(text: str) -> list[str]:
+    """Lower-case alphanumeric tokens: the unit of every n-gram comparison."""
+    return _WORD.findall(text.lower())
+
+
+def ngrams(tokens: list[str], n: int) -> Iterator[tuple[str, ...]]:
+    for i in range(len(tokens) - n + 1):
+        yield tuple(tokens[i : i + n])
+
+
+def load_context(task_dir: str | Path, n: int = DEFAULT_NGRAM, max_words: int = DEFAULT_MAX_WORDS) -> GateContext:
+    task_dir = Path(task_dir)
+    if n < 2:
+        raise TermforgeError(f"hint gate: n-gram size must be >= 2, got {n}")
+    if max_words < 1:
+        raise TermforgeError(f"hint gate: max_words must be >= 1, got {max_words}")
+    instruction = _read_text(task_dir / "instruction.md", required=True)
+    truth_path = task_dir / "private" / "truth.json"
+    truth: Any = {}
+    if truth_path.exists():
+        try:
+            truth = json.loads(truth_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise TermforgeError(f"{truth_path}: not valid JSON ({exc})") from None
+    hidden = {k: v for k, v in truth.items() if k != "given"} if isinstance(truth, dict) else truth
+    oracle = _read_text(task_dir / "solution" / "solve.sh", required=False)
+
+    instr_lower = instruction.lower()
+    instr_ngrams = set(ngrams(words_of(instruction), n))
+
+    truth_ngrams: dict[tuple[str, ...], str] = {}
+    for where, text in _texts_for_ngrams(hidden, ""):
+        for g in ngrams(words_of(text), n):
+            if g not in instr_ngrams:
+                truth_ngrams.setdefault(g, where or "truth")
+    oracle_ngrams = {g: "" for g in ngrams(words_of(oracle), n) if g not in instr_ngrams}
+
+    oracle_paths = sorted(
+        {p for p in (_clean_path(m) for m in ABS_PATH.findall(oracle)) if is_task_path(p) and p not in instruction}
+    )
+    return GateContext(
+        task_dir=task_dir,
+        n=n,
+        max_words=max_words,
+        instruction=instruction,
+        secrets=_secrets(hidden, instr_lower),
+        truth_ngrams=truth_ngrams,
+        oracle_ngrams=oracle_ngrams,
+        oracle_paths=oracle_paths,
+    )
+
+
+def check_hint(
+    hint: str, task_dir: str | Path, n: int = DEFAULT_NGRAM, max_words: int = DEFAULT_MAX_WORDS
+) -> GateReport:
+    """Run every gate check on one hint for the task at task_dir."""
+    return check_with(hint, load_context(task_dir, n=n, max_words=max_words))
+
+
+def check_with(hint: str, ctx: GateContext) -> GateReport:
+    findings: list[dict[str, str]] = []
+    text = hint or ""
+    n_words = len(text.split())
+
+    findings += _shape_findings(text, n_words, ctx.max_words)
+    findings += _literal_findings(text, ctx)
+    tokens = words_of(text)
+    findings += _ngram_findings(tokens, ctx.n, ctx.truth_ngrams, "truth_ngram", "private/truth.json")
+    findings += _ngram_findings(tokens, ctx.n, ctx.oracle_ngrams, "oracle_ngram", "the oracle script")
+    findings += _test_findings(text, ctx.instruction)
+    findings += _path_findings(text, ctx.oracle_paths)
+    order = {k: i for i, k in enumerate(FINDING_KINDS)}
+    findings.sort(key=lambda f: (order[f["kind"]], f["detail"], f.get("evidence", "")))
+    return GateReport(passed=not findings, findings=findings, words=n_words)
+
+
+# -- checks -----------------------------------------------------------------------------------------
+
+
+def _shape_findings(text: str, n_words: int, max_words: int) -> list[dict[str, str]]:
+    out = []
+    body = text.strip()
+    if not body:
+        out.append({"kind": "not_one_paragraph", "detail": "the hint is empty", "evidence": ""})
+    else:
+        if _BLANK_LINE.search(body):
+            out.append(
+                {"kind": "not_one_paragraph", "detail": "the hint has a blank line (more than one paragraph)",
+                 "evidence": ""}
+            )
+        blocks = [ln for ln in body.splitlines() if _BLOCK_LINE.match(ln)]
+        if blocks:
+            out.append(
+                {"kind": "not_one_paragraph",
+                 "detail": f"{len(blocks)} line(s) start a list, heading, quote or code block",
+                 "evidence": blocks[0].strip()[:80]}
+            )
+    if n_words > max_words:
+        out.append({"kind": "too_long", "detail": f"{n_words} words (at most {max_words})", "evidence": ""})
+    return out
+
+
+def _literal_findings(text: str, ctx: GateContext) -> list[dict[str, str]]:
+    out = []
+    seen: set[str] = set()
+    for secret in ctx.secrets:
+        key = secret.text.lower()
+        if key in seen:
+            continue
+        m = _value_pattern(secret.text).search(text)
+        if m:
+            seen.add(key)
+            out.append(
+                {"kind": "literal_answer",
+                 "detail": f"contains the truth value at {secret.where} ({len(secret.text)} chars)",
+                 "evidence": m.group(0)}
+            )
+    return out
+
+
+def _ngram_findings(
+    tokens: list[str], n: int, source: dict[tuple[str, ...], str], kind: str, label: str
+) -> list[dict[str, str]]:
+    """One finding per maximal run of hint words covered by shared n-grams."""
+    hits = [i for i, g in enumerate(ngrams(tokens, n)) if g in source]
+    out = []
+    spans: list[tuple[int, int, str]] = []
+    for i in hits:
+        if spans and i <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], i + n, spans[-1][2])
+        else:
+            spans.append((i, i + n, source[tuple(tokens[i : i + n])]))
+    for start, end, where in spans:
+        place = f" ({where})" if where else ""
+        out.append(
+            {"kind": kind, "detail": f"a run of {end - start} words shared with {label}{place}",
+             "evidence": " ".join(tokens[start:end])}
+        )
+    return out
+
+
+def _test_findings(text: str, instruction: str) -> list[dict[str, str]]:
+    out = []
+    for name, pattern in _TEST_PATTERNS:
+        m = pattern.search(text)
+        # A name the instruction itself uses (a project's own tests/ folder, say) is the task's, not
+        # the verifier's.
+        if m and not pattern.search(instruction):
+            out.append({"kind": "test_reference", "detail": f"names the verifier's {name}", "evidence": m.group(0)})
+    return out
+
+
+def _path_findings(text: str, oracle_paths: list[str]) -> list[dict[str, str]]:
+    if not oracle_paths:
+        return []
+    in_hint = {_clean_path(m) for m in ABS_PATH.findall(text)}
+    return [
+        {"kind": "oracle_path", "detail": "names a path that only the oracle script uses", "evidence": p}
+        for p in oracle_paths
+        if p in in_hint
+    ]
+
+
+# -- what counts as a secret ---------------------------------------------------------------------
+
+
+def _leaves(obj: Any, where: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(obj, dict):
+        for k in sorted(obj, key=str):
+            yield from _leaves(obj[k], f"{where}.{k}" if where else str(k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _leaves(v, f"{where}[{i}]")
+    else:
+        yield where, obj
+
+
+def _texts_for_ngrams(obj: Any, where: str) -> Iterator[tuple[str, str]]:
+    """Every string leaf, plus each list of scalars joined: a sequence of values is a text too."""
+    if isinstance(obj, dict):
+        for k in sorted(obj, key=str):
+            yield from _texts_for_ngrams(obj[k], f"{where}.{k}" if where else str(k))
+    elif isinstance(obj, list):
+        if obj and all(_is_scalar(v) for v in obj):
+            yield where, " ".join(_scalar_text(v) for v in obj)
+        for i, v in enumerate(obj):
+            yield from _texts_for_ngrams(v, f"{where}[{i}]")
+    elif isinstance(obj, str):
+        yield where, obj
+
+
+def _secrets(hidden: Any, instr_lower: str) -> list[_Secret]:
+    out: list[_Secret] = []
+    seen: set[str] = set()
+
+    def add(text: str, where: str, piece: bool) -> None:
+        text = text.strip()
+        low = text.lower()
+        if len(low) < 2 or low in COMMON_VALUES or low in seen:
+            return
+        shown = _value_pattern(text).search(instr_lower) is not None
+        # Whole values: ignored only when short and shown by the instruction. A piece of a value
+        # that the instruction shows is not secret on its own (the `unknown` in "unknown,5,3298.41").
+        if shown and (piece or len(low) < SHORT_VALUE_CHARS):
+            return
+        seen.add(low)
+        out.append(_Secret(text, where))
+
+    for where, value in _leaves(hidden, ""):
+        if not _is_scalar(value) or isinstance(value, bool) or value is None:
+            continue
+        where = where or "truth"
+        if isinstance(value, float):
+            for variant in _float_variants(value):
+                add(variant, where, piece=False)
+            continue
+        text = _scalar_text(value)
+        add(text, where, piece=False)
+        if isinstance(value, str):
+            parts = [p.strip() for p in _PIECE_SPLIT.split(text)]
+            if len(parts) > 1 and not _CODE_CHARS.search(text):
+                for p in parts:
+                    if len(p) >= 3 and _PIECE_SHAPE.match(p) and len(p.split()) <= 3:
+                        add(p, f"{where} (part)", piece=True)
+            if text.startswith("/") and "/" in text[1:]:
+                base = text.rstrip("/").rsplit("/", 1)[-1]
+                if "." in base and len(base) >= 5:
+                    add(base, f"{where} (file name)", piece=True)
+    return out
+
+
+def _float_variants(x: float) -> list[str]:
+    """The ways a hint could write a real-valued answer: as stored, and rounded while it still has
+    three significant digits (fewer would match unrelated numbers: 0.296 -> "0.3")."""
+    variants = [repr(x)]
+    if x != x or x in (float("inf"), float("-inf")) or repr(x) in COMMON_VALUES:
+        return []
+    if x == int(x):
+        variants.append(str(int(x)))
+    rounded = [f"{x:.{digits}f}" for digits in (3, 2, 1)]
+    if abs(x) >= 100:
+        rounded.append(str(round(x)))
+    variants += [v for v in rounded if _significant_digits(v) >= 3]
+    return list(dict.fromkeys(variants))
+
+
+def _significant_digits(number_text: str) -> int:
+    digits = number_text.lstrip("-+").replace(".", "").lstrip("0")
+    return len(digits)
+
+
+def _value_pattern(value: str) -> re.Pattern[str]:
+    """Match value as a whole token: not inside a longer word or number ("69" not in "1690")."""
+    head = r"(?<![\w.])" if value[:1].isalnum() or value[:1] == "_" else ""
+    tail = r"(?![\w]|\.\d)" if value[-1:].isalnum() or value[-1:] == "_" else ""
+    # Any run of whitespace stands for a space: a name split over a line break is the same name.
+    body = r"\s+".join(re.escape(part) for part in value.split(" "))
+    return re.compile(head + body + tail, re.I)
+
+
+def _is_scalar(v: Any) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool))
+
+
+def _scalar_text(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def _clean_path(p: str) -> str:
+    p = p.rstrip(".,;:")
+    return p.rstrip("/") or "/"
+
+
+def is_task_path(p: str) -> bool:
+    """True for an absolute path that could belong to the task (not an interpreter or device)."""
+    if p in _SYSTEM_PATHS or len(p) < 3:
+        return False
+    return not any(p.startswith(prefix) for prefix in _SYSTEM_PREFIXES)
+
+
+def _read_text(path: Path, required: bool) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if required:
+            raise TermforgeError(f"{path}: missing (every task directory needs it)") from None
+        return ""

@@ -1,0 +1,551 @@
+"""Hint generation: one paragraph of method-level guidance per task, every hint through the leak gate.
+
+Backends:
+
+- ``procedural`` (the embedded default): the family's method note (private/method.md) framed by
+  facts the instruction gives (its input and deliverable paths). Deterministic. A draft that fails
+  the gate is repaired by dropping the sentences that carry the findings.
+- ``llm``: any `ChatModel` writes the hint from instruction, truth and oracle (prompts.py); a draft
+  that fails the gate goes back with the findings, up to `max_rounds` repair rounds.
+
+A hint that still fails after the last repair is dropped (status ``dropped_leak``); a model that
+declines is recorded as ``refused``; a task lacking what the backend needs is ``not_attempted``.
+Tasks without a hint stay reward-only in training.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from termforge.errors import TermforgeError
+from termforge.hints import prompts
+from termforge.hints.gate import (
+    DEFAULT_MAX_WORDS,
+    DEFAULT_NGRAM,
+    GateContext,
+    ABS_PATH,
+    is_task_path,
+    check_with,
+    load_context,
+)
+from termforge.io import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_jsonl,
+    publish_dir,
+    seed_from,
+    stable_hash,
+    staging_dir,
+)
+
+BACKENDS = ("procedural", "llm")
+STATUSES = ("hinted", "dropped_leak", "refused", "not_attempted")
+
+# Openings of a reply that declines the job instead of doing it.
+_REFUSAL = re.compile(
+    r"^\W*(?:i(?:'| a)?m sorry|sorry\b|i can(?:'|no)?t\b|i cannot\b|i(?:'| a)?m (?:not able|unable)|"
+    r"i am not able|i (?:won't|will not|must decline|do not feel comfortable)|as an ai\b|"
+    r"unfortunately,? i\b|i'?m afraid i\b)",
+    re.I,
+)
+_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+_LABEL = re.compile(r"^\s*(?:\*\*)?(?:hint|here is (?:the|a|my) hint|here's (?:the|a|my) hint)\s*[:.-]?\s*(?:\*\*)?\s*", re.I)
+_FENCE = re.compile(r"^```[\w-]*\n(.*)\n```$", re.S)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\"'/])")
+_INPUT_PATHS_MAX = 4
+
+
+@dataclass
+class HintResult:
+    task_id: str
+    status: str
+    hint: str | None
+    backend: str
+    model: str | None
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    """One entry per draft: {round, draft, gate_report (unredacted), ...backend extras}."""
+    reason: str = ""
+
+    def gate_summary(self) -> dict[str, Any]:
+        """Every round's verdict and redacted findings, without drafts: safe beside a published hint."""
+        return {
+            "status": self.status,
+            "rounds": [
+                {
+                    "round": r["round"],
+                    "passed": r["gate_report"]["passed"] if r.get("gate_report") else False,
+                    "refused": bool(r.get("refused")),
+                    "words": r["gate_report"]["words"] if r.get("gate_report") else 0,
+                    "findings": [
+                        {"kind": f["kind"], "detail": f["detail"]}
+                        for f in (r["gate_report"]["findings"] if r.get("gate_report") else [])
+                    ],
+                    "draft_sha256": stable_hash(r.get("draft", "").encode(), 64),
+                }
+                for r in self.rounds
+            ],
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "status": self.status,
+            "hint": self.hint,
+            "backend": self.backend,
+            "model": self.model,
+            "reason": self.reason,
+            "rounds": self.rounds,
+        }
+
+
+# -- task facts -----------------------------------------------------------------------------------
+
+
+def _task_meta(task_dir: Path) -> dict[str, Any]:
+    path = task_dir / "task.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TermforgeError(f"{path}: missing (not a task directory?)") from None
+    except json.JSONDecodeError as exc:
+        raise TermforgeError(f"{path}: not valid JSON ({exc})") from None
+
+
+def task_id_of(task_dir: Path) -> str:
+    return str(_task_meta(task_dir).get("id") or task_dir.name)
+
+
+def domain_of(meta: dict[str, Any]) -> str:
+    actual = meta.get("actual") or {}
+    sig = meta.get("signature") or {}
+    return str(actual.get("domain") or sig.get("domain") or "unknown")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _paths_in(text: str) -> list[str]:
+    """Absolute paths in order of first appearance, trailing punctuation dropped."""
+    out: list[str] = []
+    for m in ABS_PATH.findall(text):
+        p = m.rstrip(".,;:") or m
+        if p.endswith("/") and len(p) > 1:
+            p = p.rstrip("/") + "/"
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def _code(p: str) -> str:
+    return f"`{p}`"
+
+
+def _join(items: list[str]) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+# -- procedural backend ----------------------------------------------------------------------------
+
+
+def procedural_parts(task_dir: str | Path) -> tuple[str, list[str], str]:
+    """The opening sentence, the method sentences and the closing sentence of a procedural hint."""
+    task_dir = Path(task_dir)
+    method_path = task_dir / "private" / "method.md"
+    try:
+        method = _one_line(method_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TermforgeError(f"{method_path}: missing; the procedural hint backend needs a method note") from None
+    if not method:
+        raise TermforgeError(f"{method_path}: empty; the procedural hint backend needs a method note")
+    instruction = (task_dir / "instruction.md").read_text(encoding="utf-8")
+    meta = _task_meta(task_dir)
+
+    # Only facts the instruction states: deliverables it names, and the other paths it names.
+    shown = _paths_in(instruction)
+    deliverables = [p for p in meta.get("output_paths") or [] if p in instruction]
+    inputs = [
+        p for p in shown
+        if is_task_path(p.rstrip("/")) and p not in deliverables and p.rstrip("/") not in deliverables
+    ][:_INPUT_PATHS_MAX]
+
+    if inputs:
+        opening = (
+            f"Begin by inspecting what you are given ({_join([_code(p) for p in inputs])}) with ls -la, "
+            "file, head and wc before you change anything, and reread the instruction's rules as you go."
+        )
+    else:
+        opening = (
+            "Begin by exploring /app with ls -la, file, head and wc to see what you are given before you "
+            "change anything, and reread the instruction's rules as you go."
+        )
+    if not method.endswith((".", "!", "?")):
+        method += "."
+    sentences = [s.strip() for s in _SENTENCE_END.split(method) if s.strip()]
+    if deliverables:
+        closing = (
+            f"Deliver {_join([_code(p) for p in deliverables])} exactly in the format the instruction asks "
+            "for, and before you submit check it against every stated rule with your own commands "
+            "(cat -A, diff, a short script)."
+        )
+    else:
+        closing = (
+            "Before you submit, check the end state against every requirement in the instruction with "
+            "your own commands (stat, diff, rerunning the programs involved)."
+        )
+    return opening, sentences, closing
+
+
+def procedural_hint(task_dir: str | Path, max_words: int = DEFAULT_MAX_WORDS) -> str:
+    """One imperative paragraph from the method note and the instruction's own facts. Method
+    sentences are dropped from the end if the whole would exceed max_words."""
+    opening, sentences, closing = procedural_parts(task_dir)
+    return _compose(opening, sentences, closing, max_words)
+
+
+def _compose(opening: str, sentences: list[str], closing: str, max_words: int) -> str:
+    kept = list(sentences)
+    while True:
+        text = " ".join([opening, *kept, closing])
+        if len(text.split()) <= max_words or len(kept) <= 1:
+            return text
+        kept.pop()
+
+
+def _procedural_result(
+    task_dir: Path, task_id: str, ctx: GateContext, max_rounds: int
+) -> HintResult:
+    try:
+        opening, sentences, closing = procedural_parts(task_dir)
+    except TermforgeError as exc:
+        return HintResult(task_id, "not_attempted", None, "procedural", None, reason=str(exc))
+    parts = [opening, *sentences, closing]
+    rounds: list[dict[str, Any]] = []
+    for round_no in range(1, max_rounds + 2):
+        draft = _compose(parts[0], parts[1:-1], parts[-1], ctx.max_words) if len(parts) >= 2 else " ".join(parts)
+        report = check_with(draft, ctx)
+        rounds.append({"round": round_no, "draft": draft, "gate_report": report.to_dict(redact=False)})
+        if report.passed:
+            return HintResult(task_id, "hinted", draft, "procedural", None, rounds)
+        # Repair: drop every sentence that fails the content checks on its own.
+        bad = [i for i, s in enumerate(parts) if not _content_passes(s, ctx)]
+        if not bad or len(bad) == len(parts):
+            break
+        parts = [s for i, s in enumerate(parts) if i not in bad]
+    kinds = sorted({f["kind"] for f in rounds[-1]["gate_report"]["findings"]})
+    return HintResult(task_id, "dropped_leak", None, "procedural", None, rounds,
+                      reason=f"still failing after {len(rounds)} draft(s): {', '.join(kinds)}")
+
+
+def _content_passes(sentence: str, ctx: GateContext) -> bool:
+    report = check_with(sentence, ctx)
+    return not [f for f in report.findings if f["kind"] not in ("not_one_paragraph", "too_long")]
+
+
+# -- llm backend ------------------------------------------------------------------------------------
+
+
+def is_refusal(text: str, finish_reason: str = "") -> bool:
+    if finish_reason == "content_filter":
+        return True
+    return not text.strip() or _REFUSAL.match(text.strip()) is not None
+
+
+def clean_reply(text: str) -> str:
+    """The hint inside a reply: reasoning blocks, a code fence around it and a "Hint:" label go."""
+    text = _THINK.sub("", text).strip()
+    m = _FENCE.match(text)
+    if m:
+        text = m.group(1).strip()
+    text = _LABEL.sub("", text, count=1).strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        text = text[1:-1].strip()
+    return text
+
+
+def _finalise(text: str) -> str:
+    # A hint that passed is one paragraph; rewrapped lines inside it carry no meaning.
+    return _one_line(text)
+
+
+def llm_prompt(task_dir: Path, ctx: GateContext) -> list[dict[str, str]]:
+    """The first request for one task: rule and examples, then instruction, truth, oracle, method."""
+    truth_path = task_dir / "private" / "truth.json"
+    truth = json.loads(truth_path.read_text(encoding="utf-8")) if truth_path.exists() else {}
+    oracle_path = task_dir / "solution" / "solve.sh"
+    method_path = task_dir / "private" / "method.md"
+    return prompts.initial_messages(
+        ctx.instruction,
+        truth,
+        oracle_path.read_text(encoding="utf-8") if oracle_path.exists() else "",
+        method_path.read_text(encoding="utf-8") if method_path.exists() else "",
+        ctx.max_words,
+    )
+
+
+def _round_sampling(sampling: Any, round_no: int) -> Any:
+    # A fresh but reproducible draw per round: a repair must not resample the same text. The seed
+    # depends on the round only, so one task alone and the same task in a batch send equal requests.
+    if sampling is None or getattr(sampling, "seed", None) is None:
+        return sampling
+    return sampling.replace(seed=seed_from("hint-round", sampling.seed, round_no) % (2**31))
+
+
+def llm_hints(
+    model: Any,
+    tasks: Sequence[tuple[str, Path, GateContext]],
+    max_rounds: int = 2,
+    sampling: Any = None,
+) -> list[HintResult]:
+    """Hints for many tasks, one batched model call per round: every task still failing the gate
+    goes into the next round's batch with its findings. Results in input order."""
+    model_id = getattr(model, "model_id", None) or str(model)
+    convos = {tid: llm_prompt(task_dir, ctx) for tid, task_dir, ctx in tasks}
+    contexts = {tid: ctx for tid, _, ctx in tasks}
+    rounds: dict[str, list[dict[str, Any]]] = {tid: [] for tid, _, _ in tasks}
+    done: dict[str, HintResult] = {}
+    pending = [tid for tid, _, _ in tasks]
+    for round_no in range(1, max_rounds + 2):
+        if not pending:
+            break
+        try:
+            replies = model.chat_many([convos[t] for t in pending], n=1, sampling=_round_sampling(sampling, round_no))
+        except TermforgeError as exc:
+            raise TermforgeError(
+                f"hint model {model_id} failed in round {round_no} (tasks {', '.join(pending[:3])}"
+                f"{' ...' if len(pending) > 3 else ''}): {exc}"
+            ) from exc
+        still: list[str] = []
+        for tid, completions in zip(pending, replies):
+            completion = completions[0]
+            raw = completion.text or ""
+            entry: dict[str, Any] = {
+                "round": round_no,
+                "raw": raw,
+                "finish_reason": completion.finish_reason,
+                "cached": bool(getattr(completion, "cached", False)),
+                "prompt_sha256": stable_hash(convos[tid], 64),
+            }
+            rounds[tid].append(entry)
+            if is_refusal(raw, completion.finish_reason):
+                entry.update(draft=raw.strip(), refused=True, gate_report=None)
+                done[tid] = HintResult(tid, "refused", None, "llm", model_id, rounds[tid],
+                                       reason=f"the model declined in round {round_no}")
+                continue
+            draft = clean_reply(raw)
+            report = check_with(draft, contexts[tid])
+            entry.update(draft=draft, refused=False, gate_report=report.to_dict(redact=False))
+            if report.passed:
+                done[tid] = HintResult(tid, "hinted", _finalise(draft), "llm", model_id, rounds[tid])
+                continue
+            convos[tid] = [*convos[tid], {"role": "assistant", "content": raw},
+                           prompts.repair_message(report.findings, contexts[tid].max_words)]
+            still.append(tid)
+        pending = still
+    for tid in pending:
+        kinds = sorted({f["kind"] for f in rounds[tid][-1]["gate_report"]["findings"]})
+        done[tid] = HintResult(tid, "dropped_leak", None, "llm", model_id, rounds[tid],
+                               reason=f"still failing after {max_rounds} repair round(s): {', '.join(kinds)}")
+    return [done[tid] for tid, _, _ in tasks]
+
+
+def llm_hint(
+    model: Any,
+    task_dir: str | Path,
+    max_rounds: int = 2,
+    sampling: Any = None,
+    n: int = DEFAULT_NGRAM,
+    max_words: int = DEFAULT_MAX_WORDS,
+) -> HintResult:
+    """Ask `model` (a ChatModel) for one task's hint; repair from the gate's findings up to
+    max_rounds times (so at most max_rounds + 1 drafts)."""
+    task_dir = Path(task_dir)
+    ctx = load_context(task_dir, n=n, max_words=max_words)
+    return llm_hints(model, [(task_id_of(task_dir), task_dir, ctx)], max_rounds, sampling)[0]
+
+
+# -- the stage --------------------------------------------------------------------------------------
+
+
+def run_hints(
+    task_dirs: Sequence[str | Path],
+    backend: str,
+    out_dir: str | Path,
+    model: Any = None,
+    max_rounds: int = 2,
+    n: int = DEFAULT_NGRAM,
+    workers: int = 1,
+    *,
+    sampling: Any = None,
+    max_words: int = DEFAULT_MAX_WORDS,
+    batch_size: int = 256,
+) -> dict[str, Any]:
+    """Write hints for task_dirs under out_dir and return the coverage summary.
+
+    Outputs (each written atomically): demos.parquet (one row per hinted task, by task id),
+    md/<task_id>.md (one per hint), coverage.json (counts overall and per domain, status per task),
+    attempts.jsonl (every draft with its unredacted gate report: host-side audit, contains leaks).
+    `model` is a ChatModel or a model spec mapping for `make_model` (llm backend only);
+    `max_rounds` counts repair rounds after the first draft. The llm backend sends each round of
+    up to `batch_size` tasks as one `chat_many` call (the backend batches or runs requests
+    concurrently); `workers` threads read tasks, run the procedural backend, and run llm batches
+    side by side. Row order never depends on either: rows go by task id.
+    """
+    if backend not in BACKENDS:
+        raise TermforgeError(f"hints backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    if not isinstance(max_rounds, int) or max_rounds < 0:
+        raise TermforgeError(f"hints max_rounds: expected an integer >= 0, got {max_rounds!r}")
+    if not isinstance(workers, int) or workers < 1:
+        raise TermforgeError(f"hints workers: expected an integer >= 1, got {workers!r}")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise TermforgeError(f"hints batch_size: expected an integer >= 1, got {batch_size!r}")
+    out_dir = Path(out_dir)
+    dirs = [Path(d) for d in task_dirs]
+    metas = {d: _task_meta(d) for d in dirs}
+    ids: dict[str, Path] = {}
+    for d in dirs:
+        tid = str(metas[d].get("id") or d.name)
+        if tid in ids:
+            raise TermforgeError(f"task {tid}: given twice ({ids[tid]} and {d})")
+        ids[tid] = d
+
+    owned_model = None
+    if backend == "llm":
+        if model is None:
+            raise TermforgeError("hints backend 'llm' needs a model (a ChatModel or a model spec)")
+        if isinstance(model, dict):
+            from termforge.models import make_model
+
+            model = owned_model = make_model(model, where="hints.model")
+    model_id = getattr(model, "model_id", None) if backend == "llm" else None
+
+    def prepare(tid: str) -> tuple[str, Path, GateContext | None, HintResult | None]:
+        task_dir = ids[tid]
+        if not (task_dir / "instruction.md").exists():
+            return tid, task_dir, None, HintResult(tid, "not_attempted", None, backend, model_id,
+                                                   reason="no instruction.md")
+        return tid, task_dir, load_context(task_dir, n=n, max_words=max_words), None
+
+    def procedural(item: tuple[str, Path, GateContext | None, HintResult | None]) -> HintResult:
+        tid, task_dir, ctx, skipped = item
+        return skipped or _procedural_result(task_dir, tid, ctx, max_rounds)
+
+    def llm_batch(batch: list[tuple[str, Path, GateContext]]) -> list[HintResult]:
+        return llm_hints(model, batch, max_rounds=max_rounds, sampling=sampling)
+
+    order = sorted(ids)
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            items = list(pool.map(prepare, order))
+            if backend == "procedural":
+                results = list(pool.map(procedural, items))
+            else:
+                ready = [(tid, d, ctx) for tid, d, ctx, skipped in items if skipped is None]
+                batches = [ready[i : i + batch_size] for i in range(0, len(ready), batch_size)]
+                found = {r.task_id: r for batch in pool.map(llm_batch, batches) for r in batch}
+                results = [skipped or found[tid] for tid, _, _, skipped in items]
+    finally:
+        if owned_model is not None:
+            owned_model.close()
+
+    domains = {tid: domain_of(metas[ids[tid]]) for tid in order}
+    coverage = _coverage(results, domains, backend, model_id, max_rounds, n, max_words)
+    _write_outputs(out_dir, results, coverage)
+    c = coverage["counts"]
+    print(
+        f"hints ({backend}{', ' + model_id if model_id else ''}): {c['hinted']}/{coverage['total']} hinted "
+        f"({coverage['repaired']} after repair), {c['dropped_leak']} dropped for leaks, "
+        f"{c['refused']} refused, {c['not_attempted']} not attempted -> {out_dir}"
+    )
+    return coverage
+
+
+def _zero_counts() -> dict[str, int]:
+    return {s: 0 for s in STATUSES}
+
+
+def _coverage(
+    results: list[HintResult], domains: dict[str, str], backend: str, model_id: str | None,
+    max_rounds: int, n: int, max_words: int,
+) -> dict[str, Any]:
+    counts = _zero_counts()
+    by_domain: dict[str, dict[str, int]] = {}
+    for r in results:
+        counts[r.status] += 1
+        by_domain.setdefault(domains[r.task_id], _zero_counts())[r.status] += 1
+    findings: dict[str, int] = {}
+    for r in results:
+        for rnd in r.rounds:
+            for f in (rnd.get("gate_report") or {}).get("findings", []):
+                findings[f["kind"]] = findings.get(f["kind"], 0) + 1
+    return {
+        "backend": backend,
+        "model": model_id,
+        "max_rounds": max_rounds,
+        "n": n,
+        "max_words": max_words,
+        "total": len(results),
+        "counts": counts,
+        "by_domain": dict(sorted(by_domain.items())),
+        "repaired": sum(1 for r in results if r.status == "hinted" and len(r.rounds) > 1),
+        "findings_by_kind": dict(sorted(findings.items())),
+        "tasks": {r.task_id: {"status": r.status, "rounds": len(r.rounds), "reason": r.reason} for r in results},
+    }
+
+
+def demos_table_bytes(results: list[HintResult]) -> bytes:
+    """demos.parquet: hinted tasks only, sorted by task id, written without anything run-specific."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = sorted((r for r in results if r.status == "hinted"), key=lambda r: r.task_id)
+    schema = pa.schema(
+        [
+            ("task_id", pa.string()),
+            ("demo", pa.string()),
+            ("backend", pa.string()),
+            ("model", pa.string()),
+            ("rounds", pa.int32()),
+            ("gate_report", pa.string()),
+        ]
+    )
+    table = pa.table(
+        {
+            "task_id": [r.task_id for r in rows],
+            "demo": [r.hint for r in rows],
+            "backend": [r.backend for r in rows],
+            "model": [r.model for r in rows],
+            "rounds": [len(r.rounds) for r in rows],
+            "gate_report": [json.dumps(r.gate_summary(), sort_keys=True, ensure_ascii=False) for r in rows],
+        },
+        schema=schema,
+    )
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", use_dictionary=False, write_statistics=True)
+    return buf.getvalue()
+
+
+def _write_outputs(out_dir: Path, results: list[HintResult], coverage: dict[str, Any]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # md/ is replaced as a whole so hints of tasks that lost theirs since the last run disappear.
+    stage = staging_dir(out_dir / "md")
+    for r in results:
+        if r.status == "hinted":
+            (stage / f"{r.task_id}.md").write_text(
+                f"# Hint for {r.task_id}\n\n{r.hint}\n", encoding="utf-8"
+            )
+    os.chmod(stage, 0o755)  # mkdtemp makes it private; the hints are meant to be read
+    publish_dir(stage, out_dir / "md")
+    atomic_write_jsonl(out_dir / "attempts.jsonl", [r.to_dict() for r in sorted(results, key=lambda r: r.task_id)])
+    atomic_write_bytes(out_dir / "demos.parquet", demos_table_bytes(results))
+    # Written last: its presence means the other outputs are complete.
+    atomic_write_json(out_dir / "coverage.json", coverage)

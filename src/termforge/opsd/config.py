@@ -1,0 +1,322 @@
+"""OPSDConfig: every knob of the on-policy self-distillation trainer, in one dataclass.
+
+One flat dataclass in the style of TRL's trainer configs: each field has a default and a help
+text (``field(metadata={"help": ...})``), and the same table gives the JSON schema of the
+``train:`` section of config.yaml (``config_schema()``). The defaults are the embedded run
+(SmolLM2-135M on two CPU cores, a few minutes); configs/opsd-reference.yaml holds the reference
+recipe (Qwen3-1.7B, DESIGN section 6), and docs/opsd.md maps one onto the other.
+
+``OPSDConfig.from_dict`` is the only way in from user input: unknown keys, wrong types, values
+out of range and contradictory combinations raise ConfigError naming the key path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from termforge.errors import ConfigError
+
+__all__ = [
+    "OPSDConfig",
+    "REFERENCE_TARGET_MODULES",
+    "RESUME_FREE_KEYS",
+    "config_schema",
+    "incompatible_keys",
+]
+
+REFERENCE_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+DEFAULT_MATH_CONTEXT_TEMPLATE = (
+    "Below is a problem together with a worked reference solution. Read the solution, then write "
+    "your own solution to the problem.\n\nReference solution:\n{context}\n\n"
+)
+DEFAULT_TERMINAL_CONTEXT_TEMPLATE = (
+    "Guidance on how to approach the task below (a method, not the answer):\n{context}\n\n"
+)
+
+
+def _knob(default: Any, help: str, *, choices: tuple | None = None, minimum: float | None = None,
+          exclusive_minimum: float | None = None, maximum: float | None = None,
+          default_factory: Any = None) -> Any:
+    metadata = {"help": help, "choices": choices, "minimum": minimum,
+                "exclusive_minimum": exclusive_minimum, "maximum": maximum}
+    if default_factory is not None:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class OPSDConfig:
+    # -- model and precision ----------------------------------------------------------------
+    model: str = _knob("smollm2-135m-instruct", "Student model (the teacher is the same model): the "
+                       "embedded name smollm2-135m-instruct, a local directory or .gguf file, or a Hub id.")
+    device: str = _knob("auto", "cpu, cuda, cuda:N or auto (GPU when one is visible). Under "
+                        "`accelerate launch` the launcher's device wins.")
+    dtype: str = _knob("auto", "Weight dtype. auto: bfloat16 for a frozen LoRA base on a GPU, float32 "
+                       "otherwise (full fine-tuning keeps float32 master weights and gets bf16 compute "
+                       "from mixed_precision).", choices=("auto", "float32", "bfloat16", "float16"))
+    mixed_precision: str = _knob("auto", "Autocast for forward passes: auto (bf16 on GPU, off on CPU), "
+                                 "no or bf16.", choices=("auto", "no", "bf16"))
+    num_threads: int | None = _knob(None, "CPU threads for torch (null: torch's default).", minimum=1)
+
+    # -- data -------------------------------------------------------------------------------
+    data_kind: str = _knob("math", "math: problems whose privileged context is the reference solution; "
+                           "terminal: kept tasks whose privileged context is the hint (demos.parquet).",
+                           choices=("math", "terminal"))
+    dataset: str | None = _knob(None, "Math data: a Hub id (e.g. siyanzhao/Openthoughts_math_30k_opsd) or a "
+                                "local .jsonl/.json/.parquet file or dataset folder.")
+    dataset_split: str = _knob("train", "Split to read from a Hub or folder dataset.")
+    problem_column: str = _knob("problem", "Column holding the problem text.")
+    solution_column: str = _knob("solution", "Column holding the reference solution (the teacher's "
+                                 "privileged context).")
+    answer_column: str | None = _knob("answer", "Column holding the final answer; null takes it from the "
+                                      "last \\boxed{} of the solution.")
+    id_column: str | None = _knob(None, "Column holding a row id; null numbers rows by position.")
+    integer_answer_only: bool = _knob(False, "Keep only rows whose answer is an integer.")
+    min_solution_chars: int = _knob(0, "Drop rows whose solution is shorter than this.", minimum=0)
+    max_rows: int | None = _knob(None, "Use at most this many rows (the first ones after filtering).",
+                                 minimum=1)
+    demos: str | None = _knob(None, "Terminal data: demos.parquet from the hints stage (task_id, demo).")
+    tasks_dir: str | None = _knob(None, "Terminal data: folder of task directories (each with "
+                                  "instruction.md), joined with demos on task id.")
+    max_prompt_tokens: int | None = _knob(None, "Drop rows whose teacher prompt (prompt plus privileged "
+                                          "context) is longer than this many tokens.", minimum=1)
+    probe_dataset: str | None = _knob(None, "Held-out rows for the KL probe (same columns as dataset); "
+                                      "null: hold probe_size rows out of the training data.")
+    probe_size: int = _knob(4, "Held-out prompts in the KL probe (0 disables the probe).", minimum=0)
+    probe_max_new_tokens: int = _knob(48, "Length cap of the probe's fixed completions.", minimum=1)
+
+    # -- prompts ----------------------------------------------------------------------------
+    student_thinking: bool | None = _knob(None, "enable_thinking for the student's chat template "
+                                          "(null: the template's default, no switch passed). true on a "
+                                          "template without the switch is an error.")
+    teacher_thinking: bool | None = _knob(None, "enable_thinking for the teacher's chat template "
+                                          "(null: the template's default).")
+    teacher_context_role: str = _knob("user", "Where the privileged context goes in the teacher prompt: "
+                                      "prepended to the first user message, or into the system message.",
+                                      choices=("user", "system"))
+    math_context_template: str = _knob(DEFAULT_MATH_CONTEXT_TEMPLATE, "Teacher text for math rows; "
+                                       "{context} is replaced by the reference solution.")
+    terminal_context_template: str = _knob(DEFAULT_TERMINAL_CONTEXT_TEMPLATE, "Teacher text for "
+                                           "terminal rows; {context} is replaced by the hint.")
+
+    # -- rollouts ---------------------------------------------------------------------------
+    prompts_per_step: int = _knob(4, "Prompts per optimizer step, over all processes.", minimum=1)
+    rollouts_per_prompt: int = _knob(1, "Student samples per prompt.", minimum=1)
+    max_new_tokens: int = _knob(32, "Length cap of a student rollout.", minimum=1)
+    temperature: float = _knob(1.1, "Sampling temperature of rollouts.", exclusive_minimum=0.0)
+    top_p: float = _knob(0.95, "Nucleus mass of rollouts.", exclusive_minimum=0.0, maximum=1.0)
+    top_k: int = _knob(20, "Top-k of rollouts (0 disables).", minimum=0)
+    generation_batch_size: int = _knob(8, "Prompts per generate call.", minimum=1)
+
+    # -- teacher ----------------------------------------------------------------------------
+    teacher_mode: str = _knob("fixed", "fixed: the base weights (LoRA off); ema: an exponential moving "
+                              "average of the trained weights; live: the current weights.",
+                              choices=("fixed", "ema", "live"))
+    ema_decay: float = _knob(0.99, "EMA decay per optimizer step (teacher_mode ema).", minimum=0.0,
+                             maximum=1.0)
+
+    # -- loss -------------------------------------------------------------------------------
+    loss_type: str = _knob("full_vocab", "full_vocab: generalised JSD over the whole vocabulary; "
+                           "sampled_token: the policy-gradient reverse-KL estimate on sampled tokens.",
+                           choices=("full_vocab", "sampled_token"))
+    beta: float = _knob(0.0, "Generalised JSD mixture: 0 forward KL(teacher||student), 1 reverse KL.",
+                        minimum=0.0, maximum=1.0)
+    loss_temperature: float | None = _knob(None, "Temperature both logits are divided by in the loss "
+                                           "(null: the sampling temperature).", exclusive_minimum=0.0)
+    token_clip: float | None = _knob(0.05, "Clamp each per-(token, vocabulary entry) divergence term at "
+                                     "this maximum before summing (null: no clamp).",
+                                     exclusive_minimum=0.0)
+    loss_chunk_size: int | None = _knob(256, "Completion tokens per loss chunk (bounded memory, same "
+                                        "value); null computes all tokens at once.", minimum=1)
+
+    # -- optimisation -----------------------------------------------------------------------
+    finetune: str = _knob("lora", "lora (peft adapters on a frozen base) or full.", choices=("lora", "full"))
+    lora_r: int = _knob(64, "LoRA rank.", minimum=1)
+    lora_alpha: float = _knob(128.0, "LoRA alpha (scale alpha / r).", exclusive_minimum=0.0)
+    lora_dropout: float = _knob(0.0, "Dropout on the LoRA input.", minimum=0.0, maximum=1.0)
+    lora_target_modules: list[str] = _knob(None, "Module names that get adapters.",
+                                           default_factory=lambda: list(REFERENCE_TARGET_MODULES))
+    learning_rate: float = _knob(5e-4, "Peak learning rate (AdamW).", exclusive_minimum=0.0)
+    weight_decay: float = _knob(0.0, "AdamW decoupled weight decay.", minimum=0.0)
+    adam_beta1: float = _knob(0.9, "AdamW beta1.", minimum=0.0, maximum=1.0)
+    adam_beta2: float = _knob(0.999, "AdamW beta2.", minimum=0.0, maximum=1.0)
+    adam_epsilon: float = _knob(1e-8, "AdamW epsilon.", exclusive_minimum=0.0)
+    lr_scheduler: str = _knob("constant", "Learning-rate schedule after warmup.",
+                              choices=("constant", "linear", "cosine"))
+    warmup_steps: int = _knob(0, "Linear warmup from 0 over this many steps.", minimum=0)
+    max_grad_norm: float | None = _knob(0.1, "Clip the global gradient norm to this (null: no clip).",
+                                        exclusive_minimum=0.0)
+    max_steps: int = _knob(8, "Optimizer steps.", minimum=1)
+    micro_batch_size: int = _knob(4, "Sequences per forward/backward on one process; a step's prompts "
+                                  "are accumulated over as many micro-batches as needed.", minimum=1)
+    gradient_checkpointing: bool = _knob(False, "Activation checkpointing on the student forward "
+                                         "(the teacher forward keeps no activations anyway).")
+    seed: int = _knob(0, "Seeds LoRA init, data order, rollouts and dropout.", minimum=0)
+
+    # -- outputs ----------------------------------------------------------------------------
+    checkpoint_every: int = _knob(0, "Write a resumable checkpoint every N steps (0: only the last "
+                                  "step).", minimum=0)
+    checkpoint_keep: int = _knob(2, "Checkpoints kept on disk (older ones are deleted).", minimum=1)
+    resume: bool = _knob(True, "Continue from the newest checkpoint in the output folder if there is one.")
+    plot: bool = _knob(True, "Write loss_curve.png.")
+
+    # ----------------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None, where: str = "train") -> "OPSDConfig":
+        """Build and validate a config from user input; errors name `where.key`."""
+        values = dict(values or {})
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key in values:
+            if key not in names:
+                close = difflib.get_close_matches(str(key), names, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"{where}.{key}: unknown key{hint}")
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name in values:
+                values[f.name] = _check_value(f"{where}.{f.name}", values[f.name], hints[f.name], f.metadata)
+        cfg = cls(**values)
+        cfg._check_combinations(where)
+        return cfg
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def _check_combinations(self, where: str) -> None:
+        for key in ("math_context_template", "terminal_context_template"):
+            template = getattr(self, key)
+            if "{context}" not in template:
+                raise ConfigError(f"{where}.{key}: must contain the placeholder {{context}}")
+            try:
+                template.format(context="")
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ConfigError(f"{where}.{key}: not a valid template with only {{context}} "
+                                  f"(escape other braces as {{{{ }}}}): {exc}") from None
+        if self.finetune == "lora" and not self.lora_target_modules:
+            raise ConfigError(f"{where}.lora_target_modules: LoRA needs at least one target module")
+        if self.warmup_steps > self.max_steps:
+            raise ConfigError(f"{where}.warmup_steps: {self.warmup_steps} exceeds max_steps {self.max_steps}")
+
+    @property
+    def effective_loss_temperature(self) -> float:
+        return self.temperature if self.loss_temperature is None else self.loss_temperature
+
+    @property
+    def sequences_per_step(self) -> int:
+        return self.prompts_per_step * self.rollouts_per_prompt
+
+    def gradient_accumulation_steps(self, num_processes: int = 1) -> int:
+        """Micro-batches per optimizer step on each process (the last one may be partial)."""
+        per_process = math.ceil(self.sequences_per_step / num_processes)
+        return max(1, math.ceil(per_process / self.micro_batch_size))
+
+
+# Keys that change how a run is executed or recorded but not what it computes (or, for device and
+# micro-batch size, only its floating-point rounding): a checkpoint may be resumed under new values.
+RESUME_FREE_KEYS = frozenset({
+    "device", "num_threads", "generation_batch_size", "micro_batch_size", "loss_chunk_size",
+    "checkpoint_every", "checkpoint_keep", "resume", "plot", "gradient_checkpointing",
+})
+
+
+def incompatible_keys(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Keys whose values differ between a checkpoint's config and the current one (sorted)."""
+    keys = (set(saved) | set(current)) - RESUME_FREE_KEYS
+    return sorted(k for k in keys if _normalise(saved.get(k, _MISSING)) != _normalise(current.get(k, _MISSING)))
+
+
+_MISSING = object()
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_normalise(v) for v in value]
+    if isinstance(value, bool) or value is None or value is _MISSING:
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    return value
+
+
+def _type_name(tp: Any) -> str:
+    return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(tp, str(tp))
+
+
+def _split_optional(hint: Any) -> tuple[Any, bool]:
+    """(the non-None type, whether None is allowed) of `X` or `X | None`."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        return next(a for a in args if a is not type(None)), type(None) in args
+    return hint, False
+
+
+def _check_value(key: str, value: Any, hint: Any, metadata: Mapping[str, Any]) -> Any:
+    base, nullable = _split_optional(hint)
+    if value is None:
+        if nullable:
+            return None
+        raise ConfigError(f"{key}: may not be null")
+    origin = typing.get_origin(base)
+    if origin is list:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{key}: expected a list of strings, got {value!r}")
+        return list(value)
+    if base is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    elif base is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    elif base is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+        value = float(value)
+    elif base is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+    choices = metadata.get("choices")
+    if choices and value not in choices:
+        raise ConfigError(f"{key}: expected one of {', '.join(map(str, choices))}, got {value!r}")
+    if metadata.get("minimum") is not None and value < metadata["minimum"]:
+        raise ConfigError(f"{key}: must be >= {metadata['minimum']}, got {value!r}")
+    if metadata.get("exclusive_minimum") is not None and value <= metadata["exclusive_minimum"]:
+        raise ConfigError(f"{key}: must be > {metadata['exclusive_minimum']}, got {value!r}")
+    if metadata.get("maximum") is not None and value > metadata["maximum"]:
+        raise ConfigError(f"{key}: must be <= {metadata['maximum']}, got {value!r}")
+    return value
+
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def config_schema() -> dict[str, Any]:
+    """JSON schema (as a dict) of the `train:` section: one property per OPSDConfig field, with its
+    type, default, description and bounds. The workflow schema can include it verbatim."""
+    hints = typing.get_type_hints(OPSDConfig)
+    defaults = OPSDConfig().to_dict()
+    properties: dict[str, Any] = {}
+    for f in dataclasses.fields(OPSDConfig):
+        base, nullable = _split_optional(hints[f.name])
+        if typing.get_origin(base) is list:
+            prop: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
+        else:
+            json_type = _JSON_TYPES[base]
+            prop = {"type": [json_type, "null"] if nullable else json_type}
+        prop["description"] = f.metadata["help"]
+        prop["default"] = defaults[f.name]
+        if f.metadata.get("choices"):
+            prop["enum"] = list(f.metadata["choices"])
+        for meta_key, schema_key in (("minimum", "minimum"), ("exclusive_minimum", "exclusiveMinimum"),
+                                     ("maximum", "maximum")):
+            if f.metadata.get(meta_key) is not None:
+                prop[schema_key] = f.metadata[meta_key]
+        properties[f.name] = prop
+    return {"type": "object", "additionalProperties": False, "default": {},
+            "description": "On-policy self-distillation trainer (OPSDConfig).", "properties": properties}

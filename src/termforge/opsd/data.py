@@ -1,0 +1,199 @@
+"""Prompt rows for OPSD: math problems with reference solutions, terminal tasks with hints.
+
+Both kinds become one `PromptRow`: what the student sees (`prompt_messages`) and what only the
+teacher sees (`privileged_context`). Data order is a pure function of (seed, step), so a resumed
+run draws exactly the prompts the uninterrupted run would have drawn.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from termforge.errors import ConfigError, TermforgeError
+from termforge.io import seed_from
+from termforge.opsd.config import OPSDConfig
+
+__all__ = [
+    "PromptRow",
+    "load_math_rows",
+    "load_prompt_rows",
+    "load_terminal_rows",
+    "math_prompt_rows",
+    "split_probe_rows",
+    "step_row_indices",
+    "teacher_messages",
+]
+
+
+@dataclass(frozen=True)
+class PromptRow:
+    """One training prompt. prompt_messages: the student's chat (system/user turns, no reply);
+    privileged_context: the reference solution (math) or hint (terminal) only the teacher sees."""
+
+    id: str
+    prompt_messages: tuple[dict[str, str], ...]
+    privileged_context: str
+    kind: str  # "math" or "terminal"
+
+    def messages(self) -> list[dict[str, str]]:
+        return [dict(m) for m in self.prompt_messages]
+
+
+def math_prompt_rows(rows: Sequence[dict[str, Any]]) -> list[PromptRow]:
+    """{id, problem, solution, answer} rows (mathdata's shape) -> PromptRows. The student prompt is
+    the AIME eval prompt, so training and evaluation ask the same way."""
+    from termforge.evals.aime import build_prompt
+
+    return [PromptRow(id=str(r["id"]), prompt_messages=tuple(build_prompt(str(r["problem"]))),
+                      privileged_context=str(r["solution"]).strip(), kind="math") for r in rows]
+
+
+def _read_math_rows(source: str, cfg: OPSDConfig, where: str) -> list[dict[str, Any]]:
+    from termforge.evals.aime import extract_boxed
+    from termforge.mathdata import column_error, read_rows
+
+    raw, columns = read_rows(source, cfg.dataset_split)
+    wanted = [("problem_column", cfg.problem_column), ("solution_column", cfg.solution_column),
+              ("answer_column", cfg.answer_column), ("id_column", cfg.id_column)]
+    for key, column in wanted:
+        if column is not None and column not in columns:
+            raise column_error(source, column, columns, f"{where}.{key}")
+    rows = []
+    for index, row in enumerate(raw):
+        solution = "" if row.get(cfg.solution_column) is None else str(row[cfg.solution_column])
+        if cfg.answer_column is not None:
+            answer = "" if row.get(cfg.answer_column) is None else str(row[cfg.answer_column]).strip()
+        else:
+            answer = (extract_boxed(solution) or "").strip()
+        rows.append({
+            "id": str(row[cfg.id_column]) if cfg.id_column is not None else f"row-{index}",
+            "problem": "" if row.get(cfg.problem_column) is None else str(row[cfg.problem_column]),
+            "solution": solution,
+            "answer": answer,
+        })
+    return rows
+
+
+def load_math_rows(cfg: OPSDConfig, source: str | None = None, where: str = "train") -> list[PromptRow]:
+    """Read, filter (printing what is kept) and convert the math set named by `source` (default
+    cfg.dataset). Errors name the config key: a missing column, a filter that keeps nothing."""
+    from termforge.mathdata import filter_rows
+
+    source = source or cfg.dataset
+    if not source:
+        raise ConfigError(f"{where}.dataset: data_kind math needs a dataset (a Hub id or a local file)")
+    rows = _read_math_rows(source, cfg, where)
+    try:
+        kept = filter_rows(rows, integer_answer_only=cfg.integer_answer_only,
+                           min_solution_chars=cfg.min_solution_chars, where=where)
+    except TermforgeError as exc:
+        raise ConfigError(str(exc)) from None
+    if not any(r["solution"].strip() for r in kept):
+        raise ConfigError(f"{where}.solution_column: every kept row of {source} has an empty "
+                          f"{cfg.solution_column!r}; the teacher would see no privileged context")
+    kept = [r for r in kept if r["solution"].strip()]
+    if cfg.max_rows is not None:
+        kept = kept[: cfg.max_rows]
+    return math_prompt_rows(kept)
+
+
+def load_terminal_rows(cfg: OPSDConfig, demos: str | None = None, tasks_dir: str | None = None,
+                       where: str = "train") -> list[PromptRow]:
+    """Tasks that have a hint: demos.parquet (task_id, demo) joined with each task's instruction.md.
+    The student sees the harness's opening turns; the teacher additionally sees the hint."""
+    import pyarrow.parquet as pq
+
+    from termforge.harness import initial_messages
+
+    demos = demos or cfg.demos
+    tasks_dir = tasks_dir or cfg.tasks_dir
+    if not demos:
+        raise ConfigError(f"{where}.demos: data_kind terminal needs the hints stage's demos.parquet")
+    if not tasks_dir:
+        raise ConfigError(f"{where}.tasks_dir: data_kind terminal needs the folder of task directories")
+    if not Path(demos).is_file():
+        raise ConfigError(f"{where}.demos: {demos} does not exist")
+    table = pq.read_table(demos)
+    for column in ("task_id", "demo"):
+        if column not in table.column_names:
+            raise ConfigError(f"{where}.demos: {demos} has no column {column!r} "
+                              f"(columns: {', '.join(table.column_names)})")
+    rows, without_hint = [], 0
+    for record in table.to_pylist():
+        hint = (record.get("demo") or "").strip()
+        if not hint:
+            without_hint += 1  # reward-only task: nothing privileged to distil from
+            continue
+        instruction_path = Path(tasks_dir) / str(record["task_id"]) / "instruction.md"
+        if not instruction_path.is_file():
+            raise TermforgeError(f"task {record['task_id']}: listed in {demos} but {instruction_path} is missing")
+        rows.append(PromptRow(id=str(record["task_id"]),
+                              prompt_messages=tuple(initial_messages(instruction_path.read_text())),
+                              privileged_context=hint, kind="terminal"))
+    print(f"{where}: kept {len(rows)} of {table.num_rows} tasks with a hint "
+          f"(dropped {without_hint} without one)")
+    if not rows:
+        raise ConfigError(f"{where}.demos: no task in {demos} has a hint; nothing to distil")
+    if cfg.max_rows is not None:
+        rows = rows[: cfg.max_rows]
+    return rows
+
+
+def load_prompt_rows(cfg: OPSDConfig, where: str = "train") -> list[PromptRow]:
+    if cfg.data_kind == "math":
+        return load_math_rows(cfg, where=where)
+    return load_terminal_rows(cfg, where=where)
+
+
+def teacher_messages(row: PromptRow, cfg: OPSDConfig) -> list[dict[str, str]]:
+    """The student's prompt with the privileged context added where cfg.teacher_context_role says:
+    prepended to the first user message, or appended to (or inserted as) the system message."""
+    template = cfg.math_context_template if row.kind == "math" else cfg.terminal_context_template
+    context = template.format(context=row.privileged_context)
+    messages = row.messages()
+    if cfg.teacher_context_role == "system":
+        if messages and messages[0]["role"] == "system":
+            messages[0]["content"] = f"{messages[0]['content']}\n\n{context.strip()}"
+        else:
+            messages.insert(0, {"role": "system", "content": context.strip()})
+        return messages
+    for message in messages:
+        if message["role"] == "user":
+            message["content"] = context + message["content"]
+            return messages
+    raise TermforgeError(f"row {row.id}: the prompt has no user message to add the privileged context to")
+
+
+def split_probe_rows(rows: Sequence[PromptRow], probe_size: int, seed: int
+                     ) -> tuple[list[PromptRow], list[PromptRow]]:
+    """(train, probe): probe_size rows drawn from the seed, kept out of training."""
+    if probe_size <= 0:
+        return list(rows), []
+    if probe_size >= len(rows):
+        raise ConfigError(f"train.probe_size: {probe_size} held-out rows would leave none of the "
+                          f"{len(rows)} rows for training; lower it or set train.probe_dataset")
+    order = list(range(len(rows)))
+    random.Random(seed_from("opsd-probe", seed, len(rows))).shuffle(order)
+    held = set(order[:probe_size])
+    return ([r for i, r in enumerate(rows) if i not in held],
+            [r for i, r in enumerate(rows) if i in held])
+
+
+def step_row_indices(n_rows: int, step: int, prompts_per_step: int, seed: int) -> list[int]:
+    """Which rows step `step` (0-based) trains on: consecutive slices of per-epoch permutations,
+    so every row is seen once per epoch and any step's batch is known without replaying the run."""
+    if n_rows < 1:
+        raise TermforgeError("no training rows")
+    out = []
+    cache: dict[int, list[int]] = {}
+    for position in range(step * prompts_per_step, (step + 1) * prompts_per_step):
+        epoch, offset = divmod(position, n_rows)
+        if epoch not in cache:
+            order = list(range(n_rows))
+            random.Random(seed_from("opsd-data-order", seed, n_rows, epoch)).shuffle(order)
+            cache[epoch] = order
+        out.append(cache[epoch][offset])
+    return out

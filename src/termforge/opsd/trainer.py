@@ -1,0 +1,675 @@
+"""The OPSD training loop (DESIGN section 6): on-policy rollouts, a privileged teacher, and a
+full-vocabulary distillation loss, on accelerate (plain python on CPU, or `accelerate launch`).
+
+One optimizer step:
+  1. the current student samples replies to `prompts_per_step` prompts (seeded per step);
+  2. the teacher, the same model given the privileged context (weights per `teacher_mode`),
+     scores those exact tokens under inference mode;
+  3. the student scores them with gradient; the loss (loss.py) is summed over micro-batches and
+     divided by the step's total number of scored tokens, so the step's gradient is that of the
+     token-mean over the whole step, however it is split into micro-batches or processes;
+  4. gradient-norm clip, AdamW, schedule; the EMA teacher follows when teacher_mode is ema.
+
+Logits are computed only at the positions that predict scored tokens (2-D `logits_to_keep`),
+rows are padded only to the longest sequence of their micro-batch, and the loss is chunked over
+tokens: the objective is the reference's, the memory is not.
+
+Checkpoints hold the trainable weights, optimizer, scheduler, EMA weights, RNG states and data
+position, written to a staging folder and renamed into place; resuming gives the weights an
+uninterrupted run would have reached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import os
+import random
+import resource
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from termforge.errors import ConfigError, TermforgeError
+from termforge.io import (
+    append_jsonl,
+    atomic_write_json,
+    atomic_write_jsonl,
+    clean_stale_staging,
+    publish_dir,
+    read_json,
+    read_jsonl_tolerant,
+    seed_from,
+    staging_dir,
+)
+from termforge.opsd.config import OPSDConfig, incompatible_keys
+from termforge.opsd.data import PromptRow, split_probe_rows, step_row_indices, teacher_messages
+from termforge.opsd.rollout import (
+    SideBatch,
+    Trajectory,
+    check_thinking_switches,
+    collate,
+    prompt_token_ids,
+    sample_rollouts,
+)
+
+__all__ = ["OPSDTrainer", "RolloutFn", "latest_checkpoint", "run_train_cli_args", "train"]
+
+# (trainer, rows, step) -> trajectories; the default samples one reply per prompt. The lead's
+# harness rollouts plug in here (see rollout.transcript_trajectory).
+RolloutFn = Callable[["OPSDTrainer", Sequence[PromptRow], int], list[Trajectory]]
+
+CHECKPOINT_PREFIX = "step-"
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def make_accelerator(cfg: OPSDConfig):
+    """An Accelerator for this config: CPU when asked (or when no GPU is visible), bf16 autocast
+    on GPU unless mixed_precision says otherwise. Under `accelerate launch` the launcher's process
+    group and device assignment are used."""
+    from accelerate import Accelerator
+
+    torch = _torch()
+    cpu = cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available())
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"train.device: {cfg.device!r} requested but torch sees no CUDA device")
+    mixed = cfg.mixed_precision
+    if mixed == "auto":
+        mixed = "no" if cpu else "bf16"
+    return Accelerator(cpu=cpu, mixed_precision=mixed)
+
+
+def _weight_dtype(cfg: OPSDConfig, on_gpu: bool) -> str:
+    if cfg.dtype != "auto":
+        return cfg.dtype
+    # A frozen LoRA base loses nothing in bf16; trained full weights need fp32 master copies.
+    return "bfloat16" if (on_gpu and cfg.finetune == "lora") else "float32"
+
+
+def lr_lambda_for(cfg: OPSDConfig) -> Callable[[int], float]:
+    warmup, total, kind = cfg.warmup_steps, cfg.max_steps, cfg.lr_scheduler
+
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if kind == "constant":
+            return 1.0
+        progress = (step - warmup) / max(1, total - warmup)
+        progress = min(max(progress, 0.0), 1.0)
+        if kind == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+class OPSDTrainer:
+    """Holds the student (with LoRA or fully trainable), the teacher view, optimizer and schedule.
+
+    `model` is a loaded causal LM; the trainer wraps it (LoRA) and owns it from then on.
+    """
+
+    def __init__(self, cfg: OPSDConfig, model: Any, tokenizer: Any, accelerator: Any = None) -> None:
+        torch = _torch()
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.accelerator = accelerator or make_accelerator(cfg)
+        self.device = self.accelerator.device
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.temperature = cfg.effective_loss_temperature
+        check_thinking_switches(tokenizer, cfg)
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed_from("opsd-init", cfg.seed) % (2**63))
+            if cfg.finetune == "lora":
+                from peft import LoraConfig, get_peft_model
+
+                missing = [m for m in cfg.lora_target_modules
+                           if not any(name.split(".")[-1] == m for name, _ in model.named_modules())]
+                if missing:
+                    raise ConfigError(f"train.lora_target_modules: model {cfg.model!r} has no module named "
+                                      f"{', '.join(missing)}")
+                lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                                  target_modules=list(cfg.lora_target_modules), bias="none", task_type="CAUSAL_LM")
+                model = get_peft_model(model, lora)
+            else:
+                for p in model.parameters():
+                    p.requires_grad_(True)
+        self._separate_teacher = None
+        if cfg.finetune == "full" and cfg.teacher_mode in ("fixed", "ema"):
+            # Without adapters to switch off, the base (or its average) must be a second copy.
+            self._separate_teacher = copy.deepcopy(model).eval()
+            for p in self._separate_teacher.parameters():
+                p.requires_grad_(False)
+        if cfg.gradient_checkpointing:
+            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+            enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        self.trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if not self.trainable:
+            raise TermforgeError("the model has no trainable parameters")
+        self.ema: list[Any] | None = None
+        if cfg.teacher_mode == "ema" and self._separate_teacher is None:
+            self.ema = [p.detach().float().clone() for _, p in self.trainable]
+        self.optimizer = torch.optim.AdamW(
+            [p for _, p in self.trainable], lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
+            eps=cfg.adam_epsilon, weight_decay=cfg.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda_for(cfg))
+        # Only the model is prepared: the schedule steps once per optimizer step, whatever the
+        # number of processes, and clipping/AdamW are the plain torch ones.
+        self.model = self.accelerator.prepare_model(model)
+        self.unwrapped = self.accelerator.unwrap_model(self.model)
+
+    # -- model views ------------------------------------------------------------------------
+    @property
+    def num_processes(self) -> int:
+        return self.accelerator.num_processes
+
+    def generation_model(self) -> Any:
+        return self.unwrapped
+
+    @contextlib.contextmanager
+    def teacher_view(self):
+        """The module to run as the teacher, in eval mode, for the configured teacher_mode."""
+        torch = _torch()
+        if self._separate_teacher is not None:
+            yield self._separate_teacher
+            return
+        model = self.unwrapped
+        was_training = model.training
+        model.eval()
+        try:
+            if self.cfg.teacher_mode == "fixed":
+                with model.disable_adapter():
+                    yield model
+            elif self.cfg.teacher_mode == "ema":
+                with torch.no_grad():
+                    backup = [p.detach().clone() for _, p in self.trainable]
+                    for (_, p), e in zip(self.trainable, self.ema):
+                        p.copy_(e.to(p.dtype))
+                try:
+                    yield model
+                finally:
+                    with torch.no_grad():
+                        for (_, p), b in zip(self.trainable, backup):
+                            p.copy_(b)
+            else:
+                yield model
+        finally:
+            model.train(was_training)
+
+    def _forward_logits(self, module: Any, side: SideBatch) -> Any:
+        with self.accelerator.autocast():
+            return module(**side.model_inputs()).logits
+
+    def teacher_logits(self, side: SideBatch) -> Any:
+        """Teacher logits [B, slots, V] at the scored positions, under inference mode."""
+        torch = _torch()
+        with self.teacher_view() as teacher, torch.inference_mode():
+            return self._forward_logits(teacher, side)
+
+    def student_logits(self, side: SideBatch, grad: bool = True) -> Any:
+        """Student logits [B, slots, V]; with grad=False in eval mode (for the probe)."""
+        torch = _torch()
+        if grad:
+            return self._forward_logits(self.model, side)
+        was_training = self.unwrapped.training
+        self.unwrapped.eval()
+        try:
+            with torch.inference_mode():
+                return self._forward_logits(self.unwrapped, side)
+        finally:
+            self.unwrapped.train(was_training)
+
+    # -- one step ---------------------------------------------------------------------------
+    def rollouts(self, rows: Sequence[PromptRow], step: int) -> list[Trajectory]:
+        seed = seed_from("opsd-rollout", self.cfg.seed, step, self.accelerator.process_index)
+        return sample_rollouts(self.generation_model(), self.tokenizer, rows, self.cfg, seed)
+
+    def _global_sum(self, value: float) -> float:
+        if self.num_processes == 1:
+            return value
+        torch = _torch()
+        tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
+        return float(self.accelerator.reduce(tensor, reduction="sum")[0])
+
+    def train_step(self, step: int, rows: Sequence[PromptRow], rollout_fn: RolloutFn | None = None) -> dict[str, Any]:
+        """Roll out on `rows` (this process's share of the step), then one optimizer step."""
+        torch = _torch()
+        from termforge.opsd.loss import generalized_jsd_token_loss, sampled_token_loss, token_logprobs
+
+        cfg = self.cfg
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        started = time.perf_counter()
+        trajectories = (rollout_fn or OPSDTrainer.rollouts)(self, rows, step)
+        rollout_s = time.perf_counter() - started
+        local_tokens = sum(t.num_scored for t in trajectories)
+        global_tokens = self._global_sum(float(local_tokens))
+        if global_tokens <= 0:
+            raise TermforgeError(f"step {step + 1}: the rollouts contain no scored token")
+        # Gradients are averaged over processes by DDP; the factor turns that average back into
+        # the global token-mean.
+        scale = self.num_processes / global_tokens
+        loss_total = kl_total = clipped_total = 0.0
+        vocab = None
+        self.model.train()
+        micro_batches = [trajectories[i: i + cfg.micro_batch_size]
+                         for i in range(0, len(trajectories), cfg.micro_batch_size)]
+        for index, micro in enumerate(micro_batches):
+            student_side, teacher_side = collate(micro, self.pad_id, self.device)
+            last = index == len(micro_batches) - 1
+            sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.model)
+            with sync:
+                if cfg.loss_type == "full_vocab":
+                    t_logits = self.teacher_logits(teacher_side)
+                    s_logits = self.student_logits(student_side)
+                    vocab = s_logits.shape[-1]
+                    loss_sum, stats = generalized_jsd_token_loss(
+                        s_logits, t_logits, student_side.token_mask, beta=cfg.beta, temperature=self.temperature,
+                        token_clip=cfg.token_clip, chunk_size=cfg.loss_chunk_size, reduction="sum")
+                    del t_logits
+                else:
+                    with torch.inference_mode():
+                        t_lp = token_logprobs(self.teacher_logits(teacher_side), teacher_side.target_ids,
+                                              temperature=self.temperature)
+                    s_logits = self.student_logits(student_side)
+                    s_lp = token_logprobs(s_logits, student_side.target_ids, temperature=self.temperature)
+                    loss_sum, stats = sampled_token_loss(s_lp, t_lp.clone(), student_side.token_mask,
+                                                         reduction="sum")
+                self.accelerator.backward(loss_sum * scale)
+            del s_logits
+            loss_total += float(loss_sum.detach())
+            kl_total += stats.kl_mean * stats.num_tokens
+            clipped_total += stats.clipped_fraction * stats.num_tokens * (vocab or 1)
+        max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_([p for _, p in self.trainable], max_norm))
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.update_teacher()
+        step_s = time.perf_counter() - started
+
+        lengths = [t.num_scored for t in trajectories]
+        loss_value = self._global_sum(loss_total) / global_tokens
+        kl_value = self._global_sum(kl_total) / global_tokens
+        clipped_value = (self._global_sum(clipped_total) / (global_tokens * vocab)) if vocab else 0.0
+        return {
+            "step": step + 1,
+            "loss": loss_value,
+            "kl_mean": kl_value,
+            "clipped_fraction": clipped_value,
+            "grad_norm": grad_norm,
+            "lr": lr,
+            "sequences": len(trajectories) * self.num_processes,
+            "completion_tokens": int(global_tokens),
+            "completion_len_mean": sum(lengths) / max(len(lengths), 1),
+            "completion_len_max": max(lengths, default=0),
+            "truncated_fraction": sum(t.finish_reason == "length" for t in trajectories) / max(len(trajectories), 1),
+            "rollout_s": rollout_s,
+            "train_s": step_s - rollout_s,
+            "step_s": step_s,
+            "tokens_per_s": global_tokens / step_s if step_s > 0 else 0.0,
+            "peak_memory_mb": self.peak_memory_mb(),
+        }
+
+    def update_teacher(self) -> None:
+        torch = _torch()
+        decay = self.cfg.ema_decay
+        with torch.no_grad():
+            if self.ema is not None:
+                for e, (_, p) in zip(self.ema, self.trainable):
+                    e.lerp_(p.detach().float(), 1.0 - decay)
+            elif self._separate_teacher is not None and self.cfg.teacher_mode == "ema":
+                for t, s in zip(self._separate_teacher.parameters(), self.unwrapped.parameters()):
+                    t.lerp_(s.detach().to(t.dtype), 1.0 - decay)
+
+    def peak_memory_mb(self) -> float:
+        torch = _torch()
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        # Process resident high-water mark (Linux reports KiB): an upper bound on the step's own.
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def _trainable_state(self) -> dict[str, Any]:
+        return {name: p.detach().cpu().contiguous() for name, p in self.trainable}
+
+    def save_checkpoint(self, root: Path, step: int, data_position: int) -> Path:
+        """Write checkpoints/step-NNNNNN atomically (main process); returns its path."""
+        torch = _torch()
+        from safetensors.torch import save_file
+
+        import numpy as np
+
+        final = Path(root) / f"{CHECKPOINT_PREFIX}{step:06d}"
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            stage = staging_dir(final)
+            try:
+                save_file(self._trainable_state(), str(stage / "trainable.safetensors"))
+                if self.ema is not None:
+                    save_file({name: e.cpu().contiguous() for (name, _), e in zip(self.trainable, self.ema)},
+                              str(stage / "ema.safetensors"))
+                if self._separate_teacher is not None and self.cfg.teacher_mode == "ema":
+                    save_file({n: p.detach().cpu().contiguous()
+                               for n, p in self._separate_teacher.named_parameters()},
+                              str(stage / "ema_teacher.safetensors"))
+                torch.save(self.optimizer.state_dict(), stage / "optimizer.pt")
+                torch.save(self.scheduler.state_dict(), stage / "scheduler.pt")
+                rng = {"python": random.getstate(), "numpy": np.random.get_state(),
+                       "torch": torch.get_rng_state()}
+                if torch.cuda.is_available():
+                    rng["cuda"] = torch.cuda.get_rng_state_all()
+                torch.save(rng, stage / "rng.pt")
+                atomic_write_json(stage / "trainer_state.json", {
+                    "step": step, "data_position": data_position, "config": self.cfg.to_dict(),
+                    "num_processes": self.num_processes})
+                publish_dir(stage, final)
+            except BaseException:
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
+            self._prune_checkpoints(Path(root))
+        self.accelerator.wait_for_everyone()
+        return final
+
+    def _prune_checkpoints(self, root: Path) -> None:
+        found = sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(CHECKPOINT_PREFIX))
+        for old in found[: max(0, len(found) - self.cfg.checkpoint_keep)]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def load_checkpoint(self, path: Path) -> dict[str, Any]:
+        """Restore weights, optimizer, scheduler, EMA and RNG states; returns trainer_state.json."""
+        torch = _torch()
+        from safetensors.torch import load_file
+
+        import numpy as np
+
+        path = Path(path)
+        state = read_json(path / "trainer_state.json")
+        weights = load_file(str(path / "trainable.safetensors"))
+        names = [n for n, _ in self.trainable]
+        if sorted(weights) != sorted(names):
+            raise TermforgeError(f"checkpoint {path}: its trainable tensors do not match this model's "
+                                 f"({len(weights)} saved, {len(names)} here)")
+        with torch.no_grad():
+            for name, p in self.trainable:
+                p.copy_(weights[name].to(p.device, p.dtype))
+            if self.ema is not None:
+                saved = load_file(str(path / "ema.safetensors"))
+                for (name, _), e in zip(self.trainable, self.ema):
+                    e.copy_(saved[name].to(e.device, e.dtype))
+            if self._separate_teacher is not None and self.cfg.teacher_mode == "ema":
+                saved = load_file(str(path / "ema_teacher.safetensors"))
+                for n, p in self._separate_teacher.named_parameters():
+                    p.copy_(saved[n].to(p.device, p.dtype))
+        self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device, weights_only=False))
+        self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
+        rng = torch.load(path / "rng.pt", weights_only=False)
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        return state
+
+    def save_final(self, out_dir: Path) -> Path:
+        """The trained adapter (out_dir/adapter) or model (out_dir/model), with the tokenizer."""
+        final = Path(out_dir) / ("adapter" if self.cfg.finetune == "lora" else "model")
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            stage = staging_dir(final)
+            try:
+                self.unwrapped.save_pretrained(stage)
+                self.tokenizer.save_pretrained(stage)
+                atomic_write_json(stage / "opsd.json", {"base_model": self.cfg.model, "finetune": self.cfg.finetune,
+                                                        "config": self.cfg.to_dict()})
+                publish_dir(stage, final)
+            except BaseException:
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
+        self.accelerator.wait_for_everyone()
+        return final
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    found = sorted(p for p in root.iterdir()
+                   if p.is_dir() and p.name.startswith(CHECKPOINT_PREFIX) and (p / "trainer_state.json").is_file())
+    return found[-1] if found else None
+
+
+def _check_resume_compatible(checkpoint: Path, cfg: OPSDConfig) -> dict[str, Any]:
+    state = read_json(checkpoint / "trainer_state.json")
+    differing = incompatible_keys(state.get("config", {}), cfg.to_dict())
+    if differing:
+        saved = state.get("config", {})
+        details = "; ".join(f"{k}: checkpoint {saved.get(k)!r} vs config {getattr(cfg, k, None)!r}" for k in differing)
+        raise ConfigError(f"train: the checkpoint {checkpoint} was written by a different config ({details}); "
+                          f"use another output folder, restore those keys, or set train.resume false to start over")
+    return state
+
+
+def _filter_long_prompts(rows: Sequence[PromptRow], cfg: OPSDConfig, tokenizer: Any, label: str) -> list[PromptRow]:
+    if cfg.max_prompt_tokens is None:
+        return list(rows)
+    kept = [r for r in rows
+            if len(prompt_token_ids(tokenizer, teacher_messages(r, cfg), cfg.teacher_thinking)) <= cfg.max_prompt_tokens]
+    print(f"train: kept {len(kept)} of {len(rows)} {label} rows whose teacher prompt fits "
+          f"max_prompt_tokens={cfg.max_prompt_tokens}")
+    if not kept:
+        raise ConfigError(f"train.max_prompt_tokens: {cfg.max_prompt_tokens} keeps none of the {len(rows)} {label} rows")
+    return kept
+
+
+def _truncate_metrics(path: Path, last_step: int) -> list[dict[str, Any]]:
+    rows = [r for r in read_jsonl_tolerant(path) if r.get("step", 0) <= last_step]
+    if path.exists():
+        atomic_write_jsonl(path, rows)
+    return rows
+
+
+def _probe(trainer: OPSDTrainer, trajectories: Sequence[Trajectory]) -> dict[str, Any]:
+    from termforge.opsd.evaluate import probe_kl
+
+    return probe_kl(lambda side: trainer.student_logits(side, grad=False), trainer.teacher_logits, trajectories,
+                    pad_id=trainer.pad_id, temperature=trainer.temperature, batch_size=trainer.cfg.micro_batch_size,
+                    device=trainer.device, chunk_size=trainer.cfg.loss_chunk_size)
+
+
+def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.PathLike, *,
+          probe_rows: Sequence[PromptRow] | None = None, rollout_fn: RolloutFn | None = None,
+          stop_after_steps: int | None = None) -> dict[str, Any]:
+    """Train with OPSD; returns the summary (also written to out_dir/summary.json).
+
+    Outputs under out_dir: checkpoints/step-NNNNNN/, adapter/ (LoRA) or model/ (full), metrics.jsonl,
+    loss_curve.png, probe/ (the fixed probe completions and the before-training KL), kl_probe.json,
+    summary.json. `probe_rows` are the held-out prompts of the KL probe; without them,
+    cfg.probe_size rows are held out of data_rows. `stop_after_steps` ends this invocation after
+    that many steps of this call (checkpointing first), as a time-limited job would; calling again
+    resumes. `rollout_fn` replaces single-reply sampling (e.g. harness transcripts).
+    """
+    torch = _torch()
+    started = time.perf_counter()
+    out_dir = Path(out_dir)
+    checkpoints = out_dir / "checkpoints"
+    metrics_path = out_dir / "metrics.jsonl"
+    probe_dir = out_dir / "probe"
+
+    resume_from = None
+    if cfg.resume:
+        clean_stale_staging(checkpoints)
+        resume_from = latest_checkpoint(checkpoints)
+        if resume_from is not None:
+            _check_resume_compatible(resume_from, cfg)  # before the model loads: fail fast
+    elif checkpoints.exists() or metrics_path.exists() or probe_dir.exists():
+        print(f"train: resume is off; removing the earlier run's checkpoints, metrics and probe in {out_dir}")
+        shutil.rmtree(checkpoints, ignore_errors=True)
+        shutil.rmtree(probe_dir, ignore_errors=True)
+        metrics_path.unlink(missing_ok=True)
+
+    rows = list(data_rows)
+    if not rows:
+        raise TermforgeError("train: no training rows")
+    if probe_rows is None and cfg.probe_size > 0:
+        rows, probe_rows = split_probe_rows(rows, cfg.probe_size, cfg.seed)
+        print(f"train: holding {len(probe_rows)} rows out of training for the KL probe")
+    probe_rows = list(probe_rows or [])[: cfg.probe_size] if cfg.probe_size > 0 else []
+
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    accelerator = make_accelerator(cfg)
+    process_seed = seed_from("opsd-process", cfg.seed, accelerator.process_index)
+    random.seed(process_seed)
+    import numpy as np
+
+    np.random.seed(process_seed % (2**32))
+    torch.manual_seed(process_seed % (2**63))
+
+    from termforge.models.transformers_backend import load_causal_lm
+
+    device = accelerator.device
+    model, tokenizer = load_causal_lm(cfg.model, device=str(device),
+                                      dtype=_weight_dtype(cfg, device.type == "cuda"))
+    check_thinking_switches(tokenizer, cfg)
+    rows = _filter_long_prompts(rows, cfg, tokenizer, "training")
+    if probe_rows:
+        probe_rows = _filter_long_prompts(probe_rows, cfg, tokenizer, "probe")
+    trainer = OPSDTrainer(cfg, model, tokenizer, accelerator)
+
+    # The probe's completions come from the untrained student and are frozen on disk, so a resumed
+    # run scores exactly the tokens the first invocation sampled.
+    probe_trajectories: list[Trajectory] = []
+    probe_before = None
+    if probe_rows:
+        completions_path = probe_dir / "completions.json"
+        before_path = probe_dir / "before.json"
+        if completions_path.exists() and before_path.exists():
+            probe_trajectories = [Trajectory.from_dict(d) for d in read_json(completions_path)]
+            probe_before = read_json(before_path)
+        elif resume_from is not None:
+            raise TermforgeError(f"train: {resume_from} exists but the probe files in {probe_dir} are missing; "
+                                 "they fix the held-out completions, so the run cannot resume without them")
+        else:
+            probe_trajectories = sample_rollouts(
+                trainer.generation_model(), tokenizer, probe_rows, cfg, seed_from("opsd-probe-sample", cfg.seed),
+                max_new_tokens=cfg.probe_max_new_tokens)
+            probe_before = _probe(trainer, probe_trajectories)
+            if accelerator.is_main_process:
+                atomic_write_json(completions_path, [t.to_dict() for t in probe_trajectories])
+                atomic_write_json(before_path, probe_before)
+            print(f"train: KL probe before training: {probe_before['kl_mean']:.5f} over "
+                  f"{probe_before['num_tokens']} tokens of {len(probe_trajectories)} held-out completions")
+
+    start_step = 0
+    metrics: list[dict[str, Any]] = []
+    if resume_from is not None:
+        state = trainer.load_checkpoint(resume_from)
+        start_step = int(state["step"])
+        metrics = _truncate_metrics(metrics_path, start_step) if accelerator.is_main_process else []
+        print(f"train: resumed from {resume_from} at step {start_step}")
+    elif accelerator.is_main_process:
+        metrics_path.unlink(missing_ok=True)
+
+    steps_this_call = 0
+    completed = True
+    for step in range(start_step, cfg.max_steps):
+        indices = step_row_indices(len(rows), step, cfg.prompts_per_step, cfg.seed)
+        mine = indices[accelerator.process_index:: accelerator.num_processes]
+        record = trainer.train_step(step, [rows[i] for i in mine], rollout_fn)
+        metrics.append(record)
+        if accelerator.is_main_process:
+            append_jsonl(metrics_path, record)
+            print(f"train: step {record['step']}/{cfg.max_steps} loss {record['loss']:.5f} "
+                  f"kl {record['kl_mean']:.5f} clipped {record['clipped_fraction']:.2e} "
+                  f"len {record['completion_len_mean']:.1f} {record['tokens_per_s']:.1f} tok/s "
+                  f"{record['step_s']:.1f}s")
+        steps_this_call += 1
+        done = step + 1
+        interrupted = stop_after_steps is not None and steps_this_call >= stop_after_steps and done < cfg.max_steps
+        if done == cfg.max_steps or interrupted or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0):
+            trainer.save_checkpoint(checkpoints, done, done * cfg.prompts_per_step)
+        if interrupted:
+            completed = False
+            break
+
+    summary: dict[str, Any] = {
+        "completed": completed,
+        "steps": metrics[-1]["step"] if metrics else start_step,
+        "max_steps": cfg.max_steps,
+        "resumed_from": str(resume_from) if resume_from else None,
+        "train_rows": len(rows),
+        "probe_rows": len(probe_rows),
+        "final_loss": metrics[-1]["loss"] if metrics else None,
+        "final_kl_mean": metrics[-1]["kl_mean"] if metrics else None,
+        "peak_memory_mb": max((m["peak_memory_mb"] for m in metrics), default=trainer.peak_memory_mb()),
+        "peak_memory_kind": "cuda_max_allocated" if trainer.device.type == "cuda" else "process_max_rss",
+        "wall_s_this_call": time.perf_counter() - started,
+    }
+    if not completed:
+        return summary
+
+    final_dir = trainer.save_final(out_dir)
+    summary["weights"] = str(final_dir)
+    if probe_trajectories:
+        after = _probe(trainer, probe_trajectories)
+        probe_report = {
+            "metric": "mean per-token KL(teacher || student), unclipped, over fixed held-out completions",
+            "temperature": trainer.temperature,
+            "teacher_mode": cfg.teacher_mode,
+            "before": probe_before["kl_mean"],
+            "after": after["kl_mean"],
+            "reduction": probe_before["kl_mean"] - after["kl_mean"],
+            "relative_reduction": (probe_before["kl_mean"] - after["kl_mean"]) / probe_before["kl_mean"]
+            if probe_before["kl_mean"] > 0 else None,
+            "num_tokens": after["num_tokens"],
+            "rows": [{"id": b["id"], "tokens": b["tokens"], "before": b["kl"], "after": a["kl"]}
+                     for b, a in zip(probe_before["rows"], after["rows"])],
+        }
+        if accelerator.is_main_process:
+            atomic_write_json(out_dir / "kl_probe.json", probe_report)
+        summary["kl_probe"] = {"before": probe_report["before"], "after": probe_report["after"]}
+        print(f"train: KL probe {probe_report['before']:.5f} -> {probe_report['after']:.5f}")
+    if accelerator.is_main_process:
+        all_metrics = read_jsonl_tolerant(metrics_path)
+        if cfg.plot and all_metrics:
+            from termforge.opsd.evaluate import write_loss_curve
+
+            write_loss_curve(all_metrics, out_dir / "loss_curve.png", title=f"OPSD {cfg.model}")
+        atomic_write_json(out_dir / "summary.json", summary)
+    return summary
+
+
+def run_train_cli_args(train_options: Mapping[str, Any] | None, out_dir: str | os.PathLike, *,
+                       dataset: str | None = None, probe_dataset: str | None = None, demos: str | None = None,
+                       tasks_dir: str | None = None, stop_after_steps: int | None = None,
+                       where: str = "train") -> dict[str, Any]:
+    """What the `termforge train` command does: the config's `train:` mapping plus the data paths
+    the workflow passes as rule inputs (each overrides the matching key) -> rows -> train()."""
+    from termforge.opsd.data import load_math_rows, load_prompt_rows
+
+    options = dict(train_options or {})
+    for key, value in (("dataset", dataset), ("probe_dataset", probe_dataset), ("demos", demos),
+                       ("tasks_dir", tasks_dir)):
+        if value is not None:
+            options[key] = str(value)
+    cfg = OPSDConfig.from_dict(options, where=where)
+    rows = load_prompt_rows(cfg, where=where)
+    probe_rows = None
+    if cfg.probe_dataset and cfg.probe_size > 0:
+        if cfg.data_kind != "math":
+            raise ConfigError(f"{where}.probe_dataset: only math probe sets are supported; terminal runs hold "
+                              "probe rows out of the training tasks")
+        probe_rows = load_math_rows(cfg, source=cfg.probe_dataset, where=f"{where}.probe_dataset")
+    return train(cfg, rows, out_dir, probe_rows=probe_rows, stop_after_steps=stop_after_steps)

@@ -1,0 +1,667 @@
+"""The run report: one self-contained HTML page plus the same tables as CSV and the plots as PNG.
+
+Every section reads one stage's outputs under the results directory. Only the axis sampler's
+outputs are required; a stage that has not run yet shows a "not run" note naming the file it
+would read, so the report can be built at any point of a run. The page embeds its CSS and its
+PNGs (base64 data URIs): it opens from a mail attachment or a cluster's scratch space without the
+code or a network. Nothing run-specific (time, host, absolute paths) is written, so the same
+results give the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from termforge.errors import TermforgeError
+from termforge.io import atomic_write_bytes, atomic_write_text, read_json, read_jsonl
+from termforge.report import plots
+
+# Every table and plot file the report may write; ones a section no longer produces are removed
+# so a stale CSV from an earlier build never passes for a current one.
+TABLE_NAMES = (
+    "overview", "axis_balance", "corpus_composition", "family_mix", "survival", "drop_reasons",
+    "decontam_summary", "decontam_hits", "decontam_near_duplicates", "passk_overall", "passk_by_bucket",
+    "passk_bands", "hint_coverage", "training_summary", "training_curves", "eval_comparison", "rule_cost",
+)
+PLOT_NAMES = ("composition", "survival", "passk", "training", "eval", "cost")
+MAX_HTML_ROWS = 60
+
+
+@dataclass
+class Table:
+    name: str
+    columns: list[str]
+    rows: list[list[Any]]
+    caption: str = ""
+
+    def csv_text(self) -> str:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(self.columns)
+        for row in self.rows:
+            w.writerow(["" if v is None else _csv_value(v) for v in row])
+        return buf.getvalue()
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    intro: str
+    source: str
+    ran: bool = True
+    parts: list[str] = field(default_factory=list)
+
+
+def _csv_value(v: Any) -> Any:
+    if isinstance(v, float):
+        return "" if math.isnan(v) else repr(round(v, 6))
+    if isinstance(v, (list, tuple)):
+        return " ".join(map(str, v))
+    return v
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "–"
+        if v != 0 and abs(v) < 0.001:
+            return f"{v:.2e}"
+        return f"{v:,.3f}".rstrip("0").rstrip(".") if abs(v) < 1e6 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(str, v))
+    return str(v)
+
+
+def _table_html(t: Table, html_id: str | None = None, numeric_from: int = 1) -> str:
+    attrs = f' id="{html_id}"' if html_id else ""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in t.columns)
+    body = []
+    for row in t.rows[:MAX_HTML_ROWS]:
+        cells = []
+        for i, v in enumerate(row):
+            cls = ' class="num"' if i >= numeric_from and isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+            cells.append(f"<td{cls}>{html.escape(_fmt(v))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    more = ""
+    if len(t.rows) > MAX_HTML_ROWS:
+        more = (f'<p class="note">First {MAX_HTML_ROWS} of {len(t.rows)} rows; all rows are in '
+                f"<code>{html.escape(t.name)}.csv</code>.</p>")
+    cap = f"<caption>{html.escape(t.caption)}</caption>" if t.caption else ""
+    return (f'<table{attrs}>{cap}<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+            f'<p class="csv">CSV: <code>{html.escape(t.name)}.csv</code></p>{more}')
+
+
+def _img_html(png: bytes, alt: str, name: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(alt)} (<code>{html.escape(name)}.png</code>)</figcaption></figure>")
+
+
+def _read_optional_json(path: Path) -> Any | None:
+    if not path.is_file():
+        return None
+    try:
+        return read_json(path)
+    except json.JSONDecodeError as exc:
+        raise TermforgeError(f"report: {path} is not valid JSON ({exc})") from None
+
+
+class _Builder:
+    def __init__(self, results: Path, gpu_rules: Mapping[str, float]):
+        self.results = results
+        self.gpu_rules = gpu_rules
+        self.tables: dict[str, Table] = {}
+        self.plots: dict[str, bytes] = {}
+        self.sections: list[Section] = []
+        self.facts: dict[str, Any] = {}
+
+    # -- helpers -------------------------------------------------------------------------------
+    def add_table(self, sec: Section, t: Table, html_id: str | None = None, collapsed: str | None = None) -> None:
+        self.tables[t.name] = t
+        fragment = _table_html(t, html_id)
+        if collapsed:
+            fragment = f"<details><summary>{html.escape(collapsed)}</summary>{fragment}</details>"
+        sec.parts.append(fragment)
+
+    def add_plot(self, sec: Section, name: str, png: bytes, alt: str) -> None:
+        self.plots[name] = png
+        sec.parts.append(_img_html(png, alt, name))
+
+    def rel(self, path: Path) -> str:
+        return f"results/{path.relative_to(self.results).as_posix()}"
+
+    def not_run(self, sec: Section, *paths: Path) -> Section:
+        sec.ran = False
+        names = " or ".join(f"<code>{html.escape(self.rel(p))}</code>" for p in paths)
+        sec.parts.append(f'<p class="notrun">Not run: {names} was not found.</p>')
+        return sec
+
+    # -- inputs --------------------------------------------------------------------------------
+    def load(self) -> None:
+        r = self.results
+        sig_path, stats_path = r / "axes" / "signatures.jsonl", r / "axes" / "stats.json"
+        for p in (sig_path, stats_path):
+            if not p.is_file():
+                raise TermforgeError(f"report: {p} not found (the report needs at least the sample_axes outputs "
+                                     f"under {r})")
+        self.signatures = read_jsonl(sig_path)
+        self.stats = read_json(stats_path)
+        if not isinstance(self.stats.get("axes"), dict):
+            raise TermforgeError(f"report: {stats_path} has no 'axes' mapping")
+        self.shards = [read_json(p) for p in sorted((r / "tasks" / "manifests").glob("*.json"))]
+        self.decontam = _read_optional_json(r / "decontam" / "report.json")
+        self.verdicts = [read_json(p) for p in sorted((r / "validate").glob("*.json"))]
+        self.corpus = _read_optional_json(r / "corpus" / "manifest.json")
+        self.passk = _read_optional_json(r / "solve" / "passk.json")
+        self.hints = _read_optional_json(r / "hints" / "coverage.json")
+        self.eval_csv = r / "eval" / "results.csv"
+
+    # -- sections ------------------------------------------------------------------------------
+    def composition(self) -> Section:
+        sec = Section("composition", "Corpus composition and balance",
+                      "What the axis sampler asked for. Balance is the effective number of buckets "
+                      "(exp of the entropy) divided by the buckets the axis offers: 1 means every bucket "
+                      "is equally used, values near 0 mean a few buckets dominate.",
+                      "results/axes/stats.json, results/tasks/manifests/*.json")
+        axes = self.stats["axes"]
+        balance_rows, comp_rows, plotted = [], [], {}
+        for axis in sorted(axes):
+            info = axes[axis]
+            bal = info.get("balance", info.get("normalised_effective_number"))
+            balance_rows.append([axis, info.get("observed"), info.get("possible"), bal])
+            if isinstance(info.get("counts"), dict):
+                total = sum(info["counts"].values()) or 1
+                for bucket, n in sorted(info["counts"].items(), key=lambda kv: (-kv[1], kv[0])):
+                    comp_rows.append([axis, bucket, n, n / total])
+                plotted[axis] = dict(sorted(info["counts"].items(), key=lambda kv: (-kv[1], kv[0])))
+            for dom, sub in sorted((info.get("by_domain") or {}).items()):
+                total = sum(sub.get("counts", {}).values()) or 1
+                for bucket, n in sorted(sub.get("counts", {}).items(), key=lambda kv: (-kv[1], kv[0])):
+                    comp_rows.append([axis, f"{dom} / {bucket}", n, n / total])
+        totals = self.stats.get("totals") or {}
+        if totals:
+            sec.parts.append(
+                f"<p>{_fmt(totals.get('n', len(self.signatures)))} signatures over {_fmt(totals.get('axes'))} axes; "
+                f"mean balance {_fmt(totals.get('mean_normalised_effective_number'))}, least balanced axis "
+                f"<b>{html.escape(str(totals.get('least_balanced_axis', '–')))}</b> "
+                f"({_fmt(totals.get('min_normalised_effective_number'))}); "
+                f"{_fmt(totals.get('anchor_rate'))} of signatures name a real-software anchor.</p>")
+        self.add_table(sec, Table("axis_balance", ["axis", "buckets used", "buckets offered", "balance"],
+                                  balance_rows, "Balance per axis"))
+        if plotted:
+            self.add_plot(sec, "composition", plots.composition_plot(plotted), "Signatures per bucket, per axis")
+        self.add_table(sec, Table("corpus_composition", ["axis", "bucket", "signatures", "share"], comp_rows,
+                                  "Signatures per bucket (persona and skill type per domain)"),
+                       collapsed=f"All {len(comp_rows)} buckets")
+        if self.shards:
+            fam: dict[tuple[str, str], list[int]] = {}
+            mismatch_axes: dict[str, int] = {}
+            for shard in self.shards:
+                for t in shard.get("tasks", []):
+                    cell = fam.setdefault((t.get("family", "?"), t.get("domain", "?")), [0, 0])
+                    cell[0] += 1
+                    cell[1] += bool(t.get("mismatch"))
+                    for a in t.get("mismatch") or []:
+                        mismatch_axes[a] = mismatch_axes.get(a, 0) + 1
+            rows = [[f, d, n, m] for (f, d), (n, m) in sorted(fam.items(), key=lambda kv: (-kv[1][0], kv[0]))]
+            sec.parts.append(
+                "<p>Generated tasks by family. A <i>mismatch</i> is an axis the family could not honour exactly "
+                "(it records the value it produced instead); per axis: "
+                + (html.escape(", ".join(f"{a} {n}" for a, n in sorted(mismatch_axes.items()))) or "none")
+                + ".</p>")
+            self.add_table(sec, Table("family_mix", ["family", "domain", "tasks", "with a mismatch"], rows,
+                                      "Generated tasks per task family"))
+        return sec
+
+    def survival(self) -> Section:
+        sec = Section("survival", "Survival through the stages",
+                      "How many tasks remain after each stage, and why the others were dropped. Sampled "
+                      "signatures become task directories (generate), lose benchmark look-alikes and "
+                      "near-duplicates (decontaminate), and must then pass every validation check (build, "
+                      "initial state, oracle, no-op and reward-hack probes) to be kept.",
+                      "results/tasks/manifests, results/decontam/report.json, results/validate, "
+                      "results/corpus/manifest.json, results/solve/passk.json")
+        sampled = [s["id"] for s in self.signatures]
+        stages: list[tuple[str, int | None]] = [("sampled", len(sampled))]
+        drops: list[tuple[str, str, str]] = []  # (stage, reason, task id)
+        generated = [t["id"] for s in self.shards for t in s.get("tasks", [])]
+        if self.shards:
+            stages.append(("generated", len(generated)))
+            gen = set(generated)
+            for tid in sampled:
+                if tid not in gen:
+                    drops.append(("generate", "no task directory (shard not generated or generation failed)", tid))
+        current = len(generated) if self.shards else len(sampled)
+        if self.decontam is not None:
+            dropped = list(self.decontam.get("dropped", []))
+            current -= len(dropped)
+            stages.append(("after decontamination", current))
+            if self.corpus is None and not self.verdicts:
+                reasons = {f["task_id"]: ", ".join(f.get("reasons", [])) for f in self.decontam.get("flagged", [])}
+                drops += [("decontamination", reasons.get(t, "dropped"), t) for t in dropped]
+        if self.corpus is not None:
+            stages.append(("validated and kept", len(self.corpus.get("kept", []))))
+            drops += [(d["stage"], d["reason"], d["task_id"]) for d in self.corpus.get("dropped", [])]
+        elif self.verdicts:
+            vs = [v for shard in self.verdicts for v in shard.get("verdicts", [])]
+            stages.append(("validated and kept", sum(1 for v in vs if v.get("kept"))))
+            drops += [(v["stage"], v["reason"], v["task_id"]) for v in vs if not v.get("kept")]
+        if self.passk is not None:
+            solved = sum(1 for t in self.passk.get("per_task", []) if t.get("c", 0) > 0)
+            stages.append((f"solved at least once in {self.passk.get('k_max', 'k')} attempts", solved))
+        rows, prev = [], None
+        for name, n in stages:
+            # Solving filters nothing: its row shows coverage, not a loss.
+            lost = None if prev is None or name.startswith("solved") else prev - n
+            rows.append([name, n, lost, n / len(sampled) if sampled else None])
+            prev = n
+        kept = [n for name, n in stages if name == "validated and kept"]
+        if kept:
+            self.facts["kept"] = kept[0]
+        self.tables["survival"] = Table("survival", ["stage", "tasks", "lost at this stage", "share of sampled"],
+                                        rows, "Tasks remaining after each stage")
+        self.survival_fragment = _table_html(self.tables["survival"], "main-table" if not self.has_eval else None)
+        sec.parts.append(self.survival_fragment)
+        if len(stages) > 1:
+            self.add_plot(sec, "survival", plots.survival_plot(stages), "Tasks surviving each stage")
+        grouped: dict[tuple[str, str], list[str]] = {}
+        for stage, reason, tid in drops:
+            grouped.setdefault((stage, reason), []).append(tid)
+        reason_rows = [[s, r, len(ids), sorted(ids)[:3]]
+                       for (s, r), ids in sorted(grouped.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+        if reason_rows:
+            self.add_table(sec, Table("drop_reasons", ["stage", "reason", "tasks", "example task ids"], reason_rows,
+                                      "Why tasks were dropped"))
+        else:
+            sec.parts.append("<p>No task was dropped.</p>")
+        return sec
+
+    def decontamination(self) -> Section:
+        sec = Section("decontam", "Decontamination",
+                      "Each task's text is compared with benchmark reference sets by shared word n-grams "
+                      "(a hit is a task sharing enough n-grams with one reference item) and with the rest of "
+                      "the corpus by MinHash similarity (near-duplicates).",
+                      "results/decontam/report.json")
+        rep = self.decontam
+        if rep is None:
+            return self.not_run(sec, self.results / "decontam" / "report.json")
+        s, params = rep.get("summary", {}), rep.get("params", {})
+        rows = [["tasks checked", s.get("tasks")], ["reference documents", s.get("references")],
+                ["contamination hits", s.get("contamination_hits")],
+                ["contaminated tasks", s.get("contaminated_tasks")],
+                ["near-duplicate tasks", s.get("near_duplicate_tasks")], ["flagged", s.get("flagged")],
+                ["dropped", s.get("dropped")], ["kept", s.get("kept")],
+                ["n-gram length", params.get("n")], ["policy", params.get("policy")],
+                ["near-duplicate threshold", params.get("near_dup_threshold")]]
+        for src, n in sorted((s.get("contaminated_tasks_by_source") or {}).items()):
+            rows.append([f"contaminated tasks from {src}", n])
+        self.add_table(sec, Table("decontam_summary", ["quantity", "value"], rows, "Decontamination summary"))
+        hits = [[h.get("task_id"), h.get("source"), h.get("ref_id"), h.get("shared_ngrams"), h.get("example_ngram")]
+                for h in rep.get("contamination", [])]
+        if hits:
+            self.add_table(sec, Table("decontam_hits", ["task id", "source", "reference item", "shared n-grams",
+                                                        "example shared n-gram"], hits,
+                                      "Contamination hits against reference sets"))
+        else:
+            sec.parts.append("<p>No task shares an n-gram run with a reference set.</p>")
+        pairs = [[p.get("task_id"), p.get("similar_to"), p.get("jaccard_estimate")]
+                 for p in rep.get("near_duplicate_pairs", [])]
+        if pairs:
+            self.add_table(sec, Table("decontam_near_duplicates", ["task id", "similar to", "Jaccard estimate"],
+                                      pairs, "Near-duplicate pairs inside the corpus"))
+        else:
+            sec.parts.append("<p>No near-duplicate pairs inside the corpus.</p>")
+        return sec
+
+    def passk_section(self) -> Section:
+        sec = Section("passk", "pass@k of the policy on the kept tasks",
+                      "Each kept task is attempted k times by the policy; pass@j is the unbiased estimate "
+                      "of the chance that at least one of j attempts succeeds, averaged over tasks. Rollouts "
+                      "that failed for infrastructure reasons are retried and never counted as failures.",
+                      "results/solve/passk.json")
+        pk = self.passk
+        if pk is None:
+            return self.not_run(sec, self.results / "solve" / "passk.json")
+        overall = pk.get("overall", {})
+        metrics = sorted(overall, key=lambda m: int(m.split("@")[1]) if "@" in m and m.split("@")[1].isdigit() else 0)
+        rows = [[m, overall[m]] for m in metrics]
+        rows += [["tasks", pk.get("tasks")], ["tasks never solved", len(pk.get("zero_pass", []))],
+                 ["rollouts lost to infrastructure", pk.get("infra_failed_rollouts")]]
+        self.facts["pass@1"] = overall.get("pass@1")
+        self.add_table(sec, Table("passk_overall", ["metric", "value"], rows, "Overall"))
+        by = pk.get("by", {})
+        brows = []
+        for grouping in sorted(by):
+            for bucket, v in sorted(by[grouping].items()):
+                brows.append([grouping, bucket, v.get("tasks")] + [v.get(m) for m in metrics])
+        if brows:
+            self.add_table(sec, Table("passk_by_bucket", ["grouping", "bucket", "tasks"] + metrics, brows,
+                                      "pass@k by domain, task complexity and verifier kind"))
+            if "pass@1" in metrics:
+                self.add_plot(sec, "passk", plots.passk_plot(by, "pass@1"), "pass@1 by bucket")
+        bands = pk.get("bands") or {}
+        if bands:
+            self.add_table(sec, Table("passk_bands", ["difficulty band", "tasks"],
+                                      [[b, n] for b, n in sorted(bands.items())], "Tasks per difficulty band"))
+        return sec
+
+    def hints_section(self) -> Section:
+        sec = Section("hints", "Hint coverage",
+                      "Method-level hints written for kept tasks. A hint that still leaks the answer after "
+                      "its repair rounds is dropped; a model reply that declines the job is a refusal.",
+                      "results/hints/coverage.json")
+        cov = self.hints
+        if cov is None:
+            return self.not_run(sec, self.results / "hints" / "coverage.json")
+        statuses = ["hinted", "dropped_leak", "refused", "not_attempted"]
+        overall = cov.get("counts") or cov.get("overall") or {}
+        statuses += sorted(k for k in overall if k not in statuses)
+
+        def row(name: str, counts: Mapping[str, int]) -> list:
+            total = sum(counts.get(s, 0) for s in statuses)
+            return [name] + [counts.get(s, 0) for s in statuses] + [total, counts.get("hinted", 0) / total if total else None]
+
+        rows = [row("all domains", overall)]
+        rows += [row(d, c) for d, c in sorted((cov.get("by_domain") or {}).items())]
+        self.facts["hint coverage"] = rows[0][-1]
+        extra = []
+        if cov.get("backend"):
+            extra.append(f"backend {cov['backend']}" + (f" ({cov['model']})" if cov.get("model") else ""))
+        if cov.get("repaired") is not None:
+            extra.append(f"{cov['repaired']} hints passed only after a repair round")
+        if extra:
+            sec.parts.append(f"<p>{html.escape('; '.join(extra))}.</p>")
+        self.add_table(sec, Table("hint_coverage", ["domain"] + statuses + ["tasks", "coverage"], rows,
+                                  "Hint outcomes per domain"))
+        return sec
+
+    def training(self) -> Section:
+        sec = Section("training", "Training (OPSD) per ablation",
+                      "Loss and the mean teacher–student KL at each optimizer step, per ablation. The KL "
+                      "probe measures the divergence on held-out prompts before and after training.",
+                      "results/runs/<ablation>/train/metrics.jsonl, kl_probe.json")
+        runs = sorted(p for p in (self.results / "runs").glob("*/train/metrics.jsonl"))
+        if not runs:
+            return self.not_run(sec, self.results / "runs" / "<ablation>" / "train" / "metrics.jsonl")
+        curves: dict[str, list[dict]] = {}
+        summary, long_rows = [], []
+        cols = ["loss", "kl_mean", "clipped_fraction", "completion_len", "tokens_per_s", "peak_mem_mb"]
+        for path in runs:
+            name = path.parent.parent.name
+            rows = sorted((r for r in read_jsonl(path) if "step" in r), key=lambda r: r["step"])
+            curves[name] = rows
+            long_rows += [[name, r["step"]] + [r.get(c) for c in cols] for r in rows]
+            probe = _read_optional_json(path.parent / "kl_probe.json") or {}
+
+            def mean(c: str) -> float | None:
+                vals = [r[c] for r in rows if isinstance(r.get(c), (int, float))]
+                return sum(vals) / len(vals) if vals else None
+
+            peaks = [r["peak_mem_mb"] for r in rows if isinstance(r.get("peak_mem_mb"), (int, float))]
+            summary.append([name, len(rows), rows[0].get("loss") if rows else None,
+                            rows[-1].get("loss") if rows else None, rows[-1].get("kl_mean") if rows else None,
+                            mean("clipped_fraction"), mean("completion_len"), mean("tokens_per_s"),
+                            max(peaks) if peaks else None, _kl_value(probe.get("before")),
+                            _kl_value(probe.get("after"))])
+        self.add_table(sec, Table("training_summary",
+                                  ["ablation", "steps", "first loss", "last loss", "last KL", "mean clipped fraction",
+                                   "mean completion length", "mean tokens/s", "peak memory (MB)", "probe KL before",
+                                   "probe KL after"], summary, "Training summary per ablation"))
+        self.add_plot(sec, "training", plots.training_plot(curves), "Loss and mean KL per step, per ablation")
+        self.tables["training_curves"] = Table("training_curves", ["ablation", "step"] + cols, long_rows)
+        sec.parts.append('<p class="csv">Per-step values: <code>training_curves.csv</code></p>')
+        return sec
+
+    def evaluation(self) -> Section:
+        sec = Section("eval", "Evaluation: base policy vs each ablation",
+                      "Every benchmark metric for the untrained policy (base) and each trained ablation, "
+                      "with its standard error (binomial, over problems or tasks) and the difference from "
+                      "base. A difference within about two standard errors is not evidence of a change.",
+                      "results/eval/results.csv")
+        if not self.eval_csv.is_file():
+            return self.not_run(sec, self.eval_csv)
+        with open(self.eval_csv, newline="", encoding="utf-8") as fh:
+            tidy = list(csv.DictReader(fh))
+        need = {"model", "benchmark", "metric", "value"}
+        if tidy and not need <= set(tidy[0]):
+            raise TermforgeError(f"report: {self.eval_csv} lacks columns {sorted(need - set(tidy[0]))}")
+        models = sorted({r["model"] for r in tidy}, key=lambda m: (m != "base", m))
+        cells: dict[tuple[str, str], dict[str, tuple[float | None, float | None, str]]] = {}
+        for r in tidy:
+            cells.setdefault((r["benchmark"], r["metric"]), {})[r["model"]] = (
+                _num(r["value"]), _num(r.get("stderr")), r.get("n", ""))
+        columns = ["benchmark", "metric", "n"]
+        for m in models:
+            columns += [m, f"{m} stderr"] + ([f"{m} − base"] if m != "base" and "base" in models else [])
+        wide, shown, panels = [], [], {}
+        for (bench, metric), by_model in sorted(cells.items()):
+            ns = sorted({v[2] for v in by_model.values() if v[2] not in ("", None)})
+            row: list[Any] = [bench, metric, _num(ns[0]) if len(ns) == 1 else "/".join(ns)]
+            hrow: list[Any] = [bench, metric, row[2]]
+            base = by_model.get("base", (None, None, ""))[0]
+            for m in models:
+                value, err, _ = by_model.get(m, (None, None, ""))
+                row += [value, err]
+                hrow.append(None if value is None else (f"{_fmt(value)} ± {_fmt(err)}" if err is not None
+                                                        else _fmt(value)))
+                if m != "base" and "base" in models:
+                    delta = None if value is None or base is None else value - base
+                    row.append(delta)
+                    hrow.append(None if delta is None else f"{delta:+.3f}")
+            wide.append(row)
+            shown.append(hrow)
+            values = [v[0] for v in by_model.values() if v[0] is not None]
+            if not metric.startswith("n_") and values and all(0 <= v <= 1 for v in values):
+                panels[f"{bench} / {metric}"] = {m: (v[0], v[1]) for m, v in by_model.items() if v[0] is not None}
+        self.facts["models evaluated"] = len(models)
+        self.tables["eval_comparison"] = Table("eval_comparison", columns, wide)
+        hcols = ["benchmark", "metric", "n"]
+        for m in models:
+            hcols += [f"{m} (± stderr)"] + ([f"{m} − base"] if m != "base" and "base" in models else [])
+        sec.parts.append(_table_html(Table("eval_comparison", hcols, shown,
+                                           "Metric values (± standard error) and differences from base"),
+                                     "main-table", numeric_from=2))
+        if panels:
+            self.add_plot(sec, "eval", plots.eval_plot(panels, models), "Base policy vs ablations (± stderr)")
+        return sec
+
+    def cost(self) -> Section:
+        sec = Section("cost", "Run cost per rule",
+                      "From Snakemake's benchmark files: wall time and CPU time of every job, summed per rule. "
+                      "GPU hours are wall hours times the GPUs of the rules marked as GPU rules; max RSS is "
+                      "the largest resident memory of any job of the rule.",
+                      "results/benchmarks/**/*.tsv")
+        bench_dir = self.results / "benchmarks"
+        files = sorted(bench_dir.rglob("*.tsv")) if bench_dir.is_dir() else []
+        if not files:
+            return self.not_run(sec, bench_dir / "<rule>.tsv")
+        per_rule: dict[str, dict[str, float]] = {}
+        for f in files:
+            rel = f.relative_to(bench_dir)
+            rule = rel.parts[0] if len(rel.parts) > 1 else rel.stem
+            rows = _read_benchmark(f)
+            if not rows:
+                continue
+            acc = per_rule.setdefault(rule, {"jobs": 0, "wall": 0.0, "wall_max": 0.0, "cpu": 0.0, "rss": 0.0,
+                                             "io_in": 0.0, "io_out": 0.0})
+            # A benchmark file holds one row per repeat of the same job: average, do not add.
+            def avg(col: str) -> float:
+                vals = [r[col] for r in rows if r.get(col) is not None]
+                return sum(vals) / len(vals) if vals else 0.0
+
+            wall = avg("s")
+            acc["jobs"] += 1
+            acc["wall"] += wall
+            acc["wall_max"] = max(acc["wall_max"], wall)
+            acc["cpu"] += avg("cpu_time")
+            acc["rss"] = max(acc["rss"], max((r.get("max_rss") or 0.0) for r in rows))
+            acc["io_in"] += avg("io_in")
+            acc["io_out"] += avg("io_out")
+        rows, totals = [], [0, 0.0, 0.0, 0.0, 0.0]
+        for rule, a in sorted(per_rule.items(), key=lambda kv: (-kv[1]["wall"], kv[0])):
+            gpus = float(self.gpu_rules.get(rule, 0))
+            gpu_h = a["wall"] / 3600 * gpus if gpus else None
+            rows.append([rule, int(a["jobs"]), a["wall"], a["wall_max"], a["cpu"] / 3600, gpu_h, a["rss"],
+                         a["io_in"], a["io_out"]])
+            totals[0] += int(a["jobs"])
+            totals[1] += a["wall"]
+            totals[2] += a["cpu"] / 3600
+            totals[3] += gpu_h or 0.0
+            totals[4] = max(totals[4], a["rss"])
+        rows.append(["all rules", totals[0], totals[1], None, totals[2], totals[3] if self.gpu_rules else None,
+                     totals[4], None, None])
+        self.facts["wall time (s)"] = totals[1]
+        self.facts["CPU hours"] = totals[2]
+        self.add_table(sec, Table("rule_cost", ["rule", "jobs", "wall s (sum)", "wall s (slowest job)", "CPU hours",
+                                                "GPU hours", "max RSS (MB)", "read (MB)", "written (MB)"], rows,
+                                  "Cost per rule"))
+        self.add_plot(sec, "cost", plots.cost_plot([(r[0], r[2]) for r in rows[:-1]]), "Wall time per rule")
+        return sec
+
+    def overview(self, sections: list[Section]) -> Section:
+        sec = Section("overview", "At a glance", "The run's headline numbers; each links to its section below.", "")
+        rows = [["signatures sampled", len(self.signatures)]]
+        if "kept" in self.facts:
+            rows.append(["tasks kept", self.facts["kept"]])
+        for key in ("pass@1", "hint coverage", "models evaluated", "wall time (s)", "CPU hours"):
+            if key in self.facts:
+                rows.append([key, self.facts[key]])
+        rows.append(["sections not run", ", ".join(s.title for s in sections if not s.ran) or "none"])
+        self.add_table(sec, Table("overview", ["quantity", "value"], rows, "Headline numbers"))
+        return sec
+
+    def build(self) -> list[Section]:
+        self.load()
+        self.has_eval = self.eval_csv.is_file()
+        body = [self.composition(), self.survival(), self.decontamination(), self.passk_section(),
+                self.hints_section(), self.training(), self.evaluation(), self.cost()]
+        return [self.overview(body)] + body
+
+
+def _kl_value(v: Any) -> float | None:
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, dict) and isinstance(v.get("kl_mean"), (int, float)):
+        return float(v["kl_mean"])
+    return None
+
+
+def _num(s: Any) -> float | None:
+    if s in (None, "", "NA", "-"):
+        return None
+    try:
+        x = float(s)
+    except (TypeError, ValueError):
+        return None
+    return int(x) if x.is_integer() and isinstance(s, str) and "." not in s and "e" not in s.lower() else x
+
+
+def _read_benchmark(path: Path) -> list[dict[str, float | None]]:
+    """Rows of a Snakemake benchmark TSV (columns s, h:m:s, max_rss, ..., cpu_time); NA -> None."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh, delimiter="\t")
+        if reader.fieldnames is None or "s" not in reader.fieldnames:
+            raise TermforgeError(f"report: {path} is not a Snakemake benchmark file (no 's' column)")
+        out = []
+        for row in reader:
+            out.append({k: (None if k == "h:m:s" else _num(v)) for k, v in row.items() if k is not None})
+        return out
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;max-width:1180px;margin:0 auto;
+padding:1.5rem 2rem 4rem;color:#1d2430;line-height:1.45;background:#fff}
+h1{font-size:1.7rem;margin-bottom:.2rem}h2{font-size:1.3rem;margin-top:2.4rem;border-bottom:2px solid #dde3ea;
+padding-bottom:.25rem}nav ol{columns:2;font-size:.95rem}p.lead{color:#4a5565;margin-top:0}
+p.source{font-size:.8rem;color:#6a7585;margin:.2rem 0 .8rem}
+table{border-collapse:collapse;margin:.8rem 0 .2rem;font-size:.86rem;min-width:40%}
+caption{text-align:left;font-weight:600;padding:.3rem 0;color:#334}
+th,td{border:1px solid #d5dbe3;padding:.28rem .55rem;text-align:left;vertical-align:top}
+th{background:#f1f4f8}td.num{text-align:right;font-variant-numeric:tabular-nums}
+tbody tr:nth-child(even){background:#fafbfd}#main-table{border:2px solid #0072B2}
+p.csv{font-size:.75rem;color:#6a7585;margin:.1rem 0 .8rem}p.note{font-size:.8rem;color:#6a7585}
+p.notrun{background:#fff7e6;border-left:4px solid #E69F00;padding:.5rem .8rem}
+figure{margin:1rem 0}figure img{max-width:100%;height:auto;border:1px solid #e3e7ee}
+figcaption{font-size:.8rem;color:#6a7585}code{background:#f3f5f8;padding:0 .2rem;border-radius:3px}
+details summary{cursor:pointer;color:#0072B2;margin:.4rem 0}
+"""
+
+
+def _render(title: str, sections: list[Section]) -> str:
+    nav = "".join(f'<li><a href="#{s.key}">{html.escape(s.title)}</a>{"" if s.ran else " (not run)"}</li>'
+                  for s in sections)
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
+        f"<header><h1>{html.escape(title)}</h1>",
+        '<p class="lead">termforge turns sampled task signatures into validated terminal tasks, solves them '
+        "with the policy (pass@k), writes method-level hints, trains the policy with on-policy "
+        "self-distillation and evaluates it. This page summarises one run from its results directory; "
+        "every table is also written as CSV next to this file's tables, and every figure as PNG.</p>",
+        f"<nav><h2>Contents</h2><ol>{nav}</ol></nav></header><main>",
+    ]
+    for s in sections:
+        src = f'<p class="source">Source: <code>{html.escape(s.source)}</code></p>' if s.source else ""
+        out.append(f'<section id="{s.key}"><h2>{html.escape(s.title)}</h2><p>{html.escape(s.intro)}</p>{src}'
+                   + "".join(s.parts) + "</section>")
+    out.append("</main></body></html>\n")
+    return "\n".join(out)
+
+
+def build_report(results_dir: str | Path, out_html: str | Path, out_dir_tables: str | Path,
+                 gpu_rules: Iterable[str] | Mapping[str, float] = frozenset(),
+                 title: str = "termforge run report") -> dict:
+    """Write the self-contained HTML report of a results directory, its tables (CSV) and plots (PNG).
+
+    gpu_rules: names of rules that hold GPUs (a set: one GPU per job, or a mapping rule -> GPUs per
+    job); their wall hours times GPUs give the GPU hours of the cost table.
+    Returns what was written: {"html", "main_table", "sections": {key: "ok" | "not run"},
+    "tables": {name: path}, "plots": {name: path}}.
+    """
+    results = Path(results_dir)
+    if not results.is_dir():
+        raise TermforgeError(f"report: results directory {results} does not exist")
+    gpus = dict(gpu_rules) if isinstance(gpu_rules, Mapping) else {r: 1.0 for r in gpu_rules}
+    builder = _Builder(results, gpus)
+    sections = builder.build()
+    out_tables = Path(out_dir_tables)
+    out_tables.mkdir(parents=True, exist_ok=True)
+    written_tables, written_plots = {}, {}
+    for name in TABLE_NAMES:
+        path = out_tables / f"{name}.csv"
+        if name in builder.tables:
+            atomic_write_text(path, builder.tables[name].csv_text())
+            written_tables[name] = str(path)
+        elif path.exists():
+            path.unlink()
+    for name in PLOT_NAMES:
+        path = out_tables / f"{name}.png"
+        if name in builder.plots:
+            atomic_write_bytes(path, builder.plots[name])
+            written_plots[name] = str(path)
+        elif path.exists():
+            path.unlink()
+    atomic_write_text(out_html, _render(title, sections))
+    # Atomic writes create private files; a report is meant to be read by others (and served).
+    for path in [out_html, *written_tables.values(), *written_plots.values()]:
+        Path(path).chmod(0o644)
+    return {"html": str(out_html), "main_table": "eval_comparison" if builder.has_eval else "survival",
+            "sections": {s.key: "ok" if s.ran else "not run" for s in sections},
+            "tables": written_tables, "plots": written_plots}

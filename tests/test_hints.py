@@ -1,0 +1,380 @@
+"""Hints: procedural hints for every family pass the leak gate, planted leaks never do, the llm
+backend repairs a leaking draft from the gate's findings (against a real OpenAI-protocol server),
+refusals are recorded as such, and the stage's outputs are byte-deterministic."""
+
+import json
+import re
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import make_signature
+from fake_openai_server import FakeOpenAIServer
+from termforge.generate.families import all_families
+from termforge.generate.procedural import generate_task
+from termforge.hints import check_hint, llm_hint, procedural_hint, run_hints
+from termforge.hints.gate import words_of
+from termforge.models import SamplingParams, make_model
+
+FAMILIES = all_families()
+SEEDS = (0, 1)
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    """Tasks from every family over two seeds: family name -> list of task directories."""
+    root = tmp_path_factory.mktemp("tasks")
+    out = {}
+    for fam in FAMILIES:
+        out[fam.name] = [
+            generate_task(
+                make_signature(seed, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0],
+                               corpus_kind=f"hint-test-{fam.name}"),
+                root, families=[fam],
+            )
+            for seed in SEEDS
+        ]
+    return out
+
+
+def _all_dirs(tasks):
+    return [d for dirs in tasks.values() for d in dirs]
+
+
+def _truth(task_dir):
+    return json.loads((task_dir / "private" / "truth.json").read_text())
+
+
+def _hidden_leaves(obj):
+    """Scalar values of the answer key outside truth["given"], in a fixed order."""
+    if isinstance(obj, dict):
+        for k in sorted(obj):
+            if k != "given":
+                yield from _hidden_leaves(obj[k])
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _hidden_leaves(v)
+    elif isinstance(obj, (str, int, float)) and not isinstance(obj, bool):
+        yield obj
+
+
+def _family_of(task_dir):
+    return json.loads((task_dir / "task.json").read_text())["family"]
+
+
+# -- the procedural backend ---------------------------------------------------------------------
+
+
+def test_family_set_is_complete():
+    assert len(FAMILIES) == 18, [f.name for f in FAMILIES]
+
+
+@pytest.mark.parametrize("fam", FAMILIES, ids=lambda f: f.name)
+def test_procedural_hint_passes_the_gate(fam, tasks):
+    for task_dir in tasks[fam.name]:
+        hint = procedural_hint(task_dir)
+        report = check_hint(hint, task_dir)
+        assert report.passed, f"{fam.name}: false positive {report.to_dict(redact=False)}\n{hint}"
+        assert "\n" not in hint and 40 <= report.words <= 220
+        # Built from the method note: its opening words are in the hint.
+        method = " ".join((task_dir / "private" / "method.md").read_text().split())
+        assert " ".join(method.split()[:6]) in hint
+        # Facts from the instruction only: every path the hint names is in the instruction.
+        instruction = (task_dir / "instruction.md").read_text()
+        for path in re.findall(r"`(/[^`]+)`", hint):
+            assert path in instruction, f"{fam.name}: {path} is not in the instruction"
+        for deliverable in json.loads((task_dir / "task.json").read_text())["output_paths"]:
+            if deliverable in instruction:
+                assert deliverable in hint
+        assert re.match(r"[A-Z][a-z]+ ", hint), "an imperative sentence opens the hint"
+
+
+def test_run_hints_procedural_covers_every_task_and_is_deterministic(tasks, tmp_path, capsys):
+    dirs = _all_dirs(tasks)
+    cov = run_hints(dirs, "procedural", tmp_path / "a")
+    summary = capsys.readouterr().out
+    assert f"{len(dirs)}/{len(dirs)} hinted" in summary
+    assert cov["counts"] == {"hinted": len(dirs), "dropped_leak": 0, "refused": 0, "not_attempted": 0}
+    assert cov["repaired"] == 0 and cov["findings_by_kind"] == {}
+    assert sum(c["hinted"] for c in cov["by_domain"].values()) == len(dirs)
+    domains = {json.loads((d / "task.json").read_text())["actual"]["domain"] for d in dirs}
+    assert set(cov["by_domain"]) == domains
+    assert json.loads((tmp_path / "a" / "coverage.json").read_text()) == cov
+
+    table = pq.read_table(tmp_path / "a" / "demos.parquet")
+    assert table.column_names == ["task_id", "demo", "backend", "model", "rounds", "gate_report"]
+    rows = table.to_pylist()
+    ids = [r["task_id"] for r in rows]
+    assert ids == sorted(ids) and len(ids) == len(dirs)
+    by_id = {json.loads((d / "task.json").read_text())["id"]: d for d in dirs}
+    for r in rows:
+        assert r["backend"] == "procedural" and r["model"] is None and r["rounds"] == 1
+        assert r["demo"] == procedural_hint(by_id[r["task_id"]])
+        assert json.loads(r["gate_report"])["rounds"][0]["passed"] is True
+        md = (tmp_path / "a" / "md" / f"{r['task_id']}.md").read_text()
+        assert r["demo"] in md
+
+    # Same inputs, same bytes, whatever the worker count.
+    run_hints(dirs, "procedural", tmp_path / "b", workers=3)
+    for name in ("demos.parquet", "coverage.json", "attempts.jsonl"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_missing_method_note_is_not_attempted_and_a_leaking_note_is_repaired(tasks, tmp_path):
+    [src, _] = tasks["binary_passphrase_recovery"]
+    no_note = tmp_path / "no-note"
+    shutil.copytree(src, no_note)
+    (no_note / "private" / "method.md").unlink()
+
+    leaky = tmp_path / "leaky-note"
+    shutil.copytree(src, leaky)
+    meta = json.loads((leaky / "task.json").read_text())
+    meta["id"] += "-leaky"
+    (leaky / "task.json").write_text(json.dumps(meta))
+    secret = _truth(leaky)["passphrase"]
+    note = (leaky / "private" / "method.md").read_text().strip()
+    (leaky / "private" / "method.md").write_text(note + f" In this copy it is {secret}, so type that.\n")
+
+    cov = run_hints([no_note, leaky], "procedural", tmp_path / "out")
+    statuses = {tid: t["status"] for tid, t in cov["tasks"].items()}
+    assert statuses == {meta["id"][: -len("-leaky")]: "not_attempted", meta["id"]: "hinted"}
+    assert cov["repaired"] == 1
+    [row] = pq.read_table(tmp_path / "out" / "demos.parquet").to_pylist()
+    assert row["rounds"] == 2 and secret not in row["demo"] and note.split(".")[0] in row["demo"]
+    report = json.loads(row["gate_report"])
+    assert [r["passed"] for r in report["rounds"]] == [False, True]
+    assert report["rounds"][0]["findings"][0]["kind"] == "literal_answer"
+    assert secret not in row["gate_report"], "stored findings must not quote the secret"
+
+
+# -- the gate catches planted leaks ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fam", FAMILIES, ids=lambda f: f.name)
+def test_planted_leaks_are_caught(fam, tasks):
+    task_dir = tasks[fam.name][0]
+    clean = procedural_hint(task_dir)
+    instruction = (task_dir / "instruction.md").read_text()
+
+    # The literal answer: the first informative hidden value the instruction does not show
+    # (informative: 3+ letters or non-zero digits, so not a 0.0 offset or a 0/1 flag).
+    value = next(
+        str(v) for v in _hidden_leaves(_truth(task_dir))
+        if len(re.findall(r"[1-9A-Za-z]", str(v))) >= 3 and str(v) not in instruction
+    )
+    report = check_hint(f"{clean} The value you need is {value}.", task_dir)
+    assert "literal_answer" in report.kinds(), (fam.name, value)
+    assert value not in json.dumps(report.to_dict()), "the redacted report must not quote the value"
+
+    # The verifier's files.
+    for planted in ("Read tests/test_final_state.py to see exactly what is checked.",
+                    "Then echo 1 > /logs/verifier/reward.txt.",
+                    "Run bash /tests/test.sh when done."):
+        assert "test_reference" in check_hint(f"{clean} {planted}", task_dir).kinds(), planted
+
+    # The oracle's key command: its longest line, pasted.
+    oracle = (task_dir / "solution" / "solve.sh").read_text()
+    key_line = max((ln.strip() for ln in oracle.splitlines()), key=lambda ln: len(words_of(ln)))
+    kinds = check_hint(f"{clean} Shortcut: run {key_line}", task_dir).kinds()
+    assert {"oracle_ngram", "oracle_path", "literal_answer", "truth_ngram"} & set(kinds), (fam.name, key_line)
+    assert "oracle_ngram" in kinds or "oracle_path" in kinds, (fam.name, kinds)
+
+
+def test_paraphrases_that_keep_an_8gram_of_the_truth_are_caught(tasks):
+    caught = 0
+    for fam in FAMILIES:
+        task_dir = tasks[fam.name][0]
+        instr_words = " " + " ".join(words_of((task_dir / "instruction.md").read_text())) + " "
+        for v in _hidden_leaves(_truth(task_dir)):
+            words = words_of(str(v))
+            windows = [words[i : i + 8] for i in range(len(words) - 7)]
+            fresh = [w for w in windows if f" {' '.join(w)} " not in instr_words]
+            if fresh:
+                # Punctuation and case changed, wrapped in new words: still the same 8 words in a row.
+                planted = f"{procedural_hint(task_dir)} Remember: {' '.join(fresh[0]).upper()}, roughly."
+                assert "truth_ngram" in check_hint(planted, task_dir).kinds(), (fam.name, fresh[0])
+                caught += 1
+                break
+    assert caught >= 5, f"only {caught} families have long truth text; the test lost its teeth"
+
+    # A hand-written paraphrase of a planted bug's effect keeps 8 of its words in order.
+    task_dir = tasks["python_edge_case_fix"][0]
+    effect = next(iter(_truth(task_dir)["planted_bugs"].values()))["effect"]
+    planted = f"Inspect the code; I suspect that {effect} here, so look there first."
+    report = check_hint(planted, task_dir)
+    assert "truth_ngram" in report.kinds()
+    # n is a parameter: with a window longer than the effect text, the same hint passes that check.
+    assert "truth_ngram" not in check_hint(planted, task_dir, n=len(words_of(effect)) + 1).kinds()
+
+
+def test_named_answers_in_prose_are_caught(tasks):
+    bin_dir = tasks["binary_passphrase_recovery"][0]
+    truth = _truth(bin_dir)
+    hint = f"Skip the probing: the passphrase is {truth['passphrase']} and the binary prints {truth['token']}."
+    report = check_hint(hint, bin_dir)
+    assert report.kinds() == ["literal_answer"] and len(report.findings) == 2
+
+    shop = tasks["sqlite_shop_questions"][0]
+    answers = _truth(shop)["answers"]
+    first_name = answers["q2"].split(",")[0]
+    report = check_hint(f"Look at {first_name} first; it sells the most.", shop)
+    assert "literal_answer" in report.kinds(), "one item of a list answer is a leak too"
+
+
+def test_restating_the_instruction_is_allowed(tasks):
+    for fam in ("sqlite_shop_questions", "upload_path_guard", "account_audit"):
+        task_dir = tasks[fam][0]
+        instruction = (task_dir / "instruction.md").read_text()
+        body = [ln for ln in instruction.splitlines() if ln and not ln.startswith(("#", "_", "-"))]
+        sentence = " ".join(" ".join(body).split()[:40])
+        hint = f"Keep the instruction's wording in mind: {sentence}. {procedural_hint(task_dir)}"
+        report = check_hint(hint, task_dir, max_words=400)
+        assert report.passed, (fam, report.to_dict(redact=False))
+
+
+def test_oracle_only_paths_are_caught_and_the_gate_is_pure(tasks):
+    task_dir = tasks["legacy_awk_port"][0]
+    oracle = (task_dir / "solution" / "solve.sh").read_text()
+    instruction = (task_dir / "instruction.md").read_text()
+    private = sorted({p for p in re.findall(r"/tmp/[\w.-]+", oracle) if p not in instruction})
+    assert private, "this family's oracle keeps scratch files under /tmp"
+    hint = f"Compare both programs on the inputs in {private[0]}, then fix /app/fmtduration.py."
+    report = check_hint(hint, task_dir)
+    assert report.kinds() == ["oracle_path"]
+    # Paths the instruction gives are fine; so is the same hint checked twice (same report).
+    assert check_hint("Diff /app/fmtduration.py against /app/legacy/fmtduration.awk on many inputs.", task_dir).passed
+    assert check_hint(hint, task_dir).to_dict(redact=False) == report.to_dict(redact=False)
+
+
+def test_shape_checks(tasks):
+    task_dir = tasks["log_level_filter"][0]
+    clean = procedural_hint(task_dir)
+    assert check_hint("", task_dir).kinds() == ["not_one_paragraph"]
+    assert check_hint("   \n ", task_dir).kinds() == ["not_one_paragraph"]
+    assert check_hint(f"{clean}\n\n{clean}", task_dir).kinds() == ["not_one_paragraph"]
+    assert check_hint(f"Do this:\n- sort the lines\n- write {clean}", task_dir).kinds() == ["not_one_paragraph"]
+    assert check_hint(clean, task_dir, max_words=10).kinds() == ["too_long"]
+    # A paragraph wrapped over lines is still one paragraph.
+    assert check_hint(clean.replace(", ", ",\n"), task_dir).passed
+
+
+# -- the llm backend (a real HTTP server speaking the OpenAI protocol) ------------------------------
+
+
+def _openai_model(server):
+    return make_model({"backend": "openai", "model": "hint-writer", "base_url": server.base_url,
+                       "max_retries": 0, "timeout_s": 10})
+
+
+def test_llm_hint_is_repaired_after_a_leaking_draft(tasks, tmp_path):
+    task_dir = tasks["binary_passphrase_recovery"][0]
+    truth = _truth(task_dir)
+    leaking = f"Hint: the passphrase is {truth['passphrase']}; write it and the token to /app/recovered.txt."
+    clean = ("Probe the binary with wrong guesses and record stdout and the exit status of each run; if "
+             "the status changes with how much of a guess is right, extend the guess one character at a "
+             "time over the stated alphabet with a small loop, then run it with the recovered passphrase "
+             "and copy the printed line into /app/recovered.txt exactly as the instruction asks.")
+    with FakeOpenAIServer(replies=[leaking, clean]) as server:
+        cov = run_hints([task_dir], "llm", tmp_path / "out", model=_openai_model(server), max_rounds=2,
+                        sampling=SamplingParams(temperature=0.7, seed=11))
+        bodies = server.chat_bodies()
+
+    assert cov["counts"]["hinted"] == 1 and cov["repaired"] == 1 and cov["model"] == "openai:hint-writer"
+    [row] = pq.read_table(tmp_path / "out" / "demos.parquet").to_pylist()
+    assert row["demo"] == clean and row["rounds"] == 2 and row["backend"] == "llm"
+    assert row["model"] == "openai:hint-writer"
+    report = json.loads(row["gate_report"])
+    assert [r["round"] for r in report["rounds"]] == [1, 2]
+    assert [r["passed"] for r in report["rounds"]] == [False, True]
+    assert "literal_answer" in {f["kind"] for f in report["rounds"][0]["findings"]}
+    assert truth["passphrase"] not in row["gate_report"]
+
+    # Two requests: the first carries the rule and the task, the second the draft and the findings.
+    assert len(bodies) == 2
+    first, second = bodies
+    assert "never give what must be discovered" in first["messages"][0]["content"]
+    assert (task_dir / "instruction.md").read_text().strip()[:60] in first["messages"][1]["content"]
+    assert second["messages"][:2] == first["messages"]
+    assert second["messages"][2] == {"role": "assistant", "content": leaking}
+    repair = second["messages"][3]["content"]
+    assert "literal_answer" in repair and truth["passphrase"] in repair
+    assert first["seed"] != second["seed"], "a repair round draws afresh"
+
+    # The host-side audit keeps both drafts.
+    [attempt] = [json.loads(ln) for ln in (tmp_path / "out" / "attempts.jsonl").read_text().splitlines()]
+    assert [r["draft"] for r in attempt["rounds"]] == [leaking.removeprefix("Hint: "), clean]
+
+
+def test_llm_batches_are_deterministic_and_cached(tasks, tmp_path):
+    dirs = _all_dirs(tasks)
+
+    def reply(messages):
+        # A clean hint naming the task's own title, so a row mixed up with another task would show.
+        title = re.search(r"^# (.+)$", messages[1]["content"], re.M).group(1)
+        return (f"For the task titled {title}, inspect every input the instruction names with head and "
+                "wc, build the result with a small script, and compare it with the stated format "
+                "before you submit.")
+
+    spec_for = lambda server: {"backend": "openai", "model": "m", "base_url": server.base_url,  # noqa: E731
+                               "max_retries": 0, "cache_dir": str(tmp_path / "cache")}
+    with FakeOpenAIServer(replies=reply) as server:
+        cov = run_hints(dirs, "llm", tmp_path / "a", model=spec_for(server), batch_size=5, workers=3)
+        assert server.request_count() == len(dirs)
+        run_hints(dirs, "llm", tmp_path / "b", model=spec_for(server), batch_size=100)
+        assert server.request_count() == len(dirs), "a rerun is answered from the response cache"
+    assert cov["counts"]["hinted"] == len(dirs)
+    for name in ("demos.parquet", "coverage.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    for row in pq.read_table(tmp_path / "a" / "demos.parquet").to_pylist():
+        [task_dir] = [d for d in dirs if d.name == row["task_id"]]
+        title = (task_dir / "instruction.md").read_text().splitlines()[0][2:]
+        assert f"titled {title}," in row["demo"]
+
+
+def test_llm_refusals_are_recorded_and_persistent_leaks_dropped(tasks, tmp_path):
+    refusing = tasks["log_level_filter"][0]
+    empty = tasks["png_shape_census"][0]
+    leaking = tasks["sqlite_shop_questions"][0]
+    answer = _truth(leaking)["answers"]["q3"]
+
+    def reply(messages):
+        prompt = messages[1]["content"]
+        if "/app/errors.txt" in prompt:
+            return "I'm sorry, but I can't help with that request."
+        if "/app/census.txt" in prompt:
+            return ""
+        return f"Query the database; the customer is {answer}."
+
+    with FakeOpenAIServer(replies=reply) as server:
+        model = _openai_model(server)
+        cov = run_hints([refusing, empty, leaking], "llm", tmp_path / "out", model=model, max_rounds=1)
+        assert server.request_count() == 1 + 1 + 2  # refusals are not retried; leaks get one repair
+
+    by_task = {tid: t for tid, t in cov["tasks"].items()}
+    status = {d: by_task[json.loads((d / "task.json").read_text())["id"]]["status"]
+              for d in (refusing, empty, leaking)}
+    assert status == {refusing: "refused", empty: "refused", leaking: "dropped_leak"}
+    assert cov["counts"] == {"hinted": 0, "dropped_leak": 1, "refused": 2, "not_attempted": 0}
+    assert pq.read_table(tmp_path / "out" / "demos.parquet").num_rows == 0
+    assert list((tmp_path / "out" / "md").iterdir()) == []
+
+    # The same through the single-task API.
+    with FakeOpenAIServer(replies=["Sorry, I cannot assist with this."]) as server:
+        result = llm_hint(_openai_model(server), refusing, max_rounds=2)
+    assert result.status == "refused" and result.hint is None and len(result.rounds) == 1
+    assert result.rounds[0]["refused"] is True
+
+
+def test_errors_name_the_culprit(tasks, tmp_path):
+    task_dir = tasks["log_level_filter"][0]
+    from termforge.errors import TermforgeError
+
+    with pytest.raises(TermforgeError, match="backend"):
+        run_hints([task_dir], "magic", tmp_path)
+    with pytest.raises(TermforgeError, match="needs a model"):
+        run_hints([task_dir], "llm", tmp_path)
+    with pytest.raises(TermforgeError, match="given twice"):
+        run_hints([task_dir, task_dir], "procedural", tmp_path)
+    with pytest.raises(TermforgeError, match="task.json"):
+        run_hints([tmp_path / "nowhere"], "procedural", tmp_path)
