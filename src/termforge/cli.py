@@ -319,6 +319,15 @@ def cmd_hints(args) -> int:
     return 0
 
 
+def cmd_dvc_yaml(args) -> int:
+    from termforge.config import REPO_ROOT, load_config
+    from termforge.dvcgen import dvc_yaml, snakemake_rules
+
+    cfg = load_config(args.configfile)
+    sys.stdout.write(dvc_yaml(cfg, snakemake_rules(REPO_ROOT)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="termforge", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -407,6 +416,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--corpus", required=True, help="corpus manifest of kept tasks")
     sp.add_argument("--out-dir", required=True)
     sp.set_defaults(func=cmd_hints)
+
+    sp = sub.add_parser("dvc-yaml", help="print dvc.yaml for the workflow (stages, params, outs)")
+    sp.add_argument("--configfile", nargs="+", default=["config.yaml"])
+    sp.set_defaults(func=cmd_dvc_yaml)
 
     sp = stage("export", "export the corpus: HF parquet, private table, Harbor task dirs")
     sp.add_argument("--manifests", nargs="+", help="shard manifests: export every generated task")

@@ -30,6 +30,7 @@ DVC_STAGES: dict[str, dict] = {
              "upstream": ["results/data"], "extra_deps": ["benchmarks/tb-mini"]},
     "report": {"rules": ["report"], "code": ["report"], "upstream": ["results/eval", "results/solve"]},
 }
+CACHED_STAGES = ("hints", "train", "eval")
 RULE_PARAM_STAGE = {"make_math_set": "math_data", "hints": "hints", "export": "export", "train_opsd": "train",
                     "report": "report"}
 
@@ -70,6 +71,17 @@ def stage_outputs(cfg: dict, stage: str) -> tuple[list[str], list[str]]:
     return table[stage]
 
 
+def snakemake_rules(root) -> set[str]:
+    """Names of the rules defined in rules/*.smk."""
+    import re
+    from pathlib import Path
+
+    names: set[str] = set()
+    for smk in sorted(Path(root, "rules").glob("*.smk")):
+        names |= set(re.findall(r"^rule (\w+):", smk.read_text(), flags=re.M))
+    return names
+
+
 def dvc_yaml(cfg: dict, present_rules: set[str]) -> str:
     """The dvc.yaml text for the rules the Snakefile defines (stages with none are left out)."""
     stages = {}
@@ -86,8 +98,10 @@ def dvc_yaml(cfg: dict, present_rules: set[str]) -> str:
             "cmd": "snakemake --profile profiles/local --cores all " + " ".join(targets),
             "deps": deps,
             "params": [{"config.yaml": stage_params(cfg, name)}],
-            # Snakemake keeps its own incremental state in these directories: DVC must not wipe them.
-            "outs": [{o: {"persist": True, "cache": False}} for o in outs],
+            # persist: Snakemake keeps its own incremental state in these directories, DVC must not
+            # wipe them. Only the deliverables (exports, trained weights, eval results) go to the
+            # DVC cache, so `dvc push/pull` moves them; the intermediate trees are too large.
+            "outs": [{o: {"persist": True, "cache": name in CACHED_STAGES}} for o in outs],
         }
         if name == "eval":
             stage["metrics"] = [{"results/eval/metrics.json": {"cache": False}}]

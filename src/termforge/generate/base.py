@@ -71,6 +71,20 @@ class TaskFamily:
         raise NotImplementedError
 
 
+TASK_COMPLEXITIES = ("short", "moderate", "complex", "intricate")
+
+
+def complexity_level(sig: dict) -> int:
+    """0..3 for short..intricate: how far a family scales fixtures, noise and rules (unknown: moderate)."""
+    tc = sig.get("task_complexity")
+    return TASK_COMPLEXITIES.index(tc) if tc in TASK_COMPLEXITIES else 1
+
+
+def indent_block(text: str, n: int) -> str:
+    """Indent every line after the first so a multi-line value survives textwrap.dedent."""
+    return ("\n" + " " * n).join(text.split("\n"))
+
+
 def instruction_frame(sig: dict, title: str, body: str, deliverables: list[str]) -> str:
     """The common instruction shape: the persona's voice, the task, deliverables, skills named."""
     persona = sig.get("persona") or "an engineer on the team"

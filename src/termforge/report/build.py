@@ -170,6 +170,9 @@ class _Builder:
         self.passk = _read_optional_json(r / "solve" / "passk.json")
         self.hints = _read_optional_json(r / "hints" / "coverage.json")
         self.eval_csv = r / "eval" / "results.csv"
+        bench_dir = r / "benchmarks"
+        self.benchmarks = [(f.relative_to(bench_dir), _read_benchmark(f))
+                           for f in (sorted(bench_dir.rglob("*.tsv")) if bench_dir.is_dir() else [])]
 
     # -- sections ------------------------------------------------------------------------------
     def composition(self) -> Section:
@@ -486,15 +489,11 @@ class _Builder:
                       "GPU hours are wall hours times the GPUs of the rules marked as GPU rules; max RSS is "
                       "the largest resident memory of any job of the rule.",
                       "results/benchmarks/**/*.tsv")
-        bench_dir = self.results / "benchmarks"
-        files = sorted(bench_dir.rglob("*.tsv")) if bench_dir.is_dir() else []
-        if not files:
-            return self.not_run(sec, bench_dir / "<rule>.tsv")
+        if not self.benchmarks:
+            return self.not_run(sec, self.results / "benchmarks" / "<rule>.tsv")
         per_rule: dict[str, dict[str, float]] = {}
-        for f in files:
-            rel = f.relative_to(bench_dir)
+        for rel, rows in self.benchmarks:
             rule = rel.parts[0] if len(rel.parts) > 1 else rel.stem
-            rows = _read_benchmark(f)
             if not rows:
                 continue
             acc = per_rule.setdefault(rule, {"jobs": 0, "wall": 0.0, "wall_max": 0.0, "cpu": 0.0, "rss": 0.0,

@@ -20,7 +20,7 @@ PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F
 
 def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None}, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
     return buf.getvalue()
 
 

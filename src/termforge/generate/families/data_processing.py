@@ -8,7 +8,8 @@ import random
 import textwrap
 
 from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame
-from termforge.generate.families.scientific_computing import complexity_level, py_source, python_oracle
+from termforge.generate.base import complexity_level
+from termforge.generate.families.scientific_computing import py_source, python_oracle
 
 REGIONS = ("north", "south", "east", "west", "central", "coastal", "highlands", "metro", "harbor", "valley")
 COMPANY_WORDS = ("Acme", "Blue Fin", "Cobalt", "Dunmore", "Eastgate", "Foxglove", "Granite", "Helix",

@@ -6,15 +6,9 @@ import inspect
 import random
 import textwrap
 
-from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
+from termforge.generate.base import (TaskFamily, TaskSpec, bash_script, complexity_level, indent_block,
+                                     instruction_frame, pytest_module)
 
-COMPLEXITIES = ("short", "moderate", "complex", "intricate")
-
-
-def _level(sig: dict) -> int:
-    """0..3 for short..intricate; unknown values count as moderate."""
-    tc = sig.get("task_complexity")
-    return COMPLEXITIES.index(tc) if tc in COMPLEXITIES else 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -61,7 +55,7 @@ class SqliteShopQuestions(TaskFamily):
     summary = "answer parameterised reporting questions over a SQLite database built from a SQL dump"
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
-        level = _level(sig)
+        level = complexity_level(sig)
         n_cust, n_prod, n_ord = SHOP_SIZES[level]
         messy = level >= 2
         regions = rng.sample(REGIONS, 3 + (level >= 2))
@@ -111,7 +105,7 @@ class SqliteShopQuestions(TaskFamily):
 
             Answer these questions:
 
-            {_indent_block(qlines, 12)}
+            {indent_block(qlines, 12)}
             """,
             [f"`{out}`: one line per question, `<id>: <answer>` (e.g. `q1: 42`), in any order. Money in "
              "integer cents; names exactly as stored; lists comma-separated without spaces."],
@@ -525,7 +519,7 @@ class CsvGroupByTool(TaskFamily):
     summary = "implement a CSV group-by/aggregate query tool, checked on randomly generated CSV files"
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
-        level = _level(sig)
+        level = complexity_level(sig)
         theme_name = rng.choice(sorted(CSV_THEMES))
         theme = CSV_THEMES[theme_name]
         spec = {
@@ -590,13 +584,13 @@ class CsvGroupByTool(TaskFamily):
 
             Rules:
 
-            {_indent_block(rules_md, 12)}
+            {indent_block(rules_md, 12)}
 
             A sample export is in `/app/data/sample.csv`. For example,
             `{example_args}` must print:
 
             ```
-            {_indent_block(example_out.rstrip(chr(10)), 12)}
+            {indent_block(example_out.rstrip(chr(10)), 12)}
             ```
 
             Your tool will be run with `/usr/bin/python3` (standard library only) on many other files.
@@ -650,7 +644,7 @@ class CsvGroupByTool(TaskFamily):
         )
         solve = bash_script(f"""
             cat > /app/csvq.py <<'PY'
-            {_indent_block(CSVQ_ORACLE.strip().replace("__SPEC__", repr({k: spec[k] for k in ("normalize", "empty", "order", "sep")})), 12)}
+            {indent_block(CSVQ_ORACLE.strip().replace("__SPEC__", repr({k: spec[k] for k in ("normalize", "empty", "order", "sep")})), 12)}
             PY
             python3 /app/csvq.py /app/data/sample.csv --group {group} --value {value} --agg {agg} >/dev/null
         """)
@@ -684,7 +678,7 @@ def _csvq_argv(path, group, value, agg, where, top) -> str:
     return " ".join(parts)
 
 
-def _indent_block(text: str, n: int) -> str:
+def indent_block(text: str, n: int) -> str:
     """Indent every line after the first so a multi-line value survives textwrap.dedent."""
     pad = " " * n
     return ("\n" + pad).join(text.split("\n"))

@@ -7,20 +7,10 @@ import random
 import struct
 import zlib
 
-from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
-
-COMPLEXITIES = ("short", "moderate", "complex", "intricate")
-
-
-def _level(sig: dict) -> int:
-    """0..3 for short..intricate; unknown values count as moderate."""
-    tc = sig.get("task_complexity")
-    return COMPLEXITIES.index(tc) if tc in COMPLEXITIES else 1
+from termforge.generate.base import (TaskFamily, TaskSpec, bash_script, complexity_level, indent_block,
+                                     instruction_frame, pytest_module)
 
 
-def _indent_block(text: str, n: int) -> str:
-    """Indent every line after the first so a multi-line value survives textwrap.dedent."""
-    return ("\n" + " " * n).join(text.split("\n"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -191,7 +181,7 @@ class HeldoutRegression(TaskFamily):
     summary = "predict a numeric target for held-out rows; graded by RMSE against hidden labels"
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
-        level = _level(sig)
+        level = complexity_level(sig)
         theme_name = rng.choice(sorted(REGRESSION_THEMES))
         theme = REGRESSION_THEMES[theme_name]
         n_train, n_test = REG_SIZES[level]
@@ -302,7 +292,7 @@ class HeldoutRegression(TaskFamily):
                        "target": target, "robust": robust}
         solve = bash_script(f"""
             python3 - <<'PY'
-            {_indent_block(REGRESSION_ORACLE.strip().replace("__SPEC__", repr(oracle_spec)), 12)}
+            {indent_block(REGRESSION_ORACLE.strip().replace("__SPEC__", repr(oracle_spec)), 12)}
             PY
         """)
         hints = ["Load both CSVs and look at each feature against the target (scatter or binned means)."]
@@ -504,7 +494,7 @@ class PngShapeCensus(TaskFamily):
     summary = "count shapes and measure their areas per colour in a generated PNG image"
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
-        level = _level(sig)
+        level = complexity_level(sig)
         width, height = CANVAS[level]
         colours = rng.sample(sorted(PALETTE), 2 + level)
         noisy = level >= 3
@@ -589,7 +579,7 @@ class PngShapeCensus(TaskFamily):
             `/app/scan.png` ({width}x{height}, RGB) is a scan of a sheet with coloured marks. I need a census of
             the marks in these colours: {colour_list}.
 
-            {_indent_block(rules_md, 12)}
+            {indent_block(rules_md, 12)}
 
             `python3` has Pillow and NumPy available.
             """,
@@ -634,7 +624,7 @@ class PngShapeCensus(TaskFamily):
                       .replace("__WANT_LARGEST__", repr(want_largest)))
         solve = bash_script(f"""
             python3 - <<'PY'
-            {_indent_block(oracle_src, 12)}
+            {indent_block(oracle_src, 12)}
             PY
         """)
         method = ("Decode the PNG with Pillow (or NumPy on top of it), build a mask per listed colour with exact "

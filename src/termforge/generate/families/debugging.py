@@ -14,20 +14,10 @@ import random
 import textwrap
 from dataclasses import dataclass
 
-from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
-
-COMPLEXITIES = ("short", "moderate", "complex", "intricate")
-
-
-def _level(sig: dict) -> int:
-    """0..3 for short..intricate; unknown values count as moderate."""
-    tc = sig.get("task_complexity")
-    return COMPLEXITIES.index(tc) if tc in COMPLEXITIES else 1
+from termforge.generate.base import (TaskFamily, TaskSpec, bash_script, complexity_level, indent_block,
+                                     instruction_frame, pytest_module)
 
 
-def _indent_block(text: str, n: int) -> str:
-    """Indent every line after the first so a multi-line value survives textwrap.dedent."""
-    return ("\n" + " " * n).join(text.split("\n"))
 
 
 @dataclass(frozen=True)
@@ -548,7 +538,7 @@ class PythonEdgeCaseFix(TaskFamily):
     summary = "fix a Python CLI that crashes or misbehaves on edge-case input; checked by fuzzing"
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
-        level = _level(sig)
+        level = complexity_level(sig)
         prog_name = rng.choice(sorted(PYTHON_PROGRAMS))
         prog = PYTHON_PROGRAMS[prog_name](rng)
         sites: list[BugSite] = prog["sites"]
@@ -576,11 +566,11 @@ class PythonEdgeCaseFix(TaskFamily):
             f"""
             `{path}` is a small tool our team relies on. It is supposed to behave like this:
 
-            {_indent_block(_dedent(prog["spec"]), 12)}
+            {indent_block(_dedent(prog["spec"]), 12)}
 
             Users have reported problems:
 
-            {_indent_block(report_md, 12)}
+            {indent_block(report_md, 12)}
 
             {more.strip()}
 
@@ -588,7 +578,7 @@ class PythonEdgeCaseFix(TaskFamily):
             `python3 {path} /app/examples/input.txt{(" " + arg_str) if arg_str else ""}` must print:
 
             ```
-            {_indent_block(example_out.rstrip(chr(10)).replace(chr(9), "<TAB>") or "(nothing)", 12)}
+            {indent_block(example_out.rstrip(chr(10)).replace(chr(9), "<TAB>") or "(nothing)", 12)}
             ```
 
             Fix the tool in place so that it meets the specification on every input (keep its file name and
@@ -949,7 +939,7 @@ class ShellScriptFix(TaskFamily):
     summary = "fix a bash script with quoting, globbing and ordering bugs; checked on exact scenario output"
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
-        level = _level(sig)
+        level = complexity_level(sig)
         script_name = rng.choice(sorted(SHELL_SCRIPTS))
         script = SHELL_SCRIPTS[script_name](rng)
         sites: list[BugSite] = script["sites"]
@@ -977,11 +967,11 @@ class ShellScriptFix(TaskFamily):
             f"""
             `{path}` is a small script our team relies on. It is supposed to behave like this:
 
-            {_indent_block(_dedent(script["spec"]), 12)}
+            {indent_block(_dedent(script["spec"]), 12)}
 
             Users have reported problems:
 
-            {_indent_block(report_md, 12)}
+            {indent_block(report_md, 12)}
 
             {more}
 

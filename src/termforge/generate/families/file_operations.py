@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 
-from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
+from termforge.generate.base import (TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame,
+                                     pytest_module)
+from termforge.generate.families.scientific_computing import py_source, python_oracle
 
 LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
 SERVICES = ("auth", "billing", "search", "gateway", "scheduler", "storage")
@@ -109,11 +112,7 @@ class DuplicateFilePruner(TaskFamily):
     summary = "find files with identical content (hashing, not names or sizes), keep one canonical copy, report"
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
-        # Imported here so this module's own header stays as the LogLevelFilter family has it.
-        import hashlib
-
-        from termforge.generate.families.scientific_computing import complexity_level, py_source, python_oracle
-
+        lvl = complexity_level(sig)
         lvl = complexity_level(sig)
         n_unique = (6, 12, 22, 36)[lvl]
         dirs = list(LIBRARY_DIRS[: (5, 7, 10, 10)[lvl]])

@@ -12,14 +12,8 @@ import struct
 import textwrap
 import wave
 
-from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame
+from termforge.generate.base import TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
 
-LEVEL = {"short": 0, "moderate": 1, "complex": 2, "intricate": 3}
-
-
-def complexity_level(sig: dict) -> int:
-    """0..3 for short..intricate: how far a family scales fixtures, noise and rules."""
-    return LEVEL.get(sig.get("task_complexity", "moderate"), 1)
 
 
 def py_source(body: str, **constants) -> str:

@@ -8,7 +8,8 @@ import posixpath
 import random
 
 from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame
-from termforge.generate.families.scientific_computing import complexity_level, py_source, python_oracle
+from termforge.generate.base import complexity_level
+from termforge.generate.families.scientific_computing import py_source, python_oracle
 
 PEOPLE = ("ana", "anabel", "bruno", "chen", "dara", "eli", "elif", "farah", "goran", "hana", "ivo", "jin",
           "kofi", "lena", "lenart", "mila", "noor", "omar", "pia", "quinn", "rafa", "sana", "tomas", "uma",
