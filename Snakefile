@@ -14,6 +14,7 @@ include: "rules/quality.smk"
 include: "rules/solve.smk"
 include: "rules/hints.smk"
 include: "rules/eval.smk"
+include: "rules/report.smk"
 
 
 rule all:
@@ -22,4 +23,5 @@ rule all:
         "results/corpus/manifest.json",
         "results/solve/passk.json",
         "results/eval/results.csv",
+        "results/report.html",
     default_target: True

@@ -328,6 +328,49 @@ def cmd_dvc_yaml(args) -> int:
     return 0
 
 
+GPU_RULES = ("train_opsd", "eval_aime", "eval_tbench")
+
+
+def cmd_report(args) -> int:
+    from termforge.report import build_report
+
+    info = build_report(Path(args.results), Path(args.out), Path(args.tables), gpu_rules=set(args.gpu_rules))
+    done = sum(1 for v in info["sections"].values() if v == "ok")
+    print(f"report: {args.out} ({done}/{len(info['sections'])} sections with data; main table: {info['main_table']})")
+    return 0
+
+
+def cmd_dag(args) -> int:
+    from termforge.config import REPO_ROOT
+    from termforge.dag import mermaid_rulegraph, write_dag_pictures
+
+    files = write_dag_pictures(REPO_ROOT, Path(args.out), configfiles=args.configfile)
+    if args.mermaid:
+        __import__("termforge.io", fromlist=["atomic_write_text"]).atomic_write_text(
+            args.mermaid, mermaid_rulegraph(REPO_ROOT, configfiles=args.configfile))
+    print("dag: " + ", ".join(str(v) for v in files.values()))
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from termforge.config import load_config
+    from termforge.planning import estimate, format_estimate
+
+    est = estimate(load_config(args.configfile))
+    print(format_estimate(est))
+    if args.json:
+        __import__("termforge.io", fromlist=["atomic_write_json"]).atomic_write_json(args.json, est)
+    return 0
+
+
+def cmd_combine(args) -> int:
+    from termforge.planning import combine
+
+    out = combine([Path(m) for m in args.manifests], args.mode, Path(args.out), axis=args.axis, seed=args.seed)
+    print(f"combine ({args.mode}): {len(out['kept'])} tasks -> {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="termforge", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -416,6 +459,32 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--corpus", required=True, help="corpus manifest of kept tasks")
     sp.add_argument("--out-dir", required=True)
     sp.set_defaults(func=cmd_hints)
+
+    sp = sub.add_parser("report", help="the run report: one self-contained HTML page plus CSV tables and PNG plots")
+    sp.add_argument("--results", default="results")
+    sp.add_argument("--out", default="results/report.html")
+    sp.add_argument("--tables", default="results/report")
+    sp.add_argument("--gpu-rules", nargs="*", default=list(GPU_RULES), help="rules billed as GPU hours")
+    sp.set_defaults(func=cmd_report)
+
+    sp = sub.add_parser("dag", help="draw the rule graph and the job DAG (SVG, PNG, dot; mermaid)")
+    sp.add_argument("--out", default="docs/dag")
+    sp.add_argument("--configfile", nargs="+", default=None)
+    sp.add_argument("--mermaid", help="also write the rule graph as mermaid to this file")
+    sp.set_defaults(func=cmd_dag)
+
+    sp = sub.add_parser("plan", help="project token use and API cost of a run before anything is spent")
+    sp.add_argument("--configfile", nargs="+", default=["config.yaml"])
+    sp.add_argument("--json", help="also write the estimate as JSON")
+    sp.set_defaults(func=cmd_plan)
+
+    sp = sub.add_parser("combine", help="merge corpus manifests: balanced (SFT) or union (RL)")
+    sp.add_argument("--manifests", nargs="+", required=True)
+    sp.add_argument("--mode", choices=["balanced", "union"], required=True)
+    sp.add_argument("--axis", default="domain")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--out", required=True)
+    sp.set_defaults(func=cmd_combine)
 
     sp = sub.add_parser("dvc-yaml", help="print dvc.yaml for the workflow (stages, params, outs)")
     sp.add_argument("--configfile", nargs="+", default=["config.yaml"])

@@ -612,8 +612,9 @@ def _render(title: str, sections: list[Section]) -> str:
         f"<header><h1>{html.escape(title)}</h1>",
         '<p class="lead">termforge turns sampled task signatures into validated terminal tasks, solves them '
         "with the policy (pass@k), writes method-level hints, trains the policy with on-policy "
-        "self-distillation and evaluates it. This page summarises one run from its results directory; "
-        "every table is also written as CSV next to this file's tables, and every figure as PNG.</p>",
+        "self-distillation and evaluates it. This page summarises one run from its results directory. "
+        "Every table below is also written as a CSV file, and every figure as a PNG file, in the "
+        "report's tables directory (file names under each table and figure).</p>",
         f"<nav><h2>Contents</h2><ol>{nav}</ol></nav></header><main>",
     ]
     for s in sections:

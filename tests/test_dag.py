@@ -1,0 +1,96 @@
+"""DAG pictures of the real workflow: real Snakemake planning, real graphviz layout."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from termforge.dag import (PNG_SIGNATURE, dot_edges, dot_nodes, dot_to_mermaid, mermaid_rulegraph, render_graphs,
+                           write_dag_pictures)
+from termforge.errors import TermforgeError
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz `dot` is not installed")
+
+
+def defined_rules() -> set[str]:
+    text = (REPO / "Snakefile").read_text() + "".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk")))
+    return set(re.findall(r"^rule (\w+):", text, re.M))
+
+
+@pytest.fixture(scope="module")
+def pictures(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dag")
+    overlay = root / "two-shards.yaml"
+    overlay.write_text("corpus:\n  n_tasks: 6\n  shard_size: 3\n")
+    out = root / "pictures"
+    info = write_dag_pictures(REPO, out, configfiles=[REPO / "config.yaml", overlay])
+    return out, info, overlay
+
+
+def test_pictures_are_written_and_valid(pictures):
+    out, info, _ = pictures
+    for stem in ("rulegraph", "jobs"):
+        assert (out / f"{stem}.dot").read_text().startswith("digraph")
+        assert (out / f"{stem}.png").read_bytes().startswith(PNG_SIGNATURE)
+        assert "<svg" in (out / f"{stem}.svg").read_text()
+    assert sorted(Path(f).name for f in info["files"]) == sorted(
+        f"{s}.{e}" for s in ("rulegraph", "jobs") for e in ("dot", "svg", "png"))
+    assert info["jobs_rendered"] is True
+
+
+def test_rulegraph_holds_the_workflow_rules(pictures):
+    out, info, _ = pictures
+    rules = defined_rules()
+    drawn = set(dot_nodes((out / "rulegraph.dot").read_text()).values())
+    assert drawn == set(info["rules"])
+    assert drawn <= rules, f"rulegraph names rules the Snakefile does not define: {drawn - rules}"
+    assert {"all", "sample_axes", "generate", "build_images", "decontaminate", "validate", "corpus_manifest"} <= drawn
+    svg = (out / "rulegraph.svg").read_text()
+    assert all(f">{r}<" in svg for r in drawn)
+    # The data path: sample_axes feeds generate, which feeds validation.
+    names = dot_nodes((out / "rulegraph.dot").read_text())
+    edges = {(names[a], names[b]) for a, b in dot_edges((out / "rulegraph.dot").read_text())}
+    assert ("sample_axes", "generate") in edges and ("generate", "validate") in edges
+
+
+def test_job_dag_follows_the_overlay_shards(pictures):
+    out, info, _ = pictures
+    labels = list(dot_nodes((out / "jobs.dot").read_text()).values())
+    # n_tasks 6 in shards of 3: two generate, build and validate jobs, one sampler.
+    assert labels.count("generate") == 2 and labels.count("validate") == 2 and labels.count("build_images") == 2
+    assert labels.count("sample_axes") == 1
+    assert info["jobs"] == len(labels)
+
+
+def test_mermaid_rulegraph_matches_the_dot_rulegraph(pictures):
+    out, _, overlay = pictures
+    mermaid = mermaid_rulegraph(REPO, configfiles=[REPO / "config.yaml", overlay])
+    assert "flowchart" in mermaid
+    ours = dot_to_mermaid((out / "rulegraph.dot").read_text())
+
+    def graph(text: str) -> tuple[set, set]:
+        nodes = dict(re.findall(r"^\s*(id\d+)\[([^\]]+)\]", text, re.M))
+        edges = {(nodes[a], nodes[b]) for a, b in re.findall(r"^\s*(id\d+) --> (id\d+)", text, re.M)}
+        return set(nodes.values()), edges
+
+    assert graph(mermaid) == graph(ours)
+    assert graph(ours)[0] == set(dot_nodes((out / "rulegraph.dot").read_text()).values())
+
+
+def test_large_job_dag_keeps_only_its_dot(pictures, tmp_path):
+    out, _, _ = pictures
+    job_dot = (out / "jobs.dot").read_text()
+    stale = tmp_path / "jobs.png"
+    stale.write_bytes(PNG_SIGNATURE)
+    res = render_graphs({"jobs": job_dot}, tmp_path, max_nodes={"jobs": 3})
+    assert res["rendered"] == [] and (tmp_path / "jobs.dot").read_text() == job_dot
+    assert not stale.exists() and not (tmp_path / "jobs.svg").exists()
+
+
+def test_missing_config_file_is_named(tmp_path):
+    with pytest.raises(TermforgeError, match="nope.yaml does not exist"):
+        write_dag_pictures(REPO, tmp_path, configfiles=[tmp_path / "nope.yaml"])
