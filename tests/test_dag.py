@@ -94,3 +94,12 @@ def test_large_job_dag_keeps_only_its_dot(pictures, tmp_path):
 def test_missing_config_file_is_named(tmp_path):
     with pytest.raises(TermforgeError, match="nope.yaml does not exist"):
         write_dag_pictures(REPO, tmp_path, configfiles=[tmp_path / "nope.yaml"])
+
+
+def test_readme_shows_the_current_dvc_stage_graph():
+    from termforge.dag import README_DVC_BEGIN, README_DVC_END, dvc_dag_markdown
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "README.md").read_text()
+    block = text[text.index(README_DVC_BEGIN) + len(README_DVC_BEGIN):text.index(README_DVC_END)]
+    assert block.strip() == dvc_dag_markdown(root).strip(), "run `termforge dag --readme README.md`"

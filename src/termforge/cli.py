@@ -344,11 +344,16 @@ def cmd_dag(args) -> int:
     from termforge.config import REPO_ROOT
     from termforge.dag import mermaid_rulegraph, write_dag_pictures
 
-    files = write_dag_pictures(REPO_ROOT, Path(args.out), configfiles=args.configfile)
+    from termforge.dag import dvc_dag_markdown, update_readme_dvc_dag
+
+    info = write_dag_pictures(REPO_ROOT, Path(args.out), configfiles=args.configfile)
     if args.mermaid:
         __import__("termforge.io", fromlist=["atomic_write_text"]).atomic_write_text(
             args.mermaid, mermaid_rulegraph(REPO_ROOT, configfiles=args.configfile))
-    print("dag: " + ", ".join(str(v) for v in files.values()))
+    if args.readme:
+        changed = update_readme_dvc_dag(args.readme, dvc_dag_markdown(REPO_ROOT))
+        print(f"dag: {args.readme} DVC stage graph {'updated' if changed else 'already current'}")
+    print(f"dag: pictures in {args.out}")
     return 0
 
 
@@ -471,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", default="docs/dag")
     sp.add_argument("--configfile", nargs="+", default=None)
     sp.add_argument("--mermaid", help="also write the rule graph as mermaid to this file")
+    sp.add_argument("--readme", help="also refresh the `dvc dag --md` block of this README")
     sp.set_defaults(func=cmd_dag)
 
     sp = sub.add_parser("plan", help="project token use and API cost of a run before anything is spent")

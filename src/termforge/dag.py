@@ -166,3 +166,29 @@ def render_graphs(graphs: dict[str, str], out_dir: str | Path, max_nodes: dict[s
     for p in written:
         Path(p).chmod(0o644)  # pictures are meant to be shared (atomic writes create private files)
     return {"files": written, "rendered": rendered}
+
+
+README_DVC_BEGIN = "<!-- dvc-dag -->"
+README_DVC_END = "<!-- /dvc-dag -->"
+
+
+def dvc_dag_markdown(repo: str | Path) -> str:
+    """`dvc dag --md` for the repository (the DVC stages as a mermaid flowchart)."""
+    dvc = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
+    res = subprocess.run([dvc, "dag", "--md"], cwd=repo, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise TermforgeError(f"dvc dag --md failed in {repo}: {res.stderr.strip()[-500:]}")
+    return res.stdout.strip() + "\n"
+
+
+def update_readme_dvc_dag(readme: str | Path, markdown: str) -> bool:
+    """Replace the block between the dvc-dag markers in the README; True when it changed."""
+    path = Path(readme)
+    text = path.read_text()
+    start, end = text.find(README_DVC_BEGIN), text.find(README_DVC_END)
+    if start < 0 or end < start:
+        raise TermforgeError(f"{path}: no {README_DVC_BEGIN} ... {README_DVC_END} block to update")
+    new = text[: start + len(README_DVC_BEGIN)] + "\n" + markdown + text[end:]
+    if new != text:
+        path.write_text(new)
+    return new != text
