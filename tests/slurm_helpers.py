@@ -119,11 +119,15 @@ def wait_for_jobcomp(path: Path, job_ids: list[str], timeout_s: float = 30.0) ->
 def snakemake_env() -> dict[str, str]:
     """The environment to run Snakemake in: sbatch --export=ALL hands it to every job, so a
     GPU pinning or an enclosing Slurm job of the caller must not leak into the test's jobs."""
-    return {
+    env = {
         key: value
         for key, value in os.environ.items()
         if key != "CUDA_VISIBLE_DEVICES" and not key.startswith(("SLURM_", "SBATCH_", "SRUN_"))
     }
+    # Rules call the `termforge` console script: the jobs need this environment's bin on PATH,
+    # as they would after `source .venv/bin/activate`.
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    return env
 
 
 def run_snakemake_on_slurm(

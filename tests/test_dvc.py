@@ -103,10 +103,10 @@ def test_dvc_repro_reruns_only_what_changed_and_exp_run_works(tmp_path):
     first = _run([str(BIN / "dvc"), "repro"], repo)
     assert _ran_stages(first) == set(yaml.safe_load((repo / "dvc.yaml").read_text())["stages"])
 
-    # An eval key: only the eval stage (and what depends on it) runs again.
+    # An eval key: only the eval stage and what depends on it (the report) run again.
     _set_key(repo, "eval.aime.n", 2)
     second = _run([str(BIN / "dvc"), "repro"], repo)
-    assert _ran_stages(second) == {"eval"}, second[-3000:]
+    assert _ran_stages(second) == {"eval", "report"}, second[-3000:]
     assert "Stage 'data' didn't change, skipping" in second
     # Snakemake's own account of that stage: the AIME evals and the table, nothing upstream.
     assert re.search(r"eval_aime\s+1", second) and not re.search(r"\bgenerate\s+\d", second)
