@@ -13,6 +13,7 @@ include: "rules/images.smk"
 include: "rules/quality.smk"
 include: "rules/solve.smk"
 include: "rules/hints.smk"
+include: "rules/train.smk"
 include: "rules/eval.smk"
 include: "rules/report.smk"
 

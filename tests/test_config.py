@@ -75,3 +75,18 @@ def test_cli_missing_config_file(tmp_path):
     res = subprocess.run([sys.executable, "-m", "termforge.cli", "check-config", str(tmp_path / "nope.yaml")],
                          capture_output=True, text=True)
     assert res.returncode == 2 and "nope.yaml does not exist" in res.stderr
+
+
+def test_schema_train_section_is_the_trainer_config():
+    """The workflow schema's `train` section is generated from OPSDConfig: the two never drift."""
+    from termforge.config import load_schema
+    from termforge.opsd.config import config_schema
+
+    assert load_schema()["properties"]["train"] == config_schema()
+
+
+def test_ablation_overrides_are_validated():
+    cfg = _merged({"ablations": {"fast": {"train": {"learning_rate": -1}}}})
+    with pytest.raises(ConfigError) as exc:
+        check_config(cfg)
+    assert str(exc.value).startswith("ablations.fast: override train.learning_rate")

@@ -225,8 +225,20 @@ def _policy(o: dict, weights: str | None):
     weights_dir = None
     if weights:
         summary = __import__("termforge.io", fromlist=["read_json"]).read_json(weights)
-        weights_dir = Path(summary["final_dir"])
+        weights_dir = Path(summary["weights"])
     return load_policy(dict(o[key]), weights_dir, where=key)
+
+
+def cmd_train(args) -> int:
+    from termforge.opsd.trainer import run_train_cli_args
+
+    o = _stage_options(args, "train")
+    summary = run_train_cli_args(o["train"], Path(args.out_dir), dataset=args.dataset,
+                                 probe_dataset=args.probe_dataset, demos=args.demos, tasks_dir=args.tasks_dir)
+    probe = summary.get("kl_probe") or {}
+    print(f"train: {summary.get('steps')} steps -> {args.out_dir}; final loss {summary.get('final_loss')}; "
+          f"held-out KL(teacher||student) before {probe.get('before')} after {probe.get('after')}")
+    return 0
 
 
 def cmd_eval_aime(args) -> int:
@@ -443,6 +455,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp = stage("make-math-set", "generate the offline integer-answer math set (train + held-out)")
     sp.add_argument("--out-dir", required=True)
     sp.set_defaults(func=cmd_make_math_set)
+
+    sp = stage("train", "OPSD: on-policy self-distillation of the policy (one ablation)")
+    sp.add_argument("--out-dir", required=True)
+    sp.add_argument("--dataset", help="math prompts (overrides train.dataset)")
+    sp.add_argument("--probe-dataset", help="held-out math rows for the KL probe (overrides train.probe_dataset)")
+    sp.add_argument("--demos", help="demos.parquet for terminal data (overrides train.demos)")
+    sp.add_argument("--tasks-dir", help="task directories for terminal data (overrides train.tasks_dir)")
+    sp.set_defaults(func=cmd_train)
 
     for name, func, help_ in (("eval-aime", cmd_eval_aime, "AIME-style math eval: avg@n, pass@n, maj@n"),
                               ("eval-tbench", cmd_eval_tbench, "Terminal-Bench-format eval: mean reward, pass@k")):

@@ -20,6 +20,7 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
     "solve": ("seed", "solve", "models.{solve.model}", "runtime.backend", "runtime.exec_timeout_sec", "runtime.cpu_sec",
               "runtime.memory_mb"),
     "math_data": ("seed", "math_data"),
+    "train": ("train",),
     "eval_aime": ("seed", "eval.aime", "eval.model", "models.{eval.model}"),
     "eval_tbench": ("seed", "eval.tbench", "eval.model", "models.{eval.model}", "runtime.exec_timeout_sec",
                     "runtime.cpu_sec", "runtime.memory_mb"),

@@ -1,0 +1,26 @@
+# OPSD training, one job per ablation (a GPU job on clusters; CPU in the embedded default).
+
+
+rule train_opsd:
+    input:
+        math="results/data/math/train.jsonl",
+        probe="results/data/math/heldout.jsonl",
+        demos="results/hints/demos.parquet",
+    output:
+        summary="results/runs/{model}/train/summary.json",
+    params:
+        options=ablation_params_of("train"),
+    log:
+        "results/logs/train/{model}.log",
+    benchmark:
+        "results/benchmarks/train/{model}.tsv"
+    threads: GPU_THREADS
+    resources:
+        slurm_partition=GPU_PARTITION,
+        gpu=GPUS,
+        mem_mb=GPU_MEM,
+        runtime=GPU_RUNTIME,
+    shell:
+        "termforge train --params {params.options:q} --dataset {input.math} --probe-dataset {input.probe} "
+        "--demos {input.demos} --tasks-dir results/tasks --out-dir results/runs/{wildcards.model}/train "
+        "2>&1 | tee {log}"
