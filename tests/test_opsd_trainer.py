@@ -418,6 +418,21 @@ def test_exact_resume_and_incompatible_checkpoint(tiny_model_dir, math_rows, tmp
           tmp_path / "resumed", probe_rows=probe_rows)
 
 
+def test_cli_entry_reads_the_workflow_files(tiny_model_dir, tmp_path):
+    from termforge.mathdata import write_math_set
+    from termforge.opsd.trainer import run_train_cli_args
+
+    write_math_set(tmp_path / "math", n=12, seed=2, heldout_fraction=0.25)
+    options = tiny_config(tiny_model_dir, max_steps=2, checkpoint_every=0).to_dict()
+    summary = run_train_cli_args(options, tmp_path / "run", dataset=str(tmp_path / "math" / "train.jsonl"),
+                                 probe_dataset=str(tmp_path / "math" / "heldout.jsonl"))
+    assert summary["completed"] and summary["train_rows"] == 9 and summary["probe_rows"] == 2
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-000002"]
+    assert read_json(tmp_path / "run" / "summary.json")["kl_probe"] == summary["kl_probe"]
+    with pytest.raises(ConfigError, match=r"train\.dataset: data_kind math needs a dataset"):
+        run_train_cli_args(options, tmp_path / "run2")
+
+
 @pytest.mark.model
 def test_short_smollm2_training_lowers_heldout_kl(tmp_path):
     """The embedded default: SmolLM2-135M, LoRA, a few CPU steps on the offline math set."""
@@ -480,8 +495,9 @@ def test_two_process_data_parallel_matches_one_process(tiny_model_dir, tmp_path)
     single = subprocess.run([sys.executable, str(script), tiny_model_dir, str(tmp_path / "one")],
                             capture_output=True, text=True, env=env, timeout=300)
     assert single.returncode == 0, single.stderr[-2000:]
-    double = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                             "--master_port", "0", str(script), tiny_model_dir, str(tmp_path / "two")],
+    # --standalone: a local rendezvous on a free port, so parallel test runs cannot collide.
+    double = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                             str(script), tiny_model_dir, str(tmp_path / "two")],
                             capture_output=True, text=True, env=env, timeout=300)
     assert double.returncode == 0, double.stderr[-2000:]
     one = load_file(str(tmp_path / "one" / "adapter" / "adapter_model.safetensors"))

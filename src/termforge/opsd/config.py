@@ -90,7 +90,7 @@ class OPSDConfig:
     probe_dataset: str | None = _knob(None, "Held-out rows for the KL probe (same columns as dataset); "
                                       "null: hold probe_size rows out of the training data.")
     probe_size: int = _knob(4, "Held-out prompts in the KL probe (0 disables the probe).", minimum=0)
-    probe_max_new_tokens: int = _knob(48, "Length cap of the probe's fixed completions.", minimum=1)
+    probe_max_new_tokens: int = _knob(32, "Length cap of the probe's fixed completions.", minimum=1)
 
     # -- prompts ----------------------------------------------------------------------------
     student_thinking: bool | None = _knob(None, "enable_thinking for the student's chat template "
@@ -109,7 +109,7 @@ class OPSDConfig:
     # -- rollouts ---------------------------------------------------------------------------
     prompts_per_step: int = _knob(4, "Prompts per optimizer step, over all processes.", minimum=1)
     rollouts_per_prompt: int = _knob(1, "Student samples per prompt.", minimum=1)
-    max_new_tokens: int = _knob(32, "Length cap of a student rollout.", minimum=1)
+    max_new_tokens: int = _knob(24, "Length cap of a student rollout.", minimum=1)
     temperature: float = _knob(1.1, "Sampling temperature of rollouts.", exclusive_minimum=0.0)
     top_p: float = _knob(0.95, "Nucleus mass of rollouts.", exclusive_minimum=0.0, maximum=1.0)
     top_k: int = _knob(20, "Top-k of rollouts (0 disables).", minimum=0)
@@ -138,12 +138,12 @@ class OPSDConfig:
 
     # -- optimisation -----------------------------------------------------------------------
     finetune: str = _knob("lora", "lora (peft adapters on a frozen base) or full.", choices=("lora", "full"))
-    lora_r: int = _knob(64, "LoRA rank.", minimum=1)
-    lora_alpha: float = _knob(128.0, "LoRA alpha (scale alpha / r).", exclusive_minimum=0.0)
+    lora_r: int = _knob(8, "LoRA rank.", minimum=1)
+    lora_alpha: float = _knob(16.0, "LoRA alpha (scale alpha / r).", exclusive_minimum=0.0)
     lora_dropout: float = _knob(0.0, "Dropout on the LoRA input.", minimum=0.0, maximum=1.0)
     lora_target_modules: list[str] = _knob(None, "Module names that get adapters.",
                                            default_factory=lambda: list(REFERENCE_TARGET_MODULES))
-    learning_rate: float = _knob(5e-4, "Peak learning rate (AdamW).", exclusive_minimum=0.0)
+    learning_rate: float = _knob(2e-4, "Peak learning rate (AdamW).", exclusive_minimum=0.0)
     weight_decay: float = _knob(0.0, "AdamW decoupled weight decay.", minimum=0.0)
     adam_beta1: float = _knob(0.9, "AdamW beta1.", minimum=0.0, maximum=1.0)
     adam_beta2: float = _knob(0.999, "AdamW beta2.", minimum=0.0, maximum=1.0)
@@ -153,7 +153,7 @@ class OPSDConfig:
     warmup_steps: int = _knob(0, "Linear warmup from 0 over this many steps.", minimum=0)
     max_grad_norm: float | None = _knob(0.1, "Clip the global gradient norm to this (null: no clip).",
                                         exclusive_minimum=0.0)
-    max_steps: int = _knob(8, "Optimizer steps.", minimum=1)
+    max_steps: int = _knob(5, "Optimizer steps.", minimum=1)
     micro_batch_size: int = _knob(4, "Sequences per forward/backward on one process; a step's prompts "
                                   "are accumulated over as many micro-batches as needed.", minimum=1)
     gradient_checkpointing: bool = _knob(False, "Activation checkpointing on the student forward "

@@ -12,7 +12,6 @@ predict the scored tokens; the model computes logits only there (transformers' 2
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -319,13 +318,3 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int, device: Any = "cpu"
     teacher = _collate_side([t.teacher_ids for t in trajectories], [t.teacher_mask for t in trajectories],
                             pad_id, device)
     return student, teacher
-
-
-@contextlib.contextmanager
-def eval_mode(model: Any):
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import math
 import os
 import random
 import resource
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -139,7 +139,10 @@ class OPSDTrainer:
                                       f"{', '.join(missing)}")
                 lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                                   target_modules=list(cfg.lora_target_modules), bias="none", task_type="CAUSAL_LM")
-                model = get_peft_model(model, lora)
+                with warnings.catch_warnings():
+                    # peft 0.21 reads a property transformers 5 deprecated; nothing for a user to act on.
+                    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+                    model = get_peft_model(model, lora)
             else:
                 for p in model.parameters():
                     p.requires_grad_(True)
@@ -150,8 +153,12 @@ class OPSDTrainer:
             for p in self._separate_teacher.parameters():
                 p.requires_grad_(False)
         if cfg.gradient_checkpointing:
-            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-            enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            # Non-reentrant checkpointing needs no input that requires grad (frozen embeddings are fine).
+            options = {"use_reentrant": False}
+            if hasattr(model, "activation_checkpointing_enable"):
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
         model.train()
         self.trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self.trainable:
@@ -241,6 +248,13 @@ class OPSDTrainer:
         tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
         return float(self.accelerator.reduce(tensor, reduction="sum")[0])
 
+    def _global_max(self, value: float) -> float:
+        if self.num_processes == 1:
+            return value
+        torch = _torch()
+        tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
+        return float(self.accelerator.gather(tensor).max())
+
     def train_step(self, step: int, rows: Sequence[PromptRow], rollout_fn: RolloutFn | None = None) -> dict[str, Any]:
         """Roll out on `rows` (this process's share of the step), then one optimizer step."""
         torch = _torch()
@@ -299,7 +313,9 @@ class OPSDTrainer:
         self.update_teacher()
         step_s = time.perf_counter() - started
 
-        lengths = [t.num_scored for t in trajectories]
+        sequences = self._global_sum(float(len(trajectories)))
+        truncated = self._global_sum(float(sum(t.finish_reason == "length" for t in trajectories)))
+        longest = self._global_max(float(max((t.num_scored for t in trajectories), default=0)))
         loss_value = self._global_sum(loss_total) / global_tokens
         kl_value = self._global_sum(kl_total) / global_tokens
         clipped_value = (self._global_sum(clipped_total) / (global_tokens * vocab)) if vocab else 0.0
@@ -310,11 +326,11 @@ class OPSDTrainer:
             "clipped_fraction": clipped_value,
             "grad_norm": grad_norm,
             "lr": lr,
-            "sequences": len(trajectories) * self.num_processes,
+            "sequences": int(sequences),
             "completion_tokens": int(global_tokens),
-            "completion_len_mean": sum(lengths) / max(len(lengths), 1),
-            "completion_len_max": max(lengths, default=0),
-            "truncated_fraction": sum(t.finish_reason == "length" for t in trajectories) / max(len(trajectories), 1),
+            "completion_len_mean": global_tokens / max(sequences, 1.0),
+            "completion_len_max": int(longest),
+            "truncated_fraction": truncated / max(sequences, 1.0),
             "rollout_s": rollout_s,
             "train_s": step_s - rollout_s,
             "step_s": step_s,
@@ -540,7 +556,7 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
     from termforge.models.transformers_backend import load_causal_lm
 
     device = accelerator.device
-    model, tokenizer = load_causal_lm(cfg.model, device=str(device),
+    model, tokenizer = load_causal_lm(cfg.model, device="cpu" if device.type == "cpu" else str(device),
                                       dtype=_weight_dtype(cfg, device.type == "cuda"))
     check_thinking_switches(tokenizer, cfg)
     rows = _filter_long_prompts(rows, cfg, tokenizer, "training")
@@ -555,13 +571,13 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
     if probe_rows:
         completions_path = probe_dir / "completions.json"
         before_path = probe_dir / "before.json"
-        if completions_path.exists() and before_path.exists():
+        if resume_from is not None:
+            if not (completions_path.exists() and before_path.exists()):
+                raise TermforgeError(f"train: {resume_from} exists but the probe files in {probe_dir} are missing; "
+                                     "they fix the held-out completions, so the run cannot resume without them")
             probe_trajectories = [Trajectory.from_dict(d) for d in read_json(completions_path)]
             probe_before = read_json(before_path)
-        elif resume_from is not None:
-            raise TermforgeError(f"train: {resume_from} exists but the probe files in {probe_dir} are missing; "
-                                 "they fix the held-out completions, so the run cannot resume without them")
-        else:
+        else:  # a fresh start: any probe files left by an earlier run may be from another config
             probe_trajectories = sample_rollouts(
                 trainer.generation_model(), tokenizer, probe_rows, cfg, seed_from("opsd-probe-sample", cfg.seed),
                 max_new_tokens=cfg.probe_max_new_tokens)
