@@ -50,6 +50,8 @@ TINY = {
     "eval": {"aime": {"max_problems": 1, "n": 1,
                       "sampling": {"temperature": 1.0, "top_p": 0.95, "top_k": 0, "max_new_tokens": 8}},
              "tbench": {"enabled": False}},
+    "train": {"max_steps": 1, "prompts_per_step": 2, "max_new_tokens": 8, "probe_size": 1, "probe_max_new_tokens": 8,
+              "checkpoint_every": 0},
 }
 
 
@@ -60,7 +62,9 @@ def _project(tmp: Path) -> Path:
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, repo / name)
     base = yaml.safe_load((ROOT / "config.yaml").read_text())
-    (repo / "config.yaml").write_text(yaml.safe_dump(deep_merge(base, TINY), sort_keys=False))
+    cfg = deep_merge(base, TINY)
+    cfg["ablations"] = {"fkl": {}}
+    (repo / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     gen = subprocess.run([str(BIN / "termforge"), "dvc-yaml", "--configfile", str(repo / "config.yaml")],
                          capture_output=True, text=True, check=True)
     (repo / "dvc.yaml").write_text(gen.stdout)
@@ -103,13 +107,15 @@ def test_dvc_repro_reruns_only_what_changed_and_exp_run_works(tmp_path):
     first = _run([str(BIN / "dvc"), "repro"], repo)
     assert _ran_stages(first) == set(yaml.safe_load((repo / "dvc.yaml").read_text())["stages"])
 
-    # An eval key: only the eval stage and what depends on it (the report) run again.
-    _set_key(repo, "eval.aime.n", 2)
+    # A training key: exactly train, eval and report run again.
+    _set_key(repo, "train.learning_rate", 1.0e-4)
     second = _run([str(BIN / "dvc"), "repro"], repo)
-    assert _ran_stages(second) == {"eval", "report"}, second[-3000:]
-    assert "Stage 'data' didn't change, skipping" in second
-    # Snakemake's own account of that stage: the AIME evals and the table, nothing upstream.
-    assert re.search(r"eval_aime\s+1", second) and not re.search(r"\bgenerate\s+\d", second)
+    assert _ran_stages(second) == {"train", "eval", "report"}, second[-3000:]
+    for stage in ("data", "quality", "solve", "hints"):
+        assert f"Stage '{stage}' didn't change, skipping" in second
+    # Snakemake's own account: the trained policy's jobs re-ran, the base policy's eval did not.
+    assert re.search(r"train_opsd\s+1", second) and re.search(r"eval_aime\s+1", second)
+    assert not re.search(r"\b(generate|validate|solve)\s+\d", second)
 
     # A sampling key changes the corpus: everything downstream runs again.
     _set_key(repo, "seed", 99)
@@ -119,6 +125,6 @@ def test_dvc_repro_reruns_only_what_changed_and_exp_run_works(tmp_path):
     # Experiments need git: commit, then run one with a parameter override and list it.
     _run(["git", "add", "-A"], repo)
     _run(["git", "commit", "-qm", "baseline"], repo)
-    _run([str(BIN / "dvc"), "exp", "run", "-S", "config.yaml:eval.aime.n=3", "-n", "n3"], repo)
+    _run([str(BIN / "dvc"), "exp", "run", "-S", "config.yaml:train.learning_rate=0.0003", "-n", "lr3e-4"], repo)
     shown = _run([str(BIN / "dvc"), "exp", "show", "--no-pager", "--csv"], repo)
-    assert "n3" in shown and "eval.aime.n" in shown
+    assert "lr3e-4" in shown and "train.learning_rate" in shown

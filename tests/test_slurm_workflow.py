@@ -23,6 +23,8 @@ math_data: {n: 8, heldout_fraction: 0.25}
 eval:
   aime: {max_problems: 1, n: 1, sampling: {temperature: 1.0, top_p: 0.95, top_k: 0, max_new_tokens: 8}}
   tbench: {enabled: false}
+train: {max_steps: 1, prompts_per_step: 2, max_new_tokens: 8, probe_size: 1, probe_max_new_tokens: 8,
+        checkpoint_every: 0}
 cluster: {cpu_threads: 1, cpus_per_gpu: 1, mem_mb_cpu: 2000, mem_mb_gpu: 3000, runtime_min_cpu: 30,
           runtime_min_gpu: 30}
 """
@@ -31,8 +33,12 @@ COMPARED = ("results/axes/signatures.jsonl", "results/corpus/manifest.json", "re
 
 
 def _workdir(path: Path) -> Path:
+    import yaml
+
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.yaml").write_text((REPO_ROOT / "config.yaml").read_text())
+    base = yaml.safe_load((REPO_ROOT / "config.yaml").read_text())
+    base["ablations"] = {"fkl": {}}  # one trained policy is enough to place a training job
+    (path / "config.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     (path / "small.yaml").write_text(OVERLAY)
     (path / "benchmarks").symlink_to(REPO_ROOT / "benchmarks")
     return path
@@ -56,7 +62,7 @@ def test_workflow_runs_on_slurm_in_the_right_partitions(slurm_cluster, tmp_path)
         assert rec["JobState"] == "COMPLETED", rec
         assert rec["Partition"] == ("gpu" if rule in GPU_RULES else "cpu"), (rule, rec["Partition"])
         rules_seen.add(rule)
-    assert {"generate", "validate", "solve"} <= rules_seen and rules_seen & GPU_RULES
+    assert {"generate", "validate", "solve", "hints", "train_opsd", "eval_aime"} <= rules_seen
 
     # The same config run locally gives the same outputs.
     local_dir = _workdir(tmp_path / "local")
@@ -68,3 +74,4 @@ def test_workflow_runs_on_slurm_in_the_right_partitions(slurm_cluster, tmp_path)
     for rel in COMPARED:
         assert filecmp.cmp(slurm_dir / rel, local_dir / rel, shallow=False), f"{rel} differs between Slurm and local"
     assert read_json(slurm_dir / "results/runs/base/eval/aime.json")["summary"]["num_problems"] == 1
+    assert read_json(slurm_dir / "results/runs/fkl/train/summary.json")["steps"] == 1
