@@ -23,4 +23,5 @@ rule train_opsd:
     shell:
         "termforge train --params {params.options:q} --dataset {input.math} --probe-dataset {input.probe} "
         "--demos {input.demos} --tasks-dir results/tasks --out-dir results/runs/{wildcards.model}/train "
+        "--restart-on-config-change "
         "2>&1 | tee {log}"

@@ -233,8 +233,21 @@ def cmd_train(args) -> int:
     from termforge.opsd.trainer import run_train_cli_args
 
     o = _stage_options(args, "train")
-    summary = run_train_cli_args(o["train"], Path(args.out_dir), dataset=args.dataset,
-                                 probe_dataset=args.probe_dataset, demos=args.demos, tasks_dir=args.tasks_dir)
+    kwargs = dict(dataset=args.dataset, probe_dataset=args.probe_dataset, demos=args.demos, tasks_dir=args.tasks_dir)
+    try:
+        summary = run_train_cli_args(o["train"], Path(args.out_dir), **kwargs)
+    except ConfigError as exc:
+        # The workflow re-runs training because its params changed: the old checkpoints belong to
+        # the previous config, so they are set aside and training starts over. An interrupted run
+        # with the same config still resumes (its checkpoints are compatible).
+        if not (args.restart_on_config_change and "written by a different config" in str(exc)):
+            raise
+        import shutil
+
+        old = Path(args.out_dir) / "checkpoints"
+        shutil.rmtree(old)
+        print(f"train: {exc}; the workflow changed the config, so {old} was removed and training starts over")
+        summary = run_train_cli_args(o["train"], Path(args.out_dir), **kwargs)
     probe = summary.get("kl_probe") or {}
     print(f"train: {summary.get('steps')} steps -> {args.out_dir}; final loss {summary.get('final_loss')}; "
           f"held-out KL(teacher||student) before {probe.get('before')} after {probe.get('after')}")
@@ -462,6 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--probe-dataset", help="held-out math rows for the KL probe (overrides train.probe_dataset)")
     sp.add_argument("--demos", help="demos.parquet for terminal data (overrides train.demos)")
     sp.add_argument("--tasks-dir", help="task directories for terminal data (overrides train.tasks_dir)")
+    sp.add_argument("--restart-on-config-change", action="store_true",
+                    help="start over when the checkpoints were written by another config (what the workflow does)")
     sp.set_defaults(func=cmd_train)
 
     for name, func, help_ in (("eval-aime", cmd_eval_aime, "AIME-style math eval: avg@n, pass@n, maj@n"),
