@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from termforge.errors import ConfigError, TermforgeError
+from termforge.io import atomic_write_json, atomic_write_text, read_json
 
 
 def _stage_options(args, stage: str) -> dict:
@@ -117,8 +118,6 @@ def cmd_decontaminate(args) -> int:
     from termforge.quality.decontam import (decontaminate, load_harbor_references, load_hf_references,
                                             load_jsonl_references)
     from termforge.export import load_tasks
-    from termforge.io import atomic_write_json
-
     o = _stage_options(args, "decontaminate")
     refs = []
     for d in o["decontam.harbor_dirs"]:
@@ -181,7 +180,7 @@ def cmd_solve(args) -> int:
 
     o = _stage_options(args, "solve")
     s = o["solve"]
-    shard = __import__("termforge.io", fromlist=["read_json"]).read_json(args.manifest)
+    shard = read_json(args.manifest)
     tasks_dir = Path(shard["tasks_dir"])
     model = _model_for(o, "solve.model", "models.{solve.model}", s["agent"], tasks_dir)
     if s["agent"] == "model" and s.get("cache_dir") and not isinstance(model, CachedChatModel):
@@ -224,7 +223,7 @@ def _policy(o: dict, weights: str | None):
     key = resolve_flat(o, "models.{eval.model}")
     weights_dir = None
     if weights:
-        summary = __import__("termforge.io", fromlist=["read_json"]).read_json(weights)
+        summary = read_json(weights)
         weights_dir = Path(summary["weights"])
     return load_policy(dict(o[key]), weights_dir, where=key)
 
@@ -333,7 +332,9 @@ def cmd_hints(args) -> int:
     model = None
     if o["hints.backend"] == "llm":
         key = resolve_flat(o, "models.{hints.model}")
-        model = __import__("termforge.models.base", fromlist=["make_model"]).make_model(dict(o[key]), where=key)
+        from termforge.models.base import make_model
+
+        model = make_model(dict(o[key]), where=key)
     task_dirs = [d for _, d in load_kept_tasks(Path(args.corpus))]
     try:
         run_hints(task_dirs, o["hints.backend"], Path(args.out_dir), model=model, max_rounds=o["hints.max_rounds"],
@@ -373,7 +374,7 @@ def cmd_dag(args) -> int:
 
     info = write_dag_pictures(REPO_ROOT, Path(args.out), configfiles=args.configfile)
     if args.mermaid:
-        __import__("termforge.io", fromlist=["atomic_write_text"]).atomic_write_text(
+        atomic_write_text(
             args.mermaid, mermaid_rulegraph(REPO_ROOT, configfiles=args.configfile))
     if args.readme:
         changed = update_readme_dvc_dag(args.readme, dvc_dag_markdown(REPO_ROOT))
@@ -389,7 +390,7 @@ def cmd_plan(args) -> int:
     est = estimate(load_config(args.configfile))
     print(format_estimate(est))
     if args.json:
-        __import__("termforge.io", fromlist=["atomic_write_json"]).atomic_write_json(args.json, est)
+        atomic_write_json(args.json, est)
     return 0
 
 
