@@ -55,7 +55,15 @@ def _read_math_rows(source: str, cfg: OPSDConfig, where: str) -> list[dict[str, 
     from termforge.evals.aime import extract_boxed
     from termforge.mathdata import column_error, read_rows
 
-    raw, columns = read_rows(source, cfg.dataset_split)
+    # The configured set is what the run trains on: when it cannot be read (offline and not
+    # cached, a typo in the id) the run stops here, naming the key, rather than fall back to
+    # other data. datasets' messages span several lines; the first says what went wrong.
+    key = f"{where}.dataset" if source == cfg.dataset and not where.endswith(".probe_dataset") else where
+    try:
+        raw, columns = read_rows(source, cfg.dataset_split)
+    except TermforgeError as exc:
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise ConfigError(f"{key}: {first}") from None
     wanted = [("problem_column", cfg.problem_column), ("solution_column", cfg.solution_column),
               ("answer_column", cfg.answer_column), ("id_column", cfg.id_column)]
     for key, column in wanted:
