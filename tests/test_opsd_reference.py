@@ -78,3 +78,93 @@ def test_unloadable_hub_dataset_stops_with_one_line_naming_the_key(tmp_path):
     assert re.match(r"termforge: error: train\.dataset: dataset siyanzhao/Openthoughts_math_30k_opsd .*"
                     r"could not be loaded", lines[0])
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+# -- prompts ------------------------------------------------------------------------------------
+
+def _smol_tokenizer():
+    from transformers import AutoTokenizer
+
+    from termforge.models.transformers_backend import DEFAULT_MODEL, embedded_gguf_path
+
+    gguf = embedded_gguf_path(DEFAULT_MODEL)
+    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+
+
+MATH_ROW = {"id": "r1", "problem": "What is 6 * 7?", "solution": "6 * 7 = 42, so the answer is \\boxed{42}.",
+            "answer": "42"}
+
+
+def test_reference_preset_has_the_reference_parts_in_the_reference_order():
+    """zhaoruizhi/OPSD-main data_collator.py:91 (student: "Problem:" + problem, then the
+    step-by-step / \\boxed{} instruction, one user message) and :232-239 (teacher: "Problem:" +
+    problem, the solution between "Reference Solution Begin/End" markers, the transition_prompt of
+    :59-65 asking to understand it and derive the answer independently without copying it, then
+    the same step-by-step / \\boxed{} instruction, one user message)."""
+    from termforge.opsd.data import math_prompt_rows, teacher_messages
+
+    cfg = OPSDConfig.from_dict({"prompt_preset": "reference"})
+    row = math_prompt_rows([MATH_ROW], cfg)[0]
+    student = row.messages()
+    teacher = teacher_messages(row, cfg)
+    assert [m["role"] for m in student] == [m["role"] for m in teacher] == ["user"]
+    s, t = student[0]["content"], teacher[0]["content"]
+    boxed = "Reason through it one step at a time and write the final answer inside \\boxed{}."
+    assert s == f"Problem: {MATH_ROW['problem']}\n\n{boxed}"
+    parts = [f"Problem: {MATH_ROW['problem']}", "--- BEGIN REFERENCE SOLUTION ---", MATH_ROW["solution"],
+             "--- END REFERENCE SOLUTION ---", "do not reuse or reword it", "in your own words", boxed]
+    positions = [t.index(p) for p in parts]
+    assert positions == sorted(positions) and positions[0] == 0 and t.endswith(boxed)
+    assert MATH_ROW["solution"] not in s  # the student never sees the privileged context
+    # The reference overlay uses the preset.
+    import yaml
+
+    overlay = OPSDConfig.from_dict(yaml.safe_load(REFERENCE_OVERLAY.read_text())["train"])
+    assert overlay.effective_student_template == cfg.effective_student_template
+    assert overlay.effective_teacher_template == cfg.effective_teacher_template
+
+
+def test_templates_set_in_config_are_rendered_exactly_token_for_token():
+    from termforge.opsd.data import math_prompt_rows, teacher_messages
+    from termforge.opsd.rollout import prompt_token_ids
+
+    tokenizer = _smol_tokenizer()
+    cfg = OPSDConfig.from_dict({
+        "student_template": "Q>> {problem}\n\nbox it: \\boxed{{}}",
+        "teacher_template": "[[{solution}]]\n{problem} -- again, alone.",
+    })
+    row = math_prompt_rows([MATH_ROW], cfg)[0]
+    student_text = f"Q>> {MATH_ROW['problem']}\n\nbox it: \\boxed{{}}"
+    teacher_text = f"[[{MATH_ROW['solution']}]]\n{MATH_ROW['problem']} -- again, alone."
+    for messages, text in ((row.messages(), student_text), (teacher_messages(row, cfg), teacher_text)):
+        assert messages == [{"role": "user", "content": text}]
+        expected = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                 add_generation_prompt=True)
+        assert prompt_token_ids(tokenizer, messages, None) == tokenizer(expected, add_special_tokens=False)["input_ids"]
+    # Without templates (the embedded default) the prompts are termforge's own, as before.
+    default = math_prompt_rows([MATH_ROW], OPSDConfig())[0]
+    assert default.messages() == math_prompt_rows([MATH_ROW])[0].messages()
+    assert teacher_messages(default, OPSDConfig())[0]["content"].startswith("Below is a problem together with")
+
+
+def test_terminal_template_keeps_the_harness_system_turn_and_renders_the_hint():
+    from termforge.opsd.data import PromptRow, teacher_messages
+
+    row = PromptRow("t1", ({"role": "system", "content": "SYS"}, {"role": "user", "content": "Do X."}),
+                    "Look in /etc first.", "terminal", problem="Do X.")
+    cfg = OPSDConfig.from_dict({"data_kind": "terminal", "teacher_template": "{problem}\n\nHint: {hint}"})
+    assert teacher_messages(row, cfg) == [{"role": "system", "content": "SYS"},
+                                          {"role": "user", "content": "Do X.\n\nHint: Look in /etc first."}]
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"student_template": "no placeholder"}, r"train\.student_template: must contain the placeholder \{problem\}"),
+    ({"teacher_template": "{problem} only"}, r"train\.teacher_template: must contain the placeholder \{solution\}"),
+    ({"teacher_template": "{problem} {solution} \\boxed{}"}, r"train\.teacher_template: not a valid template"),
+    ({"data_kind": "terminal", "teacher_template": "{problem} {solution}"},
+     r"train\.teacher_template: must contain the placeholder \{hint\}"),
+    ({"data_kind": "terminal", "prompt_preset": "reference"}, r"train\.prompt_preset: the reference preset"),
+])
+def test_bad_templates_are_named(values, message):
+    with pytest.raises(ConfigError, match=message):
+        OPSDConfig.from_dict(values)

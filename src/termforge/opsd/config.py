@@ -24,7 +24,10 @@ from termforge.errors import ConfigError
 
 __all__ = [
     "OPSDConfig",
+    "PROMPT_PRESETS",
+    "REFERENCE_STUDENT_TEMPLATE",
     "REFERENCE_TARGET_MODULES",
+    "REFERENCE_TEACHER_TEMPLATE",
     "RESUME_FREE_KEYS",
     "config_schema",
     "incompatible_keys",
@@ -39,6 +42,34 @@ DEFAULT_MATH_CONTEXT_TEMPLATE = (
 DEFAULT_TERMINAL_CONTEXT_TEMPLATE = (
     "Guidance on how to approach the task below (a method, not the answer):\n{context}\n\n"
 )
+
+# The reference recipe's prompts, in this project's words. What is carried over is the structure
+# and its order (zhaoruizhi/OPSD-main data_collator.py: the student message in __call__, the teacher
+# message in build_reference_teacher_user_message with the transition_prompt set in __init__):
+# student = labelled problem, then the step-by-step / boxed instruction; teacher = labelled problem,
+# the solution between begin/end markers, an instruction to understand it but derive the answer
+# independently (not copy it), then the same step-by-step / boxed instruction. Each is one user
+# message. The exact published wording is set with student_template / teacher_template (docs/opsd.md).
+REFERENCE_STUDENT_TEMPLATE = (
+    "Problem: {problem}\n\n"
+    "Reason through it one step at a time and write the final answer inside \\boxed{{}}."
+)
+REFERENCE_TEACHER_TEMPLATE = (
+    "Problem: {problem}\n\n"
+    "A worked solution to this problem follows.\n"
+    "--- BEGIN REFERENCE SOLUTION ---\n{solution}\n--- END REFERENCE SOLUTION ---\n\n"
+    "Make sure you understand why each step of that solution holds, but do not reuse or reword it. "
+    "Solve the problem again on your own, in your own words, and reach the same final answer: think "
+    "step by step, try another route when one fails, and go back to fix anything that does not hold.\n\n"
+    "Reason through it one step at a time and write the final answer inside \\boxed{{}}."
+)
+# preset -> (student template, teacher template); None keeps termforge's own prompts: the AIME eval
+# prompt (math) or the harness's opening turns (terminal) for the student, the context template
+# placed per teacher_context_role for the teacher.
+PROMPT_PRESETS: dict[str, tuple[str | None, str | None]] = {
+    "termforge": (None, None),
+    "reference": (REFERENCE_STUDENT_TEMPLATE, REFERENCE_TEACHER_TEMPLATE),
+}
 
 
 def _knob(default: Any, help: str, *, choices: tuple | None = None, minimum: float | None = None,
@@ -105,6 +136,20 @@ class OPSDConfig:
                                        "{context} is replaced by the reference solution.")
     terminal_context_template: str = _knob(DEFAULT_TERMINAL_CONTEXT_TEMPLATE, "Teacher text for "
                                            "terminal rows; {context} is replaced by the hint.")
+    prompt_preset: str = _knob("termforge", "Prompt set used where student_template / teacher_template are "
+                               "null. termforge: the AIME eval prompt (math) or the harness's opening turns "
+                               "(terminal) for the student, the context template placed per "
+                               "teacher_context_role for the teacher. reference: the reference recipe's "
+                               "structure and order in this project's words (math only; docs/opsd.md).",
+                               choices=tuple(PROMPT_PRESETS))
+    student_template: str | None = _knob(None, "The student's user message, in full; {problem} is replaced by "
+                                         "the problem (math) or the instruction (terminal). Other braces "
+                                         "are written {{ }}. null: the preset's.")
+    teacher_template: str | None = _knob(None, "The teacher's user message, in full, replacing the context "
+                                         "template; {problem} as in student_template, and {solution} "
+                                         "(math) or {hint} (terminal) for the privileged context. The "
+                                         "teacher's prompt defines the distribution the student is "
+                                         "pulled towards. null: the preset's.")
 
     # -- rollouts ---------------------------------------------------------------------------
     prompts_per_step: int = _knob(4, "Prompts per optimizer step, over all processes.", minimum=1)
@@ -199,10 +244,36 @@ class OPSDConfig:
             except (KeyError, IndexError, ValueError) as exc:
                 raise ConfigError(f"{where}.{key}: not a valid template with only {{context}} "
                                   f"(escape other braces as {{{{ }}}}): {exc}") from None
+        privileged = "solution" if self.data_kind == "math" else "hint"
+        if self.data_kind != "math" and self.prompt_preset == "reference" and self.teacher_template is None:
+            raise ConfigError(f"{where}.prompt_preset: the reference preset holds math prompts (a reference "
+                              f"solution); a terminal run sets {where}.teacher_template with {{hint}}")
+        for key, names in (("student_template", ("problem",)), ("teacher_template", ("problem", privileged))):
+            template = getattr(self, key)
+            if template is None:
+                continue
+            missing = [n for n in names if "{" + n + "}" not in template]
+            if missing:
+                raise ConfigError(f"{where}.{key}: must contain the placeholder "
+                                  + " and ".join("{" + n + "}" for n in missing))
+            try:
+                template.format(**{n: "" for n in names})
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ConfigError(f"{where}.{key}: not a valid template with only "
+                                  f"{', '.join('{' + n + '}' for n in names)} (escape other braces as "
+                                  f"{{{{ }}}}): {exc!r}") from None
         if self.finetune == "lora" and not self.lora_target_modules:
             raise ConfigError(f"{where}.lora_target_modules: LoRA needs at least one target module")
         if self.warmup_steps > self.max_steps:
             raise ConfigError(f"{where}.warmup_steps: {self.warmup_steps} exceeds max_steps {self.max_steps}")
+
+    @property
+    def effective_student_template(self) -> str | None:
+        return self.student_template if self.student_template is not None else PROMPT_PRESETS[self.prompt_preset][0]
+
+    @property
+    def effective_teacher_template(self) -> str | None:
+        return self.teacher_template if self.teacher_template is not None else PROMPT_PRESETS[self.prompt_preset][1]
 
     @property
     def effective_loss_temperature(self) -> float:

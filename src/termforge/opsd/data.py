@@ -7,6 +7,7 @@ run draws exactly the prompts the uninterrupted run would have drawn.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from termforge.opsd.config import OPSDConfig
 
 __all__ = [
     "PromptRow",
+    "apply_student_template",
     "load_math_rows",
     "load_prompt_rows",
     "load_terminal_rows",
@@ -37,18 +39,40 @@ class PromptRow:
     prompt_messages: tuple[dict[str, str], ...]
     privileged_context: str
     kind: str  # "math" or "terminal"
+    problem: str = ""  # the problem (math) or instruction (terminal) that prompt templates render
 
     def messages(self) -> list[dict[str, str]]:
         return [dict(m) for m in self.prompt_messages]
 
 
-def math_prompt_rows(rows: Sequence[dict[str, Any]]) -> list[PromptRow]:
-    """{id, problem, solution, answer} rows (mathdata's shape) -> PromptRows. The student prompt is
-    the AIME eval prompt, so training and evaluation ask the same way."""
+def _with_user_content(messages: Sequence[dict[str, str]], content: str, row_id: str) -> list[dict[str, str]]:
+    """The messages with the last user turn's content replaced (system turns stay as they are)."""
+    out = [dict(m) for m in messages]
+    for message in reversed(out):
+        if message["role"] == "user":
+            message["content"] = content
+            return out
+    raise TermforgeError(f"row {row_id}: the prompt has no user message for the prompt template")
+
+
+def apply_student_template(rows: Sequence[PromptRow], cfg: OPSDConfig | None) -> list[PromptRow]:
+    """Rows whose student user message is cfg's student template (explicit or the preset's), if any."""
+    template = cfg.effective_student_template if cfg is not None else None
+    if template is None:
+        return list(rows)
+    return [dataclasses.replace(r, prompt_messages=tuple(_with_user_content(
+        r.prompt_messages, template.format(problem=r.problem), r.id))) for r in rows]
+
+
+def math_prompt_rows(rows: Sequence[dict[str, Any]], cfg: OPSDConfig | None = None) -> list[PromptRow]:
+    """{id, problem, solution, answer} rows (mathdata's shape) -> PromptRows. Without a student
+    template the student prompt is the AIME eval prompt, so training and evaluation ask the same way."""
     from termforge.evals.aime import build_prompt
 
-    return [PromptRow(id=str(r["id"]), prompt_messages=tuple(build_prompt(str(r["problem"]))),
-                      privileged_context=str(r["solution"]).strip(), kind="math") for r in rows]
+    return apply_student_template(
+        [PromptRow(id=str(r["id"]), prompt_messages=tuple(build_prompt(str(r["problem"]))),
+                   privileged_context=str(r["solution"]).strip(), kind="math", problem=str(r["problem"]))
+         for r in rows], cfg)
 
 
 def _read_math_rows(source: str, cfg: OPSDConfig, where: str) -> list[dict[str, Any]]:
@@ -105,7 +129,7 @@ def load_math_rows(cfg: OPSDConfig, source: str | None = None, where: str = "tra
     kept = [r for r in kept if r["solution"].strip()]
     if cfg.max_rows is not None:
         kept = kept[: cfg.max_rows]
-    return math_prompt_rows(kept)
+    return math_prompt_rows(kept, cfg)
 
 
 def load_terminal_rows(cfg: OPSDConfig, demos: str | None = None, tasks_dir: str | None = None,
@@ -138,16 +162,16 @@ def load_terminal_rows(cfg: OPSDConfig, demos: str | None = None, tasks_dir: str
         instruction_path = Path(tasks_dir) / str(record["task_id"]) / "instruction.md"
         if not instruction_path.is_file():
             raise TermforgeError(f"task {record['task_id']}: listed in {demos} but {instruction_path} is missing")
-        rows.append(PromptRow(id=str(record["task_id"]),
-                              prompt_messages=tuple(initial_messages(instruction_path.read_text())),
-                              privileged_context=hint, kind="terminal"))
+        instruction = instruction_path.read_text()
+        rows.append(PromptRow(id=str(record["task_id"]), prompt_messages=tuple(initial_messages(instruction)),
+                              privileged_context=hint, kind="terminal", problem=instruction))
     print(f"{where}: kept {len(rows)} of {table.num_rows} tasks with a hint "
           f"(dropped {without_hint} without one)")
     if not rows:
         raise ConfigError(f"{where}.demos: no task in {demos} has a hint; nothing to distil")
     if cfg.max_rows is not None:
         rows = rows[: cfg.max_rows]
-    return rows
+    return apply_student_template(rows, cfg)
 
 
 def load_prompt_rows(cfg: OPSDConfig, where: str = "train") -> list[PromptRow]:
@@ -157,8 +181,15 @@ def load_prompt_rows(cfg: OPSDConfig, where: str = "train") -> list[PromptRow]:
 
 
 def teacher_messages(row: PromptRow, cfg: OPSDConfig) -> list[dict[str, str]]:
-    """The student's prompt with the privileged context added where cfg.teacher_context_role says:
-    prepended to the first user message, or appended to (or inserted as) the system message."""
+    """The teacher's chat. With a teacher template (explicit or the preset's), the student's chat
+    whose user message is that template rendered; otherwise the student's prompt with the
+    privileged context added where cfg.teacher_context_role says: prepended to the first user
+    message, or appended to (or inserted as) the system message."""
+    full = cfg.effective_teacher_template
+    if full is not None:
+        slot = "solution" if row.kind == "math" else "hint"
+        content = full.format(**{"problem": row.problem, slot: row.privileged_context})
+        return _with_user_content(row.prompt_messages, content, row.id)
     template = cfg.math_context_template if row.kind == "math" else cfg.terminal_context_template
     context = template.format(context=row.privileged_context)
     messages = row.messages()
