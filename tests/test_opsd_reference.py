@@ -21,6 +21,12 @@ import pytest
 from termforge.errors import ConfigError
 from termforge.opsd.config import OPSDConfig
 
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+# The tiny random Llama (SmolLM2's tokenizer) and the helpers of the trainer tests.
+from test_opsd_trainer import _cut_completion, _tiny_trainer, math_rows, smol_tokenizer, tiny_model_dir  # noqa: E402,F401
+
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_OVERLAY = ROOT / "configs" / "opsd-reference.yaml"
 
@@ -168,3 +174,69 @@ def test_terminal_template_keeps_the_harness_system_turn_and_renders_the_hint():
 def test_bad_templates_are_named(values, message):
     with pytest.raises(ConfigError, match=message):
         OPSDConfig.from_dict(values)
+
+
+# -- token weighting ----------------------------------------------------------------------------
+
+def test_micro_batch_loss_scale_hand_computed_for_two_processes():
+    """The reference: generalized_jsd_loss divides a micro-batch's summed terms by its scored
+    tokens (opsd_trainer.py:481-482, `batchmean`), the transformers Trainer divides each
+    micro-batch's loss by gradient_accumulation_steps (compute_loss takes no num_items_in_batch:
+    opsd_trainer.py:635), and DDP averages over processes. Two processes, two micro-batches each,
+    with 5 + 2 and 4 + 4 scored tokens: a token's weight is 1 / (N_m * 2 * 2)."""
+    from termforge.opsd.trainer import micro_batch_loss_scale
+
+    processes = [[5, 2], [4, 4]]
+    reference_weights = [[1 / 20, 1 / 8], [1 / 16, 1 / 16]]
+    for micro, weights in zip(processes, reference_weights):
+        for tokens, weight in zip(micro, weights):
+            # DDP divides each process's gradient by the process count.
+            assert micro_batch_loss_scale("micro_batch_mean", tokens, 2, 15, 2) / 2 == pytest.approx(weight)
+            assert micro_batch_loss_scale("token_mean", tokens, 2, 15, 2) / 2 == pytest.approx(1 / 15)
+    assert micro_batch_loss_scale("micro_batch_mean", 0, 2, 15, 2) == 0.0
+
+
+def test_micro_batch_mean_step_gives_the_reference_per_token_weights(tiny_model_dir, math_rows):
+    """One step, micro_batch_size 2, replies cut to 6, 3 and 1 scored tokens: micro-batches of
+    9 and 1 tokens. Reference weights: 1/(9*2) for each token of the first, 1/(1*2) for the
+    last; token_mean: 1/10 each. The step's loss and gradient are checked against those weights
+    applied to each reply's own summed loss and gradient."""
+    from termforge.opsd.loss import generalized_jsd_token_loss
+    from termforge.opsd.rollout import collate
+
+    rows = math_rows[0][:3]
+    for reduction, weights in (("micro_batch_mean", [1 / 18, 1 / 18, 1 / 2]), ("token_mean", [1 / 10] * 3)):
+        trainer, _ = _tiny_trainer(tiny_model_dir, micro_batch_size=2, max_grad_norm=None, loss_reduction=reduction)
+        cfg = trainer.cfg
+        trajectories = [_cut_completion(t, keep) for t, keep in zip(trainer.rollouts(rows, 0), (6, 3, 1))]
+        sums, grads = [], []
+        for trajectory in trajectories:
+            trainer.optimizer.zero_grad(set_to_none=True)
+            student_side, teacher_side = collate([trajectory], trainer.pad_id)
+            loss_sum, stats = generalized_jsd_token_loss(
+                trainer.student_logits(student_side), trainer.teacher_logits(teacher_side), student_side.token_mask,
+                beta=cfg.beta, temperature=trainer.temperature, token_clip=cfg.token_clip,
+                chunk_size=cfg.loss_chunk_size, reduction="sum")
+            loss_sum.backward()
+            sums.append(float(loss_sum.detach()))
+            grads.append({n: p.grad.clone() for n, p in trainer.trainable if p.grad is not None})
+        trainer.optimizer.zero_grad(set_to_none=True)
+        captured = {}
+        trainer.optimizer.register_step_pre_hook(lambda *_: captured.update(
+            {n: p.grad.clone() for n, p in trainer.trainable if p.grad is not None}))
+        record = trainer.train_step(0, rows, rollout_fn=lambda *_: trajectories)
+        assert record["loss"] == pytest.approx(sum(w * s for w, s in zip(weights, sums)), rel=1e-5)
+        assert set(captured) == set(grads[0]) and captured
+        for name, grad in captured.items():
+            expected = sum(w * g[name] for w, g in zip(weights, grads))
+            torch.testing.assert_close(grad, expected, atol=1e-7, rtol=1e-4)
+
+
+def test_micro_batch_size_is_part_of_the_objective_under_micro_batch_mean():
+    from termforge.opsd.config import incompatible_keys
+
+    a = OPSDConfig.from_dict({"micro_batch_size": 4}).to_dict()
+    b = OPSDConfig.from_dict({"micro_batch_size": 2}).to_dict()
+    assert incompatible_keys(a, b) == []
+    a["loss_reduction"] = b["loss_reduction"] = "micro_batch_mean"
+    assert incompatible_keys(a, b) == ["micro_batch_size"]

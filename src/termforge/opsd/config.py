@@ -178,6 +178,12 @@ class OPSDConfig:
     token_clip: float | None = _knob(0.05, "Clamp each per-(token, vocabulary entry) divergence term at "
                                      "this maximum before summing (null: no clamp).",
                                      exclusive_minimum=0.0)
+    loss_reduction: str = _knob("token_mean", "How scored tokens are weighted in a step's loss. token_mean: "
+                                "one mean over every scored token of the step, whatever the micro-batch "
+                                "split or process count. micro_batch_mean: the reference's, a token mean "
+                                "within each micro-batch, then a mean over micro-batches and processes (a "
+                                "token in a short micro-batch weighs more; micro_batch_size then changes "
+                                "the objective).", choices=("token_mean", "micro_batch_mean"))
     loss_chunk_size: int | None = _knob(256, "Completion tokens per loss chunk (bounded memory, same "
                                         "value); null computes all tokens at once.", minimum=1)
 
@@ -299,7 +305,10 @@ RESUME_FREE_KEYS = frozenset({
 
 def incompatible_keys(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """Keys whose values differ between a checkpoint's config and the current one (sorted)."""
-    keys = (set(saved) | set(current)) - RESUME_FREE_KEYS
+    free = RESUME_FREE_KEYS
+    if "micro_batch_mean" in (saved.get("loss_reduction"), current.get("loss_reduction")):
+        free = free - {"micro_batch_size"}  # the micro-batches then weigh the tokens
+    keys = (set(saved) | set(current)) - free
     return sorted(k for k in keys if _normalise(saved.get(k, _MISSING)) != _normalise(current.get(k, _MISSING)))
 
 

@@ -5,9 +5,11 @@ One optimizer step:
   1. the current student samples replies to `prompts_per_step` prompts (seeded per step);
   2. the teacher, the same model given the privileged context (weights per `teacher_mode`),
      scores those exact tokens under inference mode;
-  3. the student scores them with gradient; the loss (loss.py) is summed over micro-batches and
-     divided by the step's total number of scored tokens, so the step's gradient is that of the
-     token-mean over the whole step, however it is split into micro-batches or processes;
+  3. the student scores them with gradient; with loss_reduction token_mean (the default) the
+     loss (loss.py) is summed over micro-batches and divided by the step's total number of scored
+     tokens, so the step's gradient is that of the token-mean over the whole step, however it is
+     split into micro-batches or processes; micro_batch_mean is the reference's mean of
+     per-micro-batch token means (micro_batch_loss_scale);
   4. gradient-norm clip, AdamW, schedule; the EMA teacher follows when teacher_mode is ema.
 
 Logits are computed only at the positions that predict scored tokens (2-D `logits_to_keep`),
@@ -56,7 +58,8 @@ from termforge.opsd.rollout import (
     sample_rollouts,
 )
 
-__all__ = ["OPSDTrainer", "RolloutFn", "latest_checkpoint", "run_train_cli_args", "train"]
+__all__ = ["OPSDTrainer", "RolloutFn", "latest_checkpoint", "micro_batch_loss_scale", "run_train_cli_args",
+           "train"]
 
 # (trainer, rows, step) -> trajectories; the default samples one reply per prompt. The lead's
 # harness rollouts plug in here (see rollout.transcript_trajectory).
@@ -92,6 +95,24 @@ def _weight_dtype(cfg: OPSDConfig, on_gpu: bool) -> str:
         return cfg.dtype
     # A frozen LoRA base loses nothing in bf16; trained full weights need fp32 master copies.
     return "bfloat16" if (on_gpu and cfg.finetune == "lora") else "float32"
+
+
+def micro_batch_loss_scale(reduction: str, micro_tokens: int, local_micro_batches: int, global_tokens: float,
+                           num_processes: int) -> float:
+    """The factor on a micro-batch's summed token losses before backward, given that DDP averages
+    gradients over processes.
+
+    token_mean: every scored token of the step weighs 1 / global_tokens (the factor num_processes
+    undoes DDP's average). micro_batch_mean, the reference's reduction (a token mean inside each
+    micro-batch, divided by the accumulation steps by the Trainer, averaged over processes by DDP):
+    a token weighs 1 / (micro_tokens * local_micro_batches * num_processes); a micro-batch without
+    scored tokens contributes nothing (the reference would divide 0 by 0).
+    """
+    if reduction == "token_mean":
+        return num_processes / global_tokens
+    if micro_tokens == 0:
+        return 0.0
+    return 1.0 / (micro_tokens * local_micro_batches)
 
 
 def lr_lambda_for(cfg: OPSDConfig) -> Callable[[int], float]:
@@ -270,10 +291,7 @@ class OPSDTrainer:
         global_tokens = self._global_sum(float(local_tokens))
         if global_tokens <= 0:
             raise TermforgeError(f"step {step + 1}: the rollouts contain no scored token")
-        # Gradients are averaged over processes by DDP; the factor turns that average back into
-        # the global token-mean.
-        scale = self.num_processes / global_tokens
-        loss_total = kl_total = clipped_total = 0.0
+        objective_total = kl_total = clipped_total = 0.0
         vocab = None
         self.model.train()
         micro_batches = [trajectories[i: i + cfg.micro_batch_size]
@@ -299,9 +317,11 @@ class OPSDTrainer:
                     s_lp = token_logprobs(s_logits, student_side.target_ids, temperature=self.temperature)
                     loss_sum, stats = sampled_token_loss(s_lp, t_lp.clone(), student_side.token_mask,
                                                          reduction="sum")
+                scale = micro_batch_loss_scale(cfg.loss_reduction, stats.num_tokens, len(micro_batches),
+                                               global_tokens, self.num_processes)
                 self.accelerator.backward(loss_sum * scale)
             del s_logits
-            loss_total += float(loss_sum.detach())
+            objective_total += float(loss_sum.detach()) * scale
             kl_total += stats.kl_mean * stats.num_tokens
             clipped_total += stats.clipped_fraction * stats.num_tokens * (vocab or 1)
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
@@ -316,7 +336,8 @@ class OPSDTrainer:
         sequences = self._global_sum(float(len(trajectories)))
         truncated = self._global_sum(float(sum(t.finish_reason == "length" for t in trajectories)))
         longest = self._global_max(float(max((t.num_scored for t in trajectories), default=0)))
-        loss_value = self._global_sum(loss_total) / global_tokens
+        # The step's objective as its gradient sees it (DDP averages the processes' parts).
+        loss_value = self._global_sum(objective_total) / self.num_processes
         kl_value = self._global_sum(kl_total) / global_tokens
         clipped_value = (self._global_sum(clipped_total) / (global_tokens * vocab)) if vocab else 0.0
         return {
