@@ -240,3 +240,37 @@ def test_micro_batch_size_is_part_of_the_objective_under_micro_batch_mean():
     assert incompatible_keys(a, b) == []
     a["loss_reduction"] = b["loss_reduction"] = "micro_batch_mean"
     assert incompatible_keys(a, b) == ["micro_batch_size"]
+
+
+# -- EMA teacher --------------------------------------------------------------------------------
+
+def test_ema_teacher_timing_and_decay_follow_the_reference(tiny_model_dir, math_rows, tmp_path):
+    """zhaoruizhi/OPSD-main: ema_decay defaults to 0.999 (opsd_train.py:94-95, opsd_trainer.py:145;
+    siyan-zhao/OPSD scripts/run_opsd_ema.sh:35); the update runs after each optimizer step
+    (EMAUpdateCallback.on_step_end, opsd_trainer.py:91-94); its first call only snapshots the
+    weights (opsd_trainer.py:540-553) and before that the teacher is the current weights
+    (_ema_teacher_context, opsd_trainer.py:580-582)."""
+    from termforge.opsd.rollout import collate
+
+    assert OPSDConfig().ema_decay == 0.999
+    rows = math_rows[0][:2]
+    trainer, _ = _tiny_trainer(tiny_model_dir, teacher_mode="ema", ema_decay=0.9, max_grad_norm=None)
+    trajectories = trainer.rollouts(rows, 0)
+    _, teacher_side = collate(trajectories[:1], trainer.pad_id)
+    assert trainer.ema is None
+    # Step 1's teacher is the current weights (the live student given the privileged context).
+    assert torch.equal(trainer.teacher_logits(teacher_side), trainer.student_logits(teacher_side, grad=False))
+    trainer.train_step(0, rows, rollout_fn=lambda *_: trajectories)
+    after_first = {n: p.detach().clone() for n, p in trainer.trainable}
+    assert all(torch.equal(e, after_first[n]) for e, (n, _) in zip(trainer.ema, trainer.trainable))
+    trainer.train_step(1, rows, rollout_fn=lambda *_: trajectories)
+    after_second = {n: p.detach().clone() for n, p in trainer.trainable}
+    assert any(not torch.equal(after_first[n], after_second[n]) for n in after_first)
+    for e, (n, _) in zip(trainer.ema, trainer.trainable):
+        torch.testing.assert_close(e, 0.9 * after_first[n] + 0.1 * after_second[n], atol=1e-7, rtol=1e-6)
+    # A checkpoint carries the started average into a fresh trainer.
+    checkpoint = trainer.save_checkpoint(tmp_path / "checkpoints", 2, 4)
+    resumed, _ = _tiny_trainer(tiny_model_dir, teacher_mode="ema", ema_decay=0.9, max_grad_norm=None)
+    resumed.load_checkpoint(checkpoint)
+    assert all(torch.equal(a, b) for a, b in zip(resumed.ema, trainer.ema))
+    assert torch.equal(resumed.teacher_logits(teacher_side), trainer.teacher_logits(teacher_side))

@@ -327,10 +327,13 @@ def test_teacher_modes(tiny_model_dir):
     _perturb_lora(trainer)
     assert torch.equal(trainer.teacher_logits(teacher_side), trainer.student_logits(teacher_side, grad=False))
 
-    # ema: the average of the adapter weights, swapped in for the teacher forward only.
+    # ema: the average of the adapter weights, swapped in for the teacher forward only. The first
+    # update (after the first optimizer step) snapshots the weights; later ones decay.
     trainer, _ = _tiny_trainer(tiny_model_dir, teacher_mode="ema", ema_decay=0.75)
-    start = trainable_snapshot(trainer)
     _perturb_lora(trainer)
+    start = trainable_snapshot(trainer)
+    trainer.update_teacher()
+    _perturb_lora(trainer, seed=2)
     current = trainable_snapshot(trainer)
     trainer.update_teacher()
     ema_logits = trainer.teacher_logits(teacher_side)

@@ -164,8 +164,10 @@ class OPSDConfig:
     teacher_mode: str = _knob("fixed", "fixed: the base weights (LoRA off); ema: an exponential moving "
                               "average of the trained weights; live: the current weights.",
                               choices=("fixed", "ema", "live"))
-    ema_decay: float = _knob(0.99, "EMA decay per optimizer step (teacher_mode ema).", minimum=0.0,
-                             maximum=1.0)
+    ema_decay: float = _knob(0.999, "EMA decay per optimizer step (teacher_mode ema). As in the reference, "
+                             "the average starts as a copy of the weights after the first optimizer step "
+                             "(the first step's teacher is the current weights) and decays from the second.",
+                             minimum=0.0, maximum=1.0)
 
     # -- loss -------------------------------------------------------------------------------
     loss_type: str = _knob("full_vocab", "full_vocab: generalised JSD over the whole vocabulary; "

@@ -184,9 +184,11 @@ class OPSDTrainer:
         self.trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self.trainable:
             raise TermforgeError("the model has no trainable parameters")
+        # The EMA teacher follows the reference's timing (zhaoruizhi/OPSD-main opsd_trainer.py
+        # _update_ema): no average until the first optimizer step has been taken, the teacher being
+        # the current weights until then; the first update copies the weights, later ones decay.
         self.ema: list[Any] | None = None
-        if cfg.teacher_mode == "ema" and self._separate_teacher is None:
-            self.ema = [p.detach().float().clone() for _, p in self.trainable]
+        self._ema_started = False
         self.optimizer = torch.optim.AdamW(
             [p for _, p in self.trainable], lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
             eps=cfg.adam_epsilon, weight_decay=cfg.weight_decay)
@@ -218,6 +220,8 @@ class OPSDTrainer:
             if self.cfg.teacher_mode == "fixed":
                 with model.disable_adapter():
                     yield model
+            elif self.cfg.teacher_mode == "ema" and self.ema is None:
+                yield model  # before the first optimizer step: the current weights
             elif self.cfg.teacher_mode == "ema":
                 with torch.no_grad():
                     backup = [p.detach().clone() for _, p in self.trainable]
@@ -360,15 +364,26 @@ class OPSDTrainer:
         }
 
     def update_teacher(self) -> None:
+        """After an optimizer step (teacher_mode ema): the first call snapshots the weights, each
+        later one moves the average by (1 - ema_decay) towards them."""
         torch = _torch()
+        if self.cfg.teacher_mode != "ema":
+            return
         decay = self.cfg.ema_decay
         with torch.no_grad():
-            if self.ema is not None:
-                for e, (_, p) in zip(self.ema, self.trainable):
-                    e.lerp_(p.detach().float(), 1.0 - decay)
-            elif self._separate_teacher is not None and self.cfg.teacher_mode == "ema":
+            if self._separate_teacher is None:
+                if self.ema is None:
+                    self.ema = [p.detach().float().clone() for _, p in self.trainable]
+                else:
+                    for e, (_, p) in zip(self.ema, self.trainable):
+                        e.lerp_(p.detach().float(), 1.0 - decay)
+            else:
                 for t, s in zip(self._separate_teacher.parameters(), self.unwrapped.parameters()):
-                    t.lerp_(s.detach().to(t.dtype), 1.0 - decay)
+                    if self._ema_started:
+                        t.lerp_(s.detach().to(t.dtype), 1.0 - decay)
+                    else:
+                        t.copy_(s.detach())
+        self._ema_started = True
 
     def peak_memory_mb(self) -> float:
         torch = _torch()
@@ -441,14 +456,16 @@ class OPSDTrainer:
         with torch.no_grad():
             for name, p in self.trainable:
                 p.copy_(weights[name].to(p.device, p.dtype))
-            if self.ema is not None:
+            # A checkpoint follows at least one optimizer step, so its EMA has started.
+            if self.cfg.teacher_mode == "ema" and self._separate_teacher is None:
                 saved = load_file(str(path / "ema.safetensors"))
-                for (name, _), e in zip(self.trainable, self.ema):
-                    e.copy_(saved[name].to(e.device, e.dtype))
+                self.ema = [saved[name].to(p.device, torch.float32) for name, p in self.trainable]
+                self._ema_started = True
             if self._separate_teacher is not None and self.cfg.teacher_mode == "ema":
                 saved = load_file(str(path / "ema_teacher.safetensors"))
                 for n, p in self._separate_teacher.named_parameters():
                     p.copy_(saved[n].to(p.device, p.dtype))
+                self._ema_started = True
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device, weights_only=False))
         self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
         rng = torch.load(path / "rng.pt", weights_only=False)
