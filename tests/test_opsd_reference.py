@@ -274,3 +274,21 @@ def test_ema_teacher_timing_and_decay_follow_the_reference(tiny_model_dir, math_
     resumed.load_checkpoint(checkpoint)
     assert all(torch.equal(a, b) for a, b in zip(resumed.ema, trainer.ema))
     assert torch.equal(resumed.teacher_logits(teacher_side), trainer.teacher_logits(teacher_side))
+
+
+# -- metric names -------------------------------------------------------------------------------
+
+def test_divergence_names_follow_beta_and_loss_type():
+    from termforge.opsd.loss import divergence_name
+
+    assert [divergence_name("full_vocab", b) for b in (0.0, 0.25, 0.5, 1.0)] == [
+        "forward_kl", "jsd", "jsd", "reverse_kl"]
+    assert divergence_name("sampled_token", 0.0) == "sampled_reverse_kl"
+
+
+def test_a_jsd_step_is_not_logged_as_a_kl(tiny_model_dir, math_rows):
+    trainer, _ = _tiny_trainer(tiny_model_dir, beta=0.5)
+    rows = math_rows[0][:2]
+    record = trainer.train_step(0, rows)
+    assert record["divergence"] == "jsd" and record["jsd_mean"] == record["divergence_mean"] > 0
+    assert not any(key.endswith("kl_mean") for key in record)

@@ -409,8 +409,9 @@ def test_exact_resume_and_incompatible_checkpoint(tiny_model_dir, math_rows, tmp
         assert (tmp_path / "whole" / name).is_file(), name
     assert (tmp_path / "whole" / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     record = read_jsonl(tmp_path / "whole" / "metrics.jsonl")[0]
-    assert {"loss", "kl_mean", "clipped_fraction", "completion_len_mean", "tokens_per_s",
-            "peak_memory_mb"} <= set(record)
+    assert {"loss", "divergence", "divergence_mean", "forward_kl_mean", "clipped_fraction", "completion_len_mean",
+            "tokens_per_s", "peak_memory_mb"} <= set(record)
+    assert record["divergence"] == "forward_kl" and record["forward_kl_mean"] == record["divergence_mean"]
 
     changed = tiny_config(tiny_model_dir, lora_dropout=0.1, lora_r=8, beta=0.5)
     with pytest.raises(ConfigError, match=r"different config \(beta: checkpoint 0\.0 vs config 0\.5; "

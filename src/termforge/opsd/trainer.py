@@ -283,7 +283,8 @@ class OPSDTrainer:
     def train_step(self, step: int, rows: Sequence[PromptRow], rollout_fn: RolloutFn | None = None) -> dict[str, Any]:
         """Roll out on `rows` (this process's share of the step), then one optimizer step."""
         torch = _torch()
-        from termforge.opsd.loss import generalized_jsd_token_loss, sampled_token_loss, token_logprobs
+        from termforge.opsd.loss import (divergence_name, generalized_jsd_token_loss, sampled_token_loss,
+                                         token_logprobs)
 
         cfg = self.cfg
         if self.device.type == "cuda":
@@ -295,7 +296,7 @@ class OPSDTrainer:
         global_tokens = self._global_sum(float(local_tokens))
         if global_tokens <= 0:
             raise TermforgeError(f"step {step + 1}: the rollouts contain no scored token")
-        objective_total = kl_total = clipped_total = 0.0
+        objective_total = divergence_total = clipped_total = 0.0
         vocab = None
         self.model.train()
         micro_batches = [trajectories[i: i + cfg.micro_batch_size]
@@ -326,7 +327,7 @@ class OPSDTrainer:
                 self.accelerator.backward(loss_sum * scale)
             del s_logits
             objective_total += float(loss_sum.detach()) * scale
-            kl_total += stats.kl_mean * stats.num_tokens
+            divergence_total += stats.divergence_mean * stats.num_tokens
             clipped_total += stats.clipped_fraction * stats.num_tokens * (vocab or 1)
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_([p for _, p in self.trainable], max_norm))
@@ -342,12 +343,17 @@ class OPSDTrainer:
         longest = self._global_max(float(max((t.num_scored for t in trajectories), default=0)))
         # The step's objective as its gradient sees it (DDP averages the processes' parts).
         loss_value = self._global_sum(objective_total) / self.num_processes
-        kl_value = self._global_sum(kl_total) / global_tokens
+        divergence_value = self._global_sum(divergence_total) / global_tokens
+        divergence = divergence_name(cfg.loss_type, cfg.beta)
         clipped_value = (self._global_sum(clipped_total) / (global_tokens * vocab)) if vocab else 0.0
         return {
             "step": step + 1,
             "loss": loss_value,
-            "kl_mean": kl_value,
+            # Named after what it is (the JSD when 0 < beta < 1), plus a generic pair for readers
+            # that compare runs with different betas.
+            "divergence": divergence,
+            "divergence_mean": divergence_value,
+            f"{divergence}_mean": divergence_value,
             "clipped_fraction": clipped_value,
             "grad_norm": grad_norm,
             "lr": lr,
@@ -646,7 +652,7 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
         if accelerator.is_main_process:
             append_jsonl(metrics_path, record)
             print(f"train: step {record['step']}/{cfg.max_steps} loss {record['loss']:.5f} "
-                  f"kl {record['kl_mean']:.5f} clipped {record['clipped_fraction']:.2e} "
+                  f"{record['divergence']} {record['divergence_mean']:.5f} clipped {record['clipped_fraction']:.2e} "
                   f"len {record['completion_len_mean']:.1f} {record['tokens_per_s']:.1f} tok/s "
                   f"{record['step_s']:.1f}s")
         steps_this_call += 1
@@ -666,7 +672,8 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
         "train_rows": len(rows),
         "probe_rows": len(probe_rows),
         "final_loss": metrics[-1]["loss"] if metrics else None,
-        "final_kl_mean": metrics[-1]["kl_mean"] if metrics else None,
+        "divergence": metrics[-1]["divergence"] if metrics else None,
+        "final_divergence_mean": metrics[-1]["divergence_mean"] if metrics else None,
         "peak_memory_mb": max((m["peak_memory_mb"] for m in metrics), default=trainer.peak_memory_mb()),
         "peak_memory_kind": "cuda_max_allocated" if trainer.device.type == "cuda" else "process_max_rss",
         "wall_s_this_call": time.perf_counter() - started,
