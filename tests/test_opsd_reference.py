@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from termforge.errors import ConfigError
+from termforge.errors import ConfigError, TermforgeError
 from termforge.opsd.config import OPSDConfig
 
 torch = pytest.importorskip("torch")
@@ -292,3 +292,83 @@ def test_a_jsd_step_is_not_logged_as_a_kl(tiny_model_dir, math_rows):
     record = trainer.train_step(0, rows)
     assert record["divergence"] == "jsd" and record["jsd_mean"] == record["divergence_mean"] > 0
     assert not any(key.endswith("kl_mean") for key in record)
+
+
+# -- the tuning trace's recipe ------------------------------------------------------------------
+
+TRACE_OVERLAY = ROOT / "configs" / "ablations" / "trace-best.yaml"
+
+
+def _trace_config(**extra) -> OPSDConfig:
+    import yaml
+
+    from termforge.config import deep_merge
+
+    train = deep_merge(yaml.safe_load(REFERENCE_OVERLAY.read_text())["train"],
+                       yaml.safe_load(TRACE_OVERLAY.read_text())["ablations"]["trace_best"]["train"])
+    return OPSDConfig.from_dict({**train, **extra})
+
+
+def test_trace_filter_on_a_table_with_the_datasets_columns(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from termforge.opsd.data import load_math_rows
+
+    # siyanzhao/Openthoughts_math_30k_opsd's columns: problem, solution, answer, generated_token_count.
+    table = [
+        ("123456", 2500),   # 6 digits, long generation: kept
+        ("1234567", 2500),  # 7 digits: dropped
+        ("-042", 2000),     # 2 digits after normalising, exactly 2,000 tokens: kept
+        ("\\frac{1}{2}", 4000),  # not an integer: dropped
+        ("17", 1999),       # one token short: dropped
+        ("17", None),       # no count: dropped
+        ("1,000", 3000),    # 4 digits: kept
+    ]
+    data = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist([
+        {"problem": f"problem {i}", "solution": f"... so \\boxed{{{a}}}", "answer": a, "generated_token_count": n}
+        for i, (a, n) in enumerate(table)]), data)
+    rows = load_math_rows(_trace_config(dataset=str(data)))
+    assert [r.id for r in rows] == ["row-0", "row-2", "row-6"]
+    out = capsys.readouterr().out
+    assert "kept 3 of 7 rows" in out and "1 with a non-integer answer" in out
+    assert "1 with an answer over 6 digits" in out and "2 with a reference generation under 2000 tokens" in out
+    # Either filter alone keeps more: the recipe is their conjunction.
+    assert len(load_math_rows(_trace_config(dataset=str(data), min_generated_tokens=0))) == 5
+    assert len(load_math_rows(_trace_config(dataset=str(data), max_answer_digits=None))) == 4
+    # A set without the length column is named, not silently unfiltered.
+    pq.write_table(pa.Table.from_pylist([{"problem": "p", "solution": "s", "answer": "1"}]), tmp_path / "bare.parquet")
+    with pytest.raises(TermforgeError, match=r"train\.generated_tokens_column: dataset .* has no column "
+                                        r"'generated_token_count'"):
+        load_math_rows(_trace_config(dataset=str(tmp_path / "bare.parquet")))
+    with pytest.raises(ConfigError, match=r"train\.max_answer_digits: .*integer_answer_only"):
+        OPSDConfig.from_dict({"max_answer_digits": 6})
+
+
+def test_trace_schedule_is_linear_from_the_configured_peak():
+    from termforge.opsd.trainer import lr_lambda_for
+
+    cfg = _trace_config()
+    lrs = [cfg.learning_rate * lr_lambda_for(cfg)(step) for step in range(cfg.max_steps)]
+    assert lrs[0] == pytest.approx(1e-5) and lrs[50] == pytest.approx(5e-6) and lrs[99] == pytest.approx(1e-7)
+    assert all(a > b for a, b in zip(lrs, lrs[1:]))
+    assert sum(lrs) / len(lrs) == pytest.approx(5.05e-6)  # the anchor's constant 5e-6, to 1%
+
+
+def test_trace_overlay_plans_the_anchor_and_the_trace_recipe(tmp_path):
+    targets = ("results/runs/fkl/train/summary.json", "results/runs/trace_best/train/summary.json")
+    planned = _dry_run(tmp_path, REFERENCE_OVERLAY, TRACE_OVERLAY, targets=targets)
+    anchor, best = _params(planned["fkl"]), _params(planned["trace_best"])
+    for params, argv in ((anchor, planned["fkl"]), (best, planned["trace_best"])):
+        assert params["dataset"] == "siyanzhao/Openthoughts_math_30k_opsd" and "--dataset" not in argv
+        assert params["model"] == "Qwen/Qwen3-1.7B" and params["prompt_preset"] == "reference"
+    assert (anchor["integer_answer_only"], anchor["max_answer_digits"], anchor["min_generated_tokens"],
+            anchor["lr_scheduler"], anchor["learning_rate"]) == (False, None, 0, "constant", 5e-6)
+    assert (best["integer_answer_only"], best["max_answer_digits"], best["min_generated_tokens"],
+            best["generated_tokens_column"], best["lr_scheduler"], best["learning_rate"]) == (
+        True, 6, 2000, "generated_token_count", "linear", 1e-5)
+    # Nothing else differs between the two.
+    changed = {k for k in anchor if anchor[k] != best[k]}
+    assert changed == {"integer_answer_only", "max_answer_digits", "min_generated_tokens", "lr_scheduler",
+                       "learning_rate"}

@@ -110,7 +110,16 @@ class OPSDConfig:
                                       "last \\boxed{} of the solution.")
     id_column: str | None = _knob(None, "Column holding a row id; null numbers rows by position.")
     integer_answer_only: bool = _knob(False, "Keep only rows whose answer is an integer.")
+    max_answer_digits: int | None = _knob(None, "With integer_answer_only: keep only answers of at most this "
+                                          "many digits (sign, leading zeros and thousands commas not "
+                                          "counted; null: any).", minimum=1)
     min_solution_chars: int = _knob(0, "Drop rows whose solution is shorter than this.", minimum=0)
+    min_generated_tokens: int = _knob(0, "Keep only rows whose reference generation is at least this many "
+                                      "tokens long, read from generated_tokens_column (0: no filter; rows "
+                                      "without a count are dropped when it is set).", minimum=0)
+    generated_tokens_column: str = _knob("generated_token_count", "Column holding the length in tokens of "
+                                         "the row's reference generation (read only when "
+                                         "min_generated_tokens is set).")
     max_rows: int | None = _knob(None, "Use at most this many rows (the first ones after filtering).",
                                  minimum=1)
     demos: str | None = _knob(None, "Terminal data: demos.parquet from the hints stage (task_id, demo).")
@@ -270,6 +279,9 @@ class OPSDConfig:
                 raise ConfigError(f"{where}.{key}: not a valid template with only "
                                   f"{', '.join('{' + n + '}' for n in names)} (escape other braces as "
                                   f"{{{{ }}}}): {exc!r}") from None
+        if self.max_answer_digits is not None and not self.integer_answer_only:
+            raise ConfigError(f"{where}.max_answer_digits: counts the digits of integer answers; set "
+                              f"{where}.integer_answer_only true as well")
         if self.finetune == "lora" and not self.lora_target_modules:
             raise ConfigError(f"{where}.lora_target_modules: LoRA needs at least one target module")
         if self.warmup_steps > self.max_steps:

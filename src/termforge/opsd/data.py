@@ -77,7 +77,7 @@ def math_prompt_rows(rows: Sequence[dict[str, Any]], cfg: OPSDConfig | None = No
 
 def _read_math_rows(source: str, cfg: OPSDConfig, where: str) -> list[dict[str, Any]]:
     from termforge.evals.aime import extract_boxed
-    from termforge.mathdata import column_error, read_rows
+    from termforge.mathdata import column_error, generated_tokens_of, read_rows
 
     # The configured set is what the run trains on: when it cannot be read (offline and not
     # cached, a typo in the id) the run stops here, naming the key, rather than fall back to
@@ -88,8 +88,10 @@ def _read_math_rows(source: str, cfg: OPSDConfig, where: str) -> list[dict[str, 
     except TermforgeError as exc:
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         raise ConfigError(f"{key}: {first}") from None
+    lengths = cfg.generated_tokens_column if cfg.min_generated_tokens else None
     wanted = [("problem_column", cfg.problem_column), ("solution_column", cfg.solution_column),
-              ("answer_column", cfg.answer_column), ("id_column", cfg.id_column)]
+              ("answer_column", cfg.answer_column), ("id_column", cfg.id_column),
+              ("generated_tokens_column", lengths)]
     for key, column in wanted:
         if column is not None and column not in columns:
             raise column_error(source, column, columns, f"{where}.{key}")
@@ -105,6 +107,7 @@ def _read_math_rows(source: str, cfg: OPSDConfig, where: str) -> list[dict[str, 
             "problem": "" if row.get(cfg.problem_column) is None else str(row[cfg.problem_column]),
             "solution": solution,
             "answer": answer,
+            "generated_tokens": generated_tokens_of(row.get(lengths)) if lengths else None,
         })
     return rows
 
@@ -120,7 +123,8 @@ def load_math_rows(cfg: OPSDConfig, source: str | None = None, where: str = "tra
     rows = _read_math_rows(source, cfg, where)
     try:
         kept = filter_rows(rows, integer_answer_only=cfg.integer_answer_only,
-                           min_solution_chars=cfg.min_solution_chars, where=where)
+                           min_solution_chars=cfg.min_solution_chars, where=where,
+                           max_answer_digits=cfg.max_answer_digits, min_generated_tokens=cfg.min_generated_tokens)
     except TermforgeError as exc:
         raise ConfigError(str(exc)) from None
     if not any(r["solution"].strip() for r in kept):
