@@ -11,10 +11,17 @@ drawn from a seeded RNG and handed to both.
 Variants (each in its own process, so peaks are not shared):
   ours       OPSDTrainer.train_step: rows padded to the micro-batch's longest, logits only at
              scored positions (model dtype), chunked vocabulary loss, teacher under inference mode
-  reference  every completion padded to 1,024 tokens, full-sequence float32 logits for student
-             and teacher, the loss over the whole [B, T, V] block in one autograd graph
-Both normalise by the step's scored tokens, so they optimise the same objective: the printed
-losses agree to bf16 rounding, and the ratios are what the layout and chunking buy.
+  reference  what the published trainer does (zhaoruizhi/OPSD-main opsd_trainer.py compute_loss and
+             generalized_jsd_loss): every completion padded to 1,024 tokens, full-sequence logits
+             of student and teacher in the model dtype (bf16 on GPU, no float32 copy), the
+             log-softmax and per-entry terms in that dtype over the whole [B, T, V] block, the
+             masked terms gathered, summed and divided by the micro-batch's scored tokens, each
+             micro-batch's loss divided by the accumulation steps
+Both weigh tokens the reference's way (ours with loss_reduction micro_batch_mean), so they
+optimise the same objective: the printed losses agree to bf16 rounding (ours computes the terms
+in float32), and the ratios are what the layout and chunking buy. Not reproduced: the
+reference's DeepSpeed ZeRO-2 with the optimizer offloaded to the CPU (accelerate.yaml); both
+variants step the same torch AdamW on the GPU.
 
     python bench/bench_opsd_step.py                 # GPU, reference shape
     python bench/bench_opsd_step.py --tiny          # CPU smoke test (tiny config, seconds)
@@ -90,27 +97,29 @@ def opsd_config(args):
         "micro_batch_size": args.micro_batch, "learning_rate": 5e-6, "max_grad_norm": 0.1, "token_clip": 0.05,
         "beta": 0.0, "temperature": 1.1, "lora_r": 64, "lora_alpha": 128,
         "gradient_checkpointing": args.gradient_checkpointing, "loss_chunk_size": args.chunk_size, "max_steps": 10,
-        "seed": args.seed})
+        "loss_reduction": "micro_batch_mean", "seed": args.seed})
 
 
-def reference_loss_sum(student_logits, teacher_logits, mask, temperature, token_clip):
-    """The plain formulation: float32 log-softmax of both full blocks, per-entry forward-KL terms,
-    clamp, sum over the vocabulary, masked sum over tokens (all [B, T, V] tensors kept by autograd)."""
+def reference_micro_loss(student_logits, teacher_logits, mask, temperature, token_clip):
+    """The reference's forward-KL loss of one micro-batch (beta 0), in the logits' own dtype:
+    log-softmax of both full blocks, per-entry terms, clamp, the masked rows gathered, summed and
+    divided by the number of scored tokens (all [B, T, V] tensors kept by autograd)."""
     import torch.nn.functional as F
 
-    log_s = F.log_softmax(student_logits.float() / temperature, dim=-1)
-    log_t = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
+    log_s = F.log_softmax(student_logits / temperature, dim=-1)
+    log_t = F.log_softmax(teacher_logits / temperature, dim=-1)
     terms = F.kl_div(log_s, log_t, reduction="none", log_target=True).clamp(max=token_clip)
-    return (terms.sum(-1) * mask).sum()
+    return terms[mask].sum() / mask.sum()
 
 
 def reference_step(trainer, trajectories, cfg, max_completion):
     """A reference-style step on the same trainer state: completions padded to max_completion,
-    full-sequence fp32 logits, unchunked loss, teacher under no_grad."""
+    full-sequence logits in the model dtype, unchunked loss, teacher under no_grad, a mean of
+    per-micro-batch token means."""
     import torch
 
     device = trainer.device
-    total_tokens = sum(t.num_scored for t in trajectories)
+    accumulation = -(-len(trajectories) // cfg.micro_batch_size)
     loss_total = 0.0
     model = trainer.unwrapped
     model.train()
@@ -120,12 +129,12 @@ def reference_step(trainer, trajectories, cfg, max_completion):
         width = max(prompt_lens)
         ids = torch.full((len(seqs), width + max_completion), PAD_ID, dtype=torch.long)
         attn = torch.zeros_like(ids)
-        comp_mask = torch.zeros((len(seqs), max_completion))
+        comp_mask = torch.zeros((len(seqs), max_completion), dtype=torch.bool)
         for b, (seq, p) in enumerate(zip(seqs, prompt_lens)):
             n = len(seq) - p
             ids[b, width - p: width + n] = torch.tensor(seq)  # prompt left-padded, completion right-padded
             attn[b, width - p: width + n] = 1
-            comp_mask[b, :n] = 1
+            comp_mask[b, :n] = True
         positions = (attn.cumsum(-1) - 1).clamp(min=0)
         return ids.to(device), attn.to(device), positions.to(device), comp_mask.to(device), width
 
@@ -136,13 +145,14 @@ def reference_step(trainer, trajectories, cfg, max_completion):
         with torch.no_grad(), model.disable_adapter(), torch.autocast(device.type, dtype=torch.bfloat16,
                                                                       enabled=device.type == "cuda"):
             model.eval()
-            teacher = model(input_ids=t_ids, attention_mask=t_attn, position_ids=t_pos, use_cache=False).logits.float()
+            teacher = model(input_ids=t_ids, attention_mask=t_attn, position_ids=t_pos, use_cache=False).logits
             model.train()
         teacher = teacher[:, t_width - 1: t_width - 1 + max_completion]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            student = model(input_ids=s_ids, attention_mask=s_attn, position_ids=s_pos, use_cache=False).logits.float()
+            student = model(input_ids=s_ids, attention_mask=s_attn, position_ids=s_pos, use_cache=False).logits
         student = student[:, s_width - 1: s_width - 1 + max_completion]
-        loss = reference_loss_sum(student, teacher, mask, cfg.effective_loss_temperature, cfg.token_clip) / total_tokens
+        loss = reference_micro_loss(student, teacher, mask, cfg.effective_loss_temperature,
+                                    cfg.token_clip) / accumulation
         loss.backward()
         loss_total += float(loss.detach())
         del teacher, student, loss

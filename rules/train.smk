@@ -1,15 +1,29 @@
 # OPSD training, one job per ablation (a GPU job on clusters; CPU in the embedded default).
 
 
+def offline_math_set(wildcards):
+    """The offline math set (and its held-out probe rows) only for an ablation whose config names
+    no train.dataset: a configured dataset is what the run trains on, never silently replaced."""
+    if ablation_config(config, wildcards.model)["train"].get("dataset"):
+        return {}
+    return {"math": "results/data/math/train.jsonl", "probe": "results/data/math/heldout.jsonl"}
+
+
+def offline_math_flags(wildcards, input):
+    if "math" not in input.keys():
+        return ""
+    return f"--dataset {input.math} --probe-dataset {input.probe}"
+
+
 rule train_opsd:
     input:
-        math="results/data/math/train.jsonl",
-        probe="results/data/math/heldout.jsonl",
+        unpack(offline_math_set),
         demos="results/hints/demos.parquet",
     output:
         summary="results/runs/{model}/train/summary.json",
     params:
         options=ablation_params_of("train"),
+        math_data=offline_math_flags,
     log:
         "results/logs/train/{model}.log",
     benchmark:
@@ -21,7 +35,7 @@ rule train_opsd:
         mem_mb=GPU_MEM,
         runtime=GPU_RUNTIME,
     shell:
-        "termforge train --params {params.options:q} --dataset {input.math} --probe-dataset {input.probe} "
+        "termforge train --params {params.options:q} {params.math_data} "
         "--demos {input.demos} --tasks-dir results/tasks --out-dir results/runs/{wildcards.model}/train "
         "--restart-on-config-change "
         "2>&1 | tee {log}"

@@ -327,10 +327,13 @@ def test_teacher_modes(tiny_model_dir):
     _perturb_lora(trainer)
     assert torch.equal(trainer.teacher_logits(teacher_side), trainer.student_logits(teacher_side, grad=False))
 
-    # ema: the average of the adapter weights, swapped in for the teacher forward only.
+    # ema: the average of the adapter weights, swapped in for the teacher forward only. The first
+    # update (after the first optimizer step) snapshots the weights; later ones decay.
     trainer, _ = _tiny_trainer(tiny_model_dir, teacher_mode="ema", ema_decay=0.75)
-    start = trainable_snapshot(trainer)
     _perturb_lora(trainer)
+    start = trainable_snapshot(trainer)
+    trainer.update_teacher()
+    _perturb_lora(trainer, seed=2)
     current = trainable_snapshot(trainer)
     trainer.update_teacher()
     ema_logits = trainer.teacher_logits(teacher_side)
@@ -406,8 +409,9 @@ def test_exact_resume_and_incompatible_checkpoint(tiny_model_dir, math_rows, tmp
         assert (tmp_path / "whole" / name).is_file(), name
     assert (tmp_path / "whole" / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     record = read_jsonl(tmp_path / "whole" / "metrics.jsonl")[0]
-    assert {"loss", "kl_mean", "clipped_fraction", "completion_len_mean", "tokens_per_s",
-            "peak_memory_mb"} <= set(record)
+    assert {"loss", "divergence", "divergence_mean", "forward_kl_mean", "clipped_fraction", "completion_len_mean",
+            "tokens_per_s", "peak_memory_mb"} <= set(record)
+    assert record["divergence"] == "forward_kl" and record["forward_kl_mean"] == record["divergence_mean"]
 
     changed = tiny_config(tiny_model_dir, lora_dropout=0.1, lora_r=8, beta=0.5)
     with pytest.raises(ConfigError, match=r"different config \(beta: checkpoint 0\.0 vs config 0\.5; "

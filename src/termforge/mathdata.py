@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from termforge.errors import TermforgeError
-from termforge.evals.aime import extract_boxed, is_integer_answer
+from termforge.evals.aime import extract_boxed, is_integer_answer, normalize_answer
 from termforge.io import atomic_write_bytes, atomic_write_jsonl, seed_from, stable_hash
 
 ROW_FIELDS = ("id", "problem", "solution", "answer")
@@ -417,34 +417,70 @@ def load_math_dataset(
     return out
 
 
+def answer_digits(answer: str) -> int:
+    """Digits of an integer answer after normalisation (sign, leading zeros and thousands commas
+    do not count): "042" -> 2, "-1,000" -> 4."""
+    return len(normalize_answer(answer).lstrip("+-"))
+
+
+def generated_tokens_of(value: Any) -> int | None:
+    """A row's reference generation length as an integer, or None when absent or not a count."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        return None
+    return count if count == value or isinstance(value, str) else None
+
+
 def filter_rows(
     rows: Sequence[dict[str, Any]],
     integer_answer_only: bool = False,
     min_solution_chars: int = 0,
     where: str = "math data",
+    *,
+    max_answer_digits: int | None = None,
+    min_generated_tokens: int = 0,
 ) -> list[dict[str, Any]]:
-    """Keep rows with a non-empty problem and answer and, when asked, an integer answer and a
-    solution of at least min_solution_chars characters. Prints what it kept and why it dropped;
-    raises when nothing is left, naming the settings to relax."""
-    empty = non_integer = short = 0
+    """Keep rows with a non-empty problem and answer and, when asked, an integer answer (of at most
+    max_answer_digits digits), a solution of at least min_solution_chars characters and a reference
+    generation of at least min_generated_tokens tokens (the row's "generated_tokens"; a row without
+    a count is dropped). Prints what it kept and why it dropped; raises when nothing is left,
+    naming the settings to relax."""
+    empty = non_integer = long_answer = short = short_generation = 0
     kept = []
     for row in rows:
         if not str(row.get("problem") or "").strip() or not str(row.get("answer") or "").strip():
             empty += 1
         elif integer_answer_only and not is_integer_answer(row["answer"]):
             non_integer += 1
+        elif max_answer_digits is not None and answer_digits(row["answer"]) > max_answer_digits:
+            long_answer += 1
         elif len(str(row.get("solution") or "")) < min_solution_chars:
             short += 1
+        elif min_generated_tokens and (row.get("generated_tokens") is None
+                                       or row["generated_tokens"] < min_generated_tokens):
+            short_generation += 1
         else:
             kept.append(row)
+    extra = ""
+    if max_answer_digits is not None:
+        extra += f", {long_answer} with an answer over {max_answer_digits} digits"
+    if min_generated_tokens:
+        extra += f", {short_generation} with a reference generation under {min_generated_tokens} tokens"
     print(f"{where}: kept {len(kept)} of {len(rows)} rows (dropped {empty} with an empty problem or answer, "
-          f"{non_integer} with a non-integer answer, {short} with a solution under {min_solution_chars} characters)")
+          f"{non_integer} with a non-integer answer, {short} with a solution under {min_solution_chars} characters"
+          f"{extra})")
     if not kept:
         raise TermforgeError(
             f"{where}: no rows left after filtering {len(rows)} rows "
             f"(integer_answer_only={integer_answer_only} dropped {non_integer}, "
-            f"min_solution_chars={min_solution_chars} dropped {short}, {empty} had an empty problem or answer); "
-            f"relax {where}.integer_answer_only or {where}.min_solution_chars, or check the column names"
+            f"max_answer_digits={max_answer_digits} dropped {long_answer}, "
+            f"min_solution_chars={min_solution_chars} dropped {short}, "
+            f"min_generated_tokens={min_generated_tokens} dropped {short_generation}, "
+            f"{empty} had an empty problem or answer); "
+            f"relax {where}.integer_answer_only, {where}.max_answer_digits, {where}.min_solution_chars or "
+            f"{where}.min_generated_tokens, or check the column names"
         )
     return kept
-

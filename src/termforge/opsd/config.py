@@ -24,7 +24,10 @@ from termforge.errors import ConfigError
 
 __all__ = [
     "OPSDConfig",
+    "PROMPT_PRESETS",
+    "REFERENCE_STUDENT_TEMPLATE",
     "REFERENCE_TARGET_MODULES",
+    "REFERENCE_TEACHER_TEMPLATE",
     "RESUME_FREE_KEYS",
     "config_schema",
     "incompatible_keys",
@@ -39,6 +42,34 @@ DEFAULT_MATH_CONTEXT_TEMPLATE = (
 DEFAULT_TERMINAL_CONTEXT_TEMPLATE = (
     "Guidance on how to approach the task below (a method, not the answer):\n{context}\n\n"
 )
+
+# The reference recipe's prompts, in this project's words. What is carried over is the structure
+# and its order (zhaoruizhi/OPSD-main data_collator.py: the student message in __call__, the teacher
+# message in build_reference_teacher_user_message with the transition_prompt set in __init__):
+# student = labelled problem, then the step-by-step / boxed instruction; teacher = labelled problem,
+# the solution between begin/end markers, an instruction to understand it but derive the answer
+# independently (not copy it), then the same step-by-step / boxed instruction. Each is one user
+# message. The exact published wording is set with student_template / teacher_template (docs/opsd.md).
+REFERENCE_STUDENT_TEMPLATE = (
+    "Problem: {problem}\n\n"
+    "Reason through it one step at a time and write the final answer inside \\boxed{{}}."
+)
+REFERENCE_TEACHER_TEMPLATE = (
+    "Problem: {problem}\n\n"
+    "A worked solution to this problem follows.\n"
+    "--- BEGIN REFERENCE SOLUTION ---\n{solution}\n--- END REFERENCE SOLUTION ---\n\n"
+    "Make sure you understand why each step of that solution holds, but do not reuse or reword it. "
+    "Solve the problem again on your own, in your own words, and reach the same final answer: think "
+    "step by step, try another route when one fails, and go back to fix anything that does not hold.\n\n"
+    "Reason through it one step at a time and write the final answer inside \\boxed{{}}."
+)
+# preset -> (student template, teacher template); None keeps termforge's own prompts: the AIME eval
+# prompt (math) or the harness's opening turns (terminal) for the student, the context template
+# placed per teacher_context_role for the teacher.
+PROMPT_PRESETS: dict[str, tuple[str | None, str | None]] = {
+    "termforge": (None, None),
+    "reference": (REFERENCE_STUDENT_TEMPLATE, REFERENCE_TEACHER_TEMPLATE),
+}
 
 
 def _knob(default: Any, help: str, *, choices: tuple | None = None, minimum: float | None = None,
@@ -79,7 +110,16 @@ class OPSDConfig:
                                       "last \\boxed{} of the solution.")
     id_column: str | None = _knob(None, "Column holding a row id; null numbers rows by position.")
     integer_answer_only: bool = _knob(False, "Keep only rows whose answer is an integer.")
+    max_answer_digits: int | None = _knob(None, "With integer_answer_only: keep only answers of at most this "
+                                          "many digits (sign, leading zeros and thousands commas not "
+                                          "counted; null: any).", minimum=1)
     min_solution_chars: int = _knob(0, "Drop rows whose solution is shorter than this.", minimum=0)
+    min_generated_tokens: int = _knob(0, "Keep only rows whose reference generation is at least this many "
+                                      "tokens long, read from generated_tokens_column (0: no filter; rows "
+                                      "without a count are dropped when it is set).", minimum=0)
+    generated_tokens_column: str = _knob("generated_token_count", "Column holding the length in tokens of "
+                                         "the row's reference generation (read only when "
+                                         "min_generated_tokens is set).")
     max_rows: int | None = _knob(None, "Use at most this many rows (the first ones after filtering).",
                                  minimum=1)
     demos: str | None = _knob(None, "Terminal data: demos.parquet from the hints stage (task_id, demo).")
@@ -105,6 +145,20 @@ class OPSDConfig:
                                        "{context} is replaced by the reference solution.")
     terminal_context_template: str = _knob(DEFAULT_TERMINAL_CONTEXT_TEMPLATE, "Teacher text for "
                                            "terminal rows; {context} is replaced by the hint.")
+    prompt_preset: str = _knob("termforge", "Prompt set used where student_template / teacher_template are "
+                               "null. termforge: the AIME eval prompt (math) or the harness's opening turns "
+                               "(terminal) for the student, the context template placed per "
+                               "teacher_context_role for the teacher. reference: the reference recipe's "
+                               "structure and order in this project's words (math only; docs/opsd.md).",
+                               choices=tuple(PROMPT_PRESETS))
+    student_template: str | None = _knob(None, "The student's user message, in full; {problem} is replaced by "
+                                         "the problem (math) or the instruction (terminal). Other braces "
+                                         "are written {{ }}. null: the preset's.")
+    teacher_template: str | None = _knob(None, "The teacher's user message, in full, replacing the context "
+                                         "template; {problem} as in student_template, and {solution} "
+                                         "(math) or {hint} (terminal) for the privileged context. The "
+                                         "teacher's prompt defines the distribution the student is "
+                                         "pulled towards. null: the preset's.")
 
     # -- rollouts ---------------------------------------------------------------------------
     prompts_per_step: int = _knob(4, "Prompts per optimizer step, over all processes.", minimum=1)
@@ -119,8 +173,10 @@ class OPSDConfig:
     teacher_mode: str = _knob("fixed", "fixed: the base weights (LoRA off); ema: an exponential moving "
                               "average of the trained weights; live: the current weights.",
                               choices=("fixed", "ema", "live"))
-    ema_decay: float = _knob(0.99, "EMA decay per optimizer step (teacher_mode ema).", minimum=0.0,
-                             maximum=1.0)
+    ema_decay: float = _knob(0.999, "EMA decay per optimizer step (teacher_mode ema). As in the reference, "
+                             "the average starts as a copy of the weights after the first optimizer step "
+                             "(the first step's teacher is the current weights) and decays from the second.",
+                             minimum=0.0, maximum=1.0)
 
     # -- loss -------------------------------------------------------------------------------
     loss_type: str = _knob("full_vocab", "full_vocab: generalised JSD over the whole vocabulary; "
@@ -133,6 +189,12 @@ class OPSDConfig:
     token_clip: float | None = _knob(0.05, "Clamp each per-(token, vocabulary entry) divergence term at "
                                      "this maximum before summing (null: no clamp).",
                                      exclusive_minimum=0.0)
+    loss_reduction: str = _knob("token_mean", "How scored tokens are weighted in a step's loss. token_mean: "
+                                "one mean over every scored token of the step, whatever the micro-batch "
+                                "split or process count. micro_batch_mean: the reference's, a token mean "
+                                "within each micro-batch, then a mean over micro-batches and processes (a "
+                                "token in a short micro-batch weighs more; micro_batch_size then changes "
+                                "the objective).", choices=("token_mean", "micro_batch_mean"))
     loss_chunk_size: int | None = _knob(256, "Completion tokens per loss chunk (bounded memory, same "
                                         "value); null computes all tokens at once.", minimum=1)
 
@@ -199,10 +261,39 @@ class OPSDConfig:
             except (KeyError, IndexError, ValueError) as exc:
                 raise ConfigError(f"{where}.{key}: not a valid template with only {{context}} "
                                   f"(escape other braces as {{{{ }}}}): {exc}") from None
+        privileged = "solution" if self.data_kind == "math" else "hint"
+        if self.data_kind != "math" and self.prompt_preset == "reference" and self.teacher_template is None:
+            raise ConfigError(f"{where}.prompt_preset: the reference preset holds math prompts (a reference "
+                              f"solution); a terminal run sets {where}.teacher_template with {{hint}}")
+        for key, names in (("student_template", ("problem",)), ("teacher_template", ("problem", privileged))):
+            template = getattr(self, key)
+            if template is None:
+                continue
+            missing = [n for n in names if "{" + n + "}" not in template]
+            if missing:
+                raise ConfigError(f"{where}.{key}: must contain the placeholder "
+                                  + " and ".join("{" + n + "}" for n in missing))
+            try:
+                template.format(**{n: "" for n in names})
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ConfigError(f"{where}.{key}: not a valid template with only "
+                                  f"{', '.join('{' + n + '}' for n in names)} (escape other braces as "
+                                  f"{{{{ }}}}): {exc!r}") from None
+        if self.max_answer_digits is not None and not self.integer_answer_only:
+            raise ConfigError(f"{where}.max_answer_digits: counts the digits of integer answers; set "
+                              f"{where}.integer_answer_only true as well")
         if self.finetune == "lora" and not self.lora_target_modules:
             raise ConfigError(f"{where}.lora_target_modules: LoRA needs at least one target module")
         if self.warmup_steps > self.max_steps:
             raise ConfigError(f"{where}.warmup_steps: {self.warmup_steps} exceeds max_steps {self.max_steps}")
+
+    @property
+    def effective_student_template(self) -> str | None:
+        return self.student_template if self.student_template is not None else PROMPT_PRESETS[self.prompt_preset][0]
+
+    @property
+    def effective_teacher_template(self) -> str | None:
+        return self.teacher_template if self.teacher_template is not None else PROMPT_PRESETS[self.prompt_preset][1]
 
     @property
     def effective_loss_temperature(self) -> float:
@@ -228,7 +319,10 @@ RESUME_FREE_KEYS = frozenset({
 
 def incompatible_keys(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """Keys whose values differ between a checkpoint's config and the current one (sorted)."""
-    keys = (set(saved) | set(current)) - RESUME_FREE_KEYS
+    free = RESUME_FREE_KEYS
+    if "micro_batch_mean" in (saved.get("loss_reduction"), current.get("loss_reduction")):
+        free = free - {"micro_batch_size"}  # the micro-batches then weigh the tokens
+    keys = (set(saved) | set(current)) - free
     return sorted(k for k in keys if _normalise(saved.get(k, _MISSING)) != _normalise(current.get(k, _MISSING)))
 
 

@@ -7,6 +7,7 @@ run draws exactly the prompts the uninterrupted run would have drawn.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from termforge.opsd.config import OPSDConfig
 
 __all__ = [
     "PromptRow",
+    "apply_student_template",
     "load_math_rows",
     "load_prompt_rows",
     "load_terminal_rows",
@@ -37,27 +39,59 @@ class PromptRow:
     prompt_messages: tuple[dict[str, str], ...]
     privileged_context: str
     kind: str  # "math" or "terminal"
+    problem: str = ""  # the problem (math) or instruction (terminal) that prompt templates render
 
     def messages(self) -> list[dict[str, str]]:
         return [dict(m) for m in self.prompt_messages]
 
 
-def math_prompt_rows(rows: Sequence[dict[str, Any]]) -> list[PromptRow]:
-    """{id, problem, solution, answer} rows (mathdata's shape) -> PromptRows. The student prompt is
-    the AIME eval prompt, so training and evaluation ask the same way."""
+def _with_user_content(messages: Sequence[dict[str, str]], content: str, row_id: str) -> list[dict[str, str]]:
+    """The messages with the last user turn's content replaced (system turns stay as they are)."""
+    out = [dict(m) for m in messages]
+    for message in reversed(out):
+        if message["role"] == "user":
+            message["content"] = content
+            return out
+    raise TermforgeError(f"row {row_id}: the prompt has no user message for the prompt template")
+
+
+def apply_student_template(rows: Sequence[PromptRow], cfg: OPSDConfig | None) -> list[PromptRow]:
+    """Rows whose student user message is cfg's student template (explicit or the preset's), if any."""
+    template = cfg.effective_student_template if cfg is not None else None
+    if template is None:
+        return list(rows)
+    return [dataclasses.replace(r, prompt_messages=tuple(_with_user_content(
+        r.prompt_messages, template.format(problem=r.problem), r.id))) for r in rows]
+
+
+def math_prompt_rows(rows: Sequence[dict[str, Any]], cfg: OPSDConfig | None = None) -> list[PromptRow]:
+    """{id, problem, solution, answer} rows (mathdata's shape) -> PromptRows. Without a student
+    template the student prompt is the AIME eval prompt, so training and evaluation ask the same way."""
     from termforge.evals.aime import build_prompt
 
-    return [PromptRow(id=str(r["id"]), prompt_messages=tuple(build_prompt(str(r["problem"]))),
-                      privileged_context=str(r["solution"]).strip(), kind="math") for r in rows]
+    return apply_student_template(
+        [PromptRow(id=str(r["id"]), prompt_messages=tuple(build_prompt(str(r["problem"]))),
+                   privileged_context=str(r["solution"]).strip(), kind="math", problem=str(r["problem"]))
+         for r in rows], cfg)
 
 
 def _read_math_rows(source: str, cfg: OPSDConfig, where: str) -> list[dict[str, Any]]:
     from termforge.evals.aime import extract_boxed
-    from termforge.mathdata import column_error, read_rows
+    from termforge.mathdata import column_error, generated_tokens_of, read_rows
 
-    raw, columns = read_rows(source, cfg.dataset_split)
+    # The configured set is what the run trains on: when it cannot be read (offline and not
+    # cached, a typo in the id) the run stops here, naming the key, rather than fall back to
+    # other data. datasets' messages span several lines; the first says what went wrong.
+    key = f"{where}.dataset" if source == cfg.dataset and not where.endswith(".probe_dataset") else where
+    try:
+        raw, columns = read_rows(source, cfg.dataset_split)
+    except TermforgeError as exc:
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise ConfigError(f"{key}: {first}") from None
+    lengths = cfg.generated_tokens_column if cfg.min_generated_tokens else None
     wanted = [("problem_column", cfg.problem_column), ("solution_column", cfg.solution_column),
-              ("answer_column", cfg.answer_column), ("id_column", cfg.id_column)]
+              ("answer_column", cfg.answer_column), ("id_column", cfg.id_column),
+              ("generated_tokens_column", lengths)]
     for key, column in wanted:
         if column is not None and column not in columns:
             raise column_error(source, column, columns, f"{where}.{key}")
@@ -73,6 +107,7 @@ def _read_math_rows(source: str, cfg: OPSDConfig, where: str) -> list[dict[str, 
             "problem": "" if row.get(cfg.problem_column) is None else str(row[cfg.problem_column]),
             "solution": solution,
             "answer": answer,
+            "generated_tokens": generated_tokens_of(row.get(lengths)) if lengths else None,
         })
     return rows
 
@@ -88,7 +123,8 @@ def load_math_rows(cfg: OPSDConfig, source: str | None = None, where: str = "tra
     rows = _read_math_rows(source, cfg, where)
     try:
         kept = filter_rows(rows, integer_answer_only=cfg.integer_answer_only,
-                           min_solution_chars=cfg.min_solution_chars, where=where)
+                           min_solution_chars=cfg.min_solution_chars, where=where,
+                           max_answer_digits=cfg.max_answer_digits, min_generated_tokens=cfg.min_generated_tokens)
     except TermforgeError as exc:
         raise ConfigError(str(exc)) from None
     if not any(r["solution"].strip() for r in kept):
@@ -97,7 +133,7 @@ def load_math_rows(cfg: OPSDConfig, source: str | None = None, where: str = "tra
     kept = [r for r in kept if r["solution"].strip()]
     if cfg.max_rows is not None:
         kept = kept[: cfg.max_rows]
-    return math_prompt_rows(kept)
+    return math_prompt_rows(kept, cfg)
 
 
 def load_terminal_rows(cfg: OPSDConfig, demos: str | None = None, tasks_dir: str | None = None,
@@ -130,16 +166,16 @@ def load_terminal_rows(cfg: OPSDConfig, demos: str | None = None, tasks_dir: str
         instruction_path = Path(tasks_dir) / str(record["task_id"]) / "instruction.md"
         if not instruction_path.is_file():
             raise TermforgeError(f"task {record['task_id']}: listed in {demos} but {instruction_path} is missing")
-        rows.append(PromptRow(id=str(record["task_id"]),
-                              prompt_messages=tuple(initial_messages(instruction_path.read_text())),
-                              privileged_context=hint, kind="terminal"))
+        instruction = instruction_path.read_text()
+        rows.append(PromptRow(id=str(record["task_id"]), prompt_messages=tuple(initial_messages(instruction)),
+                              privileged_context=hint, kind="terminal", problem=instruction))
     print(f"{where}: kept {len(rows)} of {table.num_rows} tasks with a hint "
           f"(dropped {without_hint} without one)")
     if not rows:
         raise ConfigError(f"{where}.demos: no task in {demos} has a hint; nothing to distil")
     if cfg.max_rows is not None:
         rows = rows[: cfg.max_rows]
-    return rows
+    return apply_student_template(rows, cfg)
 
 
 def load_prompt_rows(cfg: OPSDConfig, where: str = "train") -> list[PromptRow]:
@@ -149,8 +185,15 @@ def load_prompt_rows(cfg: OPSDConfig, where: str = "train") -> list[PromptRow]:
 
 
 def teacher_messages(row: PromptRow, cfg: OPSDConfig) -> list[dict[str, str]]:
-    """The student's prompt with the privileged context added where cfg.teacher_context_role says:
-    prepended to the first user message, or appended to (or inserted as) the system message."""
+    """The teacher's chat. With a teacher template (explicit or the preset's), the student's chat
+    whose user message is that template rendered; otherwise the student's prompt with the
+    privileged context added where cfg.teacher_context_role says: prepended to the first user
+    message, or appended to (or inserted as) the system message."""
+    full = cfg.effective_teacher_template
+    if full is not None:
+        slot = "solution" if row.kind == "math" else "hint"
+        content = full.format(**{"problem": row.problem, slot: row.privileged_context})
+        return _with_user_content(row.prompt_messages, content, row.id)
     template = cfg.math_context_template if row.kind == "math" else cfg.terminal_context_template
     context = template.format(context=row.privileged_context)
     messages = row.messages()

@@ -19,6 +19,10 @@ __all__ = ["probe_kl", "write_loss_curve"]
 
 LogitsFn = Callable[[SideBatch], Any]
 
+DIVERGENCE_LABELS = {"forward_kl": "KL(teacher || student)", "reverse_kl": "KL(student || teacher)",
+                     "jsd": "generalised JSD", "sampled_reverse_kl": "sampled reverse-KL estimate",
+                     "kl": "KL"}
+
 
 def probe_kl(student_logits: LogitsFn, teacher_logits: LogitsFn, trajectories: Sequence[Trajectory], *,
              pad_id: int, temperature: float, batch_size: int, device: Any, chunk_size: int | None = 256
@@ -42,15 +46,17 @@ def probe_kl(student_logits: LogitsFn, teacher_logits: LogitsFn, trajectories: S
                 _, stats = generalized_jsd_token_loss(
                     s_logits[b: b + 1], t_logits[b: b + 1], student_side.token_mask[b: b + 1], beta=0.0,
                     temperature=temperature, token_clip=None, chunk_size=chunk_size)
-                rows.append({"id": trajectory.row_id, "tokens": stats.num_tokens, "kl": stats.kl_mean})
-                total_kl += stats.kl_mean * stats.num_tokens
+                # beta 0: divergence_mean is the forward KL, what the probe's keys say.
+                rows.append({"id": trajectory.row_id, "tokens": stats.num_tokens, "kl": stats.divergence_mean})
+                total_kl += stats.divergence_mean * stats.num_tokens
                 total_tokens += stats.num_tokens
         del t_logits, s_logits
     return {"kl_mean": total_kl / max(total_tokens, 1), "num_tokens": total_tokens, "rows": rows}
 
 
 def write_loss_curve(metrics: Sequence[dict[str, Any]], path: str | Path, title: str = "OPSD training") -> None:
-    """Loss and mean KL per step, one PNG, written atomically."""
+    """Loss and the mean divergence (named by the metrics' `divergence`) per step, one PNG,
+    written atomically. Metrics written before the divergence was named carry `kl_mean`."""
     import io
 
     import matplotlib
@@ -61,7 +67,9 @@ def write_loss_curve(metrics: Sequence[dict[str, Any]], path: str | Path, title:
     steps = [m["step"] for m in metrics]
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
     ax.plot(steps, [m["loss"] for m in metrics], marker="o", label="loss (clipped)")
-    ax.plot(steps, [m["kl_mean"] for m in metrics], marker="s", label="mean KL (unclipped)")
+    name = metrics[-1].get("divergence", "kl") if metrics else "kl"
+    ax.plot(steps, [m.get("divergence_mean", m.get("kl_mean")) for m in metrics], marker="s",
+            label=f"mean {DIVERGENCE_LABELS.get(name, name)} (unclipped)")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("per-token value")
     ax.set_title(title)

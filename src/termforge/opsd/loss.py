@@ -27,6 +27,7 @@ from torch.autograd.function import once_differentiable
 
 __all__ = [
     "LossStats",
+    "divergence_name",
     "generalized_jsd_token_loss",
     "sampled_token_loss",
     "token_logprobs",
@@ -38,19 +39,38 @@ __all__ = [
 class LossStats:
     """What a training step logs about the distillation loss.
 
-    kl_mean: mean over valid tokens of the per-token divergence *before* clipping (the divergence
-        selected by beta: forward KL at beta=0; for the sampled-token loss, the mean of
-        log p_S - log p_T on the sampled tokens, a one-sample estimate of reverse KL).
+    divergence_mean: mean over valid tokens of the per-token divergence *before* clipping: the
+        divergence selected by beta (forward KL at beta=0, reverse KL at beta=1, the generalised
+        JSD in between; divergence_name says which); for the sampled-token loss, the mean of
+        log p_S - log p_T on the sampled tokens, a one-sample estimate of reverse KL.
     clipped_fraction: fraction of (token, vocabulary entry) terms that hit token_clip (0 if no clip).
     num_tokens: number of valid tokens the loss averaged over.
     """
 
-    kl_mean: float
+    divergence_mean: float
     clipped_fraction: float
     num_tokens: int
 
+    @property
+    def kl_mean(self) -> float:
+        """The former name of divergence_mean (a KL only at beta 0 or 1)."""
+        return self.divergence_mean
+
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def divergence_name(loss_type: str, beta: float) -> str:
+    """What the per-token divergence of a loss is, for metric names: forward_kl (beta 0),
+    reverse_kl (beta 1), jsd (the generalised JSD, 0 < beta < 1), or sampled_reverse_kl (the
+    sampled-token loss's one-sample estimate of reverse KL)."""
+    if loss_type == "sampled_token":
+        return "sampled_reverse_kl"
+    if beta == 0.0:
+        return "forward_kl"
+    if beta == 1.0:
+        return "reverse_kl"
+    return "jsd"
 
 
 def _check_inputs(student_logits: torch.Tensor, teacher_logits: torch.Tensor, mask: torch.Tensor,
@@ -306,7 +326,7 @@ def generalized_jsd_token_loss(student_logits: torch.Tensor, teacher_logits: tor
 
     vocab_size = student_logits.shape[-1]
     stats = LossStats(
-        kl_mean=float(per_token_kl.sum()) / max(num_tokens, 1),
+        divergence_mean=float(per_token_kl.sum()) / max(num_tokens, 1),
         clipped_fraction=int(clipped_count) / max(num_tokens * vocab_size, 1),
         num_tokens=num_tokens,
     )
@@ -339,7 +359,7 @@ def sampled_token_loss(student_logprobs_of_sampled: torch.Tensor,
     num_tokens = student.numel()
     normaliser = max(num_tokens, 1) if reduction == "mean" else 1
     loss = -(advantage * student).sum() / normaliser
-    stats = LossStats(kl_mean=float(-advantage.sum()) / max(num_tokens, 1), clipped_fraction=0.0,
+    stats = LossStats(divergence_mean=float(-advantage.sum()) / max(num_tokens, 1), clipped_fraction=0.0,
                       num_tokens=num_tokens)
     return loss, stats
 

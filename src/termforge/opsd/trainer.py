@@ -5,9 +5,11 @@ One optimizer step:
   1. the current student samples replies to `prompts_per_step` prompts (seeded per step);
   2. the teacher, the same model given the privileged context (weights per `teacher_mode`),
      scores those exact tokens under inference mode;
-  3. the student scores them with gradient; the loss (loss.py) is summed over micro-batches and
-     divided by the step's total number of scored tokens, so the step's gradient is that of the
-     token-mean over the whole step, however it is split into micro-batches or processes;
+  3. the student scores them with gradient; with loss_reduction token_mean (the default) the
+     loss (loss.py) is summed over micro-batches and divided by the step's total number of scored
+     tokens, so the step's gradient is that of the token-mean over the whole step, however it is
+     split into micro-batches or processes; micro_batch_mean is the reference's mean of
+     per-micro-batch token means (micro_batch_loss_scale);
   4. gradient-norm clip, AdamW, schedule; the EMA teacher follows when teacher_mode is ema.
 
 Logits are computed only at the positions that predict scored tokens (2-D `logits_to_keep`),
@@ -56,7 +58,8 @@ from termforge.opsd.rollout import (
     sample_rollouts,
 )
 
-__all__ = ["OPSDTrainer", "RolloutFn", "latest_checkpoint", "run_train_cli_args", "train"]
+__all__ = ["OPSDTrainer", "RolloutFn", "latest_checkpoint", "micro_batch_loss_scale", "run_train_cli_args",
+           "train"]
 
 # (trainer, rows, step) -> trajectories; the default samples one reply per prompt. The lead's
 # harness rollouts plug in here (see rollout.transcript_trajectory).
@@ -92,6 +95,24 @@ def _weight_dtype(cfg: OPSDConfig, on_gpu: bool) -> str:
         return cfg.dtype
     # A frozen LoRA base loses nothing in bf16; trained full weights need fp32 master copies.
     return "bfloat16" if (on_gpu and cfg.finetune == "lora") else "float32"
+
+
+def micro_batch_loss_scale(reduction: str, micro_tokens: int, local_micro_batches: int, global_tokens: float,
+                           num_processes: int) -> float:
+    """The factor on a micro-batch's summed token losses before backward, given that DDP averages
+    gradients over processes.
+
+    token_mean: every scored token of the step weighs 1 / global_tokens (the factor num_processes
+    undoes DDP's average). micro_batch_mean, the reference's reduction (a token mean inside each
+    micro-batch, divided by the accumulation steps by the Trainer, averaged over processes by DDP):
+    a token weighs 1 / (micro_tokens * local_micro_batches * num_processes); a micro-batch without
+    scored tokens contributes nothing (the reference would divide 0 by 0).
+    """
+    if reduction == "token_mean":
+        return num_processes / global_tokens
+    if micro_tokens == 0:
+        return 0.0
+    return 1.0 / (micro_tokens * local_micro_batches)
 
 
 def lr_lambda_for(cfg: OPSDConfig) -> Callable[[int], float]:
@@ -163,9 +184,11 @@ class OPSDTrainer:
         self.trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self.trainable:
             raise TermforgeError("the model has no trainable parameters")
+        # The EMA teacher follows the reference's timing (zhaoruizhi/OPSD-main opsd_trainer.py
+        # _update_ema): no average until the first optimizer step has been taken, the teacher being
+        # the current weights until then; the first update copies the weights, later ones decay.
         self.ema: list[Any] | None = None
-        if cfg.teacher_mode == "ema" and self._separate_teacher is None:
-            self.ema = [p.detach().float().clone() for _, p in self.trainable]
+        self._ema_started = False
         self.optimizer = torch.optim.AdamW(
             [p for _, p in self.trainable], lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
             eps=cfg.adam_epsilon, weight_decay=cfg.weight_decay)
@@ -197,6 +220,8 @@ class OPSDTrainer:
             if self.cfg.teacher_mode == "fixed":
                 with model.disable_adapter():
                     yield model
+            elif self.cfg.teacher_mode == "ema" and self.ema is None:
+                yield model  # before the first optimizer step: the current weights
             elif self.cfg.teacher_mode == "ema":
                 with torch.no_grad():
                     backup = [p.detach().clone() for _, p in self.trainable]
@@ -258,7 +283,8 @@ class OPSDTrainer:
     def train_step(self, step: int, rows: Sequence[PromptRow], rollout_fn: RolloutFn | None = None) -> dict[str, Any]:
         """Roll out on `rows` (this process's share of the step), then one optimizer step."""
         torch = _torch()
-        from termforge.opsd.loss import generalized_jsd_token_loss, sampled_token_loss, token_logprobs
+        from termforge.opsd.loss import (divergence_name, generalized_jsd_token_loss, sampled_token_loss,
+                                         token_logprobs)
 
         cfg = self.cfg
         if self.device.type == "cuda":
@@ -270,10 +296,7 @@ class OPSDTrainer:
         global_tokens = self._global_sum(float(local_tokens))
         if global_tokens <= 0:
             raise TermforgeError(f"step {step + 1}: the rollouts contain no scored token")
-        # Gradients are averaged over processes by DDP; the factor turns that average back into
-        # the global token-mean.
-        scale = self.num_processes / global_tokens
-        loss_total = kl_total = clipped_total = 0.0
+        objective_total = divergence_total = clipped_total = 0.0
         vocab = None
         self.model.train()
         micro_batches = [trajectories[i: i + cfg.micro_batch_size]
@@ -299,10 +322,12 @@ class OPSDTrainer:
                     s_lp = token_logprobs(s_logits, student_side.target_ids, temperature=self.temperature)
                     loss_sum, stats = sampled_token_loss(s_lp, t_lp.clone(), student_side.token_mask,
                                                          reduction="sum")
+                scale = micro_batch_loss_scale(cfg.loss_reduction, stats.num_tokens, len(micro_batches),
+                                               global_tokens, self.num_processes)
                 self.accelerator.backward(loss_sum * scale)
             del s_logits
-            loss_total += float(loss_sum.detach())
-            kl_total += stats.kl_mean * stats.num_tokens
+            objective_total += float(loss_sum.detach()) * scale
+            divergence_total += stats.divergence_mean * stats.num_tokens
             clipped_total += stats.clipped_fraction * stats.num_tokens * (vocab or 1)
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_([p for _, p in self.trainable], max_norm))
@@ -316,13 +341,19 @@ class OPSDTrainer:
         sequences = self._global_sum(float(len(trajectories)))
         truncated = self._global_sum(float(sum(t.finish_reason == "length" for t in trajectories)))
         longest = self._global_max(float(max((t.num_scored for t in trajectories), default=0)))
-        loss_value = self._global_sum(loss_total) / global_tokens
-        kl_value = self._global_sum(kl_total) / global_tokens
+        # The step's objective as its gradient sees it (DDP averages the processes' parts).
+        loss_value = self._global_sum(objective_total) / self.num_processes
+        divergence_value = self._global_sum(divergence_total) / global_tokens
+        divergence = divergence_name(cfg.loss_type, cfg.beta)
         clipped_value = (self._global_sum(clipped_total) / (global_tokens * vocab)) if vocab else 0.0
         return {
             "step": step + 1,
             "loss": loss_value,
-            "kl_mean": kl_value,
+            # Named after what it is (the JSD when 0 < beta < 1), plus a generic pair for readers
+            # that compare runs with different betas.
+            "divergence": divergence,
+            "divergence_mean": divergence_value,
+            f"{divergence}_mean": divergence_value,
             "clipped_fraction": clipped_value,
             "grad_norm": grad_norm,
             "lr": lr,
@@ -339,15 +370,26 @@ class OPSDTrainer:
         }
 
     def update_teacher(self) -> None:
+        """After an optimizer step (teacher_mode ema): the first call snapshots the weights, each
+        later one moves the average by (1 - ema_decay) towards them."""
         torch = _torch()
+        if self.cfg.teacher_mode != "ema":
+            return
         decay = self.cfg.ema_decay
         with torch.no_grad():
-            if self.ema is not None:
-                for e, (_, p) in zip(self.ema, self.trainable):
-                    e.lerp_(p.detach().float(), 1.0 - decay)
-            elif self._separate_teacher is not None and self.cfg.teacher_mode == "ema":
+            if self._separate_teacher is None:
+                if self.ema is None:
+                    self.ema = [p.detach().float().clone() for _, p in self.trainable]
+                else:
+                    for e, (_, p) in zip(self.ema, self.trainable):
+                        e.lerp_(p.detach().float(), 1.0 - decay)
+            else:
                 for t, s in zip(self._separate_teacher.parameters(), self.unwrapped.parameters()):
-                    t.lerp_(s.detach().to(t.dtype), 1.0 - decay)
+                    if self._ema_started:
+                        t.lerp_(s.detach().to(t.dtype), 1.0 - decay)
+                    else:
+                        t.copy_(s.detach())
+        self._ema_started = True
 
     def peak_memory_mb(self) -> float:
         torch = _torch()
@@ -420,14 +462,16 @@ class OPSDTrainer:
         with torch.no_grad():
             for name, p in self.trainable:
                 p.copy_(weights[name].to(p.device, p.dtype))
-            if self.ema is not None:
+            # A checkpoint follows at least one optimizer step, so its EMA has started.
+            if self.cfg.teacher_mode == "ema" and self._separate_teacher is None:
                 saved = load_file(str(path / "ema.safetensors"))
-                for (name, _), e in zip(self.trainable, self.ema):
-                    e.copy_(saved[name].to(e.device, e.dtype))
+                self.ema = [saved[name].to(p.device, torch.float32) for name, p in self.trainable]
+                self._ema_started = True
             if self._separate_teacher is not None and self.cfg.teacher_mode == "ema":
                 saved = load_file(str(path / "ema_teacher.safetensors"))
                 for n, p in self._separate_teacher.named_parameters():
                     p.copy_(saved[n].to(p.device, p.dtype))
+                self._ema_started = True
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device, weights_only=False))
         self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
         rng = torch.load(path / "rng.pt", weights_only=False)
@@ -608,7 +652,7 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
         if accelerator.is_main_process:
             append_jsonl(metrics_path, record)
             print(f"train: step {record['step']}/{cfg.max_steps} loss {record['loss']:.5f} "
-                  f"kl {record['kl_mean']:.5f} clipped {record['clipped_fraction']:.2e} "
+                  f"{record['divergence']} {record['divergence_mean']:.5f} clipped {record['clipped_fraction']:.2e} "
                   f"len {record['completion_len_mean']:.1f} {record['tokens_per_s']:.1f} tok/s "
                   f"{record['step_s']:.1f}s")
         steps_this_call += 1
@@ -628,7 +672,8 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
         "train_rows": len(rows),
         "probe_rows": len(probe_rows),
         "final_loss": metrics[-1]["loss"] if metrics else None,
-        "final_kl_mean": metrics[-1]["kl_mean"] if metrics else None,
+        "divergence": metrics[-1]["divergence"] if metrics else None,
+        "final_divergence_mean": metrics[-1]["divergence_mean"] if metrics else None,
         "peak_memory_mb": max((m["peak_memory_mb"] for m in metrics), default=trainer.peak_memory_mb()),
         "peak_memory_kind": "cuda_max_allocated" if trainer.device.type == "cuda" else "process_max_rss",
         "wall_s_this_call": time.perf_counter() - started,

@@ -395,18 +395,21 @@ class _Builder:
 
     def training(self) -> Section:
         sec = Section("training", "Training (OPSD) per ablation",
-                      "Loss and the mean teacher–student KL at each optimizer step, per ablation. The KL "
-                      "probe measures the divergence on held-out prompts before and after training.",
+                      "Loss and the mean teacher–student divergence at each optimizer step, per ablation "
+                      "(forward KL, generalised JSD or reverse KL, as the ablation's beta selects). The KL "
+                      "probe measures the forward KL on held-out prompts before and after training.",
                       "results/runs/<ablation>/train/metrics.jsonl, kl_probe.json")
         runs = sorted(p for p in (self.results / "runs").glob("*/train/metrics.jsonl"))
         if not runs:
             return self.not_run(sec, self.results / "runs" / "<ablation>" / "train" / "metrics.jsonl")
         curves: dict[str, list[dict]] = {}
         summary, long_rows = [], []
-        cols = ["loss", "kl_mean", "clipped_fraction", "completion_len", "tokens_per_s", "peak_mem_mb"]
+        cols = ["loss", "divergence_mean", "clipped_fraction", "completion_len", "tokens_per_s", "peak_mem_mb"]
         for path in runs:
             name = path.parent.parent.name
             rows = sorted((r for r in read_jsonl(path) if "step" in r), key=lambda r: r["step"])
+            for r in rows:  # metrics written before the divergence was named carry kl_mean
+                r.setdefault("divergence_mean", r.get("kl_mean"))
             curves[name] = rows
             long_rows += [[name, r["step"]] + [r.get(c) for c in cols] for r in rows]
             probe = _read_optional_json(path.parent / "kl_probe.json") or {}
@@ -417,12 +420,12 @@ class _Builder:
 
             peaks = [r["peak_mem_mb"] for r in rows if isinstance(r.get("peak_mem_mb"), (int, float))]
             summary.append([name, len(rows), rows[0].get("loss") if rows else None,
-                            rows[-1].get("loss") if rows else None, rows[-1].get("kl_mean") if rows else None,
+                            rows[-1].get("loss") if rows else None, rows[-1].get("divergence_mean") if rows else None,
                             mean("clipped_fraction"), mean("completion_len"), mean("tokens_per_s"),
                             max(peaks) if peaks else None, _kl_value(probe.get("before")),
                             _kl_value(probe.get("after"))])
         self.add_table(sec, Table("training_summary",
-                                  ["ablation", "steps", "first loss", "last loss", "last KL", "mean clipped fraction",
+                                  ["ablation", "steps", "first loss", "last loss", "last divergence", "mean clipped fraction",
                                    "mean completion length", "mean tokens/s", "peak memory (MB)", "probe KL before",
                                    "probe KL after"], summary, "Training summary per ablation"))
         self.add_plot(sec, "training", plots.training_plot(curves), "Loss and mean KL per step, per ablation")

@@ -96,13 +96,16 @@ def training_plot(curves: dict[str, list[dict]]) -> bytes:
     for i, (name, rows) in enumerate(curves.items()):
         colour = PALETTE[i % len(PALETTE)]
         loss = [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None]
-        kl = [(r["step"], r["kl_mean"]) for r in rows if r.get("kl_mean") is not None]
+        # divergence_mean: the step's divergence (forward KL, JSD or reverse KL, per the run's
+        # beta); kl_mean in metrics written before it was named.
+        kl = [(r["step"], r.get("divergence_mean", r.get("kl_mean"))) for r in rows
+              if r.get("divergence_mean", r.get("kl_mean")) is not None]
         if loss:
             ax_loss.plot(*zip(*loss), marker="o", markersize=3, color=colour, label=name)
         if kl:
             ax_kl.plot(*zip(*kl), marker="s", markersize=3, color=colour, label=name)
     ax_loss.set_title("training loss")
-    ax_kl.set_title("mean KL(teacher, student)")
+    ax_kl.set_title("mean teacher-student divergence (KL or JSD, per beta)")
     for ax in (ax_loss, ax_kl):
         ax.set_xlabel("optimizer step")
         ax.grid(alpha=0.3)
