@@ -26,7 +26,17 @@ from typing import Any, Callable
 
 FAULT_KINDS = ("500", "429", "hang", "malformed")
 
-Reply = list[str] | Callable[[list[dict[str, Any]]], str] | None
+
+
+class Scripted:
+    """A reply with more than text: `finish_reason` ("length" for a reply cut at the token limit),
+    or an HTTP `status` other than 200 (answered with `text` as the error message)."""
+
+    def __init__(self, text: str, finish_reason: str = "stop", status: int = 200) -> None:
+        self.text, self.finish_reason, self.status = text, finish_reason, status
+
+
+Reply = list[str | Scripted] | Callable[[list[dict[str, Any]]], str | Scripted] | None
 
 
 def count_words(text: str) -> int:
@@ -151,7 +161,7 @@ class FakeOpenAIServer:
                 return kind
         return None
 
-    def _reply_text(self, messages: list[dict[str, Any]]) -> str:
+    def _reply_text(self, messages: list[dict[str, Any]]) -> str | Scripted:
         if self.replies is None:
             return default_reply(messages)
         if callable(self.replies):
@@ -166,7 +176,12 @@ class FakeOpenAIServer:
         n = int(body.get("n") or 1)
         if self.max_n is not None:
             n = min(n, self.max_n)
-        texts = [self._reply_text(messages) for _ in range(n)]
+        replies = [self._reply_text(messages) for _ in range(n)]
+        failed = next((r for r in replies if isinstance(r, Scripted) and r.status != 200), None)
+        if failed is not None:
+            return {"status": failed.status, "error": {"message": failed.text}}
+        texts = [r.text if isinstance(r, Scripted) else r for r in replies]
+        reasons = [r.finish_reason if isinstance(r, Scripted) else "stop" for r in replies]
         prompt_tokens = sum(count_words(m.get("content") or "") for m in messages)
         return {
             "id": f"chatcmpl-fake-{len(self.requests)}",
@@ -174,8 +189,8 @@ class FakeOpenAIServer:
             "created": 0,
             "model": body.get("model", "fake"),
             "choices": [
-                {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
-                for i, t in enumerate(texts)
+                {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": reason}
+                for i, (t, reason) in enumerate(zip(texts, reasons))
             ],
             "usage": {
                 "prompt_tokens": prompt_tokens,
@@ -268,7 +283,9 @@ class FakeOpenAIServer:
                 elif fault == "malformed":
                     self._send(200, b'{"id": "x", "choices": [{"index": 0, "message": {"content": "cut')
                 else:
-                    self._json(200, server.completion(body))
+                    reply = server.completion(body)
+                    status = reply.pop("status", 200)
+                    self._json(status, reply)
 
         return Handler
 

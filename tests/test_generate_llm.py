@@ -236,7 +236,10 @@ def test_one_repair_round_then_valid_task_and_cached_rerun_is_free_and_identical
     assert env_calls[1]["messages"][:2] == env_calls[0]["messages"]
     assert env_calls[1]["messages"][2] == {"role": "assistant", "content": env_calls[0]["reply"]}
     assert "/etc/motd" in env_calls[1]["messages"][3]["content"]
-    assert prov["checks"] == ["static", "build", "initial_state"]
+    # Generation checked the candidate exactly as validation does, probes included.
+    assert prov["checks"][:4] == ["static", "build", "initial_state", "final_fails_untouched"]
+    assert {"oracle_x2", "noop", "proof_of_run"} <= set(prov["checks"])
+    assert any(c.startswith("probe:") for c in prov["checks"])
 
     # The fixture was materialised before the verifier was asked for, and its facts were shown.
     image = next(f for f in prov["fixtures"] if f["kind"] == "image")

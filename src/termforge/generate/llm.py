@@ -3,10 +3,14 @@
 Chain (prompts in llm_prompts.py): task (instruction, fixture spec, truth, method note, oracle) ->
 fixtures materialised here, deterministically from the task id -> initial-state test -> final-state
 test (written against the fixtures' real contents) -> environment (setup.sh and apt packages). The
-candidate task directory is then checked the way validation will check it, cheapest first: leaks
-and static checks, the sandbox build, the initial-state test. A failure is fed back to the step that
+candidate task directory is then checked the way validation will check it: leaks (the instruction,
+setup.sh and every text fixture are scanned), then every validation stage. A failure is fed back to the step that
 caused it (the step's own conversation continues with the error), that step and the steps built on
 it are regenerated, and the check runs again, for at most `max_repair_rounds` rounds.
+
+The check is validation itself (quality/validate.py): final test fails untouched, oracle scores 1
+twice, no-op and reward-hack probes score 0. A reply cut at the token limit is never kept (even
+when it parses), and a non-retryable request error fails only its own task.
 
 The output is the procedural backend's task directory layout (writer.py), so build, validation,
 solving and export treat both backends alike. task.json's provenance holds every prompt and raw
@@ -16,11 +20,15 @@ from the response cache, so a cached rerun publishes byte-identical directories.
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import random
+import subprocess
 import re
 import shutil
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,10 +46,9 @@ from termforge.generate.stage import shard_signatures
 from termforge.generate.writer import task_files, write_task_dir
 from termforge.io import atomic_write_json, clean_stale_staging, read_json, seed_from, stable_hash
 from termforge.models.base import ChatModel, SamplingParams
-from termforge.quality.validate import _Fail as _StaticFail
-from termforge.quality.validate import hidden_truth_strings, static_checks
+from termforge.models.openai_backend import ModelRequestError
+from termforge.quality.validate import TaskVerdict, hidden_truth_strings, validate_task
 from termforge.runtime.base import Limits, Runtime
-from termforge.verifier import run_test_file
 
 BACKEND = "llm"
 FAMILY = "llm"
@@ -53,6 +60,14 @@ DEPENDENTS = {"task": ("initial_test", "final_test", "environment"), "initial_te
 MAX_FIXTURES = 64
 MAX_FIXTURE_BYTES = 16 * 1024 * 1024
 LOG_CHARS = 3000
+TEXT_FACTS_WHOLE_CHARS = 4000
+TEXT_FACTS_EDGE_LINES = 20
+# A reply cut at the token limit is retried with a larger budget: x2, then x4.
+MAX_BUDGET_DOUBLINGS = 2
+# Packages a task author may reasonably want; under bwrap only the installed ones are offered.
+OFFERABLE_PACKAGES = ("python3-numpy", "python3-pil", "python3-scipy", "python3-pandas", "python3-yaml",
+                      "sqlite3", "gcc", "libc6-dev", "make", "binutils", "file", "jq", "bc", "xxd", "gawk",
+                      "zip", "unzip", "git", "sox", "ffmpeg", "imagemagick")
 _SAFE_REL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*$")
 _APT_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 
@@ -103,12 +118,25 @@ def _param(params: dict, key: str, lo: float, hi: float, default, where: str, in
     return value
 
 
+def text_facts(content: str) -> dict:
+    """What the final-test author is told about a text file: the whole file when it is small, else
+    exact statistics (which it can rely on) with the first and last lines."""
+    lines = content.splitlines()
+    facts = {"lines": len(lines), "bytes": len(content.encode()), "ends_with_newline": content.endswith("\n")}
+    if len(content) <= TEXT_FACTS_WHOLE_CHARS:
+        facts["content"] = content
+        return facts
+    facts.update({"words": len(content.split()), "distinct_lines": len(set(lines)),
+                  "empty_lines": sum(1 for line in lines if not line.strip()),
+                  "first_lines": lines[:TEXT_FACTS_EDGE_LINES], "last_lines": lines[-TEXT_FACTS_EDGE_LINES:]})
+    return facts
+
+
 def make_text(decl: dict, rng: random.Random, where: str) -> tuple[bytes, dict]:
     content = decl.get("content")
     if not isinstance(content, str):
         raise StepError("task", "fixtures", f"{where}.content: a text fixture needs its whole file as a string")
-    data = content.encode()
-    return data, {"lines": content.count("\n") + (0 if content.endswith("\n") or not content else 1)}
+    return content.encode(), text_facts(content)
 
 
 def make_image(decl: dict, rng: random.Random, where: str) -> tuple[bytes, dict]:
@@ -219,7 +247,8 @@ def make_c_binary(decl: dict, rng: random.Random, where: str) -> tuple[bytes, di
         data = compile_c(source, Path(decl["path"]).name, FAMILY)
     except TermforgeError as exc:
         raise StepError("task", "fixtures", f"{where}: the C source does not compile", str(exc)[-LOG_CHARS:]) from None
-    return data, {"format": "ELF executable, stripped (gcc -O1 -s -std=c99)"}
+    # The test author may know what the binary does; the agent only ever gets the stripped bytes.
+    return data, {"format": "ELF executable, stripped (gcc -O1 -s -std=c99)", "source": source}
 
 
 FIXTURE_MAKERS: dict[str, Callable[[dict, random.Random, str], tuple[bytes, dict]]] = {
@@ -291,6 +320,22 @@ def materialise_fixtures(task_id: str, fixture_kind: str, decls: Any) -> list[di
         raise StepError("task", "fixtures", "the signature's fixture kind is multi_service_compose: declare a "
                                             "compose.yaml text fixture describing the services")
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def _host_installed(packages: tuple[str, ...]) -> tuple[str, ...]:
+    res = subprocess.run(["dpkg-query", "-W", "-f=${Package} ${Status}\n", *packages], capture_output=True,
+                         text=True)
+    ok = {line.split()[0] for line in res.stdout.splitlines() if line.endswith("install ok installed")}
+    return tuple(p for p in packages if p in ok)
+
+
+def runtime_packages(runtime: Runtime) -> tuple[str, ...] | None:
+    """The extra Debian packages a task may declare in this runtime: bwrap runs over the host's
+    root, so only what the host has installed; None (anything) for image-building runtimes."""
+    if getattr(runtime, "name", "") != "bwrap":
+        return None
+    return _host_installed(OFFERABLE_PACKAGES)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -416,6 +461,16 @@ _COLLECTION_TROUBLE = re.compile(r"ERROR collecting|SyntaxError|IndentationError
 # The chain
 
 
+def split_told(expected: dict, instruction: str) -> tuple[dict, dict]:
+    """The final test's expected values split into those the instruction already states and the rest."""
+    told, hidden = {}, {}
+    for key, value in expected.items():
+        leaves = [str(v) for v in (value.values() if isinstance(value, dict) else
+                                   value if isinstance(value, list) else [value])]
+        (told if leaves and all(leaf in instruction for leaf in leaves) else hidden)[key] = value
+    return told, hidden
+
+
 def task_json_llm(sig: dict, spec: TaskSpec, fixtures: list[dict], provenance: dict) -> dict:
     return {
         "id": sig["id"],
@@ -451,12 +506,15 @@ class _Chain:
         self.conversations: dict[str, tuple[list[dict], str]] = {}
         self.calls: list[dict] = []
         self.rounds: list[dict] = []
+        self.truncations: dict[str, int] = {}
+        self.check_log: list[dict] = []
         self._finish_reason = ""
+        self.packages = runtime_packages(runtime)
 
     # -- model calls -----------------------------------------------------------------------------
 
     def _ask(self, step: str, prompt: str, repair: StepError | None, round_no: int) -> str:
-        messages = [{"role": "system", "content": P.SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
+        messages = [{"role": "system", "content": P.system_prompt(self.packages)}, {"role": "user", "content": prompt}]
         previous = self.conversations.get(step)
         if repair is not None and previous is not None and previous[0] == messages:
             # The step's own conversation goes on: the model sees what it wrote and why it failed.
@@ -465,8 +523,8 @@ class _Chain:
                                    {"role": "user", "content": P.repair_prompt(step, repair.stage, repair.reason,
                                                                                repair.log)}]
         seed = seed_from("llm-generate", self.task_id, step, round_no) % 2**31
-        sampling = self.sampling.replace(seed=seed, max_new_tokens=max(self.sampling.max_new_tokens,
-                                                                       STEP_MAX_TOKENS[step]))
+        budget = STEP_MAX_TOKENS[step] * 2 ** min(self.truncations.get(step, 0), MAX_BUDGET_DOUBLINGS)
+        sampling = self.sampling.replace(seed=seed, max_new_tokens=max(self.sampling.max_new_tokens, budget))
         completion = self.model.chat(messages, n=1, sampling=sampling)[0]
         self.calls.append({"round": round_no, "step": step, "seed": seed, "sampling": sampling.to_dict(),
                            "messages": messages, "reply": completion.text,
@@ -479,18 +537,22 @@ class _Chain:
     def _run_step(self, step: str, repair: StepError | None, round_no: int) -> None:
         prompt = self._prompt(step)
         reply = self._ask(step, prompt, repair, round_no)
-        try:
-            if step == "task":
-                self.fixtures = []
-                parsed = parse_task_reply(reply)
-                self.fixtures = materialise_fixtures(self.task_id, self.sig["fixture_kind"], parsed["fixture_decls"])
-            else:
-                parsed = PARSERS[step](reply)
-        except StepError as err:
-            if err.stage == "format" and self._finish_reason == "length":
-                err.reason += " (the reply was cut off at the token limit: answer more concisely)"
-            raise
+        if self._finish_reason == "length":
+            # Nothing of a cut reply is kept, even when what arrived happens to parse: a test cut
+            # after `assert got` still compiles and accepts wrong answers.
+            self.truncations[step] = self.truncations.get(step, 0) + 1
+            raise StepError(step, "truncated", "the reply was cut off at the token limit (finish_reason: length) "
+                                               "and was discarded; reply again in full, more concisely")
+        if step == "task":
+            self.fixtures = []
+            parsed = parse_task_reply(reply)
+            self.fixtures = materialise_fixtures(self.task_id, self.sig["fixture_kind"], parsed["fixture_decls"])
+        else:
+            parsed = PARSERS[step](reply)
         self.outputs[step] = parsed
+
+    def _current_step(self) -> str:
+        return next((step for step in P.STEPS if step not in self.outputs), P.STEPS[-1])
 
     def _prompt(self, step: str) -> str:
         if step == "task":
@@ -514,7 +576,12 @@ class _Chain:
     def spec(self) -> TaskSpec:
         task, env = self.outputs["task"], self.outputs["environment"]
         truth = dict(task["truth"])
-        truth["expected"] = self.outputs["final_test"]["expected"]
+        told, hidden = split_told(self.outputs["final_test"]["expected"], self._instruction())
+        truth["expected"] = hidden
+        if told:
+            # Expected values the instruction states (an output path, a threshold) are given, not
+            # secret: validation and the hints gate then do not flag the instruction for them.
+            truth["given"] = {**truth.get("given", {}), "expected": told}
         return TaskSpec(
             instruction=self._instruction(), setup_sh=env["setup_sh"],
             test_initial=self.outputs["initial_test"]["test_initial"],
@@ -533,6 +600,7 @@ class _Chain:
             "backend": BACKEND, "model": self.model.model_id, "model_identity": self.model.identity(),
             "prompt_version": P.PROMPT_VERSION, "max_repair_rounds": self.max_repair_rounds,
             "repair_rounds": len(self.rounds) - 1, "rounds": self.rounds, "calls": self.calls, "checks": checks,
+            "truncated_replies": dict(sorted(self.truncations.items())),
             "seeds": {"fixtures": {f["path"]: f["seed"] for f in self.fixtures},
                       "calls": [c["seed"] for c in self.calls]},
             "fixtures": [{k: v for k, v in f.items() if k != "data"} for f in self.fixtures],
@@ -541,53 +609,69 @@ class _Chain:
     # -- checks -----------------------------------------------------------------------------------
 
     def check(self) -> list[str]:
-        """Static checks, build, initial-state test on the candidate; raises StepError on a failure."""
-        checks: list[str] = []
+        """The candidate is checked exactly as validation will check it (static, build, initial
+        state, final test fails untouched, oracle scores 1 twice, no-op and reward-hack probes score
+        0, proof of run); a failure becomes a StepError for the step that owns it."""
         spec = self.spec()
         self._leak_checks(spec)
         cand = self.work / "candidate" / self.task_id
         if cand.exists():
             shutil.rmtree(cand)
         write_task_dir(cand, self.files({"backend": BACKEND, "candidate": True}))
-        try:
-            static_checks(cand)
-        except _StaticFail as exc:
-            raise StepError("task", "static", exc.reason) from None
-        checks.append("static")
-        build = self.runtime.build(cand, self.images_dir, timeout=self.limits.wall_sec * 2)
-        if not build.ok:
-            raise StepError("environment", "build", f"build failed: {build.reason}", sanitize_log(build.log))
-        checks.append("build")
-        with self.runtime.start(build.image, self.limits) as session:
-            verdict = run_test_file(session, cand, "test_initial_state.py", timeout=self.limits.wall_sec)
-        if verdict.reward != 1.0:
-            log = sanitize_log(verdict.output)
+        verdict = validate_task(cand, self.runtime, self.images_dir, self.limits)
+        self.check_log.append({"stage": verdict.stage, "kept": verdict.kept})
+        if not verdict.kept:
+            raise self._blame(verdict)
+        return verdict.checks
+
+    def _blame(self, verdict: TaskVerdict) -> StepError:
+        """Which step wrote the part that failed, and what it must hear to fix it."""
+        stage, reason, ev = verdict.stage, verdict.reason, verdict.evidence
+        output = (ev.get("verifier") or {}).get("output") or ""
+        log = sanitize_log(ev.get("build_log") or output or ev.get("oracle") or "")
+        if stage == "build":
+            return StepError("environment", "build", reason, log)
+        if stage == "initial_state":
+            collected = (ev.get("verifier") or {}).get("collected", 0)
             blame = "environment"
-            if not verdict.tests_ran or verdict.collected == 0 or _COLLECTION_TROUBLE.search(verdict.output):
+            if not collected or _COLLECTION_TROUBLE.search(output):
                 blame = "initial_test"
             elif self.rounds and (self.rounds[-1]["trigger"] or {}).get("stage") == "initial_state" \
                     and self.rounds[-1]["trigger"]["step"] == "environment":
                 # It failed again on a regenerated environment: now the test itself is suspect.
                 blame = "initial_test"
-            raise StepError(blame, "initial_state", f"initial-state test did not pass ({verdict.reason})", log)
-        checks.append("initial_state")
-        return checks
+            return StepError(blame, "initial_state", reason, log)
+        if stage == "static":
+            return StepError("task", "static", reason, log)
+        if stage == "oracle" and reason.startswith("solve.sh exited"):
+            return StepError("task", "oracle", f"{reason}: the oracle itself fails", sanitize_log(ev.get("oracle", "")))
+        advice = {
+            "final_fails_untouched": "the final test passes on the untouched environment: it must fail until the "
+                                     "deliverables exist and are right",
+            "oracle": "solve.sh ran to completion but the final test failed: its expected values do not match "
+                      "what the oracle computes from the fixtures (recompute them from the facts)",
+            "flaky_verifier": "the final test gave different verdicts on identical runs: make it deterministic",
+            "noop": "an agent that does nothing scored 1: the final test must check the deliverables' contents",
+            "reward_hack": "an agent that only cheats scored 1: the final test must check real outputs and trust "
+                           "nothing the agent can plant (reward files, conftest.py, programs on PATH)",
+            "proof_of_run": "the final test did not provably run (collection failed or it exits early)",
+        }.get(stage, stage)
+        return StepError("final_test", stage, f"{advice} ({reason})", log)
 
     def _leak_checks(self, spec: TaskSpec) -> None:
-        """Truth in what the agent or the image can see, blamed on the step that wrote the secret."""
-        task_secrets = set(hidden_truth_strings(self.outputs["task"]["truth"]))
-        expected_secrets = set(hidden_truth_strings({"expected": self.outputs["final_test"]["expected"]}))
-        visible = {"instruction.md": spec.instruction, "environment/setup.sh": spec.setup_sh}
-        for rel, text in visible.items():
-            for secret in sorted(task_secrets | expected_secrets):
+        """Answers in anything the agent or the image can see, blamed on the step that wrote the
+        text they appear in. Values the instruction states are given, not secret, even when the
+        final test's expected block repeats them."""
+        secrets = set(hidden_truth_strings(spec.truth))
+        visible = [("task", "instruction.md", spec.instruction), ("environment", "environment/setup.sh", spec.setup_sh)]
+        visible += [("task", f"environment/fixtures/{f['path']}", f["data"].decode("utf-8", "replace"))
+                    for f in self.fixtures if f["kind"] == "text"]
+        for step, rel, text in visible:
+            for secret in sorted(secrets):
                 if secret in text:
-                    if rel == "environment/setup.sh":
-                        step = "environment"
-                    else:
-                        step = "task" if secret in task_secrets else "final_test"
-                    raise StepError(step, "static", f"an answer-key value appears in {rel}: {secret[:80]!r} (values "
-                                                    "the agent is told belong under truth.given; the environment "
-                                                    "must not contain answers)")
+                    raise StepError(step, "static", f"an answer-key value appears in {rel}, which the agent can "
+                                                    "read: the environment and instruction must not contain "
+                                                    "answers (values the agent is told belong under truth.given)")
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -602,6 +686,12 @@ class _Chain:
                         self._run_step(step, repair if repair is not None and repair.step == step else None,
                                        round_no)
                 return self.check(), None
+            except ModelRequestError as exc:
+                if exc.is_configuration:
+                    raise  # a bad key, model name or URL fails every task: stop the run
+                # Not retryable (e.g. HTTP 400 for a prompt over the context length): asking again
+                # sends the same bytes and fails the same way. This task fails; the shard goes on.
+                return None, StepError(self._current_step(), "request", str(exc))
             except StepError as err:
                 if round_no >= self.max_repair_rounds:
                     return None, err
@@ -611,6 +701,23 @@ class _Chain:
                     self.outputs.pop(s, None)
                 self.rounds.append({"round": round_no, "trigger": err.to_dict(), "regenerated": regenerated})
                 repair = err
+
+
+def chain_summary(chains: list[dict], model_stats: dict) -> dict:
+    """What a shard's generation cost and what its checks caught: candidates rejected per check
+    (each repair round's trigger), tasks published after at least one repair, cut replies, and the
+    endpoint's counters (requests, retries by kind, tokens, cache hits)."""
+    rejected: dict[str, int] = {}
+    repaired = truncated = 0
+    for prov in chains:
+        triggers = [r["trigger"] for r in prov.get("rounds", []) if r.get("trigger")]
+        for trig in triggers:
+            rejected[trig["stage"]] = rejected.get(trig["stage"], 0) + 1
+        repaired += bool(triggers) and bool(prov.get("checks"))
+        truncated += sum(prov.get("truncated_replies", {}).values())
+    return {"candidates": len(chains), "rejected_by_check": dict(sorted(rejected.items())), "repaired": repaired,
+            "truncated_replies": truncated,
+            "requests": {k: v for k, v in model_stats.items() if not isinstance(v, dict) or k == "failures"}}
 
 
 def failure_record_path(out_root: Path, task_id: str) -> Path:
@@ -688,11 +795,19 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
 
         runtime = BwrapRuntime()
 
+    configuration_error = threading.Event()
+
     def one(sig: dict) -> tuple[str, bool, dict | None]:
         existed = (tasks_dir / sig["id"] / "task.json").exists()
+        if configuration_error.is_set():
+            return sig["id"], existed, None  # the run is stopping: send nothing more
         try:
             generate_task_llm(sig, tasks_dir, model, max_repair_rounds, base_image, images_dir, runtime=runtime,
                               limits=limits, sampling=sampling)
+        except ModelRequestError as exc:
+            if exc.is_configuration:
+                configuration_error.set()
+            raise
         except LLMGenerationError as exc:
             return sig["id"], existed, {"id": sig["id"], "domain": sig["domain"], "step": exc.record["step"],
                                         "stage": exc.record["stage"], "reason": exc.record["reason"],
@@ -706,25 +821,32 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
         results = list(tqdm(pool.map(one, sigs), total=len(sigs), desc=desc, unit="task"))
     failed = [f for _, _, f in results if f is not None]
     failed_ids = {f["id"] for f in failed}
-    entries = []
+    entries, chains = [], []
     for sig in sigs:
         if sig["id"] in failed_ids:
+            chains.append(read_json(failure_record_path(tasks_dir, sig["id"]))["provenance"])
             continue
         task = read_json(tasks_dir / sig["id"] / "task.json")
+        chains.append(task["provenance"])
         entries.append({"id": sig["id"], "family": task["family"], "domain": sig["domain"],
                         "mismatch": [m["axis"] for m in task["mismatch"]]})
+    summary = chain_summary(chains, model.stats())
     manifest = {"shard": f"{shard:05d}", "tasks_dir": str(tasks_dir), "backend": BACKEND,
-                "model": model.model_id, "tasks": entries, "failed": failed}
+                "model": model.model_id, "tasks": entries, "failed": failed, "summary": summary}
     atomic_write_json(manifest_path, manifest)
     skipped = sum(1 for _, existed, _ in results if existed)
-    stats = model.stats()
+    stats = summary["requests"]
     cache = (f", cache {stats['cache_hits']} hits / {stats['cache_misses']} misses"
              if "cache_hits" in stats else "")
+    rejected = ", ".join(f"{k} {v}" for k, v in summary["rejected_by_check"].items()) or "none"
     print(f"generate (llm) shard {shard:05d}: {len(entries)} tasks ({len(entries) - skipped} new, {skipped} already "
-          f"done), {len(failed)} failed after repairs, {removed} stale partial dirs removed{cache}")
+          f"done), {len(failed)} failed after repairs, {removed} stale partial dirs removed{cache}; "
+          f"candidates rejected by check: {rejected}; {summary['repaired']} repaired; requests "
+          f"{stats.get('requests', 0)} (retries {stats.get('retries', 0)}), tokens {stats.get('prompt_tokens', 0)} in / "
+          f"{stats.get('completion_tokens', 0)} out")
     return manifest
 
 
 __all__ = ["generate_task_llm", "run_generate_shard_llm", "LLMGenerationError", "StepError", "FIXTURE_MAKERS",
-           "materialise_fixtures", "failure_record_path", "sanitize_log", "parse_task_reply",
+           "materialise_fixtures", "failure_record_path", "chain_summary", "sanitize_log", "parse_task_reply",
            "parse_initial_reply", "parse_final_reply", "parse_environment_reply", "task_json_llm"]

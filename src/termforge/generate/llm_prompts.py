@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from termforge.errors import TermforgeError
 from termforge.io import pretty_json
 
-PROMPT_VERSION = "llm-chain-1"
+PROMPT_VERSION = "llm-chain-2"
 
 STEPS = ("task", "initial_test", "final_test", "environment")
 STEP_MARKER = "[termforge step: {step}]"
@@ -40,7 +40,7 @@ class ReplyFormatError(TermforgeError):
 # --------------------------------------------------------------------------------------------------
 # What every prompt states about the sandbox (kept in step with runtime/bwrap.py and verifier.py)
 
-SYSTEM_PROMPT = """\
+_SYSTEM_TEMPLATE = """\
 You are a task author for termforge, which builds executable tasks that evaluate terminal agents.
 A task is a directory: an instruction the agent reads, an environment (fixture files plus a setup
 script), a pytest verifier, an oracle solution and a private answer key. Everything you write will be
@@ -50,8 +50,7 @@ executed, exactly as written, in this sandbox:
   private scratch directories /tmp and /home/user. There is no network and no root; nothing can be
   installed at run time.
 - The userland is Debian bookworm: bash, coreutils, grep, sed, awk, python3 (3.11) with the standard
-  library and pytest. Any other Debian package (python3-numpy, python3-pil, sqlite3, gcc, jq, ...)
-  must be declared by the environment step.
+  library and pytest. {packages}
 - environment/setup.sh runs once at build time with bash, as uid 1000, cwd /app; the fixture files
   are readable at /tmp/env/fixtures/<path> only while it runs. It may write only under /app.
 - The oracle solution/solve.sh runs like the agent would: bash, cwd /app, after the build.
@@ -62,6 +61,25 @@ executed, exactly as written, in this sandbox:
 
 Answer in exactly the reply format each request gives: fenced code blocks whose info string is a
 language and a name (for example ```bash solve.sh). Text outside the blocks is ignored."""
+
+ANY_PACKAGE = ("Any other Debian package (python3-numpy, python3-pil, sqlite3, gcc, jq, ...) must be "
+               "declared by the environment step.")
+
+
+def system_prompt(packages: tuple[str, ...] | None = None) -> str:
+    """What every step is told about the sandbox. `packages`: the only extra Debian packages the
+    chosen runtime can provide (bwrap runs over the host's root, so only what the host has
+    installed); None where any package can be installed at build time (apptainer)."""
+    if packages is None:
+        offer = ANY_PACKAGE
+    else:
+        offer = ("Only these other Debian packages can be declared by the environment step (nothing else "
+                 "can be installed in this runtime): " + (", ".join(packages) or "none") + ".")
+    return _SYSTEM_TEMPLATE.format(packages=offer)
+
+
+SYSTEM_PROMPT = system_prompt(None)
+
 
 VERIFIER_KIND_GUIDE = {
     "exact_text": "The final test compares the agent's output file(s) with the exact expected text "
@@ -241,8 +259,9 @@ The instruction the agent reads:
 
 {_block("markdown", "instruction.md", instruction)}
 
-The fixture files as materialised (facts are the real contents; the tests cannot read the fixtures
-directory, only what setup.sh installed at install_to):
+The fixture files as materialised. Their facts are the real contents: small text files whole,
+larger ones as exact statistics with their first and last lines; compute every expected value from
+them. The tests cannot read the fixtures directory, only what setup.sh installed at install_to:
 
 {_block("json", "fixtures", _facts_json([_fixture_row(f, facts=True) for f in fixtures]))}
 
@@ -361,6 +380,7 @@ class Block:
     name: str
     body: str
     heading: str  # the non-empty line just above the fence (some models name blocks there)
+    closed: bool = True  # False: the reply ended inside this block (cut off)
 
 
 _FENCE_RE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
@@ -390,9 +410,9 @@ def fenced_blocks(text: str) -> list[Block]:
             body.append(lines[j])
             j += 1
         lang, name = _split_info(info)
-        # An unclosed last block is usually a reply cut off at the token limit: keep it, so the
-        # parse error that follows names the real problem rather than "no block".
-        blocks.append(Block(lang, name, "\n".join(body), heading))
+        # An unclosed last block is a reply cut off mid-file: it is recorded (so the error names the
+        # real problem rather than "no block"), and reply_blocks refuses to use it.
+        blocks.append(Block(lang, name, "\n".join(body), heading, closed))
         i = j + 1 if closed else j
     return blocks
 
@@ -409,22 +429,32 @@ def _split_info(info: str) -> tuple[str, str]:
 
 
 def find_block(blocks: list[Block], name: str, langs: tuple[str, ...], claimed: set[int] | None = None) -> str:
-    """The body of the block called `name`; failing a name, the one unnamed block in one of `langs`."""
+    """The body of the block called `name`; failing a name, the one unnamed block in one of `langs`.
+    A block the reply never closed is refused: a file cut off mid-way may still parse (a test cut
+    after `assert got` compiles) and must never be kept."""
     claimed = claimed if claimed is not None else set()
+    block = blocks[_find_block(blocks, name, langs, claimed)]
+    if not block.closed:
+        raise ReplyFormatError(f"block {name!r} is not closed: the reply ends inside it (cut off?); send the "
+                               "whole block, closing fence included")
+    return block.body
+
+
+def _find_block(blocks: list[Block], name: str, langs: tuple[str, ...], claimed: set[int]) -> int:
     low = name.lower()
     for i, b in enumerate(blocks):
         if i not in claimed and (b.name.lower() == low or (not b.name and b.lang == low)):
             claimed.add(i)
-            return b.body
+            return i
     for i, b in enumerate(blocks):
         if i not in claimed and not b.name and re.search(rf"(^|[\s`*#/]){re.escape(low)}([\s`*:]|$)",
                                                          b.heading.lower()):
             claimed.add(i)
-            return b.body
+            return i
     candidates = [i for i, b in enumerate(blocks) if i not in claimed and not b.name and b.lang in langs]
     if len(candidates) == 1:
         claimed.add(candidates[0])
-        return blocks[candidates[0]].body
+        return candidates[0]
     found = ", ".join(f"```{b.lang} {b.name}".rstrip() for b in blocks) or "none"
     raise ReplyFormatError(f"the reply has no fenced block named {name!r} (expected a block opening with "
                            f"```{langs[0]} {name}); blocks found: {found}")
@@ -471,6 +501,6 @@ def reply_blocks(text: str, wanted: list[tuple[str, tuple[str, ...]]]) -> dict[s
 
 __all__ = [
     "PROMPT_VERSION", "STEPS", "SYSTEM_PROMPT", "ReplyFormatError", "Block", "fenced_blocks", "find_block",
-    "parse_json_block", "reply_blocks", "task_prompt", "initial_test_prompt", "final_test_prompt",
+    "parse_json_block", "reply_blocks", "system_prompt", "task_prompt", "initial_test_prompt", "final_test_prompt",
     "environment_prompt", "repair_prompt", "step_of",
 ]

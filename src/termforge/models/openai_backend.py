@@ -37,6 +37,17 @@ FAILURE_KINDS = ("http_429", "http_5xx", "timeout", "connection", "malformed")
 class ModelRequestError(TermforgeError):
     """A request failed for good: a non-retryable HTTP status, or retries exhausted."""
 
+    # Statuses that say the configuration is wrong (key, model name, URL): every request would fail.
+    CONFIGURATION_STATUSES = (401, 403, 404)
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def is_configuration(self) -> bool:
+        return self.status in self.CONFIGURATION_STATUSES
+
 
 class BudgetExceededError(TermforgeError):
     """The run's request budget is spent."""
@@ -298,7 +309,8 @@ class OpenAIChatModel(ChatModel):
         if status != 200:
             raise ModelRequestError(
                 f"{self.where}: {self.url} answered HTTP {status} for model {self.model_name!r} "
-                f"(not retried): {text[:500]}"
+                f"(not retried): {text[:500]}",
+                status,
             )
         try:
             data = json.loads(text)
