@@ -142,9 +142,12 @@ BAD_ENVIRONMENTS = {
                          "/usr/local/bin/tool is outside /app"),
     "run-writes-etc": ("FROM debian:bookworm-slim\nWORKDIR /app\nRUN echo x > /etc/tf-evil\n",
                        "tried to write outside /app"),
-    "alpine-base": ("FROM alpine:3.19\nWORKDIR /app\n", "not Debian-like"),
-    "pip-install": ("FROM python:3.12-slim\nRUN pip install --no-cache-dir requests\nWORKDIR /app\n",
+    "alpine-base": ("FROM alpine:3.19\nWORKDIR /app\n", "not on the native runner's allow-list"),
+    "pip-install": ("FROM debian:bookworm-slim\nRUN pip install --no-cache-dir requests\nWORKDIR /app\n",
                     "pip install"),
+    # The image has no pytest, the host does: a test.sh running pytest would score on the host's.
+    "host-pytest-leak": ("FROM debian:bookworm-slim\nRUN apt-get install -y python3\nWORKDIR /app\n",
+                         "the host's pytest would stand in"),
     "workdir-outside-app": ("FROM ubuntu:24.04\nWORKDIR /srv/data\n", "WORKDIR /srv/data is outside /app"),
     "multi-stage": ("FROM debian:bookworm AS build\nRUN true\nFROM debian:bookworm-slim\n", "multi-stage"),
     "heredoc": ("FROM debian:bookworm-slim\nWORKDIR /app\nRUN cat <<EOF > /app/x\nhello\nEOF\n", "heredocs"),
@@ -265,7 +268,7 @@ def test_dockerfile_plan_keeps_real_commands_and_drops_apt(tmp_path):
 @needs_bwrap
 def test_build_runs_steps_in_the_sandbox_and_caches(tmp_path):
     task = load_harbor_task(_task(tmp_path, "steps", (
-        "FROM ubuntu:24.04\nENV GREETING=hello\nWORKDIR /app/work\nCOPY server.log /tmp/stage/\n"
+        "FROM ubuntu:24.04\nRUN apt-get install -y python3-pytest\nENV GREETING=hello\nWORKDIR /app/work\nCOPY server.log /tmp/stage/\n"
         "RUN cp /tmp/stage/server.log . && echo \"$GREETING $(id -u)\" > greeting.txt && rm -r /tmp/stage\n"
         "ADD bundle.tar /app/vendor/\n"), {}))
     import tarfile
@@ -365,8 +368,9 @@ def test_a_test_sh_that_writes_no_reward_is_an_error_not_a_zero(tmp_path):
     (d / "tests" / "test.sh").write_text("#!/bin/bash\necho 'collecting...'\nexit 3\n")
     res = run_native([load_harbor_task(d)], oracle_agent, 1, tmp_path / "images", tmp_path / "job")
     trial = res.trials[0]
-    assert trial.reward is None and trial.error_kind == "error" and trial.exception_type == "VerifierError"
-    assert "no numeric reward" in trial.exception_message
+    # Harbor raises RewardFileNotFoundError (harbor/verifier/verifier.py): no reward, not a 0.
+    assert trial.reward is None and trial.error_kind == "error" and trial.exception_type == "RewardFileNotFoundError"
+    assert "no reward.json or reward.txt" in trial.exception_message
     assert res.summary["mean_reward"] is None and res.summary["n_errors"] == 1
 
 

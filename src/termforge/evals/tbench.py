@@ -41,6 +41,7 @@ table as the native runner.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import threading
@@ -54,10 +55,13 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from termforge.errors import TermforgeError
-from termforge.evals.harbor_tasks import HarborSession, HarborTask, build_harbor_image
+from termforge.evals.error_policy import is_environment_error, reward_valid
+from termforge.evals.harbor_tasks import (NATIVE_MEMORY_MB, BrokenTask, HarborSession, HarborTask, HarborTaskError,
+                                          build_harbor_image, resolve_env)
 from termforge.io import atomic_write_json, atomic_write_text, read_json
 from termforge.metrics import pass_at_k
-from termforge.runtime.base import BuildResult, Limits
+from termforge.reward_file import HEADLINE_KEY, RewardReading, read_reward
+from termforge.runtime.base import Bind, BuildResult, Limits
 from termforge.runtime.bwrap import SANDBOX_PATH, tree_digest
 
 Agent = Callable[[HarborSession, HarborTask], "dict | None"]
@@ -65,9 +69,6 @@ Agent = Callable[[HarborSession, HarborTask], "dict | None"]
 SUCCESS_REWARD = 1.0
 ENVIRONMENT_ERROR = "environment"
 OTHER_ERROR = "error"
-# Harbor exception types that mean the environment, not the agent, failed.
-HARBOR_ENVIRONMENT_EXCEPTIONS = {"EnvironmentBuildError", "EnvironmentStartError", "EnvironmentStartTimeoutError",
-                                 "DockerBuildError", "BuildError", "ImageBuildError", "EnvironmentSetupError"}
 AGENT_INFO_KEYS = ("name", "version", "model_name", "model_provider")
 AGENT_RESULT_KEYS = ("n_input_tokens", "n_cache_tokens", "n_output_tokens", "cost_usd")
 
@@ -84,7 +85,16 @@ def oracle_agent(session: HarborSession, task: HarborTask) -> dict:
 
     if task.solve_sh is None:
         raise AgentInfraError(f"task {task.name}: the oracle needs solution/solve.sh, which this task lacks")
-    res = run_oracle(session, task.path, timeout=task.agent_timeout_sec)
+    if task.solution_env:
+        # Harbor's oracle runs solve.sh with [solution].env (harbor/models/task/config.py SolutionConfig).
+        try:
+            env = resolve_env(task.solution_env, f"task {task.name} [solution] env")
+        except HarborTaskError as exc:
+            raise AgentInfraError(str(exc)) from None
+        res = session.exec("/bin/bash --noprofile --norc /solution/solve.sh", timeout=task.agent_timeout_sec,
+                           env=env, binds=[Bind(task.path / "solution", "/solution")])
+    else:
+        res = run_oracle(session, task.path, timeout=task.agent_timeout_sec)
     return {"name": "oracle", "exit_code": res.exit_code, "timed_out": res.timed_out,
             "duration_sec": round(res.duration_sec, 3), "output_tail": res.tail(2000)}
 
@@ -119,10 +129,11 @@ class TrialRecord:
     n_input_tokens: int | None = None
     n_output_tokens: int | None = None
     durations_sec: dict = field(default_factory=dict)
+    rewards: dict | None = None  # every named reward of a valid trial (reward.json may hold several)
 
     @property
     def scored(self) -> bool:
-        return self.reward is not None
+        return self.rewards is not None or self.reward is not None
 
 
 @dataclass
@@ -159,24 +170,46 @@ def trial_record(result: dict, source: str = "result.json") -> TrialRecord:
         if not isinstance(result.get(key), str):
             raise TermforgeError(f"{source}: trial result has no {key}")
     rewards = (result.get("verifier_result") or {}).get("rewards")
-    reward = None
-    if isinstance(rewards, dict) and rewards:
-        value = rewards.get("reward", next(iter(rewards.values())))
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            reward = float(value)
+    if not (isinstance(rewards, dict) and rewards and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in rewards.values())):
+        rewards = None
     exc = result.get("exception_info") or None
     exc_type = exc.get("exception_type") if isinstance(exc, dict) else (str(exc) if exc else None)
     exc_msg = exc.get("exception_message") if isinstance(exc, dict) else None
+    # Harbor records handled failures of multi-step trials on the steps (TrialResult.recorded_exceptions).
+    step_excs = [s.get("exception_info") for s in result.get("step_results") or [] if isinstance(s, dict)]
+    exc_types = [t for t in [exc_type, *(e.get("exception_type") for e in step_excs if isinstance(e, dict))] if t]
+    valid = result["reward_valid"] if isinstance(result.get("reward_valid"), bool) else reward_valid(rewards, exc_types)
+    if rewards is None:
+        valid = False
+    reward = None
+    if valid:
+        rewards = {str(k): float(v) for k, v in rewards.items()}
+        reward = RewardReading(rewards).reward
+    else:
+        rewards = None
     error_kind = None
-    if reward is None:
+    if not valid:
         tf_kind = (result.get("termforge") or {}).get("error_kind")
-        env_like = exc_type in HARBOR_ENVIRONMENT_EXCEPTIONS or (exc_type or "").startswith("Environment")
+        env_like = any(is_environment_error(t, exc_msg) for t in exc_types)
         error_kind = tf_kind or (ENVIRONMENT_ERROR if env_like else OTHER_ERROR)
     agent_result = result.get("agent_result") or {}
     durations = {phase: d for phase in ("environment_setup", "agent_setup", "agent_execution", "verifier")
                  if (d := _duration(result.get(phase))) is not None}
     return TrialRecord(result["task_name"], result["trial_name"], reward, error_kind, exc_type, exc_msg,
-                       agent_result.get("n_input_tokens"), agent_result.get("n_output_tokens"), durations)
+                       agent_result.get("n_input_tokens"), agent_result.get("n_output_tokens"), durations, rewards)
+
+
+def mean_by_key(trials: list[TrialRecord]) -> dict:
+    """Harbor's Mean metric over the valid trials (harbor/metrics/mean.py and metrics/base.py): one
+    reward key gives {"mean": m}; several give each key's mean, a trial missing a key counting 0."""
+    rows = [t.rewards for t in trials if t.rewards is not None]
+    if not rows:
+        return {}
+    keys = sorted({k for r in rows for k in r})
+    if len(keys) <= 1:
+        return {"mean": sum(next(iter(r.values()), 0) for r in rows) / len(rows)}
+    return {k: sum(r.get(k, 0) for r in rows) / len(rows) for k in keys}
 
 
 def _mean(values: list[float]) -> float | None:
@@ -201,7 +234,7 @@ def summarize(trials: list[TrialRecord], k: int | None = None, success_reward: f
     per_task = []
     for name, rows in by_task.items():
         scored = [r for r in rows if r.scored]
-        n, c = len(scored), sum(1 for r in scored if r.reward >= success_reward)
+        n, c = len(scored), sum(1 for r in scored if r.reward is not None and r.reward >= success_reward)
         per_task.append({
             "task_name": name,
             "n_trials": len(rows),
@@ -209,7 +242,7 @@ def summarize(trials: list[TrialRecord], k: int | None = None, success_reward: f
             "n_passed": c,
             "n_errors": sum(1 for r in rows if not r.scored),
             "n_environment_errors": sum(1 for r in rows if r.error_kind == ENVIRONMENT_ERROR),
-            "mean_reward": _mean([r.reward for r in scored]),
+            "mean_reward": _mean([r.reward for r in scored if r.reward is not None]),
             "pass_at_k": {str(j): (pass_at_k(n, c, j) if n >= j else None) for j in range(1, k + 1)},
             "errors": sorted({f"{r.exception_type}: {r.exception_message}" for r in rows if not r.scored}),
         })
@@ -226,13 +259,23 @@ def summarize(trials: list[TrialRecord], k: int | None = None, success_reward: f
         "n_scored": len(scored_all),
         "n_errors": len(trials) - len(scored_all),
         "n_environment_errors": sum(1 for t in trials if t.error_kind == ENVIRONMENT_ERROR),
-        "mean_reward": _mean([t.reward for t in scored_all]),
+        "mean_reward": _mean([t.reward for t in scored_all if t.reward is not None]),
+        # Which reward is the headline (mean_reward, pass@k): `reward`, or the only key there is.
+        "headline_metric": _headline(scored_all),
+        "mean_by_key": mean_by_key(trials),
         "pass_at_k": pass_overall,
         "n_tasks_pass_at_k": counted,
         "n_input_tokens": _sum_or_none(t.n_input_tokens for t in trials),
         "n_output_tokens": _sum_or_none(t.n_output_tokens for t in trials),
         "per_task": per_task,
     }
+
+
+def _headline(trials: list[TrialRecord]) -> str | None:
+    keys = {k for t in trials for k in (t.rewards or {})}
+    if not keys or HEADLINE_KEY in keys:
+        return HEADLINE_KEY
+    return next(iter(keys)) if len(keys) == 1 else None
 
 
 def _fmt(value, digits: int = 3) -> str:
@@ -257,6 +300,8 @@ def format_table(summary: dict) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [cols, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.insert(len(lines) - 1, lines[1])
+    for b in summary.get("unloadable_tasks") or []:
+        lines.append(f"unloadable: {b['task_name']}: {b['reason']}")
     return "\n".join(lines) + "\n"
 
 
@@ -298,7 +343,8 @@ def default_limits(task: HarborTask) -> Limits:
     """Per-task limits from task.toml: the agent's timeout as the default command wall clock and
     CPU budget, and the task's memory as the address-space limit."""
     longest = max(task.agent_timeout_sec, task.verifier_timeout_sec)
-    return Limits(wall_sec=task.agent_timeout_sec, cpu_sec=int(longest), memory_mb=max(task.memory_mb, 1024))
+    memory = task.memory_mb if task.memory_mb is not None else NATIVE_MEMORY_MB
+    return Limits(wall_sec=task.agent_timeout_sec, cpu_sec=int(longest), memory_mb=max(memory, 1024))
 
 
 @dataclass
@@ -313,7 +359,7 @@ class _Job:
 
 
 def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attempt: int) -> dict:
-    trial_name = f"{task.name}__{attempt}"
+    trial_name = f"{task.slug}__{attempt}"
     trial_dir = job.dir / trial_name
     result = {
         "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"termforge:{job.name}:{trial_name}")),
@@ -354,7 +400,10 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
         return finish()
     limits = job.limits or default_limits(task)
     try:
+        # [environment].env is the container's environment: the agent, oracle and verifier see it.
+        task_env = resolve_env(task.environment_env, f"task {task.name} [environment] env")
         session = HarborSession(build.image, limits, job.work_root)
+        session.image_env.update(task_env)
     except Exception as exc:  # the layer could not be copied: the environment failed, not the agent
         setup["finished_at"] = _now()
         result["exception_info"] = _exception_info("EnvironmentStartError", str(exc), traceback.format_exc())
@@ -384,12 +433,15 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
             result["exception_info"] = _exception_info(
                 "AgentTimeoutError", f"agent ran {elapsed:.1f}s, over the task's {task.agent_timeout_sec:.0f}s")
         result["verifier"] = verifier_phase = {"started_at": _now(), "finished_at": None}
-        from termforge.verifier import run_verifier
-
         try:
-            verdict = run_verifier(session, task.path, timeout=task.verifier_timeout_sec,
-                                   cwd=session.task_workdir, reward_file_proof=True,
-                                   env={"PATH": verifier_path(session.image_env)})
+            verifier_env = resolve_env(task.verifier_env, f"task {task.name} [verifier] env")
+        except HarborTaskError as exc:
+            verifier_phase["finished_at"] = _now()
+            result["exception_info"] = _exception_info("VerifierEnvError", str(exc))
+            tf["error_kind"] = OTHER_ERROR
+            return finish()
+        try:
+            verdict = run_harbor_verifier(session, task, verifier_env)
         except Exception as exc:  # the harness failed to grade: an error, never a reward
             verifier_phase["finished_at"] = _now()
             result["exception_info"] = _exception_info("VerifierError", f"{type(exc).__name__}: {exc}",
@@ -397,22 +449,69 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
             tf["error_kind"] = OTHER_ERROR
             return finish()
         verifier_phase["finished_at"] = _now()
-        tf["verdict"] = {k: v for k, v in verdict.to_dict().items() if k != "output"}
-        atomic_write_text(trial_dir / "verifier" / "test-stdout.txt", verdict.output)
-        if verdict.tests_ran and not verdict.timed_out:
-            result["verifier_result"] = {"rewards": {"reward": verdict.reward}}
-            atomic_write_text(trial_dir / "verifier" / "reward.txt", f"{verdict.reward:g}\n")
-        elif verdict.timed_out:
-            # A verifier the agent's leftovers made hang: graded 0, as Harbor counts the timeout.
-            result["verifier_result"] = {"rewards": {"reward": 0.0}}
-            result["exception_info"] = result["exception_info"] or _exception_info(
-                "VerifierTimeoutError", verdict.reason)
+        tf["verdict"] = {k: v for k, v in verdict.items() if k != "output"}
+        atomic_write_text(trial_dir / "verifier" / "test-stdout.txt", verdict["output"])
+        reading = verdict["reading"]
+        failure = None
+        if verdict["timed_out"]:
+            # Harbor raises VerifierTimeoutError: graded, but the reward is invalid
+            # (harbor/models/trial/error_policy.py), never a 0.
+            failure = _exception_info("VerifierTimeoutError",
+                                      f"tests/test.sh ran past the task's {task.verifier_timeout_sec:g}s")
+        elif reading["rewards"] is None:
+            failure = _exception_info(_reward_exception(reading["error"]), reading["error"])
         else:
-            result["exception_info"] = _exception_info("VerifierError", verdict.reason)
-            tf["error_kind"] = OTHER_ERROR
+            result["verifier_result"] = {"rewards": reading["rewards"]}
+            atomic_write_json(trial_dir / "verifier" / "reward.json", reading["rewards"])
+        if failure is not None:
+            tf["verifier_exception"] = failure
+            result["exception_info"] = result["exception_info"] or failure
+        exc_type = (result["exception_info"] or {}).get("exception_type")
+        result["reward_valid"] = reward_valid((result["verifier_result"] or {}).get("rewards"),
+                                              [exc_type] if exc_type else [])
         return finish()
     finally:
         session.stop()
+
+
+def _reward_exception(error: str | None) -> str:
+    """Harbor's exception for a verifier that left no usable reward (harbor/verifier/verifier.py)."""
+    if error and error.startswith("no "):
+        return "RewardFileNotFoundError"
+    if error and error.endswith("is empty"):
+        return "RewardFileEmptyError"
+    return "VerifierOutputParseError"
+
+
+def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict) -> dict:
+    """Run tests/test.sh as Harbor's verifier does, in a clean sandbox after the agent stopped
+    (fresh /tests and /logs, no inherited variables, the task's [verifier].env, from the image's
+    WORKDIR), then read /logs/verifier/reward.json or reward.txt on the host with Harbor's rules
+    (termforge.reward_file). The clean-run toolchain is the verifier's (termforge.verifier): a
+    test.sh that uses /verifier/run-tests also proves its tests ran."""
+    from termforge.verifier import VERIFIER_ENV, _Toolchain
+
+    tc = _Toolchain(task.path)
+    try:
+        res = session.exec("/bin/bash --noprofile --norc /tests/test.sh", timeout=task.verifier_timeout_sec,
+                           env={**VERIFIER_ENV, **env, "PATH": verifier_path(session.image_env)},
+                           cwd=session.task_workdir, binds=tc.binds(), keep_home=False)
+        proof = tc.proof(res)
+        reading = read_reward(tc.logs / "verifier")
+    finally:
+        tc.cleanup()
+    collected, passed, failed = proof or (0, 0, 0)
+    if res.timed_out:
+        reason = "verifier timed out"
+    elif reading.rewards is None:
+        reason = reading.error
+    elif proof:
+        reason = f"{passed}/{collected} tests passed; {reading.source}: {reading.rewards}"
+    else:
+        reason = f"{reading.source}: {reading.rewards} (no proof token: the test.sh ran its own tests)"
+    return {"reading": reading.to_dict(), "timed_out": res.timed_out, "exit_code": res.exit_code,
+            "collected": collected, "passed": passed, "failed": failed, "reason": reason,
+            "output": (res.stdout + res.stderr)[-4000:]}
 
 
 def _reusable(trial_dir: Path, agent_name: str, checksum: str) -> dict | None:
@@ -434,12 +533,14 @@ def _reusable(trial_dir: Path, agent_name: str, checksum: str) -> dict | None:
 
 def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | Path, out_dir: str | Path,
                limits: Limits | None = None, *, n_concurrent: int = 1, agent_name: str | None = None,
-               dataset: str | None = None, work_root: str | Path | None = None, resume: bool = True) -> EvalResults:
+               dataset: str | None = None, work_root: str | Path | None = None, resume: bool = True,
+               broken: Iterable[BrokenTask] = ()) -> EvalResults:
     """Run every task k times with `agent` in bwrap sandboxes, grade each with the clean verifier.
 
     out_dir becomes a Harbor-style job directory: config.json, result.json (the job, with the
     termforge summary) and <task>__<attempt>/result.json per trial. With resume, trials already
-    finished there by the same agent on unchanged tasks are kept instead of re-run."""
+    finished there by the same agent on unchanged tasks are kept instead of re-run. `broken` are
+    the dataset's unloadable tasks (load_harbor_dataset): listed in the results with their reasons."""
     if k < 1:
         raise TermforgeError(f"run_native: k must be at least 1, got {k}")
     if n_concurrent < 1:
@@ -464,7 +565,7 @@ def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | 
         todo, done = [], []
         for task in tasks:
             for attempt in range(k):
-                old = _reusable(out_dir / f"{task.name}__{attempt}", name, checksums[task.name]) if resume else None
+                old = _reusable(out_dir / f"{task.slug}__{attempt}", name, checksums[task.name]) if resume else None
                 (done.append(old) if old else todo.append((task, attempt)))
         lock = threading.Lock()
 
@@ -478,6 +579,7 @@ def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | 
     results = sorted(done, key=lambda r: (r["task_name"], r["termforge"]["attempt"]))
     trials = [trial_record(r) for r in results]
     summary = summarize(trials, k)
+    summary["unloadable_tasks"] = [b.to_dict() for b in broken]
     atomic_write_json(out_dir / "result.json", _job_result(job, started, results, summary, k))
     return EvalResults(trials, summary, out_dir)
 
@@ -485,12 +587,13 @@ def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | 
 def _job_result(job: _Job, started: str, results: list[dict], summary: dict, k: int) -> dict:
     """The job's result.json in Harbor's JobResult shape, with termforge's summary beside it."""
     key = f"{job.agent_name}__{job.dataset or 'adhoc'}"
-    reward_stats: dict[str, list[str]] = {}
+    reward_stats: dict[str, dict[str, list[str]]] = {}
     exception_stats: dict[str, list[str]] = {}
     for r in results:
         rewards = (r.get("verifier_result") or {}).get("rewards")
-        if rewards:
-            reward_stats.setdefault(str(float(rewards["reward"])), []).append(r["trial_name"])
+        if rewards and r.get("reward_valid", True):
+            for name, value in rewards.items():
+                reward_stats.setdefault(name, {}).setdefault(str(float(value)), []).append(r["trial_name"])
         if r.get("exception_info"):
             exception_stats.setdefault(r["exception_info"]["exception_type"], []).append(r["trial_name"])
     n_errors = sum(1 for r in results if r.get("exception_info"))
@@ -503,11 +606,11 @@ def _job_result(job: _Job, started: str, results: list[dict], summary: dict, k: 
             "n_completed_trials": len(results),
             "n_errored_trials": n_errors,
             "evals": {key: {
-                "n_trials": sum(1 for r in results if (r.get("verifier_result") or {}).get("rewards")),
+                "n_trials": summary["n_scored"],
                 "n_errors": n_errors,
-                "metrics": [{"mean": summary["mean_reward"]}],
+                "metrics": [summary["mean_by_key"]] if summary["mean_by_key"] else [],
                 "pass_at_k": summary["pass_at_k"],
-                "reward_stats": {"reward": reward_stats},
+                "reward_stats": reward_stats,
                 "exception_stats": exception_stats,
             }},
             "n_input_tokens": summary["n_input_tokens"],
