@@ -390,3 +390,54 @@ def test_verifier_finds_real_tools_before_agent_planted_ones(tmp_path):
 
     res = run_native([load_harbor_task(d)], plants_fake_pytest, 1, tmp_path / "images", tmp_path / "job")
     assert res.trials[0].reward == 0.0
+
+
+# -- Harbor's error policy on Harbor's own trial results -------------------------------------------
+
+def _harbor_trial(rewards, exc_type=None, message="", **extra):
+    return {"task_name": "t", "trial_name": "t__x", "verifier_result": {"rewards": rewards} if rewards else None,
+            "exception_info": {"exception_type": exc_type, "exception_message": message} if exc_type else None,
+            **extra}
+
+
+@pytest.mark.parametrize("rewards, exc_type, message, extra, expected", [
+    # harbor/models/trial/error_policy.py: ApiError is graded but has_valid_reward=False.
+    ({"reward": 0.0}, "ApiError", "", {}, (None, "error")),
+    # VerifierTimeoutError: no valid reward, whatever the result holds.
+    ({"reward": 0.0}, "VerifierTimeoutError", "", {}, (None, "error")),
+    # AgentTimeoutError and NonZeroAgentExitCodeError keep the reward.
+    ({"reward": 1.0}, "AgentTimeoutError", "", {}, (1.0, None)),
+    ({"reward": 0.0}, "NonZeroAgentExitCodeError", "", {}, (0.0, None)),
+    # An exception type Harbor does not list keeps the reward (UNKNOWN_ERROR_POLICY).
+    ({"reward": 1.0}, "SomethingNewError", "", {}, (1.0, None)),
+    # Environment failures: counted apart from rewards and from other errors.
+    (None, "SandboxBuildFailedError", "", {}, (None, "environment")),
+    (None, "HealthcheckError", "", {}, (None, "environment")),
+    (None, "RuntimeError", "Docker compose command failed for environment t", {}, (None, "environment")),
+    (None, "RuntimeError", "something else broke", {}, (None, "error")),
+    # harbor/models/trial/result.py: reward_valid is a computed field dumped into result.json; honoured.
+    ({"reward": 1.0}, None, "", {"reward_valid": False}, (None, "error")),
+    # Failures Harbor records on a step of a multi-step trial void the trial's reward too.
+    ({"reward": 1.0}, None, "", {"step_results": [{"exception_info": {"exception_type": "ApiError"}}]},
+     (None, "error")),
+    # Non-finite rewards are never a score (harbor/verifier/verifier.py rejects them).
+    ({"reward": float("nan")}, None, "", {}, (None, "error")),
+])
+def test_harbor_trials_follow_the_error_policy(rewards, exc_type, message, extra, expected):
+    from termforge.evals.tbench import trial_record
+
+    t = trial_record(_harbor_trial(rewards, exc_type, message, **extra))
+    assert (t.reward, t.error_kind) == expected
+
+
+def test_multi_key_rewards_are_kept_whole():
+    from termforge.evals.tbench import summarize, trial_record
+
+    a = trial_record(_harbor_trial({"accuracy": 0.5, "style": 1.0}))
+    b = trial_record({**_harbor_trial({"accuracy": 1.0}), "trial_name": "t__y"})
+    assert a.rewards == {"accuracy": 0.5, "style": 1.0} and a.reward is None  # no `reward` key: no headline
+    assert b.reward == 1.0
+    s = summarize([a, b])
+    # harbor/metrics/base.py aggregate_reward_dicts: per key, a trial without the key counts 0.
+    assert s["mean_by_key"] == {"accuracy": 0.75, "style": 0.5}
+    assert s["headline_metric"] is None  # several keys and none named `reward`: Harbor reports each key
