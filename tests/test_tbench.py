@@ -441,3 +441,19 @@ def test_multi_key_rewards_are_kept_whole():
     # harbor/metrics/base.py aggregate_reward_dicts: per key, a trial without the key counts 0.
     assert s["mean_by_key"] == {"accuracy": 0.75, "style": 0.5}
     assert s["headline_metric"] is None  # several keys and none named `reward`: Harbor reports each key
+
+
+@needs_bwrap
+def test_control_rows_tell_a_broken_harness_from_a_weak_policy(images, tmp_path):
+    from termforge.evals.tbench import control_checks, format_controls, run_native_controls
+
+    tasks = load_harbor_dir(TB_MINI)[:2]
+    controls = run_native_controls(tasks, images, tmp_path / "ok")
+    assert controls["oracle"]["mean_reward"] == 1.0 and controls["noop"]["mean_reward"] == 0.0
+    assert control_checks(controls) == [] and "control oracle: mean 1.000" in format_controls(controls)
+    # A harness that cannot run the oracle's solution: the control rows say so.
+    broken = tmp_path / "tasks" / tasks[0].path.name
+    shutil.copytree(tasks[0].path, broken)
+    (broken / "solution" / "solve.sh").write_text("#!/bin/bash\nexit 0\n")
+    controls = run_native_controls([load_harbor_task(broken)], images, tmp_path / "bad")
+    assert control_checks(controls) == [f"oracle scores 0 on {tasks[0].name} (expected 1)"]

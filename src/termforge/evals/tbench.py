@@ -620,6 +620,46 @@ def _job_result(job: _Job, started: str, results: list[dict], summary: dict, k: 
     }
 
 
+# -- control rows --------------------------------------------------------------------------------
+
+CONTROL_AGENTS = {"oracle": "oracle", "noop": "nop"}  # termforge's name -> Harbor's agent name
+
+
+def control_checks(controls: dict) -> list[str]:
+    """What the control rows say about the harness: the oracle must score 1 on every scored task
+    and the no-op agent 0, else a policy's number from the same runner is not to be trusted."""
+    out = []
+    for name, want in (("oracle", 1.0), ("noop", 0.0)):
+        summary = controls.get(name)
+        if summary is None:
+            continue
+        for p in summary["per_task"]:
+            if p["mean_reward"] is not None and p["mean_reward"] != want:
+                out.append(f"{name} scores {p['mean_reward']:g} on {p['task_name']} (expected {want:g})")
+    return out
+
+
+def run_native_controls(tasks: list[HarborTask], images_dir: str | Path, out_dir: str | Path,
+                        limits: Limits | None = None, *, broken: Iterable[BrokenTask] = (), dataset: str | None = None,
+                        n_concurrent: int = 1, work_root: str | Path | None = None) -> dict:
+    """The oracle and no-op control runs (one attempt each) on the same tasks with the same
+    runner, for the control rows of the eval table."""
+    out_dir = Path(out_dir)
+    return {name: run_native(tasks, agent, 1, images_dir, out_dir / name, limits, n_concurrent=n_concurrent,
+                             dataset=dataset, work_root=work_root, broken=broken).summary
+            for name, agent in (("oracle", oracle_agent), ("noop", noop_agent))}
+
+
+def format_controls(controls: dict) -> str:
+    lines = []
+    for name, summary in controls.items():
+        lines.append(f"control {name}: mean {_fmt(summary['mean_reward'])}, scored {summary['n_scored']}/"
+                     f"{summary['n_trials']}, errors {summary['n_errors']} "
+                     f"(environment {summary['n_environment_errors']})")
+    lines += [f"control check: {w}" for w in control_checks(controls)]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
 # -- harbor runner ---------------------------------------------------------------------------------
 
 def harbor_command(dataset_or_path: str | Path, agent: str, model: str | None = None, env: str = "docker",
@@ -697,6 +737,7 @@ def parse_harbor_job(job_dir: str | Path, k: int | None = None) -> EvalResults:
     job = _read_optional(job_dir / "result.json")
     announced = job.get("n_total_trials")
     summary["n_missing_trials"] = max(0, announced - len(trials)) if isinstance(announced, int) else 0
+    summary["unloadable_tasks"] = []
     return EvalResults(trials, summary, job_dir)
 
 
@@ -713,5 +754,6 @@ def _read_optional(path: Path) -> dict:
 __all__ = [
     "Agent", "AgentInfraError", "EvalResults", "TrialRecord", "oracle_agent", "noop_agent", "run_native",
     "summarize", "format_table", "trial_record", "harbor_command", "run_harbor", "parse_harbor_job",
-    "default_limits",
+    "default_limits", "run_native_controls", "control_checks", "format_controls", "mean_by_key",
+    "run_harbor_verifier",
 ]
