@@ -323,6 +323,18 @@ def cmd_eval_tbench(args) -> int:
     return 0
 
 
+def cmd_import_harbor(args) -> int:
+    from termforge.evals.harbor_import import import_harbor
+
+    s = import_harbor(args.source, Path(args.out_dir), args.name)
+    for row in s["tasks"]:
+        if not row["imported"]:
+            print(f"import-harbor: {row['harbor_name']}: not imported: {row['reason']}")
+    print(f"import-harbor: {s['n_imported']} of {s['n_tasks']} tasks imported into {s['manifest']}; register the "
+          f"dataset for decontamination with decontam.jsonl: [{json.dumps(s['decontam_reference'])}]")
+    return 0
+
+
 def cmd_eval_table(args) -> int:
     from termforge.evals.run import write_eval_table
 
@@ -498,6 +510,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--math-heldout", help="held-out split of the offline math set (for math_data:heldout)")
         sp.add_argument("--images-dir", default="results/images/tbench")
         sp.set_defaults(func=func)
+
+    sp = sub.add_parser("import-harbor", help="a folder of Harbor tasks (or a Harbor dataset id) as a task corpus")
+    sp.add_argument("source", help="a Harbor task or dataset folder, or NAME[@VERSION] fetched with the harbor CLI")
+    sp.add_argument("--out-dir", required=True)
+    sp.add_argument("--name", help="dataset name (task id prefix, reference source); default: the folder's name")
+    sp.set_defaults(func=cmd_import_harbor)
 
     sp = sub.add_parser("eval-table", help="merge eval records into the tidy results table")
     sp.add_argument("--records", nargs="+", required=True)

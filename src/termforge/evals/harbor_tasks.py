@@ -929,6 +929,38 @@ def check_test_sh_offline(task: HarborTask) -> None:
                 "that needs root and network, which the bwrap runtime does not give")
 
 
+def native_plan(task: HarborTask, check_leaks: bool = True) -> BuildPlan:
+    """Everything the native runner can tell about a task without building it: the BuildPlan, or
+    EnvironmentUnsupported with the first reason it cannot run (unsupported task.toml features, a
+    prebuilt image, a test.sh that installs its toolchain, a Dockerfile it cannot interpret, a base
+    image or Debian package the host lacks, a host program that would stand in for a missing one)."""
+    if task.unsupported:
+        raise EnvironmentUnsupported("; ".join(task.unsupported))
+    if task.dockerfile is None:
+        raise EnvironmentUnsupported(f"the prebuilt image {task.docker_image} cannot run under bwrap "
+                                     "(no environment/Dockerfile)")
+    check_test_sh_offline(task)
+    plan = plan_dockerfile(task.dockerfile, task.environment_dir)
+    missing = missing_debian_packages(plan.apt_packages)
+    if missing:
+        raise EnvironmentUnsupported(
+            f"the bwrap runtime runs on the host's /usr, which lacks Debian packages {missing} "
+            "(apt-get install them on the host, or use the apptainer or harbor runner)")
+    if check_leaks:
+        check_host_leaks(task, plan)
+    return plan
+
+
+def native_blocker(task: HarborTask) -> str | None:
+    """Why the native runner cannot run this task (None when it can, as far as can be told
+    without building it)."""
+    try:
+        native_plan(task)
+    except EnvironmentUnsupported as exc:
+        return str(exc)
+    return None
+
+
 # -- building -----------------------------------------------------------------------------------
 
 def _host(layer: Path, tmp: Path, sandbox_path: str) -> Path:
@@ -1021,17 +1053,11 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
         if meta.get("digest") == digest and meta.get("backend") == "bwrap":
             log = (final / "build.log").read_text() if (final / "build.log").exists() else ""
             return BuildResult(True, _image(task, final, meta), "cached", log, 0.0, cached=True)
-    if task.dockerfile is None:
-        return fail(f"the prebuilt image {task.docker_image} cannot run under bwrap (no environment/Dockerfile)")
     try:
-        check_test_sh_offline(task)
-        plan = plan_dockerfile(task.dockerfile, task.environment_dir)
+        # The host-leak check comes after the build, so a Dockerfile's own failure is named first.
+        plan = native_plan(task, check_leaks=False)
     except EnvironmentUnsupported as exc:
         return fail(str(exc))
-    missing = missing_debian_packages(plan.apt_packages)
-    if missing:
-        return fail(f"the bwrap runtime runs on the host's /usr, which lacks Debian packages {missing} "
-                    "(apt-get install them on the host, or use the apptainer or harbor runner)")
     timeout = float(timeout or task.build_timeout_sec)
     limits = limits or Limits(wall_sec=timeout, cpu_sec=int(timeout), memory_mb=max(task.memory_mb or 0, NATIVE_MEMORY_MB))
     stage = staging_dir(final)
@@ -1117,6 +1143,7 @@ def start_harbor_session(image: Image, limits: Limits | None = None, work_root: 
 
 __all__ = [
     "HarborTask", "HarborTaskError", "EnvironmentUnsupported", "HarborSession", "BuildPlan", "BrokenTask",
-    "load_harbor_task", "load_harbor_dir", "load_harbor_dataset", "strip_canary", "check_base_image", "resolve_env", "parse_dockerfile", "plan_dockerfile", "check_test_sh_offline",
+    "load_harbor_task", "load_harbor_dir", "load_harbor_dataset", "strip_canary", "check_base_image", "resolve_env",
+    "native_plan", "native_blocker", "parse_dockerfile", "plan_dockerfile", "check_test_sh_offline",
     "build_harbor_image", "start_harbor_session", "harbor_image_digest",
 ]
