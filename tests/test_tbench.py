@@ -4,6 +4,7 @@
 import itertools
 import json
 import os
+import re
 import shutil
 import threading
 from fractions import Fraction
@@ -457,3 +458,32 @@ def test_control_rows_tell_a_broken_harness_from_a_weak_policy(images, tmp_path)
     (broken / "solution" / "solve.sh").write_text("#!/bin/bash\nexit 0\n")
     controls = run_native_controls([load_harbor_task(broken)], images, tmp_path / "bad")
     assert control_checks(controls) == [f"oracle scores 0 on {tasks[0].name} (expected 1)"]
+
+
+def test_base_images_are_provided_only_from_the_allow_list(monkeypatch):
+    """A toolchain image runs natively only when the host has its toolchain at the tag's version;
+    a codename in the tag (golang:1.22-bookworm) says nothing about what the image provides."""
+    from termforge.evals import harbor_tasks
+    from termforge.evals.harbor_tasks import EnvironmentUnsupported, check_base_image
+
+    host = {"python3": (3, 11, 7), "go": None, "node": (20, 11, 0), "java": (17, 0, 15), "gcc": (12, 2, 0),
+            "rustc": None}
+    monkeypatch.setattr(harbor_tasks, "host_tool_version", lambda tool: host[tool])
+    assert check_base_image("debian:bookworm-slim") == check_base_image("ubuntu:24.04") == "debian"
+    assert check_base_image("python:3.11-slim-bookworm") == "python3"
+    assert check_base_image("ghcr.io/laude-institute/t-bench/python-3-11:20250620") == "python3"
+    assert check_base_image("node:20-bookworm") == "node"
+    for image, message in (
+            ("golang:1.22-bookworm", "provides go, which the host lacks (go: not found)"),
+            ("python:3.12", "provides python3 3.12, the host has 3.11.7"),
+            ("ghcr.io/laude-institute/t-bench/python-3-13:20250620", "provides python3 3.13"),
+            ("eclipse-temurin:21-jdk-jammy", "provides java 21, the host has 17.0.15"),
+            ("gcc:13", "provides gcc 13, the host has 12.2.0"),
+            ("rust:1.80-bookworm", "provides rustc, which the host lacks"),
+            ("python:latest", "names no python3 version"),
+            ("python:slim-bookworm", "names no python3 version"),
+            ("alpine:3.19", "allow-list"),
+            ("buildpack-deps:bookworm", "allow-list"),
+            ("ubuntu:24.04-alpine", "not Debian-based")):
+        with pytest.raises(EnvironmentUnsupported, match=re.escape(message)):
+            check_base_image(image)
