@@ -138,3 +138,35 @@ def test_what_cannot_run_natively_is_an_environment_error_never_a_score(runs):
     assert res.summary["mean_reward"] == 1.0
     # Several keys: each key averaged over the valid trials, a trial without the key counting 0.
     assert res.summary["mean_by_key"] == pytest.approx({"reward": 1.0, "style": 0.5 / 6})
+
+
+@needs_bwrap
+def test_eval_tbench_cli_runs_the_dataset_around_its_broken_task_with_control_rows(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from fake_openai_server import FakeOpenAIServer
+    from termforge.config import load_config
+    from termforge.evals.run import write_eval_table
+    from termforge.params import stage_params_json
+
+    root = Path(__file__).resolve().parents[1]
+    with FakeOpenAIServer(replies=lambda messages: "ls") as server:
+        overlay = tmp_path / "overlay.yaml"
+        overlay.write_text(json.dumps({"eval": {"tbench": {"tasks_dir": str(CONFORMANCE), "benchmark": "conformance"}}}))
+        params = json.loads(stage_params_json(load_config([root / "config.yaml", overlay]), "eval_tbench"))
+        params["models.policy"] = {"backend": "openai", "model": "fake", "base_url": server.base_url}
+        res = subprocess.run(
+            [sys.executable, "-m", "termforge.cli", "eval-tbench", "--params", json.dumps(params),
+             "--model-name", "base", "--images-dir", str(tmp_path / "images"), "--out-dir", str(tmp_path / "run"),
+             "--out", str(tmp_path / "tbench.json")],
+            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root / "src")}, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "unloadable: invalid-config" in res.stdout and "control oracle: mean 1.000" in res.stdout
+    record = read_json(tmp_path / "tbench.json")
+    assert record["summary"]["n_tasks"] == 11 and set(record["controls"]) == {"oracle", "noop"}
+    assert record["controls"]["noop"]["mean_reward"] == 0.0
+    rows = write_eval_table([tmp_path / "tbench.json"], tmp_path / "results.csv")
+    assert {r["model"] for r in rows} == {"base", "control:oracle", "control:noop"}
