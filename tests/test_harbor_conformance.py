@@ -81,11 +81,16 @@ def test_env_tables_resolve_like_harbor():
     assert (task.solution_env, task.environment_env) == ({"ANSWER": "42"}, {"MODE": "strict"})
 
 
-def test_unsupported_features_are_named():
-    assert any("multi-step" in r for r in load_harbor_task(CONFORMANCE / "multi-step").unsupported)
+def test_unsupported_features_are_named_and_steps_are_read():
     assert any("gpus" in r for r in load_harbor_task(CONFORMANCE / "gpu-task").unsupported)
-    step = load_harbor_task(CONFORMANCE / "multi-step")
-    assert step.steps == ["write", "check"] and step.instruction == "Create the file `/app/done`.\n"
+    # harbor/models/task/paths.py: steps/<name>/instruction.md, tests/ (else the shared tests/),
+    # solution/ and workdir/; harbor/models/task/config.py StepConfig: min_reward, verifier.env.
+    task = load_harbor_task(CONFORMANCE / "multi-step")
+    assert not task.unsupported and [st.name for st in task.steps] == ["write", "check"]
+    write, check = task.steps
+    assert write.instruction == "Create the file `/app/done`.\n" and write.min_reward == 1.0
+    assert check.verifier_env == {"MARK": "ok"} and check.verifier_timeout_sec == 30.0
+    assert check.tests_root == check.dir and check.solution_dir == check.dir / "solution"
 
 
 # -- running ---------------------------------------------------------------------------------------
@@ -119,11 +124,28 @@ def test_rewards_follow_harbors_parsing_and_error_policy(runs):
 
 
 @needs_bwrap
+def test_multi_step_tasks_run_step_by_step_as_harbor_runs_them(runs):
+    """harbor/trial/multi_step.py: per step the workdir files and setup.sh, the agent on the step's
+    instruction, the step's own tests with its verifier env; a step below min_reward ends the
+    trial; harbor/trial/trial.py: the trial reward is the per-key mean over the steps that ran."""
+    _, oracle, oracle_dir = runs["oracle"]
+    _, noop, noop_dir = runs["noop"]
+    assert oracle["multi-step"].rewards == {"reward": 1.0}
+    raw = read_json(oracle_dir / "multi-step__0" / "result.json")
+    assert [(sr["step_name"], sr["verifier_result"]) for sr in raw["step_results"]] == [
+        ("write", {"rewards": {"reward": 1.0}}), ("check", {"rewards": {"reward": 1.0}})]
+    # The no-op agent fails step 1's min_reward: step 2 never runs; the mean is over step 1 only.
+    raw = read_json(noop_dir / "multi-step__0" / "result.json")
+    assert [sr["step_name"] for sr in raw["step_results"]] == ["write"]
+    assert "below min_reward 1.0" in raw["termforge"]["stopped_after"]
+    assert noop["multi-step"].rewards == {"reward": 0.0}
+
+
+@needs_bwrap
 def test_what_cannot_run_natively_is_an_environment_error_never_a_score(runs):
     res, oracle, _ = runs["oracle"]
-    for name, needle in (("multi-step", "multi-step"), ("gpu-task", "gpus")):
-        t = oracle[name]
-        assert t.reward is None and t.error_kind == "environment" and needle in t.exception_message
+    t = oracle["gpu-task"]
+    assert t.reward is None and t.error_kind == "environment" and "gpus" in t.exception_message
     t = oracle["toolchain-image"]
     if (host_tool_version("python3") or ())[:2] == (3, 12):
         pytest.skip("this host's python3 is the image's 3.12")
@@ -133,11 +155,11 @@ def test_what_cannot_run_natively_is_an_environment_error_never_a_score(runs):
     assert [b["task_name"] for b in res.summary["unloadable_tasks"]] == ["invalid-config"]
     assert "unloadable: invalid-config" in res.table()
     assert res.summary["n_tasks"] == len(list(CONFORMANCE.iterdir())) - 1
-    # Headline metric over valid trials only (harbor/metrics/mean.py): 6 tasks score 1.
+    # Headline metric over valid trials only (harbor/metrics/mean.py): 7 tasks score 1.
     assert res.summary["headline_metric"] == "reward"
     assert res.summary["mean_reward"] == 1.0
     # Several keys: each key averaged over the valid trials, a trial without the key counting 0.
-    assert res.summary["mean_by_key"] == pytest.approx({"reward": 1.0, "style": 0.5 / 6})
+    assert res.summary["mean_by_key"] == pytest.approx({"reward": 1.0, "style": 0.5 / 7})
 
 
 @needs_bwrap

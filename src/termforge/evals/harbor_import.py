@@ -213,6 +213,9 @@ def import_harbor(source: str | Path, out_dir: str | Path, name: str | None = No
             report.append(row)
             continue
         try:
+            if task.steps:
+                raise EnvironmentUnsupported("a multi-step task has no canonical form (one instruction, one "
+                                             "verifier); the Terminal-Bench runners run it")
             final_test = _final_test(task)
         except EnvironmentUnsupported as exc:
             row["reason"] = str(exc)

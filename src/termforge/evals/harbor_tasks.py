@@ -97,6 +97,28 @@ class EnvironmentUnsupported(TermforgeError):
 
 
 @dataclass
+class HarborStep:
+    """One [[steps]] entry of a multi-step task, with its files resolved as Harbor resolves them
+    (harbor/models/task/paths.py): steps/<name>/instruction.md; steps/<name>/tests/ when it holds
+    test.sh, else the task's shared tests/; steps/<name>/solution/ when present, else solution/;
+    steps/<name>/workdir/ is copied into the working directory before the step (its setup.sh run)."""
+
+    name: str
+    dir: Path
+    instruction: str
+    tests_root: Path  # the directory whose tests/ the verifier copies in
+    solution_dir: Path
+    agent_timeout: float | None = None
+    verifier_timeout_sec: float | None = None
+    verifier_env: dict = field(default_factory=dict)
+    min_reward: float | dict | None = None
+
+    @property
+    def workdir_dir(self) -> Path:
+        return self.dir / "workdir"
+
+
+@dataclass
 class HarborTask:
     """One Harbor task directory, with task.toml parsed and Harbor's defaults filled in.
 
@@ -128,8 +150,16 @@ class HarborTask:
     verifier_env: dict = field(default_factory=dict)
     solution_env: dict = field(default_factory=dict)
     environment_env: dict = field(default_factory=dict)
-    steps: list[str] = field(default_factory=list)
+    steps: list[HarborStep] = field(default_factory=list)
+    multi_step_reward_strategy: str | None = None
     unsupported: list[str] = field(default_factory=list)
+    solution_dir: Path | None = None  # solution/, or a step's (the oracle's files)
+
+    @property
+    def test_scripts(self) -> list[Path]:
+        """Every test.sh the verifier may run: the task's, and each step's own."""
+        paths = [self.test_sh] + [st.tests_root / "tests" / "test.sh" for st in self.steps]
+        return sorted({p for p in paths if p.is_file()})
 
     @property
     def slug(self) -> str:
@@ -272,8 +302,16 @@ def _task_name(task_dir: Path, config: dict) -> str:
 def _unsupported(config: dict, env: dict, verifier: dict, agent: dict, task_dir: Path) -> list[str]:
     """What a task asks for that the native (bwrap) runner cannot give, one reason each."""
     out = []
-    if config.get("steps"):
-        out.append("multi-step task ([[steps]]): the native runner runs single-step tasks only")
+    for step in config.get("steps") or []:
+        label = f"[[steps]] {step.get('name')}"
+        if step.get("healthcheck"):
+            out.append(f"{label} healthcheck: not supported by the native runner")
+        step_verifier = step.get("verifier") or {}
+        if step_verifier.get("environment") is not None or step_verifier.get("environment_mode") == "separate":
+            out.append(f"{label}: a separate verifier environment is not supported natively")
+        for section in ("agent", "verifier"):
+            if (step.get(section) or {}).get("network_mode") is not None:
+                out.append(f"{label} [{section}] network_mode: per-phase network policies are not supported natively")
     if env.get("gpus"):
         out.append(f"[environment] gpus = {env['gpus']}: the native runner provides no GPUs")
     if env.get("tpu"):
@@ -301,6 +339,41 @@ def _unsupported(config: dict, env: dict, verifier: dict, agent: dict, task_dir:
     return out
 
 
+def _load_step(task_dir: Path, table: dict) -> HarborStep:
+    name = table["name"]
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise _bad(task_dir, f"task.toml [[steps]] name {name!r} is not a portable directory name")
+    step_dir = task_dir / "steps" / name
+    where = f"steps.{name}"
+    if not (step_dir / "instruction.md").is_file():
+        raise _bad(task_dir, f"multi-step task: missing steps/{name}/instruction.md")
+    if (step_dir / "tests" / "test.sh").is_file():
+        tests_root = step_dir
+    elif (task_dir / "tests" / "test.sh").is_file():
+        tests_root = task_dir
+    else:
+        raise _bad(task_dir, f"multi-step task: step {name} has no steps/{name}/tests/test.sh and there is no "
+                             "shared tests/test.sh")
+    agent = table.get("agent") or {}
+    verifier = table.get("verifier") or {}
+    if not isinstance(agent, dict) or not isinstance(verifier, dict):
+        raise _bad(task_dir, f"task.toml [{where}] agent and verifier must be tables")
+    min_reward = table.get("min_reward")
+    if min_reward is not None and not (
+            (isinstance(min_reward, (int, float)) and not isinstance(min_reward, bool))
+            or (isinstance(min_reward, dict) and all(isinstance(v, (int, float)) for v in min_reward.values()))):
+        raise _bad(task_dir, f"task.toml [{where}] min_reward must be a number or a table of numbers")
+    return HarborStep(
+        name=name, dir=step_dir,
+        instruction=strip_canary((step_dir / "instruction.md").read_text(encoding="utf-8")),
+        tests_root=tests_root,
+        solution_dir=step_dir / "solution" if (step_dir / "solution").is_dir() else task_dir / "solution",
+        agent_timeout=_number(task_dir, agent, f"{where}.agent", "timeout_sec", None),
+        verifier_timeout_sec=_number(task_dir, verifier, f"{where}.verifier", "timeout_sec", None),
+        verifier_env=_env_table(task_dir, verifier, f"{where}.verifier"),
+        min_reward=min_reward)
+
+
 def load_harbor_task(task_dir: str | Path) -> HarborTask:
     """Read one Harbor task directory; clear errors for missing files and bad task.toml fields."""
     task_dir = Path(task_dir)
@@ -313,21 +386,16 @@ def load_harbor_task(task_dir: str | Path) -> HarborTask:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise _bad(task_dir, f"task.toml is not valid TOML: {exc}") from None
     raw_steps = config.get("steps") or []
-    if not isinstance(raw_steps, list) or not all(isinstance(s, dict) and isinstance(s.get("name"), str)
-                                                  for s in raw_steps):
+    if not isinstance(raw_steps, list) or not all(isinstance(st, dict) and isinstance(st.get("name"), str)
+                                                  for st in raw_steps):
         raise _bad(task_dir, "task.toml [[steps]] entries must each have a name")
-    steps = [s["name"] for s in raw_steps]
+    steps = [_load_step(task_dir, st) for st in raw_steps]
+    if len({st.name for st in steps}) != len(steps):
+        raise _bad(task_dir, "task.toml [[steps]] names must be unique")
     if steps:
-        # Harbor's layout: steps/<name>/instruction.md and steps/<name>/tests/test.sh (or the
-        # shared tests/test.sh); there is no top-level instruction (harbor/models/task/task.py).
-        for step in steps:
-            if not (task_dir / "steps" / step / "instruction.md").is_file():
-                raise _bad(task_dir, f"multi-step task: missing steps/{step}/instruction.md")
-            if not ((task_dir / "steps" / step / "tests" / "test.sh").is_file()
-                    or (task_dir / "tests" / "test.sh").is_file()):
-                raise _bad(task_dir, f"multi-step task: step {step} has no steps/{step}/tests/test.sh "
-                                     "and there is no shared tests/test.sh")
-        instruction = strip_canary((task_dir / "steps" / steps[0] / "instruction.md").read_text(encoding="utf-8"))
+        # Harbor has no top-level instruction for a multi-step task; ours is the first step's, for
+        # readers of the dataset (decontamination), while each step's agent gets its own.
+        instruction = steps[0].instruction
     else:
         for required in ("instruction.md", "tests/test.sh"):
             if not (task_dir / required).is_file():
@@ -335,6 +403,9 @@ def load_harbor_task(task_dir: str | Path) -> HarborTask:
         instruction = strip_canary((task_dir / "instruction.md").read_text(encoding="utf-8"))
     if not instruction.strip():
         raise _bad(task_dir, "instruction.md is empty (after its canary lines)")
+    strategy = config.get("multi_step_reward_strategy")
+    if strategy not in (None, "mean", "final"):
+        raise _bad(task_dir, f"task.toml multi_step_reward_strategy must be \"mean\" or \"final\", got {strategy!r}")
     metadata = _table(task_dir, config, "metadata")
     verifier = _table(task_dir, config, "verifier")
     agent = _table(task_dir, config, "agent")
@@ -376,7 +447,9 @@ def load_harbor_task(task_dir: str | Path) -> HarborTask:
         solution_env=_env_table(task_dir, solution, "solution"),
         environment_env=_env_table(task_dir, env, "environment"),
         steps=steps,
+        multi_step_reward_strategy=strategy,
         unsupported=_unsupported(config, env, verifier, agent, task_dir),
+        solution_dir=task_dir / "solution",
     )
 
 
@@ -613,7 +686,7 @@ PYTEST_PACKAGES = {"python3-pytest", "pytest"}
 
 
 def check_host_leaks(task: HarborTask, plan: "BuildPlan") -> None:
-    text = task.test_sh.read_text(encoding="utf-8", errors="replace")
+    text = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in task.test_scripts)
     code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
     if re.search(r"\bpytest\b", code) and not PYTEST_PACKAGES & set(plan.apt_packages):
         raise EnvironmentUnsupported(
@@ -920,13 +993,15 @@ def plan_dockerfile(dockerfile: Path, context: Path) -> BuildPlan:
 def check_test_sh_offline(task: HarborTask) -> None:
     """Terminal-Bench 2.0's test.sh installs curl and uv and fetches pytest when it runs; under bwrap
     (no root, usually no network) it could only ever write reward 0, so say so up front."""
-    text = task.test_sh.read_text(encoding="utf-8", errors="replace")
-    for lineno, line in enumerate(text.splitlines(), 1):
-        code = line.split("#", 1)[0]
-        if TEST_SH_INSTALLERS.search(code):
-            raise EnvironmentUnsupported(
-                f"tests/test.sh line {lineno} installs its verifier toolchain at run time ({code.strip()}); "
-                "that needs root and network, which the bwrap runtime does not give")
+    for script in task.test_scripts:
+        text = script.read_text(encoding="utf-8", errors="replace")
+        rel = script.relative_to(task.path)
+        for lineno, line in enumerate(text.splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if TEST_SH_INSTALLERS.search(code):
+                raise EnvironmentUnsupported(
+                    f"{rel} line {lineno} installs its verifier toolchain at run time ({code.strip()}); "
+                    "that needs root and network, which the bwrap runtime does not give")
 
 
 def native_plan(task: HarborTask, check_leaks: bool = True) -> BuildPlan:
@@ -1029,7 +1104,7 @@ def harbor_image_digest(task: HarborTask) -> str:
     # test.sh is part of it: what it runs decides whether a host program would stand in for one
     # the image lacks (check_host_leaks).
     return stable_hash([BUILDER_VERSION, tree_digest(task.environment_dir), task.allow_internet,
-                        task.test_sh.read_text(errors="replace") if task.test_sh.is_file() else None], 24)
+                        [p.read_text(errors="replace") for p in task.test_scripts]], 24)
 
 
 def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits | None = None,
@@ -1142,7 +1217,7 @@ def start_harbor_session(image: Image, limits: Limits | None = None, work_root: 
 
 
 __all__ = [
-    "HarborTask", "HarborTaskError", "EnvironmentUnsupported", "HarborSession", "BuildPlan", "BrokenTask",
+    "HarborStep", "HarborTask", "HarborTaskError", "EnvironmentUnsupported", "HarborSession", "BuildPlan", "BrokenTask",
     "load_harbor_task", "load_harbor_dir", "load_harbor_dataset", "strip_canary", "check_base_image", "resolve_env",
     "native_plan", "native_blocker", "parse_dockerfile", "plan_dockerfile", "check_test_sh_offline",
     "build_harbor_image", "start_harbor_session", "harbor_image_digest",

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import shutil
 import subprocess
 import threading
@@ -49,7 +50,7 @@ import time
 import traceback
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable
@@ -81,8 +82,6 @@ class AgentInfraError(TermforgeError):
 
 def oracle_agent(session: HarborSession, task: HarborTask) -> dict:
     """Run solution/solve.sh as the agent (bound read-only at /solution, from the WORKDIR)."""
-    from termforge.verifier import run_oracle
-
     if task.solve_sh is None:
         raise AgentInfraError(f"task {task.name}: the oracle needs solution/solve.sh, which this task lacks")
     if task.solution_env:
@@ -91,10 +90,11 @@ def oracle_agent(session: HarborSession, task: HarborTask) -> dict:
             env = resolve_env(task.solution_env, f"task {task.name} [solution] env")
         except HarborTaskError as exc:
             raise AgentInfraError(str(exc)) from None
-        res = session.exec("/bin/bash --noprofile --norc /solution/solve.sh", timeout=task.agent_timeout_sec,
-                           env=env, binds=[Bind(task.path / "solution", "/solution")])
     else:
-        res = run_oracle(session, task.path, timeout=task.agent_timeout_sec)
+        env = {}
+    # solution/ (or a step's own) bound read-only at /solution, run from the WORKDIR.
+    res = session.exec("/bin/bash --noprofile --norc /solution/solve.sh", timeout=task.agent_timeout_sec,
+                       env=env, binds=[Bind(task.solution_dir or task.path / "solution", "/solution")])
     return {"name": "oracle", "exit_code": res.exit_code, "timed_out": res.timed_out,
             "duration_sec": round(res.duration_sec, 3), "output_tail": res.tail(2000)}
 
@@ -411,67 +411,171 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
         return finish()
     setup["finished_at"] = _now()
     try:
-        execution = {"started_at": _now(), "finished_at": None}
-        result["agent_execution"] = execution
-        t0 = time.monotonic()
-        info: dict = {}
-        try:
-            info = job.agent(session, task) or {}
-            if not isinstance(info, dict):
-                info = {"returned": info}
-        except AgentInfraError as exc:
-            execution["finished_at"] = _now()
-            result["exception_info"] = _exception_info("AgentInfraError", str(exc), traceback.format_exc())
-            tf["error_kind"] = OTHER_ERROR
-            return finish()
-        except Exception as exc:  # the agent's own failure: still graded on what it left behind
-            result["exception_info"] = _exception_info(type(exc).__name__, str(exc), traceback.format_exc())
-        elapsed = time.monotonic() - t0
-        execution["finished_at"] = _now()
-        result["agent_info"], result["agent_result"] = _agent_blocks(job.agent_name, info)
-        if elapsed > task.agent_timeout_sec and result["exception_info"] is None:
-            result["exception_info"] = _exception_info(
-                "AgentTimeoutError", f"agent ran {elapsed:.1f}s, over the task's {task.agent_timeout_sec:.0f}s")
-        result["verifier"] = verifier_phase = {"started_at": _now(), "finished_at": None}
-        try:
-            verifier_env = resolve_env(task.verifier_env, f"task {task.name} [verifier] env")
-        except HarborTaskError as exc:
-            verifier_phase["finished_at"] = _now()
-            result["exception_info"] = _exception_info("VerifierEnvError", str(exc))
-            tf["error_kind"] = OTHER_ERROR
-            return finish()
-        try:
-            verdict = run_harbor_verifier(session, task, verifier_env)
-        except Exception as exc:  # the harness failed to grade: an error, never a reward
-            verifier_phase["finished_at"] = _now()
-            result["exception_info"] = _exception_info("VerifierError", f"{type(exc).__name__}: {exc}",
-                                                       traceback.format_exc())
-            tf["error_kind"] = OTHER_ERROR
-            return finish()
-        verifier_phase["finished_at"] = _now()
-        tf["verdict"] = {k: v for k, v in verdict.items() if k != "output"}
-        atomic_write_text(trial_dir / "verifier" / "test-stdout.txt", verdict["output"])
-        reading = verdict["reading"]
-        failure = None
-        if verdict["timed_out"]:
-            # Harbor raises VerifierTimeoutError: graded, but the reward is invalid
-            # (harbor/models/trial/error_policy.py), never a 0.
-            failure = _exception_info("VerifierTimeoutError",
-                                      f"tests/test.sh ran past the task's {task.verifier_timeout_sec:g}s")
-        elif reading["rewards"] is None:
-            failure = _exception_info(_reward_exception(reading["error"]), reading["error"])
+        if task.steps:
+            _run_steps(job, task, session, result, trial_dir)
         else:
-            result["verifier_result"] = {"rewards": reading["rewards"]}
-            atomic_write_json(trial_dir / "verifier" / "reward.json", reading["rewards"])
-        if failure is not None:
-            tf["verifier_exception"] = failure
-            result["exception_info"] = result["exception_info"] or failure
-        exc_type = (result["exception_info"] or {}).get("exception_type")
-        result["reward_valid"] = reward_valid((result["verifier_result"] or {}).get("rewards"),
-                                              [exc_type] if exc_type else [])
+            if _agent_phase(job, session, task, result, result):
+                _verifier_phase(session, task, task.path, task.verifier_timeout_sec, [task.verifier_env], result,
+                                trial_dir, tf)
+            else:
+                tf["error_kind"] = OTHER_ERROR
+        types = [e["exception_type"] for e in [result["exception_info"]] + [
+            sr.get("exception_info") for sr in result.get("step_results") or []] if e]
+        result["reward_valid"] = reward_valid((result["verifier_result"] or {}).get("rewards"), types)
         return finish()
     finally:
         session.stop()
+
+
+def _agent_phase(job: _Job, session: HarborSession, view: HarborTask, target: dict, trial: dict) -> bool:
+    """Run the agent on `view` (the task, or one step of it); False when the agent's own
+    infrastructure failed (AgentInfraError: nothing to grade)."""
+    execution = {"started_at": _now(), "finished_at": None}
+    target["agent_execution"] = execution
+    t0 = time.monotonic()
+    info: dict = {}
+    try:
+        info = job.agent(session, view) or {}
+        if not isinstance(info, dict):
+            info = {"returned": info}
+    except AgentInfraError as exc:
+        execution["finished_at"] = _now()
+        target["exception_info"] = _exception_info("AgentInfraError", str(exc), traceback.format_exc())
+        return False
+    except Exception as exc:  # the agent's own failure: still graded on what it left behind
+        target["exception_info"] = _exception_info(type(exc).__name__, str(exc), traceback.format_exc())
+    elapsed = time.monotonic() - t0
+    execution["finished_at"] = _now()
+    agent_info, target["agent_result"] = _agent_blocks(job.agent_name, info)
+    if trial.get("agent_result") is None or target is trial:
+        trial["agent_info"] = agent_info
+    if elapsed > view.agent_timeout_sec and target["exception_info"] is None:
+        target["exception_info"] = _exception_info(
+            "AgentTimeoutError", f"agent ran {elapsed:.1f}s, over the task's {view.agent_timeout_sec:.0f}s")
+    return True
+
+
+def _verifier_phase(session: HarborSession, task: HarborTask, tests_root: Path, timeout: float, env_tables: list,
+                    target: dict, out_dir: Path, tf: dict) -> None:
+    """Run the verifier for `target` (the trial, or one step): its rewards, or the exception Harbor
+    would record; a harness failure marks the trial an error (tf error_kind)."""
+    target["verifier"] = phase = {"started_at": _now(), "finished_at": None}
+    try:
+        env: dict = {}
+        for table in env_tables:  # Harbor: the task's [verifier].env, then the step's on top
+            env.update(resolve_env(table, f"task {task.name} verifier env"))
+    except HarborTaskError as exc:
+        phase["finished_at"] = _now()
+        target["exception_info"] = _exception_info("VerifierEnvError", str(exc))
+        tf["error_kind"] = OTHER_ERROR
+        return
+    try:
+        verdict = run_harbor_verifier(session, task, env, tests_root=tests_root, timeout=timeout)
+    except Exception as exc:  # the harness failed to grade: an error, never a reward
+        phase["finished_at"] = _now()
+        target["exception_info"] = _exception_info("VerifierError", f"{type(exc).__name__}: {exc}",
+                                                   traceback.format_exc())
+        tf["error_kind"] = OTHER_ERROR
+        return
+    phase["finished_at"] = _now()
+    summary = {k: v for k, v in verdict.items() if k != "output"}
+    if "step_name" in target:
+        tf.setdefault("step_verdicts", {})[target["step_name"]] = summary
+    else:
+        tf["verdict"] = summary
+    atomic_write_text(out_dir / "verifier" / "test-stdout.txt", verdict["output"])
+    reading = verdict["reading"]
+    failure = None
+    if verdict["timed_out"]:
+        # Harbor raises VerifierTimeoutError: graded, but the reward is invalid
+        # (harbor/models/trial/error_policy.py), never a 0.
+        failure = _exception_info("VerifierTimeoutError", f"tests/test.sh ran past the task's {timeout:g}s")
+    elif reading["rewards"] is None:
+        failure = _exception_info(_reward_exception(reading["error"]), reading["error"])
+    else:
+        target["verifier_result"] = {"rewards": reading["rewards"]}
+        atomic_write_json(out_dir / "verifier" / "reward.json", reading["rewards"])
+    if failure is not None:
+        tf.setdefault("verifier_exceptions", []).append(failure)
+        target["exception_info"] = target["exception_info"] or failure
+
+
+def _min_reward_failure(rewards: dict | None, min_reward) -> str | None:
+    """Harbor's step gate (harbor/trial/multi_step.py): a number gates `reward`, a table each of
+    its keys; a missing reward or key counts as -inf."""
+    thresholds = {"reward": min_reward} if isinstance(min_reward, (int, float)) else min_reward
+    for key, threshold in thresholds.items():
+        actual = (rewards or {}).get(key, float("-inf"))
+        if actual < threshold:
+            return f"{key}={actual} below min_reward {threshold}"
+    return None
+
+
+def _aggregate_steps(task: HarborTask, step_results: list[dict]) -> dict | None:
+    """The trial's verifier_result from its steps (harbor/trial/trial.py): `final` takes the last
+    step's verbatim; `mean` (the default) averages each key over the steps that have a verifier
+    result, a step missing a key counting 0."""
+    if not step_results:
+        return None
+    if task.multi_step_reward_strategy == "final":
+        return step_results[-1]["verifier_result"]
+    rows = [(sr["verifier_result"] or {}).get("rewards") or {} for sr in step_results if sr["verifier_result"]]
+    keys = {k for r in rows for k in r}
+    if not keys:
+        return None
+    return {"rewards": {k: sum(r.get(k, 0) for r in rows) / len(rows) for k in sorted(keys)}}
+
+
+def _run_steps(job: _Job, task: HarborTask, session: HarborSession, result: dict, trial_dir: Path) -> None:
+    """A multi-step trial as Harbor runs one (harbor/trial/multi_step.py): per step, in order, the
+    step's workdir files and setup.sh, the agent on the step's instruction, the step's verifier in
+    the same environment; a step that failed without a verifier result, or below its min_reward,
+    ends the trial; the trial's reward aggregates the steps'."""
+    tf = result["termforge"]
+    result["step_results"] = []
+    for step in task.steps:
+        sr = {"step_name": step.name, "agent_result": None, "verifier_result": None, "exception_info": None,
+              "agent_execution": None, "verifier": None}
+        result["step_results"].append(sr)
+        _prepare_step(session, step, sr)
+        if sr["exception_info"] is None:
+            view = replace(task, instruction=step.instruction, solution_dir=step.solution_dir, steps=[],
+                           solve_sh=(step.solution_dir / "solve.sh") if (step.solution_dir / "solve.sh").is_file()
+                           else None, agent_timeout=step.agent_timeout or task.agent_timeout)
+            if not _agent_phase(job, session, view, sr, result):
+                tf["error_kind"] = OTHER_ERROR
+                break
+            _verifier_phase(session, task, step.tests_root, step.verifier_timeout_sec or task.verifier_timeout_sec,
+                            [task.verifier_env, step.verifier_env], sr, trial_dir / "steps" / step.name, tf)
+            if tf["error_kind"]:
+                break
+        if sr["exception_info"] and not sr["verifier_result"]:
+            tf["stopped_after"] = f"step {step.name} failed: {sr['exception_info']['exception_type']}"
+            break
+        if step.min_reward is not None:
+            why = _min_reward_failure((sr["verifier_result"] or {}).get("rewards"), step.min_reward)
+            if why:
+                tf["stopped_after"] = f"step {step.name}: {why}"
+                break
+    if result["step_results"] and result["step_results"][0]["agent_result"] is not None:
+        result["agent_result"] = result["step_results"][0]["agent_result"]
+    result["verifier_result"] = _aggregate_steps(task, result["step_results"])
+
+
+def _prepare_step(session: HarborSession, step, sr: dict) -> None:
+    """steps/<name>/workdir/ into the working directory, then its setup.sh there (Harbor records
+    a failing setup.sh as the step's RuntimeError)."""
+    if not step.workdir_dir.is_dir():
+        return
+    try:
+        session.copy_in(step.workdir_dir, session.task_workdir)
+        if (step.workdir_dir / "setup.sh").is_file():
+            res = session.exec(f"bash {shlex.quote(session.task_workdir.rstrip('/') + '/setup.sh')}")
+            if res.exit_code != 0 or res.timed_out:
+                sr["exception_info"] = _exception_info(
+                    "RuntimeError", f"Step '{step.name}' setup.sh exited with code {res.exit_code}: {res.tail(300)}")
+    except Exception as exc:
+        sr["exception_info"] = _exception_info(type(exc).__name__, str(exc), traceback.format_exc())
 
 
 def _reward_exception(error: str | None) -> str:
@@ -483,17 +587,19 @@ def _reward_exception(error: str | None) -> str:
     return "VerifierOutputParseError"
 
 
-def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict) -> dict:
+def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict, *, tests_root: Path | None = None,
+                        timeout: float | None = None) -> dict:
     """Run tests/test.sh as Harbor's verifier does, in a clean sandbox after the agent stopped
     (fresh /tests and /logs, no inherited variables, the task's [verifier].env, from the image's
     WORKDIR), then read /logs/verifier/reward.json or reward.txt on the host with Harbor's rules
     (termforge.reward_file). The clean-run toolchain is the verifier's (termforge.verifier): a
-    test.sh that uses /verifier/run-tests also proves its tests ran."""
+    test.sh that uses /verifier/run-tests also proves its tests ran. tests_root is the directory
+    whose tests/ is copied in (a step's own, for multi-step tasks)."""
     from termforge.verifier import VERIFIER_ENV, _Toolchain
 
-    tc = _Toolchain(task.path)
+    tc = _Toolchain(tests_root or task.path)
     try:
-        res = session.exec("/bin/bash --noprofile --norc /tests/test.sh", timeout=task.verifier_timeout_sec,
+        res = session.exec("/bin/bash --noprofile --norc /tests/test.sh", timeout=timeout or task.verifier_timeout_sec,
                            env={**VERIFIER_ENV, **env, "PATH": verifier_path(session.image_env)},
                            cwd=session.task_workdir, binds=tc.binds(), keep_home=False)
         proof = tc.proof(res)

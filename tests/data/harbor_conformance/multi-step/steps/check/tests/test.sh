@@ -1,2 +1,2 @@
 #!/bin/bash
-if grep -q ok /app/done; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+if [ -f /app/check-ready ] && grep -qx "$MARK" /app/done; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
