@@ -1,7 +1,9 @@
 """Harbor / Terminal-Bench task directories: loading, and building them for the bwrap runtime.
 
 A Harbor task is a directory with instruction.md, task.toml, environment/Dockerfile, tests/test.sh
-(which writes the reward to /logs/verifier/reward.txt) and optionally solution/solve.sh.
+(which writes /logs/verifier/reward.json or reward.txt) and optionally solution/solve.sh; a
+multi-step task has steps/<name>/ with each step's instruction (and tests, solution, workdir).
+task.toml is read as Harbor 0.26 reads it (harbor/models/task/config.py; docs/terminal-bench.md).
 
 The bwrap runtime runs tasks over the host's read-only /usr with a private writable /app, so only
 a host-compatible subset of Dockerfiles can be "built" here, by interpreting them:
@@ -125,8 +127,8 @@ class HarborTask:
     `name` is what Harbor calls the task (harbor/models/task/task.py: [task].name when the section
     is there, else the directory's name), so native and Harbor results join on it; `slug` is the
     same name made safe for one path component (images, trial directories). `unsupported` lists
-    what the native runner cannot honour (multi-step tasks, GPUs, a separate verifier environment,
-    an allow-listed network...): such a task loads, but running it natively is an environment
+    what the native runner cannot honour (GPUs, a separate verifier environment, an allow-listed
+    network...): such a task loads, but running it natively is an environment
     error that says why, never a score."""
 
     name: str

@@ -1,11 +1,13 @@
 """Terminal-Bench evaluation: Harbor-format tasks run natively (bwrap) or through the `harbor` CLI.
 
 Native runner. For every task x attempt: a fresh session over the task's built layer, the agent
-acts in it, the agent stops, then the clean verifier runs tests/test.sh in a new sandbox
-(termforge.verifier.run_verifier) and reads /logs/verifier/reward.txt. Each trial writes a
-result.json shaped like Harbor's TrialResult (task_name, trial_name, verifier_result.rewards.reward,
-exception_info, agent_info, agent_result token counts, started_at/finished_at per phase:
-environment_setup, agent_execution, verifier), so native and Harbor jobs aggregate the same way.
+acts in it, the agent stops, then a clean verifier sandbox runs tests/test.sh and the host reads
+/logs/verifier/reward.json or reward.txt with Harbor's rules (termforge.reward_file); multi-step
+tasks run step by step. Each trial writes a result.json shaped like Harbor's TrialResult
+(task_name, trial_name, verifier_result.rewards, reward_valid, exception_info, step_results,
+agent_info, agent_result token counts, started_at/finished_at per phase), and both runners'
+trials are judged by Harbor's error policy (termforge.evals.error_policy), so native and Harbor
+jobs aggregate the same way.
 
 An agent is any callable `agent(session, task) -> dict | None` that acts through the session
 (`session.exec(command, timeout=...)`, copy_in/copy_out). The dict it returns is recorded; the keys
@@ -15,9 +17,10 @@ raises AgentInfraError when its own infrastructure failed (a model server down):
 error, not a 0. Any other exception is the agent's failure: it is recorded and the verifier still
 grades the environment as the agent left it.
 
-Outcomes: a trial is *scored* when the verifier produced a reward; otherwise it is an error, and an
-error of the environment (a build the bwrap runtime cannot do, a session that cannot start) is
-counted apart from the others. Errors never count as reward 0 or 1: mean reward and pass@k are
+Outcomes: a trial is *scored* when it has a valid reward (Harbor's reward_valid: rewards present
+and no recorded exception that voids them); otherwise it is an error, and an error of the
+environment (a build the bwrap runtime cannot do, a session that cannot start) is counted apart
+from the others. Errors never count as reward 0 or 1: mean reward and pass@k are
 over scored trials only, and the counts of errors are reported beside them.
 
 Harbor runner. `harbor_command` builds the command line of Harbor's `harbor run` (an alias of
