@@ -177,7 +177,8 @@ def test_eval_tbench_cli_runs_the_dataset_around_its_broken_task_with_control_ro
     root = Path(__file__).resolve().parents[1]
     with FakeOpenAIServer(replies=lambda messages: "ls") as server:
         overlay = tmp_path / "overlay.yaml"
-        overlay.write_text(json.dumps({"eval": {"tbench": {"tasks_dir": str(CONFORMANCE), "benchmark": "conformance"}}}))
+        overlay.write_text(json.dumps({"eval": {"tbench": {"tasks_dir": str(CONFORMANCE),
+                                                           "benchmark": "conformance"}}}))
         params = json.loads(stage_params_json(load_config([root / "config.yaml", overlay]), "eval_tbench"))
         params["models.policy"] = {"backend": "openai", "model": "fake", "base_url": server.base_url}
         res = subprocess.run(

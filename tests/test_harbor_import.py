@@ -2,9 +2,7 @@
 take like generated ones (decontamination, validation, export), each task not imported is listed
 with its reason, and the dataset can be registered as a decontamination reference."""
 
-import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path

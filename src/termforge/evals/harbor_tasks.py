@@ -1136,7 +1136,8 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
     except EnvironmentUnsupported as exc:
         return fail(str(exc))
     timeout = float(timeout or task.build_timeout_sec)
-    limits = limits or Limits(wall_sec=timeout, cpu_sec=int(timeout), memory_mb=max(task.memory_mb or 0, NATIVE_MEMORY_MB))
+    limits = limits or Limits(wall_sec=timeout, cpu_sec=int(timeout),
+                              memory_mb=max(task.memory_mb or 0, NATIVE_MEMORY_MB))
     stage = staging_dir(final)
     layer, tmp, home, logs = stage / "layer", stage / "tmp", stage / "home", stage / "logs"
     for d in (layer, tmp, home, logs):
