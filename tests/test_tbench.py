@@ -416,6 +416,7 @@ def _harbor_trial(rewards, exc_type=None, message="", **extra):
     (None, "HealthcheckError", "", {}, (None, "environment")),
     (None, "RuntimeError", "Docker compose command failed for environment t", {}, (None, "environment")),
     (None, "RuntimeError", "something else broke", {}, (None, "error")),
+    (None, "RuntimeError", "Command timed out after 30 seconds", {}, (None, "error")),
     # harbor/models/trial/result.py: reward_valid is a computed field dumped into result.json; honoured.
     ({"reward": 1.0}, None, "", {"reward_valid": False}, (None, "error")),
     # Failures Harbor records on a step of a multi-step trial void the trial's reward too.

@@ -46,8 +46,10 @@ ENVIRONMENT_EXCEPTIONS = frozenset({
     "EnvironmentBuildError", "EnvironmentStartError", "DockerBuildError", "BuildError", "ImageBuildError",
     "EnvironmentSetupError", "EnvironmentUnsupported",
 })
-# Harbor's docker environment raises a plain RuntimeError when `docker compose build/up` fails.
-_COMPOSE_FAILURE = re.compile(r"docker|compose|build|image|container", re.IGNORECASE)
+# Harbor's docker environment raises a plain RuntimeError when `docker compose build/up` fails
+# ("Docker compose command failed for environment ...", harbor/environments/docker/docker.py);
+# other RuntimeErrors (a command timeout, say) are not the environment's.
+_COMPOSE_FAILURE = re.compile(r"\bdocker\b|\bcompose\b", re.IGNORECASE)
 
 
 def has_valid_reward(exception_type: str | None) -> bool:
