@@ -94,6 +94,11 @@ def tbench_rows(model_name: str, benchmark: str, summary: dict) -> list[dict]:
         if key in summary:
             rows.append({"model": model_name, "benchmark": benchmark, "metric": key, "value": summary[key],
                          "n": n_tasks, "stderr": None})
+    by_key = summary.get("mean_by_key") or {}
+    if len(by_key) > 1:  # several named rewards (reward.json): each key's mean, as Harbor reports them
+        for key, value in sorted(by_key.items()):
+            rows.append({"model": model_name, "benchmark": benchmark, "metric": f"mean:{key}", "value": value,
+                         "n": summary.get("n_scored", n_tasks), "stderr": None})
     if summary.get("unloadable_tasks"):
         rows.append({"model": model_name, "benchmark": benchmark, "metric": "n_unloadable_tasks",
                      "value": len(summary["unloadable_tasks"]), "n": n_tasks, "stderr": None})
