@@ -9,7 +9,7 @@ import pytest
 
 from conftest import needs_bwrap
 from termforge.evals.harbor_tasks import (HarborTaskError, host_tool_version, load_harbor_dataset, load_harbor_dir,
-                                          load_harbor_task, resolve_env, strip_canary)
+                                          load_harbor_task, native_blocker, resolve_env, strip_canary)
 from termforge.evals.tbench import noop_agent, oracle_agent, run_native, trial_record
 from termforge.io import read_json
 
@@ -193,3 +193,27 @@ def test_eval_tbench_cli_runs_the_dataset_around_its_broken_task_with_control_ro
     assert record["controls"]["noop"]["mean_reward"] == 0.0
     rows = write_eval_table([tmp_path / "tbench.json"], tmp_path / "results.csv")
     assert {r["model"] for r in rows} == {"base", "control:oracle", "control:noop"}
+
+
+@pytest.mark.parametrize("layout, needle", [
+    # harbor/models/task/task.py is_valid_dir: an environment/ without a Dockerfile is a valid
+    # task (compose environments); harbor/models/task/paths.py: Windows tasks verify with test.bat.
+    ({"environment/docker-compose.yaml": "services: {main: {build: .}}\n"}, "multi-container"),
+    ({"tests/test.bat": "@echo off\n", "_os": "windows", "environment/Dockerfile": "FROM mcr/windows\n"},
+     "os = 'windows'"),
+])
+def test_tasks_harbor_accepts_load_and_are_reported_unsupported(tmp_path, layout, needle):
+    d = tmp_path / "t"
+    (d / "environment").mkdir(parents=True)
+    (d / "instruction.md").write_text("Do it.\n")
+    os_line = f'os = "{layout.pop("_os")}"\n' if "_os" in layout else ""
+    (d / "task.toml").write_text(f'[environment]\n{os_line}')
+    for rel, text in layout.items():
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text(text)
+    if not (d / "tests" / "test.bat").exists():
+        (d / "tests").mkdir()
+        (d / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    task = load_harbor_task(d)
+    assert any(needle in r for r in task.unsupported), task.unsupported
+    assert needle in native_blocker(task)

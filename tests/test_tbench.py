@@ -233,7 +233,7 @@ def test_agent_failures_and_token_counts(images, tmp_path):
     (lambda d: (d / "task.toml").write_text('[verifier]\ntimeout_sec = "soon"\n'), "[verifier] timeout_sec"),
     (lambda d: (d / "task.toml").write_text('[environment]\nmemory = "lots"\n'), "[environment] memory"),
     (lambda d: (d / "task.toml").write_text('[environment]\nallow_internet = "no"\n'), "allow_internet"),
-    (lambda d: (d / "environment" / "Dockerfile").unlink(), "missing environment/Dockerfile"),
+    (lambda d: shutil.rmtree(d / "environment"), "missing environment/"),
 ])
 def test_malformed_task_errors_name_the_directory_and_field(tmp_path, breakage, message):
     d = tmp_path / "broken-task"

@@ -334,11 +334,17 @@ def _unsupported(config: dict, env: dict, verifier: dict, agent: dict, task_dir:
         out.append("[environment] healthcheck: not supported by the native runner")
     if env.get("mcp_servers"):
         out.append("[environment] mcp_servers: not supported by the native runner")
-    for name in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml"):
-        if (task_dir / "environment" / name).exists():
-            out.append(f"environment/{name}: multi-container environments are not supported natively")
-            break
+    compose = _compose_file(task_dir)
+    if compose:
+        out.append(f"environment/{compose}: multi-container environments are not supported natively")
     return out
+
+
+def _compose_file(task_dir: Path) -> str | None:
+    for name in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml"):
+        if (task_dir / "environment" / name).is_file():
+            return name
+    return None
 
 
 def _load_step(task_dir: Path, table: dict) -> HarborStep:
@@ -399,7 +405,10 @@ def load_harbor_task(task_dir: str | Path) -> HarborTask:
         # readers of the dataset (decontamination), while each step's agent gets its own.
         instruction = steps[0].instruction
     else:
-        for required in ("instruction.md", "tests/test.sh"):
+        # A Windows task's verifier is tests/test.bat (or .ps1/.cmd): it loads, and is reported as
+        # unsupported rather than as a missing test.sh.
+        linux = str(_table(task_dir, config, "environment").get("os", "linux")).lower() == "linux"
+        for required in ("instruction.md", "tests/test.sh") if linux else ("instruction.md",):
             if not (task_dir / required).is_file():
                 raise _bad(task_dir, f"missing {required}")
         instruction = strip_canary((task_dir / "instruction.md").read_text(encoding="utf-8"))
@@ -421,8 +430,10 @@ def load_harbor_task(task_dir: str | Path) -> HarborTask:
         raise _bad(task_dir, f"task.toml [environment] docker_image must be a string, got {docker_image!r}")
     dockerfile = task_dir / "environment" / "Dockerfile"
     if not dockerfile.is_file():
-        if not docker_image:
-            raise _bad(task_dir, "missing environment/Dockerfile (and task.toml [environment] names no docker_image)")
+        # Harbor accepts any environment/ directory (a compose file, say) or a prebuilt image
+        # (harbor/models/task/task.py is_valid_dir); what cannot be built here is native_plan's to say.
+        if not docker_image and not (task_dir / "environment").is_dir():
+            raise _bad(task_dir, "missing environment/ (and task.toml [environment] names no docker_image)")
         dockerfile = None
     solve_sh = task_dir / "solution" / "solve.sh"
     version = config.get("schema_version", config.get("version"))
@@ -1014,8 +1025,10 @@ def native_plan(task: HarborTask, check_leaks: bool = True) -> BuildPlan:
     if task.unsupported:
         raise EnvironmentUnsupported("; ".join(task.unsupported))
     if task.dockerfile is None:
-        raise EnvironmentUnsupported(f"the prebuilt image {task.docker_image} cannot run under bwrap "
-                                     "(no environment/Dockerfile)")
+        if task.docker_image:
+            raise EnvironmentUnsupported(f"the prebuilt image {task.docker_image} cannot run under bwrap "
+                                         "(no environment/Dockerfile)")
+        raise EnvironmentUnsupported("environment/ has no Dockerfile for the native runner to build")
     check_test_sh_offline(task)
     plan = plan_dockerfile(task.dockerfile, task.environment_dir)
     missing = missing_debian_packages(plan.apt_packages)
