@@ -114,6 +114,8 @@ def test_rewards_follow_harbors_parsing_and_error_policy(runs):
     for trials in (oracle, noop):
         t = trials["verifier-timeout"]
         assert t.reward is None and t.exception_type == "VerifierTimeoutError" and t.error_kind == "error"
+    # network_mode = "no-network" (with allow_internet = true beside it): the sandbox gets no network.
+    assert read_json(oracle_dir.parent / "images" / "network-mode" / "image.json")["allow_network"] is False
     raw = read_json(oracle_dir / "verifier-timeout__0" / "result.json")
     assert raw["verifier_result"] is None and raw["reward_valid"] is False
     # Re-reading the written results gives the same records (the Harbor-job parser path).
