@@ -31,3 +31,22 @@ def test_eval_table_rows_and_metrics(tmp_path):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["fkl"]["math-heldout"]["pass@2"] == 0.75
     assert metrics["base"]["tb-mini"]["mean_reward"] == 1 / 6
+
+
+def test_tbench_records_bring_their_control_rows_once_per_benchmark(tmp_path):
+    oracle = {"n_tasks": 2, "n_scored": 2, "mean_reward": 1.0, "pass_at_k": {"1": 1.0}, "n_errors": 0}
+    noop = {"n_tasks": 2, "n_scored": 2, "mean_reward": 0.0, "pass_at_k": {"1": 0.0}, "n_errors": 0}
+    policy = {"n_tasks": 2, "n_scored": 2, "mean_reward": 0.0, "pass_at_k": {"1": 0.0}, "n_errors": 0,
+              "mean_by_key": {"reward": 0.0, "style": 0.25},
+              "unloadable_tasks": [{"task_name": "bad", "path": "/x/bad", "reason": "missing task.toml"}]}
+    for name in ("base", "fkl"):
+        write_eval_record(tmp_path / f"{name}.json", name, "tb-mini", "tbench", policy,
+                          {"oracle": oracle, "noop": noop})
+    write_eval_table([tmp_path / "base.json", tmp_path / "fkl.json"], tmp_path / "results.csv")
+    table = list(csv.DictReader(open(tmp_path / "results.csv")))
+    mean = [(r["model"], float(r["value"])) for r in table if r["metric"] == "mean_reward"]
+    # Policies first (base leading), then the controls of the same runner, each once.
+    assert mean == [("base", 0.0), ("fkl", 0.0), ("control:noop", 0.0), ("control:oracle", 1.0)]
+    assert {r["model"]: r["value"] for r in table if r["metric"] == "n_unloadable_tasks"} == {"base": "1", "fkl": "1"}
+    # Every named reward of a reward.json is reported beside the headline mean_reward.
+    assert {r["model"]: r["value"] for r in table if r["metric"] == "mean:style"} == {"base": "0.25", "fkl": "0.25"}

@@ -83,7 +83,8 @@ def test_harbor_export_layout(tmp_path):
         meta = tomllib.loads((d / "task.toml").read_text())
         assert meta["metadata"]["termforge_id"] == d.name
         assert meta["metadata"]["domain"] and meta["agent"]["timeout_sec"] > 0
-        assert meta["environment"]["allow_internet"] is False
+        assert meta["environment"]["network_mode"] == "no-network" and meta["schema_version"] == "1.4"
+        assert meta["task"]["name"].startswith("termforge/")  # Harbor's publisher needs [task].name
         for rel in ("instruction.md", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh"):
             assert (d / rel).is_file(), rel
         assert not (d / "private").exists()

@@ -4,6 +4,7 @@
 import itertools
 import json
 import os
+import re
 import shutil
 import threading
 from fractions import Fraction
@@ -142,9 +143,12 @@ BAD_ENVIRONMENTS = {
                          "/usr/local/bin/tool is outside /app"),
     "run-writes-etc": ("FROM debian:bookworm-slim\nWORKDIR /app\nRUN echo x > /etc/tf-evil\n",
                        "tried to write outside /app"),
-    "alpine-base": ("FROM alpine:3.19\nWORKDIR /app\n", "not Debian-like"),
-    "pip-install": ("FROM python:3.12-slim\nRUN pip install --no-cache-dir requests\nWORKDIR /app\n",
+    "alpine-base": ("FROM alpine:3.19\nWORKDIR /app\n", "not on the native runner's allow-list"),
+    "pip-install": ("FROM debian:bookworm-slim\nRUN pip install --no-cache-dir requests\nWORKDIR /app\n",
                     "pip install"),
+    # The image has no pytest, the host does: a test.sh running pytest would score on the host's.
+    "host-pytest-leak": ("FROM debian:bookworm-slim\nRUN apt-get install -y python3\nWORKDIR /app\n",
+                         "the host's pytest would stand in"),
     "workdir-outside-app": ("FROM ubuntu:24.04\nWORKDIR /srv/data\n", "WORKDIR /srv/data is outside /app"),
     "multi-stage": ("FROM debian:bookworm AS build\nRUN true\nFROM debian:bookworm-slim\n", "multi-stage"),
     "heredoc": ("FROM debian:bookworm-slim\nWORKDIR /app\nRUN cat <<EOF > /app/x\nhello\nEOF\n", "heredocs"),
@@ -229,7 +233,7 @@ def test_agent_failures_and_token_counts(images, tmp_path):
     (lambda d: (d / "task.toml").write_text('[verifier]\ntimeout_sec = "soon"\n'), "[verifier] timeout_sec"),
     (lambda d: (d / "task.toml").write_text('[environment]\nmemory = "lots"\n'), "[environment] memory"),
     (lambda d: (d / "task.toml").write_text('[environment]\nallow_internet = "no"\n'), "allow_internet"),
-    (lambda d: (d / "environment" / "Dockerfile").unlink(), "missing environment/Dockerfile"),
+    (lambda d: shutil.rmtree(d / "environment"), "missing environment/"),
 ])
 def test_malformed_task_errors_name_the_directory_and_field(tmp_path, breakage, message):
     d = tmp_path / "broken-task"
@@ -265,7 +269,7 @@ def test_dockerfile_plan_keeps_real_commands_and_drops_apt(tmp_path):
 @needs_bwrap
 def test_build_runs_steps_in_the_sandbox_and_caches(tmp_path):
     task = load_harbor_task(_task(tmp_path, "steps", (
-        "FROM ubuntu:24.04\nENV GREETING=hello\nWORKDIR /app/work\nCOPY server.log /tmp/stage/\n"
+        "FROM ubuntu:24.04\nRUN apt-get install -y python3-pytest\nENV GREETING=hello\nWORKDIR /app/work\nCOPY server.log /tmp/stage/\n"
         "RUN cp /tmp/stage/server.log . && echo \"$GREETING $(id -u)\" > greeting.txt && rm -r /tmp/stage\n"
         "ADD bundle.tar /app/vendor/\n"), {}))
     import tarfile
@@ -365,8 +369,9 @@ def test_a_test_sh_that_writes_no_reward_is_an_error_not_a_zero(tmp_path):
     (d / "tests" / "test.sh").write_text("#!/bin/bash\necho 'collecting...'\nexit 3\n")
     res = run_native([load_harbor_task(d)], oracle_agent, 1, tmp_path / "images", tmp_path / "job")
     trial = res.trials[0]
-    assert trial.reward is None and trial.error_kind == "error" and trial.exception_type == "VerifierError"
-    assert "no numeric reward" in trial.exception_message
+    # Harbor raises RewardFileNotFoundError (harbor/verifier/verifier.py): no reward, not a 0.
+    assert trial.reward is None and trial.error_kind == "error" and trial.exception_type == "RewardFileNotFoundError"
+    assert "no reward.json or reward.txt" in trial.exception_message
     assert res.summary["mean_reward"] is None and res.summary["n_errors"] == 1
 
 
@@ -386,3 +391,100 @@ def test_verifier_finds_real_tools_before_agent_planted_ones(tmp_path):
 
     res = run_native([load_harbor_task(d)], plants_fake_pytest, 1, tmp_path / "images", tmp_path / "job")
     assert res.trials[0].reward == 0.0
+
+
+# -- Harbor's error policy on Harbor's own trial results -------------------------------------------
+
+def _harbor_trial(rewards, exc_type=None, message="", **extra):
+    return {"task_name": "t", "trial_name": "t__x", "verifier_result": {"rewards": rewards} if rewards else None,
+            "exception_info": {"exception_type": exc_type, "exception_message": message} if exc_type else None,
+            **extra}
+
+
+@pytest.mark.parametrize("rewards, exc_type, message, extra, expected", [
+    # harbor/models/trial/error_policy.py: ApiError is graded but has_valid_reward=False.
+    ({"reward": 0.0}, "ApiError", "", {}, (None, "error")),
+    # VerifierTimeoutError: no valid reward, whatever the result holds.
+    ({"reward": 0.0}, "VerifierTimeoutError", "", {}, (None, "error")),
+    # AgentTimeoutError and NonZeroAgentExitCodeError keep the reward.
+    ({"reward": 1.0}, "AgentTimeoutError", "", {}, (1.0, None)),
+    ({"reward": 0.0}, "NonZeroAgentExitCodeError", "", {}, (0.0, None)),
+    # An exception type Harbor does not list keeps the reward (UNKNOWN_ERROR_POLICY).
+    ({"reward": 1.0}, "SomethingNewError", "", {}, (1.0, None)),
+    # Environment failures: counted apart from rewards and from other errors.
+    (None, "SandboxBuildFailedError", "", {}, (None, "environment")),
+    (None, "HealthcheckError", "", {}, (None, "environment")),
+    (None, "RuntimeError", "Docker compose command failed for environment t", {}, (None, "environment")),
+    (None, "RuntimeError", "something else broke", {}, (None, "error")),
+    (None, "RuntimeError", "Command timed out after 30 seconds", {}, (None, "error")),
+    # harbor/models/trial/result.py: reward_valid is a computed field dumped into result.json; honoured.
+    ({"reward": 1.0}, None, "", {"reward_valid": False}, (None, "error")),
+    # Failures Harbor records on a step of a multi-step trial void the trial's reward too.
+    ({"reward": 1.0}, None, "", {"step_results": [{"exception_info": {"exception_type": "ApiError"}}]},
+     (None, "error")),
+    # Non-finite rewards are never a score (harbor/verifier/verifier.py rejects them).
+    ({"reward": float("nan")}, None, "", {}, (None, "error")),
+])
+def test_harbor_trials_follow_the_error_policy(rewards, exc_type, message, extra, expected):
+    from termforge.evals.tbench import trial_record
+
+    t = trial_record(_harbor_trial(rewards, exc_type, message, **extra))
+    assert (t.reward, t.error_kind) == expected
+
+
+def test_multi_key_rewards_are_kept_whole():
+    from termforge.evals.tbench import summarize, trial_record
+
+    a = trial_record(_harbor_trial({"accuracy": 0.5, "style": 1.0}))
+    b = trial_record({**_harbor_trial({"accuracy": 1.0}), "trial_name": "t__y"})
+    assert a.rewards == {"accuracy": 0.5, "style": 1.0} and a.reward is None  # no `reward` key: no headline
+    assert b.reward == 1.0
+    s = summarize([a, b])
+    # harbor/metrics/base.py aggregate_reward_dicts: per key, a trial without the key counts 0.
+    assert s["mean_by_key"] == {"accuracy": 0.75, "style": 0.5}
+    assert s["headline_metric"] is None  # several keys and none named `reward`: Harbor reports each key
+
+
+@needs_bwrap
+def test_control_rows_tell_a_broken_harness_from_a_weak_policy(images, tmp_path):
+    from termforge.evals.tbench import control_checks, format_controls, run_native_controls
+
+    tasks = load_harbor_dir(TB_MINI)[:2]
+    controls = run_native_controls(tasks, images, tmp_path / "ok")
+    assert controls["oracle"]["mean_reward"] == 1.0 and controls["noop"]["mean_reward"] == 0.0
+    assert control_checks(controls) == [] and "control oracle: mean 1.000" in format_controls(controls)
+    # A harness that cannot run the oracle's solution: the control rows say so.
+    broken = tmp_path / "tasks" / tasks[0].path.name
+    shutil.copytree(tasks[0].path, broken)
+    (broken / "solution" / "solve.sh").write_text("#!/bin/bash\nexit 0\n")
+    controls = run_native_controls([load_harbor_task(broken)], images, tmp_path / "bad")
+    assert control_checks(controls) == [f"oracle scores 0 on {tasks[0].name} (expected 1)"]
+
+
+def test_base_images_are_provided_only_from_the_allow_list(monkeypatch):
+    """A toolchain image runs natively only when the host has its toolchain at the tag's version;
+    a codename in the tag (golang:1.22-bookworm) says nothing about what the image provides."""
+    from termforge.evals import harbor_tasks
+    from termforge.evals.harbor_tasks import EnvironmentUnsupported, check_base_image
+
+    host = {"python3": (3, 11, 7), "go": None, "node": (20, 11, 0), "java": (17, 0, 15), "gcc": (12, 2, 0),
+            "rustc": None}
+    monkeypatch.setattr(harbor_tasks, "host_tool_version", lambda tool: host[tool])
+    assert check_base_image("debian:bookworm-slim") == check_base_image("ubuntu:24.04") == "debian"
+    assert check_base_image("python:3.11-slim-bookworm") == "python3"
+    assert check_base_image("ghcr.io/laude-institute/t-bench/python-3-11:20250620") == "python3"
+    assert check_base_image("node:20-bookworm") == "node"
+    for image, message in (
+            ("golang:1.22-bookworm", "provides go, which the host lacks (go: not found)"),
+            ("python:3.12", "provides python3 3.12, the host has 3.11.7"),
+            ("ghcr.io/laude-institute/t-bench/python-3-13:20250620", "provides python3 3.13"),
+            ("eclipse-temurin:21-jdk-jammy", "provides java 21, the host has 17.0.15"),
+            ("gcc:13", "provides gcc 13, the host has 12.2.0"),
+            ("rust:1.80-bookworm", "provides rustc, which the host lacks"),
+            ("python:latest", "names no python3 version"),
+            ("python:slim-bookworm", "names no python3 version"),
+            ("alpine:3.19", "allow-list"),
+            ("buildpack-deps:bookworm", "allow-list"),
+            ("ubuntu:24.04-alpine", "not Debian-based")):
+        with pytest.raises(EnvironmentUnsupported, match=re.escape(message)):
+            check_base_image(image)

@@ -283,20 +283,26 @@ def cmd_eval_aime(args) -> int:
 
 
 def cmd_eval_tbench(args) -> int:
-    from termforge.evals.harbor_tasks import load_harbor_dir
+    from termforge.evals.harbor_tasks import load_harbor_dataset
     from termforge.evals.run import harness_agent, write_eval_record
-    from termforge.evals.tbench import format_table, run_harbor, run_native
+    from termforge.evals.tbench import (CONTROL_AGENTS, format_controls, format_table, run_harbor, run_native,
+                                        run_native_controls)
     from termforge.harness import HarnessConfig
     from termforge.models.base import SamplingParams
     from termforge.runtime.base import Limits
 
     o = _stage_options(args, "eval_tbench")
     t = o["eval.tbench"]
+    out_dir = Path(args.out_dir)
     if t["runner"] == "harbor":
         results = run_harbor(t["tasks_dir"], t["harbor_agent"], t["harbor_model"], t["harbor_env"],
-                             t["n_concurrent"], t["k"], Path(args.out_dir))
+                             t["n_concurrent"], t["k"], out_dir)
+        # Control rows from the same runner: Harbor's own oracle and nop agents.
+        controls = {name: run_harbor(t["tasks_dir"], agent, None, t["harbor_env"], t["n_concurrent"], 1,
+                                     out_dir / "controls", job_name=name).summary
+                    for name, agent in CONTROL_AGENTS.items()}
     else:
-        tasks = load_harbor_dir(t["tasks_dir"])
+        tasks, broken = load_harbor_dataset(t["tasks_dir"])
         harness = HarnessConfig(turn_cap=t["turn_cap"], max_format_errors=t["max_format_errors"],
                                 command_timeout_sec=t["command_timeout_sec"],
                                 sampling=SamplingParams.from_dict({**t["sampling"], "seed": o["seed"]},
@@ -306,12 +312,26 @@ def cmd_eval_tbench(args) -> int:
             agent = harness_agent(model, harness, f"vanillux:{args.model_name}")
             limits = Limits(wall_sec=o["runtime.exec_timeout_sec"], cpu_sec=o["runtime.cpu_sec"],
                             memory_mb=o["runtime.memory_mb"])
-            results = run_native(tasks, agent, t["k"], Path(args.images_dir), Path(args.out_dir), limits,
-                                 n_concurrent=t["n_concurrent"], dataset=t["benchmark"])
+            results = run_native(tasks, agent, t["k"], Path(args.images_dir), out_dir, limits,
+                                 n_concurrent=t["n_concurrent"], dataset=t["benchmark"], broken=broken)
         finally:
             model.close()
-    write_eval_record(Path(args.out), args.model_name, t["benchmark"], "tbench", results.summary)
-    print(format_table(results.summary))
+        controls = run_native_controls(tasks, Path(args.images_dir), out_dir / "controls", limits, broken=broken,
+                                       dataset=t["benchmark"], n_concurrent=t["n_concurrent"])
+    write_eval_record(Path(args.out), args.model_name, t["benchmark"], "tbench", results.summary, controls)
+    print(format_table(results.summary) + format_controls(controls))
+    return 0
+
+
+def cmd_import_harbor(args) -> int:
+    from termforge.evals.harbor_import import import_harbor
+
+    s = import_harbor(args.source, Path(args.out_dir), args.name)
+    for row in s["tasks"]:
+        if not row["imported"]:
+            print(f"import-harbor: {row['harbor_name']}: not imported: {row['reason']}")
+    print(f"import-harbor: {s['n_imported']} of {s['n_tasks']} tasks imported into {s['manifest']}; register the "
+          f"dataset for decontamination with decontam.jsonl: [{json.dumps(s['decontam_reference'])}]")
     return 0
 
 
@@ -490,6 +510,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--math-heldout", help="held-out split of the offline math set (for math_data:heldout)")
         sp.add_argument("--images-dir", default="results/images/tbench")
         sp.set_defaults(func=func)
+
+    sp = sub.add_parser("import-harbor", help="a folder of Harbor tasks (or a Harbor dataset id) as a task corpus")
+    sp.add_argument("source", help="a Harbor task or dataset folder, or NAME[@VERSION] fetched with the harbor CLI")
+    sp.add_argument("--out-dir", required=True)
+    sp.add_argument("--name", help="dataset name (task id prefix, reference source); default: the folder's name")
+    sp.set_defaults(func=cmd_import_harbor)
 
     sp = sub.add_parser("eval-table", help="merge eval records into the tidy results table")
     sp.add_argument("--records", nargs="+", required=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -57,13 +58,32 @@ def _toml_str(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+# Harbor's current task.toml schema (harbor/models/task/config.py TaskConfig.schema_version) and
+# the org of exported task names: Harbor's publisher refuses a task.toml without [task].name
+# ("org/name", harbor/publisher/publisher.py), so every export carries one.
+HARBOR_SCHEMA_VERSION = "1.4"
+HARBOR_ORG = "termforge"
+
+
+def harbor_task_name(task_id: str, org: str = HARBOR_ORG) -> str:
+    """`org/name` in Harbor's package-name alphabet (letters, digits, . _ -; no leading dot, no ..)."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", task_id).strip(".-") or "task"
+    return f"{org}/{re.sub(r'[.]{2,}', '.', name)}"
+
+
 def harbor_task_toml(task: dict) -> str:
     sig = task["signature"]
     env = task.get("environment", {})
-    lines = ['version = "1.0"', "", "[metadata]", 'author_name = "termforge"',
+    keywords = [sig["domain"], task["family"], *sig.get("skills", [])]
+    lines = [f'schema_version = "{HARBOR_SCHEMA_VERSION}"', "", "[task]",
+             f"name = {_toml_str(harbor_task_name(task['id']))}",
+             "description = " + _toml_str(f"termforge task {task['id']} ({task['family']})"),
+             'authors = [{ name = "termforge" }]',
+             "keywords = [" + ", ".join(_toml_str(s) for s in keywords) + "]",
+             "", "[metadata]", 'author_name = "termforge"',
              f"difficulty = {_toml_str(DIFFICULTY.get(sig.get('task_complexity'), 'medium'))}",
              f"category = {_toml_str(sig['domain'])}",
-             "tags = [" + ", ".join(_toml_str(s) for s in [sig["domain"], task["family"], *sig.get("skills", [])]) + "]",
+             "tags = [" + ", ".join(_toml_str(s) for s in keywords) + "]",
              f"termforge_id = {_toml_str(task['id'])}", f"family = {_toml_str(task['family'])}"]
     for col in AXIS_COLUMNS:
         value = sig.get(col)
@@ -74,8 +94,18 @@ def harbor_task_toml(task: dict) -> str:
     timeout = float(env.get("timeout_sec", 600))
     lines += ["", "[verifier]", "timeout_sec = 120.0", "", "[agent]", f"timeout_sec = {timeout}", "",
               "[environment]", "build_timeout_sec = 600.0", "cpus = 1", "memory_mb = 2048", "storage_mb = 10240",
-              f"allow_internet = {'true' if env.get('allow_network') else 'false'}", ""]
+              f"network_mode = {_toml_str('public' if env.get('allow_network') else 'no-network')}", ""]
     return "\n".join(lines)
+
+
+def _world_readable(root: Path) -> None:
+    """Exports are published for others: directories 0755, files at least 0644 (executables keep
+    their x bits). The staging directory comes from mkdtemp, which is 0700."""
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        mode = path.stat().st_mode & 0o7777
+        path.chmod(mode | (0o755 if path.is_dir() or mode & 0o100 else 0o644))
 
 
 def write_harbor_task(task: dict, task_dir: Path, out_dir: Path) -> None:
@@ -87,6 +117,7 @@ def write_harbor_task(task: dict, task_dir: Path, out_dir: Path) -> None:
     for sub in ("environment", "tests", "solution"):
         shutil.copytree(task_dir / sub, stage / sub)
     (stage / "environment" / "container.def").unlink(missing_ok=True)
+    _world_readable(stage)
     for path in sorted(stage.rglob("*"), reverse=True):
         os.utime(path, (0, 0), follow_symlinks=False)
     publish_dir(stage, final)

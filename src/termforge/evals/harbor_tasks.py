@@ -1,7 +1,9 @@
 """Harbor / Terminal-Bench task directories: loading, and building them for the bwrap runtime.
 
 A Harbor task is a directory with instruction.md, task.toml, environment/Dockerfile, tests/test.sh
-(which writes the reward to /logs/verifier/reward.txt) and optionally solution/solve.sh.
+(which writes /logs/verifier/reward.json or reward.txt) and optionally solution/solve.sh; a
+multi-step task has steps/<name>/ with each step's instruction (and tests, solution, workdir).
+task.toml is read as Harbor 0.26 reads it (harbor/models/task/config.py; docs/terminal-bench.md).
 
 The bwrap runtime runs tasks over the host's read-only /usr with a private writable /app, so only
 a host-compatible subset of Dockerfiles can be "built" here, by interpreting them:
@@ -25,12 +27,15 @@ the build fails with a reason naming the line, and evaluation counts it apart fr
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import posixpath
 import re
 import shlex
 import shutil
+import subprocess
 import tarfile
 import time
 import tomllib
@@ -44,22 +49,29 @@ from termforge.runtime.bwrap import (BwrapSession, missing_debian_packages, run_
                                      tree_digest)
 
 # Bumped whenever the interpretation of a Dockerfile changes, so cached layers are rebuilt.
-BUILDER_VERSION = "harbor-bwrap-1"
+BUILDER_VERSION = "harbor-bwrap-2"
 TASK_ROOT = "/app"
 
-# Harbor's defaults for fields a task.toml leaves out.
+# Harbor's defaults for fields a task.toml leaves out (harbor/models/task/config.py): the verifier
+# and build timeouts are 600 s; the agent's timeout, cpus, memory and storage are unset (None), and
+# the network is public. The native runner then uses its own limits (NATIVE_* below).
 DEFAULT_VERIFIER_TIMEOUT_SEC = 600.0
-DEFAULT_AGENT_TIMEOUT_SEC = 600.0
 DEFAULT_BUILD_TIMEOUT_SEC = 600.0
-DEFAULT_CPUS = 1
-DEFAULT_MEMORY_MB = 2048
-DEFAULT_STORAGE_MB = 10240
-DEFAULT_ALLOW_INTERNET = True
+DEFAULT_NETWORK_MODE = "public"
+NETWORK_MODES = ("no-network", "public", "allowlist")
+NATIVE_AGENT_TIMEOUT_SEC = 600.0
+NATIVE_MEMORY_MB = 2048
+# Kept for callers that read them as "what the runner uses when the task says nothing".
+DEFAULT_AGENT_TIMEOUT_SEC = NATIVE_AGENT_TIMEOUT_SEC
+DEFAULT_MEMORY_MB = NATIVE_MEMORY_MB
+# Harbor's canary lines (harbor/models/task/task.py, strip_canary): leading `# ...canary...` or
+# `<!-- ...canary... -->` lines, case-insensitive, then the blank lines after them.
+CANARY_LINE = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
+# Harbor's package name pattern for [task].name (harbor/constants.py ORG_NAME_PATTERN).
+TASK_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*$")
 
 # What ${PATH} expands to in an ENV line: the Debian/Ubuntu base images' default.
 DOCKER_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-DEBIAN_LIKE_IMAGES = {"debian", "ubuntu", "buildpack-deps", "python"}
-DEBIAN_CODENAMES = ("bookworm", "bullseye", "buster", "trixie", "jammy", "focal", "noble")
 IGNORED_INSTRUCTIONS = {"CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "MAINTAINER", "STOPSIGNAL", "HEALTHCHECK",
                         "VOLUME", "USER", "ONBUILD"}
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
@@ -87,8 +99,37 @@ class EnvironmentUnsupported(TermforgeError):
 
 
 @dataclass
+class HarborStep:
+    """One [[steps]] entry of a multi-step task, with its files resolved as Harbor resolves them
+    (harbor/models/task/paths.py): steps/<name>/instruction.md; steps/<name>/tests/ when it holds
+    test.sh, else the task's shared tests/; steps/<name>/solution/ when present, else solution/;
+    steps/<name>/workdir/ is copied into the working directory before the step (its setup.sh run)."""
+
+    name: str
+    dir: Path
+    instruction: str
+    tests_root: Path  # the directory whose tests/ the verifier copies in
+    solution_dir: Path
+    agent_timeout: float | None = None
+    verifier_timeout_sec: float | None = None
+    verifier_env: dict = field(default_factory=dict)
+    min_reward: float | dict | None = None
+
+    @property
+    def workdir_dir(self) -> Path:
+        return self.dir / "workdir"
+
+
+@dataclass
 class HarborTask:
-    """One Harbor task directory, with task.toml parsed and Harbor's defaults filled in."""
+    """One Harbor task directory, with task.toml parsed and Harbor's defaults filled in.
+
+    `name` is what Harbor calls the task (harbor/models/task/task.py: [task].name when the section
+    is there, else the directory's name), so native and Harbor results join on it; `slug` is the
+    same name made safe for one path component (images, trial directories). `unsupported` lists
+    what the native runner cannot honour (GPUs, a separate verifier environment, an allow-listed
+    network...): such a task loads, but running it natively is an environment
+    error that says why, never a score."""
 
     name: str
     path: Path
@@ -97,17 +138,43 @@ class HarborTask:
     version: str | None = None
     metadata: dict = field(default_factory=dict)
     verifier_timeout_sec: float = DEFAULT_VERIFIER_TIMEOUT_SEC
-    agent_timeout_sec: float = DEFAULT_AGENT_TIMEOUT_SEC
+    agent_timeout: float | None = None
     build_timeout_sec: float = DEFAULT_BUILD_TIMEOUT_SEC
-    cpus: int = DEFAULT_CPUS
-    memory_mb: int = DEFAULT_MEMORY_MB
-    storage_mb: int = DEFAULT_STORAGE_MB
-    allow_internet: bool = DEFAULT_ALLOW_INTERNET
+    cpus: int | float | None = None
+    memory_mb: int | None = None
+    storage_mb: int | None = None
+    network_mode: str = DEFAULT_NETWORK_MODE
     docker_image: str | None = None
     dockerfile: Path | None = None
     tests_dir: Path = Path()
     test_sh: Path = Path()
     solve_sh: Path | None = None
+    verifier_env: dict = field(default_factory=dict)
+    solution_env: dict = field(default_factory=dict)
+    environment_env: dict = field(default_factory=dict)
+    steps: list[HarborStep] = field(default_factory=list)
+    multi_step_reward_strategy: str | None = None
+    unsupported: list[str] = field(default_factory=list)
+    solution_dir: Path | None = None  # solution/, or a step's (the oracle's files)
+
+    @property
+    def test_scripts(self) -> list[Path]:
+        """Every test.sh the verifier may run: the task's, and each step's own."""
+        paths = [self.test_sh] + [st.tests_root / "tests" / "test.sh" for st in self.steps]
+        return sorted({p for p in paths if p.is_file()})
+
+    @property
+    def slug(self) -> str:
+        return self.name.replace("/", "__")
+
+    @property
+    def allow_internet(self) -> bool:
+        return self.network_mode == "public"
+
+    @property
+    def agent_timeout_sec(self) -> float:
+        """The agent's time limit as the native runner applies it (Harbor leaves it unset)."""
+        return self.agent_timeout if self.agent_timeout is not None else NATIVE_AGENT_TIMEOUT_SEC
 
     @property
     def environment_dir(self) -> Path:
@@ -126,15 +193,41 @@ class HarborTask:
         return list(self.metadata.get("tags", []))
 
 
+@dataclass
+class BrokenTask:
+    """A directory of a dataset that could not be loaded, with the reason."""
+
+    name: str
+    path: Path
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"task_name": self.name, "path": str(self.path), "reason": self.reason}
+
+
 # -- loading ------------------------------------------------------------------------------------
 
 def _bad(task_dir: Path, what: str) -> HarborTaskError:
     return HarborTaskError(f"Harbor task {task_dir}: {what}")
 
 
-def _number(task_dir: Path, table: dict, section: str, key: str, default: float, integer: bool = False):
+def strip_canary(text: str) -> str:
+    """Harbor's instruction as the agent sees it: leading canary lines and the blank lines after
+    them removed (harbor/models/task/task.py)."""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines) and CANARY_LINE.match(lines[i].strip()):
+        i += 1
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    return "\n".join(lines[i:])
+
+
+def _number(task_dir: Path, table: dict, section: str, key: str, default, integer: bool = False):
     value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise _bad(task_dir, f"task.toml [{section}] {key} must be a positive number, got {value!r}")
     if integer:
         if int(value) != value:
@@ -143,12 +236,20 @@ def _number(task_dir: Path, table: dict, section: str, key: str, default: float,
     return float(value)
 
 
-def _size_mb(task_dir: Path, env: dict, key_mb: str, legacy_key: str, default: int) -> int:
+def _cpus(task_dir: Path, env: dict) -> int | float | None:
+    """Harbor: int or float; a whole float collapses to int; NaN/inf rejected."""
+    value = _number(task_dir, env, "environment", "cpus", None)
+    if value is None:
+        return None
+    return int(value) if float(value).is_integer() else value
+
+
+def _size_mb(task_dir: Path, env: dict, key_mb: str, legacy_key: str) -> int | None:
     """memory_mb / storage_mb, or Terminal-Bench 2.0's legacy strings (memory = "2G")."""
     if key_mb in env:
-        return _number(task_dir, env, "environment", key_mb, default, integer=True)
+        return _number(task_dir, env, "environment", key_mb, None, integer=True)
     if legacy_key not in env:
-        return default
+        return None
     text = env[legacy_key]
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", str(text), re.IGNORECASE)
     if not isinstance(text, str) or not m:
@@ -164,78 +265,269 @@ def _table(task_dir: Path, config: dict, name: str) -> dict:
     return value
 
 
+def _env_table(task_dir: Path, table: dict, section: str) -> dict:
+    value = table.get("env", {})
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise _bad(task_dir, f"task.toml [{section}] env must be a table of strings, got {value!r}")
+    return dict(value)
+
+
+def _network_mode(task_dir: Path, table: dict, section: str) -> str:
+    """The current `network_mode` first; the deprecated `allow_internet` only when network_mode
+    is absent (harbor/models/task/config.py, handle_deprecated_environment_allow_internet)."""
+    if "network_mode" in table:
+        mode = table["network_mode"]
+        if mode not in NETWORK_MODES:
+            raise _bad(task_dir, f"task.toml [{section}] network_mode must be one of {list(NETWORK_MODES)}, "
+                                 f"got {mode!r}")
+        return mode
+    allow = table.get("allow_internet")
+    if allow is None:
+        return DEFAULT_NETWORK_MODE
+    if not isinstance(allow, bool):
+        raise _bad(task_dir, f"task.toml [{section}] allow_internet must be true or false, got {allow!r}")
+    return "public" if allow else "no-network"
+
+
+def _task_name(task_dir: Path, config: dict) -> str:
+    section = config.get("task")
+    if section is None:
+        return task_dir.name
+    if not isinstance(section, dict) or not isinstance(section.get("name"), str):
+        raise _bad(task_dir, "task.toml [task] must have a name (\"org/name\")")
+    name = section["name"]
+    if not TASK_NAME_PATTERN.match(name) or ".." in name:
+        raise _bad(task_dir, f"task.toml [task] name must be \"org/name\" (letters, digits, . _ -), got {name!r}")
+    return name
+
+
+def _unsupported(config: dict, env: dict, verifier: dict, agent: dict, task_dir: Path) -> list[str]:
+    """What a task asks for that the native (bwrap) runner cannot give, one reason each."""
+    out = []
+    for step in config.get("steps") or []:
+        label = f"[[steps]] {step.get('name')}"
+        if step.get("healthcheck"):
+            out.append(f"{label} healthcheck: not supported by the native runner")
+        step_verifier = step.get("verifier") or {}
+        if step_verifier.get("environment") is not None or step_verifier.get("environment_mode") == "separate":
+            out.append(f"{label}: a separate verifier environment is not supported natively")
+        for section in ("agent", "verifier"):
+            if (step.get(section) or {}).get("network_mode") is not None:
+                out.append(f"{label} [{section}] network_mode: per-phase network policies are not supported natively")
+    if env.get("gpus"):
+        out.append(f"[environment] gpus = {env['gpus']}: the native runner provides no GPUs")
+    if env.get("tpu"):
+        out.append("[environment] tpu: the native runner provides no TPUs")
+    if str(env.get("os", "linux")).lower() != "linux":
+        out.append(f"[environment] os = {env['os']!r}: the native runner runs Linux tasks only")
+    if verifier.get("environment") is not None or verifier.get("environment_mode") == "separate":
+        out.append("[verifier] separate verifier environment: the native runner verifies in the agent's environment")
+    if verifier.get("collect"):
+        out.append("[[verifier.collect]] hooks need compose services, which the native runner lacks")
+    if env.get("network_mode") == "allowlist":
+        out.append("[environment] network_mode = \"allowlist\": the native runner gives either no network or "
+                   "the host's")
+    for section, table in (("agent", agent), ("verifier", verifier)):
+        if table.get("network_mode") is not None:
+            out.append(f"[{section}] network_mode: per-phase network policies are not supported natively")
+    if env.get("healthcheck"):
+        out.append("[environment] healthcheck: not supported by the native runner")
+    if env.get("mcp_servers"):
+        out.append("[environment] mcp_servers: not supported by the native runner")
+    compose = _compose_file(task_dir)
+    if compose:
+        out.append(f"environment/{compose}: multi-container environments are not supported natively")
+    return out
+
+
+def _compose_file(task_dir: Path) -> str | None:
+    for name in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml"):
+        if (task_dir / "environment" / name).is_file():
+            return name
+    return None
+
+
+def _load_step(task_dir: Path, table: dict) -> HarborStep:
+    name = table["name"]
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise _bad(task_dir, f"task.toml [[steps]] name {name!r} is not a portable directory name")
+    step_dir = task_dir / "steps" / name
+    where = f"steps.{name}"
+    if not (step_dir / "instruction.md").is_file():
+        raise _bad(task_dir, f"multi-step task: missing steps/{name}/instruction.md")
+    if (step_dir / "tests" / "test.sh").is_file():
+        tests_root = step_dir
+    elif (task_dir / "tests" / "test.sh").is_file():
+        tests_root = task_dir
+    else:
+        raise _bad(task_dir, f"multi-step task: step {name} has no steps/{name}/tests/test.sh and there is no "
+                             "shared tests/test.sh")
+    agent = table.get("agent") or {}
+    verifier = table.get("verifier") or {}
+    if not isinstance(agent, dict) or not isinstance(verifier, dict):
+        raise _bad(task_dir, f"task.toml [{where}] agent and verifier must be tables")
+    min_reward = table.get("min_reward")
+    if min_reward is not None and not (
+            (isinstance(min_reward, (int, float)) and not isinstance(min_reward, bool))
+            or (isinstance(min_reward, dict) and all(isinstance(v, (int, float)) for v in min_reward.values()))):
+        raise _bad(task_dir, f"task.toml [{where}] min_reward must be a number or a table of numbers")
+    return HarborStep(
+        name=name, dir=step_dir,
+        instruction=strip_canary((step_dir / "instruction.md").read_text(encoding="utf-8")),
+        tests_root=tests_root,
+        solution_dir=step_dir / "solution" if (step_dir / "solution").is_dir() else task_dir / "solution",
+        agent_timeout=_number(task_dir, agent, f"{where}.agent", "timeout_sec", None),
+        verifier_timeout_sec=_number(task_dir, verifier, f"{where}.verifier", "timeout_sec", None),
+        verifier_env=_env_table(task_dir, verifier, f"{where}.verifier"),
+        min_reward=min_reward)
+
+
 def load_harbor_task(task_dir: str | Path) -> HarborTask:
     """Read one Harbor task directory; clear errors for missing files and bad task.toml fields."""
     task_dir = Path(task_dir)
     if not task_dir.is_dir():
         raise HarborTaskError(f"Harbor task {task_dir}: not a directory")
-    for required in ("instruction.md", "task.toml", "tests/test.sh"):
-        if not (task_dir / required).is_file():
-            raise _bad(task_dir, f"missing {required}")
-    instruction = (task_dir / "instruction.md").read_text(encoding="utf-8")
-    if not instruction.strip():
-        raise _bad(task_dir, "instruction.md is empty")
+    if not (task_dir / "task.toml").is_file():
+        raise _bad(task_dir, "missing task.toml")
     try:
         config = tomllib.loads((task_dir / "task.toml").read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise _bad(task_dir, f"task.toml is not valid TOML: {exc}") from None
+    raw_steps = config.get("steps") or []
+    if not isinstance(raw_steps, list) or not all(isinstance(st, dict) and isinstance(st.get("name"), str)
+                                                  for st in raw_steps):
+        raise _bad(task_dir, "task.toml [[steps]] entries must each have a name")
+    steps = [_load_step(task_dir, st) for st in raw_steps]
+    if len({st.name for st in steps}) != len(steps):
+        raise _bad(task_dir, "task.toml [[steps]] names must be unique")
+    if steps:
+        # Harbor has no top-level instruction for a multi-step task; ours is the first step's, for
+        # readers of the dataset (decontamination), while each step's agent gets its own.
+        instruction = steps[0].instruction
+    else:
+        # A Windows task's verifier is tests/test.bat (or .ps1/.cmd): it loads, and is reported as
+        # unsupported rather than as a missing test.sh.
+        linux = str(_table(task_dir, config, "environment").get("os", "linux")).lower() == "linux"
+        for required in ("instruction.md", "tests/test.sh") if linux else ("instruction.md",):
+            if not (task_dir / required).is_file():
+                raise _bad(task_dir, f"missing {required}")
+        instruction = strip_canary((task_dir / "instruction.md").read_text(encoding="utf-8"))
+    if not instruction.strip():
+        raise _bad(task_dir, "instruction.md is empty (after its canary lines)")
+    strategy = config.get("multi_step_reward_strategy")
+    if strategy not in (None, "mean", "final"):
+        raise _bad(task_dir, f"task.toml multi_step_reward_strategy must be \"mean\" or \"final\", got {strategy!r}")
     metadata = _table(task_dir, config, "metadata")
     verifier = _table(task_dir, config, "verifier")
     agent = _table(task_dir, config, "agent")
     env = _table(task_dir, config, "environment")
+    solution = _table(task_dir, config, "solution")
     tags = metadata.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise _bad(task_dir, f"task.toml [metadata] tags must be a list of strings, got {tags!r}")
-    allow_internet = env.get("allow_internet", DEFAULT_ALLOW_INTERNET)
-    if not isinstance(allow_internet, bool):
-        raise _bad(task_dir, f"task.toml [environment] allow_internet must be true or false, got {allow_internet!r}")
     docker_image = env.get("docker_image")
     if docker_image is not None and not isinstance(docker_image, str):
         raise _bad(task_dir, f"task.toml [environment] docker_image must be a string, got {docker_image!r}")
     dockerfile = task_dir / "environment" / "Dockerfile"
     if not dockerfile.is_file():
-        if not docker_image:
-            raise _bad(task_dir, "missing environment/Dockerfile (and task.toml [environment] names no docker_image)")
+        # Harbor accepts any environment/ directory (a compose file, say) or a prebuilt image
+        # (harbor/models/task/task.py is_valid_dir); what cannot be built here is native_plan's to say.
+        if not docker_image and not (task_dir / "environment").is_dir():
+            raise _bad(task_dir, "missing environment/ (and task.toml [environment] names no docker_image)")
         dockerfile = None
     solve_sh = task_dir / "solution" / "solve.sh"
-    version = config.get("version", config.get("schema_version"))
+    version = config.get("schema_version", config.get("version"))
     return HarborTask(
-        name=task_dir.name,
+        name=_task_name(task_dir, config),
         path=task_dir,
         instruction=instruction,
         config=config,
         version=str(version) if version is not None else None,
         metadata=metadata,
         verifier_timeout_sec=_number(task_dir, verifier, "verifier", "timeout_sec", DEFAULT_VERIFIER_TIMEOUT_SEC),
-        agent_timeout_sec=_number(task_dir, agent, "agent", "timeout_sec", DEFAULT_AGENT_TIMEOUT_SEC),
+        agent_timeout=_number(task_dir, agent, "agent", "timeout_sec", None),
         build_timeout_sec=_number(task_dir, env, "environment", "build_timeout_sec", DEFAULT_BUILD_TIMEOUT_SEC),
-        cpus=_number(task_dir, env, "environment", "cpus", DEFAULT_CPUS, integer=True),
-        memory_mb=_size_mb(task_dir, env, "memory_mb", "memory", DEFAULT_MEMORY_MB),
-        storage_mb=_size_mb(task_dir, env, "storage_mb", "storage", DEFAULT_STORAGE_MB),
-        allow_internet=allow_internet,
+        cpus=_cpus(task_dir, env),
+        memory_mb=_size_mb(task_dir, env, "memory_mb", "memory"),
+        storage_mb=_size_mb(task_dir, env, "storage_mb", "storage"),
+        network_mode=_network_mode(task_dir, env, "environment"),
         docker_image=docker_image,
         dockerfile=dockerfile,
         tests_dir=task_dir / "tests",
         test_sh=task_dir / "tests" / "test.sh",
         solve_sh=solve_sh if solve_sh.is_file() else None,
+        verifier_env=_env_table(task_dir, verifier, "verifier"),
+        solution_env=_env_table(task_dir, solution, "solution"),
+        environment_env=_env_table(task_dir, env, "environment"),
+        steps=steps,
+        multi_step_reward_strategy=strategy,
+        unsupported=_unsupported(config, env, verifier, agent, task_dir),
+        solution_dir=task_dir / "solution",
     )
 
 
-def load_harbor_dir(root: str | Path) -> list[HarborTask]:
-    """Every task under a Harbor dataset directory (sorted by name); root may itself be one task.
+_ENV_TEMPLATE = re.compile(r"\$\{([^}:]+)(?::-(.*))?\}")
 
-    A subdirectory counts as a task when it holds task.toml or instruction.md, so a half-written
-    task is reported with what it lacks instead of being skipped silently."""
-    root = Path(root)
-    if not root.is_dir():
-        raise HarborTaskError(f"Harbor dataset {root}: not a directory")
-    if (root / "task.toml").exists():
-        return [load_harbor_task(root)]
+
+def resolve_env(values: dict, where: str, host_env: dict | None = None) -> dict:
+    """A task.toml env table as Harbor applies it (harbor/utils/env.py, resolve_env_vars): a value
+    that is exactly ${VAR} or ${VAR:-default} comes from the host's environment, anything else is
+    literal; a template naming an unset variable without a default is an error."""
+    host_env = os.environ if host_env is None else host_env
+    out = {}
+    for key, value in values.items():
+        m = _ENV_TEMPLATE.fullmatch(value)
+        if not m:
+            out[key] = value
+        elif m.group(1) in host_env:
+            out[key] = host_env[m.group(1)]
+        elif m.group(2) is not None:
+            out[key] = m.group(2)
+        else:
+            raise HarborTaskError(f"{where}: {key} = {value!r} names host variable {m.group(1)}, which is not set")
+    return out
+
+
+def _task_dirs(root: Path) -> list[Path]:
     dirs = [d for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith(".")
             and ((d / "task.toml").exists() or (d / "instruction.md").exists())]
     if not dirs:
         raise HarborTaskError(f"Harbor dataset {root}: no task directories (with task.toml) found")
-    return [load_harbor_task(d) for d in dirs]
+    return dirs
+
+
+def load_harbor_dataset(root: str | Path) -> tuple[list[HarborTask], list[BrokenTask]]:
+    """Every loadable task under a Harbor dataset directory, and every directory that is not, with
+    its reason: one bad task never hides the others. root may itself be one task."""
+    root = Path(root)
+    if not root.is_dir():
+        raise HarborTaskError(f"Harbor dataset {root}: not a directory")
+    dirs = [root] if (root / "task.toml").exists() else _task_dirs(root)
+    tasks, broken = [], []
+    for d in dirs:
+        try:
+            tasks.append(load_harbor_task(d))
+        except HarborTaskError as exc:
+            broken.append(BrokenTask(d.name, d, str(exc)))
+    names = [t.name for t in tasks]
+    for t in list(tasks):
+        if names.count(t.name) > 1:
+            tasks.remove(t)
+            broken.append(BrokenTask(t.name, t.path, f"Harbor task {t.path}: task name {t.name} is used by "
+                                                     "another task of the dataset"))
+    return tasks, broken
+
+
+def load_harbor_dir(root: str | Path) -> list[HarborTask]:
+    """Every task under a Harbor dataset directory (sorted by directory); root may itself be one
+    task. Strict: the first unloadable task is an error (load_harbor_dataset goes on instead).
+
+    A subdirectory counts as a task when it holds task.toml or instruction.md, so a half-written
+    task is reported with what it lacks instead of being skipped silently."""
+    tasks, broken = load_harbor_dataset(root)
+    if broken:
+        raise HarborTaskError(broken[0].reason)
+    return tasks
 
 
 # -- Dockerfile interpretation ------------------------------------------------------------------
@@ -316,16 +608,103 @@ def _substitute(text: str, values: dict) -> str:
     return _VAR.sub(repl, text)
 
 
-def _debian_like(image: str) -> bool:
+def _image_name_tag(image: str) -> tuple[str, str]:
     ref = image.split("@")[0]
     name, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "")
-    base = name.rsplit("/", 1)[-1].lower()
-    tag = tag.lower()
+    return name.rsplit("/", 1)[-1].lower(), tag.lower()
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    m = re.match(r"\d+(?:[.-]\d+)*", text)
+    return tuple(int(x) for x in re.split(r"[.-]", m.group(0))) if m else ()
+
+
+def _run_version(argv: list[str]) -> str:
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return res.stdout + res.stderr
+
+
+# How to ask the host for each toolchain's version (what the sandbox over the host's /usr gets).
+_HOST_VERSION = {
+    "python3": (["python3", "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"], r"(\d+(?:\.\d+)+)"),
+    "go": (["go", "version"], r"go(\d+(?:\.\d+)+)"),
+    "node": (["node", "--version"], r"v(\d+(?:\.\d+)+)"),
+    "java": (["java", "-version"], r"version \"(\d+(?:\.\d+)*)"),
+    "gcc": (["gcc", "-dumpfullversion", "-dumpversion"], r"(\d+(?:\.\d+)*)"),
+    "rustc": (["rustc", "--version"], r"rustc (\d+(?:\.\d+)+)"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def host_tool_version(tool: str) -> tuple[int, ...] | None:
+    """The host's version of a toolchain, or None when it is not installed."""
+    if shutil.which(tool) is None:
+        return None
+    argv, pattern = _HOST_VERSION[tool]
+    m = re.search(pattern, _run_version(argv))
+    return _version_tuple(m.group(1)) if m else ()
+
+
+# The native runner's allow-list of base images. Debian and Ubuntu stand for the host's Debian
+# /usr (apt packages are checked on the host one by one). A toolchain image is provided only when
+# the host has that toolchain at the version its tag names, to the precision given here
+# (python:3.12 needs a host python3 3.12; node:20 a host node 20); a tag that names no version
+# (latest, slim) could be anything, so it is not provided. Everything else is an environment error.
+HOST_DEBIAN_IMAGES = ("debian", "ubuntu")
+TOOLCHAIN_IMAGES = {"python": ("python3", 2), "golang": ("go", 2), "node": ("node", 1),
+                    "eclipse-temurin": ("java", 1), "openjdk": ("java", 1), "amazoncorretto": ("java", 1),
+                    "gcc": ("gcc", 1), "rust": ("rustc", 2)}
+
+
+def check_base_image(image: str) -> str:
+    """The kind of base image the native runner provides for `image` ("debian" or the toolchain's
+    name); EnvironmentUnsupported names what is missing otherwise."""
+    base, tag = _image_name_tag(image)
+    # Terminal-Bench's own bases are named like python-3-13 or ubuntu-24-04.
+    m = re.fullmatch(r"([a-z]+(?:-[a-z]+)*)-(\d+(?:-\d+)*)", base)
+    version_text = tag
+    if m and (m.group(1) in HOST_DEBIAN_IMAGES or m.group(1) in TOOLCHAIN_IMAGES):
+        base, version_text = m.group(1), m.group(2)
     if "alpine" in tag or "windows" in tag:
-        return False
-    # Prefix match: Terminal-Bench's own bases are named like python-3-13 or ubuntu-24-04.
-    return any(base == n or base.startswith(n + "-") for n in DEBIAN_LIKE_IMAGES) or any(
-        c in tag for c in DEBIAN_CODENAMES)
+        raise EnvironmentUnsupported(f"base image {image} is not Debian-based; the native runner runs on the "
+                                     "host's Debian /usr")
+    if base in HOST_DEBIAN_IMAGES:
+        return "debian"
+    if base not in TOOLCHAIN_IMAGES:
+        raise EnvironmentUnsupported(
+            f"base image {image} is not on the native runner's allow-list ({', '.join(HOST_DEBIAN_IMAGES)}, "
+            f"or {', '.join(sorted(TOOLCHAIN_IMAGES))} when the host has that toolchain)")
+    tool, precision = TOOLCHAIN_IMAGES[base]
+    wanted = _version_tuple(version_text)
+    if len(wanted) < precision:
+        raise EnvironmentUnsupported(
+            f"base image {image}: its tag names no {tool} version to {precision} place(s), so the native runner "
+            "cannot tell whether the host's matches")
+    have = host_tool_version(tool)
+    if have is None:
+        raise EnvironmentUnsupported(f"base image {image} provides {tool}, which the host lacks ({tool}: not found)")
+    if have[:precision] != wanted[:precision]:
+        raise EnvironmentUnsupported(
+            f"base image {image} provides {tool} {'.'.join(map(str, wanted[:precision]))}, the host has "
+            f"{'.'.join(map(str, have)) or 'an unknown version'}")
+    return tool
+
+
+# Host programs that would stand in for ones an image lacks: a test.sh that runs pytest scores on
+# the host's pytest even where the image has none (Harbor: "pytest: command not found").
+PYTEST_PACKAGES = {"python3-pytest", "pytest"}
+
+
+def check_host_leaks(task: HarborTask, plan: "BuildPlan") -> None:
+    text = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in task.test_scripts)
+    code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+    if re.search(r"\bpytest\b", code) and not PYTEST_PACKAGES & set(plan.apt_packages):
+        raise EnvironmentUnsupported(
+            f"tests/test.sh runs pytest, which base image {plan.base_image} does not provide (the Dockerfile "
+            "installs no python3-pytest): the host's pytest would stand in for a missing one")
 
 
 def _split_shell(command: str) -> list[tuple[str, str]]:
@@ -569,10 +948,10 @@ def plan_dockerfile(dockerfile: Path, context: Path) -> BuildPlan:
             if not words:
                 raise EnvironmentUnsupported(f"{where}: FROM names no image")
             base = _substitute(words[0], values)
-            if not _debian_like(base):
-                raise EnvironmentUnsupported(
-                    f"{where}: base image {base} is not Debian-like; the bwrap runtime runs on the host's "
-                    "Debian /usr")
+            try:
+                check_base_image(base)
+            except EnvironmentUnsupported as exc:
+                raise EnvironmentUnsupported(f"{where}: {exc}") from None
         elif base is None and inst.keyword != "ARG":
             raise EnvironmentUnsupported(f"{where}: instruction before FROM")
         elif inst.keyword == "RUN":
@@ -627,13 +1006,49 @@ def plan_dockerfile(dockerfile: Path, context: Path) -> BuildPlan:
 def check_test_sh_offline(task: HarborTask) -> None:
     """Terminal-Bench 2.0's test.sh installs curl and uv and fetches pytest when it runs; under bwrap
     (no root, usually no network) it could only ever write reward 0, so say so up front."""
-    text = task.test_sh.read_text(encoding="utf-8", errors="replace")
-    for lineno, line in enumerate(text.splitlines(), 1):
-        code = line.split("#", 1)[0]
-        if TEST_SH_INSTALLERS.search(code):
-            raise EnvironmentUnsupported(
-                f"tests/test.sh line {lineno} installs its verifier toolchain at run time ({code.strip()}); "
-                "that needs root and network, which the bwrap runtime does not give")
+    for script in task.test_scripts:
+        text = script.read_text(encoding="utf-8", errors="replace")
+        rel = script.relative_to(task.path)
+        for lineno, line in enumerate(text.splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if TEST_SH_INSTALLERS.search(code):
+                raise EnvironmentUnsupported(
+                    f"{rel} line {lineno} installs its verifier toolchain at run time ({code.strip()}); "
+                    "that needs root and network, which the bwrap runtime does not give")
+
+
+def native_plan(task: HarborTask, check_leaks: bool = True) -> BuildPlan:
+    """Everything the native runner can tell about a task without building it: the BuildPlan, or
+    EnvironmentUnsupported with the first reason it cannot run (unsupported task.toml features, a
+    prebuilt image, a test.sh that installs its toolchain, a Dockerfile it cannot interpret, a base
+    image or Debian package the host lacks, a host program that would stand in for a missing one)."""
+    if task.unsupported:
+        raise EnvironmentUnsupported("; ".join(task.unsupported))
+    if task.dockerfile is None:
+        if task.docker_image:
+            raise EnvironmentUnsupported(f"the prebuilt image {task.docker_image} cannot run under bwrap "
+                                         "(no environment/Dockerfile)")
+        raise EnvironmentUnsupported("environment/ has no Dockerfile for the native runner to build")
+    check_test_sh_offline(task)
+    plan = plan_dockerfile(task.dockerfile, task.environment_dir)
+    missing = missing_debian_packages(plan.apt_packages)
+    if missing:
+        raise EnvironmentUnsupported(
+            f"the bwrap runtime runs on the host's /usr, which lacks Debian packages {missing} "
+            "(apt-get install them on the host, or use the apptainer or harbor runner)")
+    if check_leaks:
+        check_host_leaks(task, plan)
+    return plan
+
+
+def native_blocker(task: HarborTask) -> str | None:
+    """Why the native runner cannot run this task (None when it can, as far as can be told
+    without building it)."""
+    try:
+        native_plan(task)
+    except EnvironmentUnsupported as exc:
+        return str(exc)
+    return None
 
 
 # -- building -----------------------------------------------------------------------------------
@@ -701,7 +1116,10 @@ def _first_line_with(text: str, needles: tuple[str, ...]) -> str | None:
 
 
 def harbor_image_digest(task: HarborTask) -> str:
-    return stable_hash([BUILDER_VERSION, tree_digest(task.environment_dir), task.allow_internet], 24)
+    # test.sh is part of it: what it runs decides whether a host program would stand in for one
+    # the image lacks (check_host_leaks).
+    return stable_hash([BUILDER_VERSION, tree_digest(task.environment_dir), task.allow_internet,
+                        [p.read_text(errors="replace") for p in task.test_scripts]], 24)
 
 
 def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits | None = None,
@@ -710,7 +1128,14 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
     the layout BwrapRuntime.start expects). A failure is an environment error: BuildResult.ok is
     False and reason says why. Content-addressed: an unchanged environment/ is not rebuilt."""
     start = time.monotonic()
-    final = Path(images_dir) / task.name
+
+    def fail(reason: str, log: str = "") -> BuildResult:
+        reason = f"task {task.name}: {reason}"
+        return BuildResult(False, None, reason, (log + "\n" + reason).strip(), time.monotonic() - start)
+
+    if task.unsupported:  # task.toml, not the image: checked before any cached layer is reused
+        return fail("; ".join(task.unsupported))
+    final = Path(images_dir) / task.slug
     digest = harbor_image_digest(task)
     meta_path = final / "image.json"
     if meta_path.exists():
@@ -718,24 +1143,14 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
         if meta.get("digest") == digest and meta.get("backend") == "bwrap":
             log = (final / "build.log").read_text() if (final / "build.log").exists() else ""
             return BuildResult(True, _image(task, final, meta), "cached", log, 0.0, cached=True)
-
-    def fail(reason: str, log: str = "") -> BuildResult:
-        reason = f"task {task.name}: {reason}"
-        return BuildResult(False, None, reason, (log + "\n" + reason).strip(), time.monotonic() - start)
-
-    if task.dockerfile is None:
-        return fail(f"the prebuilt image {task.docker_image} cannot run under bwrap (no environment/Dockerfile)")
     try:
-        check_test_sh_offline(task)
-        plan = plan_dockerfile(task.dockerfile, task.environment_dir)
+        # The host-leak check comes after the build, so a Dockerfile's own failure is named first.
+        plan = native_plan(task, check_leaks=False)
     except EnvironmentUnsupported as exc:
         return fail(str(exc))
-    missing = missing_debian_packages(plan.apt_packages)
-    if missing:
-        return fail(f"the bwrap runtime runs on the host's /usr, which lacks Debian packages {missing} "
-                    "(apt-get install them on the host, or use the apptainer or harbor runner)")
     timeout = float(timeout or task.build_timeout_sec)
-    limits = limits or Limits(wall_sec=timeout, cpu_sec=int(timeout), memory_mb=max(task.memory_mb, 2048))
+    limits = limits or Limits(wall_sec=timeout, cpu_sec=int(timeout),
+                              memory_mb=max(task.memory_mb or 0, NATIVE_MEMORY_MB))
     stage = staging_dir(final)
     layer, tmp, home, logs = stage / "layer", stage / "tmp", stage / "home", stage / "logs"
     for d in (layer, tmp, home, logs):
@@ -764,6 +1179,7 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
                 return fail(f"{where} tried to write outside {TASK_ROOT}: {outside}", "\n".join(log_lines))
             if res.exit_code != 0:
                 return fail(f"{where} failed with exit code {res.exit_code}: {res.tail(300)}", "\n".join(log_lines))
+        check_host_leaks(task, plan)
         leftovers = [f"/tmp/{p.name}" for p in tmp.iterdir()] + [f"/home/user/{p.name}" for p in home.iterdir()]
         if leftovers:
             return fail(f"the build left files outside {TASK_ROOT} ({', '.join(sorted(leftovers))}), "
@@ -788,7 +1204,7 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
 
 
 def _image(task: HarborTask, path: Path, meta: dict) -> Image:
-    return Image(task.name, "bwrap", path, meta["digest"], bool(meta.get("allow_network", False)),
+    return Image(task.slug, "bwrap", path, meta["digest"], bool(meta.get("allow_network", False)),
                  meta={k: meta[k] for k in ("workdir", "env", "base_image", "apt_packages") if k in meta})
 
 
@@ -817,7 +1233,8 @@ def start_harbor_session(image: Image, limits: Limits | None = None, work_root: 
 
 
 __all__ = [
-    "HarborTask", "HarborTaskError", "EnvironmentUnsupported", "HarborSession", "BuildPlan",
-    "load_harbor_task", "load_harbor_dir", "parse_dockerfile", "plan_dockerfile", "check_test_sh_offline",
+    "HarborStep", "HarborTask", "HarborTaskError", "EnvironmentUnsupported", "HarborSession", "BuildPlan", "BrokenTask",
+    "load_harbor_task", "load_harbor_dir", "load_harbor_dataset", "strip_canary", "check_base_image", "resolve_env",
+    "native_plan", "native_blocker", "parse_dockerfile", "plan_dockerfile", "check_test_sh_offline",
     "build_harbor_image", "start_harbor_session", "harbor_image_digest",
 ]

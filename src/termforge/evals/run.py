@@ -94,17 +94,38 @@ def tbench_rows(model_name: str, benchmark: str, summary: dict) -> list[dict]:
         if key in summary:
             rows.append({"model": model_name, "benchmark": benchmark, "metric": key, "value": summary[key],
                          "n": n_tasks, "stderr": None})
+    by_key = summary.get("mean_by_key") or {}
+    if len(by_key) > 1:  # several named rewards (reward.json): each key's mean, as Harbor reports them
+        for key, value in sorted(by_key.items()):
+            rows.append({"model": model_name, "benchmark": benchmark, "metric": f"mean:{key}", "value": value,
+                         "n": summary.get("n_scored", n_tasks), "stderr": None})
+    if summary.get("unloadable_tasks"):
+        rows.append({"model": model_name, "benchmark": benchmark, "metric": "n_unloadable_tasks",
+                     "value": len(summary["unloadable_tasks"]), "n": n_tasks, "stderr": None})
     return rows
 
 
+CONTROL_PREFIX = "control:"
+
+
 def write_eval_table(summary_paths: list[Path], out_csv: Path) -> list[dict]:
-    """Merge eval summaries (each a JSON with model, benchmark, kind and summary) into the tidy table."""
+    """Merge eval summaries (each a JSON with model, benchmark, kind and summary) into the tidy table.
+
+    A Terminal-Bench record carries the oracle and no-op control runs of the same runner; they
+    become the models `control:oracle` and `control:noop` of that benchmark (once per benchmark),
+    so a reader can tell a weak policy (0.0) from a broken harness (oracle below 1)."""
     rows: list[dict] = []
+    controlled: set[str] = set()
     for path in summary_paths:
         record = read_json(path)
         to_rows = aime_rows if record["kind"] == "aime" else tbench_rows
         rows += to_rows(record["model"], record["benchmark"], record["summary"])
-    rows.sort(key=lambda r: (r["benchmark"], r["metric"], r["model"] != "base", r["model"]))
+        if record["kind"] == "tbench" and record.get("controls") and record["benchmark"] not in controlled:
+            controlled.add(record["benchmark"])
+            for name, summary in sorted(record["controls"].items()):
+                rows += tbench_rows(CONTROL_PREFIX + name, record["benchmark"], summary)
+    rows.sort(key=lambda r: (r["benchmark"], r["metric"], r["model"].startswith(CONTROL_PREFIX),
+                             r["model"] != "base", r["model"]))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=TABLE_COLUMNS)
     writer.writeheader()
@@ -119,5 +140,9 @@ def write_eval_table(summary_paths: list[Path], out_csv: Path) -> list[dict]:
     return rows
 
 
-def write_eval_record(out: Path, model: str, benchmark: str, kind: str, summary: dict) -> None:
-    atomic_write_json(out, {"model": model, "benchmark": benchmark, "kind": kind, "summary": summary})
+def write_eval_record(out: Path, model: str, benchmark: str, kind: str, summary: dict,
+                      controls: dict | None = None) -> None:
+    record = {"model": model, "benchmark": benchmark, "kind": kind, "summary": summary}
+    if controls is not None:
+        record["controls"] = controls
+    atomic_write_json(out, record)

@@ -1,11 +1,13 @@
 """Terminal-Bench evaluation: Harbor-format tasks run natively (bwrap) or through the `harbor` CLI.
 
 Native runner. For every task x attempt: a fresh session over the task's built layer, the agent
-acts in it, the agent stops, then the clean verifier runs tests/test.sh in a new sandbox
-(termforge.verifier.run_verifier) and reads /logs/verifier/reward.txt. Each trial writes a
-result.json shaped like Harbor's TrialResult (task_name, trial_name, verifier_result.rewards.reward,
-exception_info, agent_info, agent_result token counts, started_at/finished_at per phase:
-environment_setup, agent_execution, verifier), so native and Harbor jobs aggregate the same way.
+acts in it, the agent stops, then a clean verifier sandbox runs tests/test.sh and the host reads
+/logs/verifier/reward.json or reward.txt with Harbor's rules (termforge.reward_file); multi-step
+tasks run step by step. Each trial writes a result.json shaped like Harbor's TrialResult
+(task_name, trial_name, verifier_result.rewards, reward_valid, exception_info, step_results,
+agent_info, agent_result token counts, started_at/finished_at per phase), and both runners'
+trials are judged by Harbor's error policy (termforge.evals.error_policy), so native and Harbor
+jobs aggregate the same way.
 
 An agent is any callable `agent(session, task) -> dict | None` that acts through the session
 (`session.exec(command, timeout=...)`, copy_in/copy_out). The dict it returns is recorded; the keys
@@ -15,9 +17,10 @@ raises AgentInfraError when its own infrastructure failed (a model server down):
 error, not a 0. Any other exception is the agent's failure: it is recorded and the verifier still
 grades the environment as the agent left it.
 
-Outcomes: a trial is *scored* when the verifier produced a reward; otherwise it is an error, and an
-error of the environment (a build the bwrap runtime cannot do, a session that cannot start) is
-counted apart from the others. Errors never count as reward 0 or 1: mean reward and pass@k are
+Outcomes: a trial is *scored* when it has a valid reward (Harbor's reward_valid: rewards present
+and no recorded exception that voids them); otherwise it is an error, and an error of the
+environment (a build the bwrap runtime cannot do, a session that cannot start) is counted apart
+from the others. Errors never count as reward 0 or 1: mean reward and pass@k are
 over scored trials only, and the counts of errors are reported beside them.
 
 Harbor runner. `harbor_command` builds the command line of Harbor's `harbor run` (an alias of
@@ -41,6 +44,8 @@ table as the native runner.
 from __future__ import annotations
 
 import json
+import math
+import shlex
 import shutil
 import subprocess
 import threading
@@ -48,16 +53,19 @@ import time
 import traceback
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable
 
 from termforge.errors import TermforgeError
-from termforge.evals.harbor_tasks import HarborSession, HarborTask, build_harbor_image
+from termforge.evals.error_policy import is_environment_error, reward_valid
+from termforge.evals.harbor_tasks import (NATIVE_MEMORY_MB, BrokenTask, HarborSession, HarborTask, HarborTaskError,
+                                          build_harbor_image, resolve_env)
 from termforge.io import atomic_write_json, atomic_write_text, read_json
 from termforge.metrics import pass_at_k
-from termforge.runtime.base import BuildResult, Limits
+from termforge.reward_file import HEADLINE_KEY, RewardReading, read_reward
+from termforge.runtime.base import Bind, BuildResult, Limits
 from termforge.runtime.bwrap import SANDBOX_PATH, tree_digest
 
 Agent = Callable[[HarborSession, HarborTask], "dict | None"]
@@ -65,9 +73,6 @@ Agent = Callable[[HarborSession, HarborTask], "dict | None"]
 SUCCESS_REWARD = 1.0
 ENVIRONMENT_ERROR = "environment"
 OTHER_ERROR = "error"
-# Harbor exception types that mean the environment, not the agent, failed.
-HARBOR_ENVIRONMENT_EXCEPTIONS = {"EnvironmentBuildError", "EnvironmentStartError", "EnvironmentStartTimeoutError",
-                                 "DockerBuildError", "BuildError", "ImageBuildError", "EnvironmentSetupError"}
 AGENT_INFO_KEYS = ("name", "version", "model_name", "model_provider")
 AGENT_RESULT_KEYS = ("n_input_tokens", "n_cache_tokens", "n_output_tokens", "cost_usd")
 
@@ -80,11 +85,19 @@ class AgentInfraError(TermforgeError):
 
 def oracle_agent(session: HarborSession, task: HarborTask) -> dict:
     """Run solution/solve.sh as the agent (bound read-only at /solution, from the WORKDIR)."""
-    from termforge.verifier import run_oracle
-
     if task.solve_sh is None:
         raise AgentInfraError(f"task {task.name}: the oracle needs solution/solve.sh, which this task lacks")
-    res = run_oracle(session, task.path, timeout=task.agent_timeout_sec)
+    if task.solution_env:
+        # Harbor's oracle runs solve.sh with [solution].env (harbor/models/task/config.py SolutionConfig).
+        try:
+            env = resolve_env(task.solution_env, f"task {task.name} [solution] env")
+        except HarborTaskError as exc:
+            raise AgentInfraError(str(exc)) from None
+    else:
+        env = {}
+    # solution/ (or a step's own) bound read-only at /solution, run from the WORKDIR.
+    res = session.exec("/bin/bash --noprofile --norc /solution/solve.sh", timeout=task.agent_timeout_sec,
+                       env=env, binds=[Bind(task.solution_dir or task.path / "solution", "/solution")])
     return {"name": "oracle", "exit_code": res.exit_code, "timed_out": res.timed_out,
             "duration_sec": round(res.duration_sec, 3), "output_tail": res.tail(2000)}
 
@@ -119,10 +132,11 @@ class TrialRecord:
     n_input_tokens: int | None = None
     n_output_tokens: int | None = None
     durations_sec: dict = field(default_factory=dict)
+    rewards: dict | None = None  # every named reward of a valid trial (reward.json may hold several)
 
     @property
     def scored(self) -> bool:
-        return self.reward is not None
+        return self.rewards is not None or self.reward is not None
 
 
 @dataclass
@@ -159,24 +173,46 @@ def trial_record(result: dict, source: str = "result.json") -> TrialRecord:
         if not isinstance(result.get(key), str):
             raise TermforgeError(f"{source}: trial result has no {key}")
     rewards = (result.get("verifier_result") or {}).get("rewards")
-    reward = None
-    if isinstance(rewards, dict) and rewards:
-        value = rewards.get("reward", next(iter(rewards.values())))
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            reward = float(value)
+    if not (isinstance(rewards, dict) and rewards and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in rewards.values())):
+        rewards = None
     exc = result.get("exception_info") or None
     exc_type = exc.get("exception_type") if isinstance(exc, dict) else (str(exc) if exc else None)
     exc_msg = exc.get("exception_message") if isinstance(exc, dict) else None
+    # Harbor records handled failures of multi-step trials on the steps (TrialResult.recorded_exceptions).
+    step_excs = [s.get("exception_info") for s in result.get("step_results") or [] if isinstance(s, dict)]
+    exc_types = [t for t in [exc_type, *(e.get("exception_type") for e in step_excs if isinstance(e, dict))] if t]
+    valid = result["reward_valid"] if isinstance(result.get("reward_valid"), bool) else reward_valid(rewards, exc_types)
+    if rewards is None:
+        valid = False
+    reward = None
+    if valid:
+        rewards = {str(k): float(v) for k, v in rewards.items()}
+        reward = RewardReading(rewards).reward
+    else:
+        rewards = None
     error_kind = None
-    if reward is None:
+    if not valid:
         tf_kind = (result.get("termforge") or {}).get("error_kind")
-        env_like = exc_type in HARBOR_ENVIRONMENT_EXCEPTIONS or (exc_type or "").startswith("Environment")
+        env_like = any(is_environment_error(t, exc_msg) for t in exc_types)
         error_kind = tf_kind or (ENVIRONMENT_ERROR if env_like else OTHER_ERROR)
     agent_result = result.get("agent_result") or {}
     durations = {phase: d for phase in ("environment_setup", "agent_setup", "agent_execution", "verifier")
                  if (d := _duration(result.get(phase))) is not None}
     return TrialRecord(result["task_name"], result["trial_name"], reward, error_kind, exc_type, exc_msg,
-                       agent_result.get("n_input_tokens"), agent_result.get("n_output_tokens"), durations)
+                       agent_result.get("n_input_tokens"), agent_result.get("n_output_tokens"), durations, rewards)
+
+
+def mean_by_key(trials: list[TrialRecord]) -> dict:
+    """Harbor's Mean metric over the valid trials (harbor/metrics/mean.py and metrics/base.py): one
+    reward key gives {"mean": m}; several give each key's mean, a trial missing a key counting 0."""
+    rows = [t.rewards for t in trials if t.rewards is not None]
+    if not rows:
+        return {}
+    keys = sorted({k for r in rows for k in r})
+    if len(keys) <= 1:
+        return {"mean": sum(next(iter(r.values()), 0) for r in rows) / len(rows)}
+    return {k: sum(r.get(k, 0) for r in rows) / len(rows) for k in keys}
 
 
 def _mean(values: list[float]) -> float | None:
@@ -201,7 +237,7 @@ def summarize(trials: list[TrialRecord], k: int | None = None, success_reward: f
     per_task = []
     for name, rows in by_task.items():
         scored = [r for r in rows if r.scored]
-        n, c = len(scored), sum(1 for r in scored if r.reward >= success_reward)
+        n, c = len(scored), sum(1 for r in scored if r.reward is not None and r.reward >= success_reward)
         per_task.append({
             "task_name": name,
             "n_trials": len(rows),
@@ -209,7 +245,7 @@ def summarize(trials: list[TrialRecord], k: int | None = None, success_reward: f
             "n_passed": c,
             "n_errors": sum(1 for r in rows if not r.scored),
             "n_environment_errors": sum(1 for r in rows if r.error_kind == ENVIRONMENT_ERROR),
-            "mean_reward": _mean([r.reward for r in scored]),
+            "mean_reward": _mean([r.reward for r in scored if r.reward is not None]),
             "pass_at_k": {str(j): (pass_at_k(n, c, j) if n >= j else None) for j in range(1, k + 1)},
             "errors": sorted({f"{r.exception_type}: {r.exception_message}" for r in rows if not r.scored}),
         })
@@ -226,13 +262,23 @@ def summarize(trials: list[TrialRecord], k: int | None = None, success_reward: f
         "n_scored": len(scored_all),
         "n_errors": len(trials) - len(scored_all),
         "n_environment_errors": sum(1 for t in trials if t.error_kind == ENVIRONMENT_ERROR),
-        "mean_reward": _mean([t.reward for t in scored_all]),
+        "mean_reward": _mean([t.reward for t in scored_all if t.reward is not None]),
+        # Which reward is the headline (mean_reward, pass@k): `reward`, or the only key there is.
+        "headline_metric": _headline(scored_all),
+        "mean_by_key": mean_by_key(trials),
         "pass_at_k": pass_overall,
         "n_tasks_pass_at_k": counted,
         "n_input_tokens": _sum_or_none(t.n_input_tokens for t in trials),
         "n_output_tokens": _sum_or_none(t.n_output_tokens for t in trials),
         "per_task": per_task,
     }
+
+
+def _headline(trials: list[TrialRecord]) -> str | None:
+    keys = {k for t in trials for k in (t.rewards or {})}
+    if not keys or HEADLINE_KEY in keys:
+        return HEADLINE_KEY
+    return next(iter(keys)) if len(keys) == 1 else None
 
 
 def _fmt(value, digits: int = 3) -> str:
@@ -257,6 +303,8 @@ def format_table(summary: dict) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [cols, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.insert(len(lines) - 1, lines[1])
+    for b in summary.get("unloadable_tasks") or []:
+        lines.append(f"unloadable: {b['task_name']}: {b['reason']}")
     return "\n".join(lines) + "\n"
 
 
@@ -298,7 +346,8 @@ def default_limits(task: HarborTask) -> Limits:
     """Per-task limits from task.toml: the agent's timeout as the default command wall clock and
     CPU budget, and the task's memory as the address-space limit."""
     longest = max(task.agent_timeout_sec, task.verifier_timeout_sec)
-    return Limits(wall_sec=task.agent_timeout_sec, cpu_sec=int(longest), memory_mb=max(task.memory_mb, 1024))
+    memory = task.memory_mb if task.memory_mb is not None else NATIVE_MEMORY_MB
+    return Limits(wall_sec=task.agent_timeout_sec, cpu_sec=int(longest), memory_mb=max(memory, 1024))
 
 
 @dataclass
@@ -313,7 +362,7 @@ class _Job:
 
 
 def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attempt: int) -> dict:
-    trial_name = f"{task.name}__{attempt}"
+    trial_name = f"{task.slug}__{attempt}"
     trial_dir = job.dir / trial_name
     result = {
         "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"termforge:{job.name}:{trial_name}")),
@@ -354,7 +403,10 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
         return finish()
     limits = job.limits or default_limits(task)
     try:
+        # [environment].env is the container's environment: the agent, oracle and verifier see it.
+        task_env = resolve_env(task.environment_env, f"task {task.name} [environment] env")
         session = HarborSession(build.image, limits, job.work_root)
+        session.image_env.update(task_env)
     except Exception as exc:  # the layer could not be copied: the environment failed, not the agent
         setup["finished_at"] = _now()
         result["exception_info"] = _exception_info("EnvironmentStartError", str(exc), traceback.format_exc())
@@ -362,57 +414,213 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
         return finish()
     setup["finished_at"] = _now()
     try:
-        execution = {"started_at": _now(), "finished_at": None}
-        result["agent_execution"] = execution
-        t0 = time.monotonic()
-        info: dict = {}
-        try:
-            info = job.agent(session, task) or {}
-            if not isinstance(info, dict):
-                info = {"returned": info}
-        except AgentInfraError as exc:
-            execution["finished_at"] = _now()
-            result["exception_info"] = _exception_info("AgentInfraError", str(exc), traceback.format_exc())
-            tf["error_kind"] = OTHER_ERROR
-            return finish()
-        except Exception as exc:  # the agent's own failure: still graded on what it left behind
-            result["exception_info"] = _exception_info(type(exc).__name__, str(exc), traceback.format_exc())
-        elapsed = time.monotonic() - t0
-        execution["finished_at"] = _now()
-        result["agent_info"], result["agent_result"] = _agent_blocks(job.agent_name, info)
-        if elapsed > task.agent_timeout_sec and result["exception_info"] is None:
-            result["exception_info"] = _exception_info(
-                "AgentTimeoutError", f"agent ran {elapsed:.1f}s, over the task's {task.agent_timeout_sec:.0f}s")
-        result["verifier"] = verifier_phase = {"started_at": _now(), "finished_at": None}
-        from termforge.verifier import run_verifier
-
-        try:
-            verdict = run_verifier(session, task.path, timeout=task.verifier_timeout_sec,
-                                   cwd=session.task_workdir, reward_file_proof=True,
-                                   env={"PATH": verifier_path(session.image_env)})
-        except Exception as exc:  # the harness failed to grade: an error, never a reward
-            verifier_phase["finished_at"] = _now()
-            result["exception_info"] = _exception_info("VerifierError", f"{type(exc).__name__}: {exc}",
-                                                       traceback.format_exc())
-            tf["error_kind"] = OTHER_ERROR
-            return finish()
-        verifier_phase["finished_at"] = _now()
-        tf["verdict"] = {k: v for k, v in verdict.to_dict().items() if k != "output"}
-        atomic_write_text(trial_dir / "verifier" / "test-stdout.txt", verdict.output)
-        if verdict.tests_ran and not verdict.timed_out:
-            result["verifier_result"] = {"rewards": {"reward": verdict.reward}}
-            atomic_write_text(trial_dir / "verifier" / "reward.txt", f"{verdict.reward:g}\n")
-        elif verdict.timed_out:
-            # A verifier the agent's leftovers made hang: graded 0, as Harbor counts the timeout.
-            result["verifier_result"] = {"rewards": {"reward": 0.0}}
-            result["exception_info"] = result["exception_info"] or _exception_info(
-                "VerifierTimeoutError", verdict.reason)
+        if task.steps:
+            _run_steps(job, task, session, result, trial_dir)
         else:
-            result["exception_info"] = _exception_info("VerifierError", verdict.reason)
-            tf["error_kind"] = OTHER_ERROR
+            if _agent_phase(job, session, task, result, result):
+                _verifier_phase(session, task, task.path, task.verifier_timeout_sec, [task.verifier_env], result,
+                                trial_dir, tf)
+            else:
+                tf["error_kind"] = OTHER_ERROR
+        types = [e["exception_type"] for e in [result["exception_info"]] + [
+            sr.get("exception_info") for sr in result.get("step_results") or []] if e]
+        result["reward_valid"] = reward_valid((result["verifier_result"] or {}).get("rewards"), types)
         return finish()
     finally:
         session.stop()
+
+
+def _agent_phase(job: _Job, session: HarborSession, view: HarborTask, target: dict, trial: dict) -> bool:
+    """Run the agent on `view` (the task, or one step of it); False when the agent's own
+    infrastructure failed (AgentInfraError: nothing to grade)."""
+    execution = {"started_at": _now(), "finished_at": None}
+    target["agent_execution"] = execution
+    t0 = time.monotonic()
+    info: dict = {}
+    try:
+        info = job.agent(session, view) or {}
+        if not isinstance(info, dict):
+            info = {"returned": info}
+    except AgentInfraError as exc:
+        execution["finished_at"] = _now()
+        target["exception_info"] = _exception_info("AgentInfraError", str(exc), traceback.format_exc())
+        return False
+    except Exception as exc:  # the agent's own failure: still graded on what it left behind
+        target["exception_info"] = _exception_info(type(exc).__name__, str(exc), traceback.format_exc())
+    elapsed = time.monotonic() - t0
+    execution["finished_at"] = _now()
+    agent_info, target["agent_result"] = _agent_blocks(job.agent_name, info)
+    if trial.get("agent_result") is None or target is trial:
+        trial["agent_info"] = agent_info
+    if elapsed > view.agent_timeout_sec and target["exception_info"] is None:
+        target["exception_info"] = _exception_info(
+            "AgentTimeoutError", f"agent ran {elapsed:.1f}s, over the task's {view.agent_timeout_sec:.0f}s")
+    return True
+
+
+def _verifier_phase(session: HarborSession, task: HarborTask, tests_root: Path, timeout: float, env_tables: list,
+                    target: dict, out_dir: Path, tf: dict) -> None:
+    """Run the verifier for `target` (the trial, or one step): its rewards, or the exception Harbor
+    would record; a harness failure marks the trial an error (tf error_kind)."""
+    target["verifier"] = phase = {"started_at": _now(), "finished_at": None}
+    try:
+        env: dict = {}
+        for table in env_tables:  # Harbor: the task's [verifier].env, then the step's on top
+            env.update(resolve_env(table, f"task {task.name} verifier env"))
+    except HarborTaskError as exc:
+        phase["finished_at"] = _now()
+        target["exception_info"] = _exception_info("VerifierEnvError", str(exc))
+        tf["error_kind"] = OTHER_ERROR
+        return
+    try:
+        verdict = run_harbor_verifier(session, task, env, tests_root=tests_root, timeout=timeout)
+    except Exception as exc:  # the harness failed to grade: an error, never a reward
+        phase["finished_at"] = _now()
+        target["exception_info"] = _exception_info("VerifierError", f"{type(exc).__name__}: {exc}",
+                                                   traceback.format_exc())
+        tf["error_kind"] = OTHER_ERROR
+        return
+    phase["finished_at"] = _now()
+    summary = {k: v for k, v in verdict.items() if k != "output"}
+    if "step_name" in target:
+        tf.setdefault("step_verdicts", {})[target["step_name"]] = summary
+    else:
+        tf["verdict"] = summary
+    atomic_write_text(out_dir / "verifier" / "test-stdout.txt", verdict["output"])
+    reading = verdict["reading"]
+    failure = None
+    if verdict["timed_out"]:
+        # Harbor raises VerifierTimeoutError: graded, but the reward is invalid
+        # (harbor/models/trial/error_policy.py), never a 0.
+        failure = _exception_info("VerifierTimeoutError", f"tests/test.sh ran past the task's {timeout:g}s")
+    elif reading["rewards"] is None:
+        failure = _exception_info(_reward_exception(reading["error"]), reading["error"])
+    else:
+        target["verifier_result"] = {"rewards": reading["rewards"]}
+        atomic_write_json(out_dir / "verifier" / "reward.json", reading["rewards"])
+    if failure is not None:
+        tf.setdefault("verifier_exceptions", []).append(failure)
+        target["exception_info"] = target["exception_info"] or failure
+
+
+def _min_reward_failure(rewards: dict | None, min_reward) -> str | None:
+    """Harbor's step gate (harbor/trial/multi_step.py): a number gates `reward`, a table each of
+    its keys; a missing reward or key counts as -inf."""
+    thresholds = {"reward": min_reward} if isinstance(min_reward, (int, float)) else min_reward
+    for key, threshold in thresholds.items():
+        actual = (rewards or {}).get(key, float("-inf"))
+        if actual < threshold:
+            return f"{key}={actual} below min_reward {threshold}"
+    return None
+
+
+def _aggregate_steps(task: HarborTask, step_results: list[dict]) -> dict | None:
+    """The trial's verifier_result from its steps (harbor/trial/trial.py): `final` takes the last
+    step's verbatim; `mean` (the default) averages each key over the steps that have a verifier
+    result, a step missing a key counting 0."""
+    if not step_results:
+        return None
+    if task.multi_step_reward_strategy == "final":
+        return step_results[-1]["verifier_result"]
+    rows = [(sr["verifier_result"] or {}).get("rewards") or {} for sr in step_results if sr["verifier_result"]]
+    keys = {k for r in rows for k in r}
+    if not keys:
+        return None
+    return {"rewards": {k: sum(r.get(k, 0) for r in rows) / len(rows) for k in sorted(keys)}}
+
+
+def _run_steps(job: _Job, task: HarborTask, session: HarborSession, result: dict, trial_dir: Path) -> None:
+    """A multi-step trial as Harbor runs one (harbor/trial/multi_step.py): per step, in order, the
+    step's workdir files and setup.sh, the agent on the step's instruction, the step's verifier in
+    the same environment; a step that failed without a verifier result, or below its min_reward,
+    ends the trial; the trial's reward aggregates the steps'."""
+    tf = result["termforge"]
+    result["step_results"] = []
+    for step in task.steps:
+        sr = {"step_name": step.name, "agent_result": None, "verifier_result": None, "exception_info": None,
+              "agent_execution": None, "verifier": None}
+        result["step_results"].append(sr)
+        _prepare_step(session, step, sr)
+        if sr["exception_info"] is None:
+            view = replace(task, instruction=step.instruction, solution_dir=step.solution_dir, steps=[],
+                           solve_sh=(step.solution_dir / "solve.sh") if (step.solution_dir / "solve.sh").is_file()
+                           else None, agent_timeout=step.agent_timeout or task.agent_timeout)
+            if not _agent_phase(job, session, view, sr, result):
+                tf["error_kind"] = OTHER_ERROR
+                break
+            _verifier_phase(session, task, step.tests_root, step.verifier_timeout_sec or task.verifier_timeout_sec,
+                            [task.verifier_env, step.verifier_env], sr, trial_dir / "steps" / step.name, tf)
+            if tf["error_kind"]:
+                break
+        if sr["exception_info"] and not sr["verifier_result"]:
+            tf["stopped_after"] = f"step {step.name} failed: {sr['exception_info']['exception_type']}"
+            break
+        if step.min_reward is not None:
+            why = _min_reward_failure((sr["verifier_result"] or {}).get("rewards"), step.min_reward)
+            if why:
+                tf["stopped_after"] = f"step {step.name}: {why}"
+                break
+    if result["step_results"] and result["step_results"][0]["agent_result"] is not None:
+        result["agent_result"] = result["step_results"][0]["agent_result"]
+    result["verifier_result"] = _aggregate_steps(task, result["step_results"])
+
+
+def _prepare_step(session: HarborSession, step, sr: dict) -> None:
+    """steps/<name>/workdir/ into the working directory, then its setup.sh there (Harbor records
+    a failing setup.sh as the step's RuntimeError)."""
+    if not step.workdir_dir.is_dir():
+        return
+    try:
+        session.copy_in(step.workdir_dir, session.task_workdir)
+        if (step.workdir_dir / "setup.sh").is_file():
+            res = session.exec(f"bash {shlex.quote(session.task_workdir.rstrip('/') + '/setup.sh')}")
+            if res.exit_code != 0 or res.timed_out:
+                sr["exception_info"] = _exception_info(
+                    "RuntimeError", f"Step '{step.name}' setup.sh exited with code {res.exit_code}: {res.tail(300)}")
+    except Exception as exc:
+        sr["exception_info"] = _exception_info(type(exc).__name__, str(exc), traceback.format_exc())
+
+
+def _reward_exception(error: str | None) -> str:
+    """Harbor's exception for a verifier that left no usable reward (harbor/verifier/verifier.py)."""
+    if error and error.startswith("no "):
+        return "RewardFileNotFoundError"
+    if error and error.endswith("is empty"):
+        return "RewardFileEmptyError"
+    return "VerifierOutputParseError"
+
+
+def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict, *, tests_root: Path | None = None,
+                        timeout: float | None = None) -> dict:
+    """Run tests/test.sh as Harbor's verifier does, in a clean sandbox after the agent stopped
+    (fresh /tests and /logs, no inherited variables, the task's [verifier].env, from the image's
+    WORKDIR), then read /logs/verifier/reward.json or reward.txt on the host with Harbor's rules
+    (termforge.reward_file). The clean-run toolchain is the verifier's (termforge.verifier): a
+    test.sh that uses /verifier/run-tests also proves its tests ran. tests_root is the directory
+    whose tests/ is copied in (a step's own, for multi-step tasks)."""
+    from termforge.verifier import VERIFIER_ENV, _Toolchain
+
+    tc = _Toolchain(tests_root or task.path)
+    try:
+        res = session.exec("/bin/bash --noprofile --norc /tests/test.sh", timeout=timeout or task.verifier_timeout_sec,
+                           env={**VERIFIER_ENV, **env, "PATH": verifier_path(session.image_env)},
+                           cwd=session.task_workdir, binds=tc.binds(), keep_home=False)
+        proof = tc.proof(res)
+        reading = read_reward(tc.logs / "verifier")
+    finally:
+        tc.cleanup()
+    collected, passed, failed = proof or (0, 0, 0)
+    if res.timed_out:
+        reason = "verifier timed out"
+    elif reading.rewards is None:
+        reason = reading.error
+    elif proof:
+        reason = f"{passed}/{collected} tests passed; {reading.source}: {reading.rewards}"
+    else:
+        reason = f"{reading.source}: {reading.rewards} (no proof token: the test.sh ran its own tests)"
+    return {"reading": reading.to_dict(), "timed_out": res.timed_out, "exit_code": res.exit_code,
+            "collected": collected, "passed": passed, "failed": failed, "reason": reason,
+            "output": (res.stdout + res.stderr)[-4000:]}
 
 
 def _reusable(trial_dir: Path, agent_name: str, checksum: str) -> dict | None:
@@ -434,12 +642,14 @@ def _reusable(trial_dir: Path, agent_name: str, checksum: str) -> dict | None:
 
 def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | Path, out_dir: str | Path,
                limits: Limits | None = None, *, n_concurrent: int = 1, agent_name: str | None = None,
-               dataset: str | None = None, work_root: str | Path | None = None, resume: bool = True) -> EvalResults:
+               dataset: str | None = None, work_root: str | Path | None = None, resume: bool = True,
+               broken: Iterable[BrokenTask] = ()) -> EvalResults:
     """Run every task k times with `agent` in bwrap sandboxes, grade each with the clean verifier.
 
     out_dir becomes a Harbor-style job directory: config.json, result.json (the job, with the
     termforge summary) and <task>__<attempt>/result.json per trial. With resume, trials already
-    finished there by the same agent on unchanged tasks are kept instead of re-run."""
+    finished there by the same agent on unchanged tasks are kept instead of re-run. `broken` are
+    the dataset's unloadable tasks (load_harbor_dataset): listed in the results with their reasons."""
     if k < 1:
         raise TermforgeError(f"run_native: k must be at least 1, got {k}")
     if n_concurrent < 1:
@@ -464,7 +674,7 @@ def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | 
         todo, done = [], []
         for task in tasks:
             for attempt in range(k):
-                old = _reusable(out_dir / f"{task.name}__{attempt}", name, checksums[task.name]) if resume else None
+                old = _reusable(out_dir / f"{task.slug}__{attempt}", name, checksums[task.name]) if resume else None
                 (done.append(old) if old else todo.append((task, attempt)))
         lock = threading.Lock()
 
@@ -478,6 +688,7 @@ def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | 
     results = sorted(done, key=lambda r: (r["task_name"], r["termforge"]["attempt"]))
     trials = [trial_record(r) for r in results]
     summary = summarize(trials, k)
+    summary["unloadable_tasks"] = [b.to_dict() for b in broken]
     atomic_write_json(out_dir / "result.json", _job_result(job, started, results, summary, k))
     return EvalResults(trials, summary, out_dir)
 
@@ -485,12 +696,13 @@ def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | 
 def _job_result(job: _Job, started: str, results: list[dict], summary: dict, k: int) -> dict:
     """The job's result.json in Harbor's JobResult shape, with termforge's summary beside it."""
     key = f"{job.agent_name}__{job.dataset or 'adhoc'}"
-    reward_stats: dict[str, list[str]] = {}
+    reward_stats: dict[str, dict[str, list[str]]] = {}
     exception_stats: dict[str, list[str]] = {}
     for r in results:
         rewards = (r.get("verifier_result") or {}).get("rewards")
-        if rewards:
-            reward_stats.setdefault(str(float(rewards["reward"])), []).append(r["trial_name"])
+        if rewards and r.get("reward_valid", True):
+            for name, value in rewards.items():
+                reward_stats.setdefault(name, {}).setdefault(str(float(value)), []).append(r["trial_name"])
         if r.get("exception_info"):
             exception_stats.setdefault(r["exception_info"]["exception_type"], []).append(r["trial_name"])
     n_errors = sum(1 for r in results if r.get("exception_info"))
@@ -503,11 +715,11 @@ def _job_result(job: _Job, started: str, results: list[dict], summary: dict, k: 
             "n_completed_trials": len(results),
             "n_errored_trials": n_errors,
             "evals": {key: {
-                "n_trials": sum(1 for r in results if (r.get("verifier_result") or {}).get("rewards")),
+                "n_trials": summary["n_scored"],
                 "n_errors": n_errors,
-                "metrics": [{"mean": summary["mean_reward"]}],
+                "metrics": [summary["mean_by_key"]] if summary["mean_by_key"] else [],
                 "pass_at_k": summary["pass_at_k"],
-                "reward_stats": {"reward": reward_stats},
+                "reward_stats": reward_stats,
                 "exception_stats": exception_stats,
             }},
             "n_input_tokens": summary["n_input_tokens"],
@@ -515,6 +727,46 @@ def _job_result(job: _Job, started: str, results: list[dict], summary: dict, k: 
         },
         "termforge_summary": summary,
     }
+
+
+# -- control rows --------------------------------------------------------------------------------
+
+CONTROL_AGENTS = {"oracle": "oracle", "noop": "nop"}  # termforge's name -> Harbor's agent name
+
+
+def control_checks(controls: dict) -> list[str]:
+    """What the control rows say about the harness: the oracle must score 1 on every scored task
+    and the no-op agent 0, else a policy's number from the same runner is not to be trusted."""
+    out = []
+    for name, want in (("oracle", 1.0), ("noop", 0.0)):
+        summary = controls.get(name)
+        if summary is None:
+            continue
+        for p in summary["per_task"]:
+            if p["mean_reward"] is not None and p["mean_reward"] != want:
+                out.append(f"{name} scores {p['mean_reward']:g} on {p['task_name']} (expected {want:g})")
+    return out
+
+
+def run_native_controls(tasks: list[HarborTask], images_dir: str | Path, out_dir: str | Path,
+                        limits: Limits | None = None, *, broken: Iterable[BrokenTask] = (), dataset: str | None = None,
+                        n_concurrent: int = 1, work_root: str | Path | None = None) -> dict:
+    """The oracle and no-op control runs (one attempt each) on the same tasks with the same
+    runner, for the control rows of the eval table."""
+    out_dir = Path(out_dir)
+    return {name: run_native(tasks, agent, 1, images_dir, out_dir / name, limits, n_concurrent=n_concurrent,
+                             dataset=dataset, work_root=work_root, broken=broken).summary
+            for name, agent in (("oracle", oracle_agent), ("noop", noop_agent))}
+
+
+def format_controls(controls: dict) -> str:
+    lines = []
+    for name, summary in controls.items():
+        lines.append(f"control {name}: mean {_fmt(summary['mean_reward'])}, scored {summary['n_scored']}/"
+                     f"{summary['n_trials']}, errors {summary['n_errors']} "
+                     f"(environment {summary['n_environment_errors']})")
+    lines += [f"control check: {w}" for w in control_checks(controls)]
+    return "\n".join(lines) + ("\n" if lines else "")
 
 
 # -- harbor runner ---------------------------------------------------------------------------------
@@ -594,6 +846,7 @@ def parse_harbor_job(job_dir: str | Path, k: int | None = None) -> EvalResults:
     job = _read_optional(job_dir / "result.json")
     announced = job.get("n_total_trials")
     summary["n_missing_trials"] = max(0, announced - len(trials)) if isinstance(announced, int) else 0
+    summary["unloadable_tasks"] = []
     return EvalResults(trials, summary, job_dir)
 
 
@@ -610,5 +863,6 @@ def _read_optional(path: Path) -> dict:
 __all__ = [
     "Agent", "AgentInfraError", "EvalResults", "TrialRecord", "oracle_agent", "noop_agent", "run_native",
     "summarize", "format_table", "trial_record", "harbor_command", "run_harbor", "parse_harbor_job",
-    "default_limits",
+    "default_limits", "run_native_controls", "control_checks", "format_controls", "mean_by_key",
+    "run_harbor_verifier",
 ]

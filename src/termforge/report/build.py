@@ -446,14 +446,19 @@ class _Builder:
         need = {"model", "benchmark", "metric", "value"}
         if tidy and not need <= set(tidy[0]):
             raise TermforgeError(f"report: {self.eval_csv} lacks columns {sorted(need - set(tidy[0]))}")
-        models = sorted({r["model"] for r in tidy}, key=lambda m: (m != "base", m))
+        # Control rows (control:oracle, control:noop) go last and get no difference from base.
+        models = sorted({r["model"] for r in tidy}, key=lambda m: (m.startswith("control:"), m != "base", m))
+
+        def vs_base(m: str) -> bool:
+            return m != "base" and "base" in models and not m.startswith("control:")
+
         cells: dict[tuple[str, str], dict[str, tuple[float | None, float | None, str]]] = {}
         for r in tidy:
             cells.setdefault((r["benchmark"], r["metric"]), {})[r["model"]] = (
                 _num(r["value"]), _num(r.get("stderr")), r.get("n", ""))
         columns = ["benchmark", "metric", "n"]
         for m in models:
-            columns += [m, f"{m} stderr"] + ([f"{m} − base"] if m != "base" and "base" in models else [])
+            columns += [m, f"{m} stderr"] + ([f"{m} − base"] if vs_base(m) else [])
         wide, shown, panels = [], [], {}
         for (bench, metric), by_model in sorted(cells.items()):
             ns = sorted({v[2] for v in by_model.values() if v[2] not in ("", None)})
@@ -465,7 +470,7 @@ class _Builder:
                 row += [value, err]
                 hrow.append(None if value is None else (f"{_fmt(value)} ± {_fmt(err)}" if err is not None
                                                         else _fmt(value)))
-                if m != "base" and "base" in models:
+                if vs_base(m):
                     delta = None if value is None or base is None else value - base
                     row.append(delta)
                     hrow.append(None if delta is None else f"{delta:+.3f}")
@@ -474,11 +479,11 @@ class _Builder:
             values = [v[0] for v in by_model.values() if v[0] is not None]
             if not metric.startswith("n_") and values and all(0 <= v <= 1 for v in values):
                 panels[f"{bench} / {metric}"] = {m: (v[0], v[1]) for m, v in by_model.items() if v[0] is not None}
-        self.facts["models evaluated"] = len(models)
+        self.facts["models evaluated"] = sum(1 for m in models if not m.startswith("control:"))
         self.tables["eval_comparison"] = Table("eval_comparison", columns, wide)
         hcols = ["benchmark", "metric", "n"]
         for m in models:
-            hcols += [f"{m} (± stderr)"] + ([f"{m} − base"] if m != "base" and "base" in models else [])
+            hcols += [f"{m} (± stderr)"] + ([f"{m} − base"] if vs_base(m) else [])
         sec.parts.append(_table_html(Table("eval_comparison", hcols, shown,
                                            "Metric values (± standard error) and differences from base"),
                                      "main-table", numeric_from=2))

@@ -1,0 +1,221 @@
+"""Conformance of the native Terminal-Bench runner with Harbor 0.26, on small Harbor tasks written
+for the purpose (tests/data/harbor_conformance). Each task exercises one Harbor feature; what
+Harbor does with it is stated beside each assertion, with the Harbor source file it comes from.
+The dataset holds one deliberately broken task (invalid-config) sorted into its middle."""
+
+from pathlib import Path
+
+import pytest
+
+from conftest import needs_bwrap
+from termforge.evals.harbor_tasks import (HarborTaskError, host_tool_version, load_harbor_dataset, load_harbor_dir,
+                                          load_harbor_task, native_blocker, resolve_env, strip_canary)
+from termforge.evals.tbench import noop_agent, oracle_agent, run_native, trial_record
+from termforge.io import read_json
+
+CONFORMANCE = Path(__file__).parent / "data" / "harbor_conformance"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The whole dataset run once by the oracle and once by the no-op agent."""
+    root = tmp_path_factory.mktemp("conformance")
+    tasks, broken = load_harbor_dataset(CONFORMANCE)
+    out = {}
+    for name, agent in (("oracle", oracle_agent), ("noop", noop_agent)):
+        res = run_native(tasks, agent, 1, root / "images", root / name, n_concurrent=2, broken=broken)
+        out[name] = (res, {t.task_name: t for t in res.trials}, root / name)
+    return out
+
+
+# -- loading ----------------------------------------------------------------------------------------
+
+def test_one_broken_task_does_not_stop_the_dataset():
+    tasks, broken = load_harbor_dataset(CONFORMANCE)
+    assert [b.name for b in broken] == ["invalid-config"]
+    assert "[environment] cpus must be a positive number" in broken[0].reason and "'two'" in broken[0].reason
+    # Every other task loads, including those that come after the broken one.
+    assert {t.path.name for t in tasks} == {p.name for p in CONFORMANCE.iterdir()} - {"invalid-config"}
+    # The strict loader still refuses the dataset, naming the broken task.
+    with pytest.raises(HarborTaskError, match="invalid-config"):
+        load_harbor_dir(CONFORMANCE)
+
+
+def test_canary_lines_never_reach_the_agent():
+    # harbor/models/task/task.py strip_canary: leading `<!-- ...canary... -->` / `# ...canary...`
+    # lines and the blank lines after them are removed from the instruction.
+    task = load_harbor_task(CONFORMANCE / "canary")
+    assert task.instruction == "Create the file `/app/done`.\n"
+    assert strip_canary("# not a marker\nDo it\n") == "# not a marker\nDo it\n"
+    assert strip_canary("Do it\n# canary later\n") == "Do it\n# canary later\n"  # only leading lines
+
+
+def test_network_mode_wins_over_allow_internet_and_defaults_are_harbors():
+    # harbor/models/task/config.py: network_mode (default "public") is read first; the deprecated
+    # allow_internet maps to public/no-network only when network_mode is not set.
+    task = load_harbor_task(CONFORMANCE / "network-mode")
+    assert task.network_mode == "no-network" and task.allow_internet is False
+    # Harbor's EnvironmentConfig leaves cpus, memory_mb, storage_mb unset and AgentConfig leaves
+    # timeout_sec unset; VerifierConfig.timeout_sec and build_timeout_sec default to 600.
+    assert (task.cpus, task.memory_mb, task.storage_mb, task.agent_timeout) == (None, None, None, None)
+    assert (task.verifier_timeout_sec, task.build_timeout_sec) == (600.0, 600.0)
+
+
+def test_fractional_cpus_and_task_name():
+    # harbor/models/task/config.py: cpus is int | float (a whole float collapses to int).
+    assert load_harbor_task(CONFORMANCE / "fractional-cpus").cpus == 0.5
+    # harbor/models/task/task.py: Task.name is [task].name when the section exists.
+    named = load_harbor_task(CONFORMANCE / "named-task")
+    assert named.name == "conformance/named-task" and named.slug == "conformance__named-task"
+
+
+def test_env_tables_resolve_like_harbor():
+    # harbor/utils/env.py resolve_env_vars: exactly ${VAR} or ${VAR:-default} comes from the host.
+    task = load_harbor_task(CONFORMANCE / "verifier-env")
+    assert task.verifier_env == {"EXPECTED": "${TF_CONFORMANCE_EXPECTED:-42}"}
+    assert resolve_env(task.verifier_env, "t", {}) == {"EXPECTED": "42"}
+    assert resolve_env(task.verifier_env, "t", {"TF_CONFORMANCE_EXPECTED": "7"}) == {"EXPECTED": "7"}
+    assert resolve_env({"A": "x${B}"}, "t", {}) == {"A": "x${B}"}  # not a whole-value template: literal
+    with pytest.raises(HarborTaskError, match="TOKEN"):
+        resolve_env({"A": "${TOKEN}"}, "t", {})
+    assert (task.solution_env, task.environment_env) == ({"ANSWER": "42"}, {"MODE": "strict"})
+
+
+def test_unsupported_features_are_named_and_steps_are_read():
+    assert any("gpus" in r for r in load_harbor_task(CONFORMANCE / "gpu-task").unsupported)
+    # harbor/models/task/paths.py: steps/<name>/instruction.md, tests/ (else the shared tests/),
+    # solution/ and workdir/; harbor/models/task/config.py StepConfig: min_reward, verifier.env.
+    task = load_harbor_task(CONFORMANCE / "multi-step")
+    assert not task.unsupported and [st.name for st in task.steps] == ["write", "check"]
+    write, check = task.steps
+    assert write.instruction == "Create the file `/app/done`.\n" and write.min_reward == 1.0
+    assert check.verifier_env == {"MARK": "ok"} and check.verifier_timeout_sec == 30.0
+    assert check.tests_root == check.dir and check.solution_dir == check.dir / "solution"
+
+
+# -- running ---------------------------------------------------------------------------------------
+
+@needs_bwrap
+def test_rewards_follow_harbors_parsing_and_error_policy(runs):
+    _, oracle, oracle_dir = runs["oracle"]
+    _, noop, _ = runs["noop"]
+    for name in ("canary", "fractional-cpus", "network-mode", "conformance/named-task", "verifier-env"):
+        assert oracle[name].reward == 1.0, (name, oracle[name])
+        assert noop[name].reward == 0.0, (name, noop[name])
+    # harbor/verifier/verifier.py: reward.json is read first and may hold several named rewards.
+    assert oracle["multi-key-reward"].rewards == {"reward": 1.0, "style": 0.5}
+    assert noop["multi-key-reward"].rewards == {"reward": 0.0, "style": 0.5}
+    assert oracle["multi-key-reward"].reward == 1.0
+    # A non-finite reward is a VerifierOutputParseError: no reward (error_policy.py), never a score.
+    for trials in (oracle,):
+        t = trials["nonfinite-reward"]
+        assert t.reward is None and t.exception_type == "VerifierOutputParseError" and t.error_kind == "error"
+    # A verifier timeout is VerifierTimeoutError: graded but has_valid_reward=False, not a 0.
+    for trials in (oracle, noop):
+        t = trials["verifier-timeout"]
+        assert t.reward is None and t.exception_type == "VerifierTimeoutError" and t.error_kind == "error"
+    # network_mode = "no-network" (with allow_internet = true beside it): the sandbox gets no network.
+    assert read_json(oracle_dir.parent / "images" / "network-mode" / "image.json")["allow_network"] is False
+    raw = read_json(oracle_dir / "verifier-timeout__0" / "result.json")
+    assert raw["verifier_result"] is None and raw["reward_valid"] is False
+    # Re-reading the written results gives the same records (the Harbor-job parser path).
+    for name, t in oracle.items():
+        slug = name.replace("/", "__")
+        again = trial_record(read_json(oracle_dir / f"{slug}__0" / "result.json"))
+        assert (again.reward, again.rewards, again.error_kind) == (t.reward, t.rewards, t.error_kind)
+
+
+@needs_bwrap
+def test_multi_step_tasks_run_step_by_step_as_harbor_runs_them(runs):
+    """harbor/trial/multi_step.py: per step the workdir files and setup.sh, the agent on the step's
+    instruction, the step's own tests with its verifier env; a step below min_reward ends the
+    trial; harbor/trial/trial.py: the trial reward is the per-key mean over the steps that ran."""
+    _, oracle, oracle_dir = runs["oracle"]
+    _, noop, noop_dir = runs["noop"]
+    assert oracle["multi-step"].rewards == {"reward": 1.0}
+    raw = read_json(oracle_dir / "multi-step__0" / "result.json")
+    assert [(sr["step_name"], sr["verifier_result"]) for sr in raw["step_results"]] == [
+        ("write", {"rewards": {"reward": 1.0}}), ("check", {"rewards": {"reward": 1.0}})]
+    # The no-op agent fails step 1's min_reward: step 2 never runs; the mean is over step 1 only.
+    raw = read_json(noop_dir / "multi-step__0" / "result.json")
+    assert [sr["step_name"] for sr in raw["step_results"]] == ["write"]
+    assert "below min_reward 1.0" in raw["termforge"]["stopped_after"]
+    assert noop["multi-step"].rewards == {"reward": 0.0}
+
+
+@needs_bwrap
+def test_what_cannot_run_natively_is_an_environment_error_never_a_score(runs):
+    res, oracle, _ = runs["oracle"]
+    t = oracle["gpu-task"]
+    assert t.reward is None and t.error_kind == "environment" and "gpus" in t.exception_message
+    t = oracle["toolchain-image"]
+    if (host_tool_version("python3") or ())[:2] == (3, 12):
+        pytest.skip("this host's python3 is the image's 3.12")
+    assert t.reward is None and t.error_kind == "environment"
+    assert "python:3.12-slim-bookworm provides python3 3.12, the host has" in t.exception_message
+    # The broken task is listed with its reason; every other task was evaluated.
+    assert [b["task_name"] for b in res.summary["unloadable_tasks"]] == ["invalid-config"]
+    assert "unloadable: invalid-config" in res.table()
+    assert res.summary["n_tasks"] == len(list(CONFORMANCE.iterdir())) - 1
+    # Headline metric over valid trials only (harbor/metrics/mean.py): 7 tasks score 1.
+    assert res.summary["headline_metric"] == "reward"
+    assert res.summary["mean_reward"] == 1.0
+    # Several keys: each key averaged over the valid trials, a trial without the key counting 0.
+    assert res.summary["mean_by_key"] == pytest.approx({"reward": 1.0, "style": 0.5 / 7})
+
+
+@needs_bwrap
+def test_eval_tbench_cli_runs_the_dataset_around_its_broken_task_with_control_rows(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from fake_openai_server import FakeOpenAIServer
+    from termforge.config import load_config
+    from termforge.evals.run import write_eval_table
+    from termforge.params import stage_params_json
+
+    root = Path(__file__).resolve().parents[1]
+    with FakeOpenAIServer(replies=lambda messages: "ls") as server:
+        overlay = tmp_path / "overlay.yaml"
+        overlay.write_text(json.dumps({"eval": {"tbench": {"tasks_dir": str(CONFORMANCE),
+                                                           "benchmark": "conformance"}}}))
+        params = json.loads(stage_params_json(load_config([root / "config.yaml", overlay]), "eval_tbench"))
+        params["models.policy"] = {"backend": "openai", "model": "fake", "base_url": server.base_url}
+        res = subprocess.run(
+            [sys.executable, "-m", "termforge.cli", "eval-tbench", "--params", json.dumps(params),
+             "--model-name", "base", "--images-dir", str(tmp_path / "images"), "--out-dir", str(tmp_path / "run"),
+             "--out", str(tmp_path / "tbench.json")],
+            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root / "src")}, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "unloadable: invalid-config" in res.stdout and "control oracle: mean 1.000" in res.stdout
+    record = read_json(tmp_path / "tbench.json")
+    assert record["summary"]["n_tasks"] == 11 and set(record["controls"]) == {"oracle", "noop"}
+    assert record["controls"]["noop"]["mean_reward"] == 0.0
+    rows = write_eval_table([tmp_path / "tbench.json"], tmp_path / "results.csv")
+    assert {r["model"] for r in rows} == {"base", "control:oracle", "control:noop"}
+
+
+@pytest.mark.parametrize("layout, needle", [
+    # harbor/models/task/task.py is_valid_dir: an environment/ without a Dockerfile is a valid
+    # task (compose environments); harbor/models/task/paths.py: Windows tasks verify with test.bat.
+    ({"environment/docker-compose.yaml": "services: {main: {build: .}}\n"}, "multi-container"),
+    ({"tests/test.bat": "@echo off\n", "_os": "windows", "environment/Dockerfile": "FROM mcr/windows\n"},
+     "os = 'windows'"),
+])
+def test_tasks_harbor_accepts_load_and_are_reported_unsupported(tmp_path, layout, needle):
+    d = tmp_path / "t"
+    (d / "environment").mkdir(parents=True)
+    (d / "instruction.md").write_text("Do it.\n")
+    os_line = f'os = "{layout.pop("_os")}"\n' if "_os" in layout else ""
+    (d / "task.toml").write_text(f'[environment]\n{os_line}')
+    for rel, text in layout.items():
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text(text)
+    if not (d / "tests" / "test.bat").exists():
+        (d / "tests").mkdir()
+        (d / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    task = load_harbor_task(d)
+    assert any(needle in r for r in task.unsupported), task.unsupported
+    assert needle in native_blocker(task)
