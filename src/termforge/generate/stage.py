@@ -7,17 +7,18 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from termforge.errors import TermforgeError
+from termforge.errors import InputError, TermforgeError
 from termforge.generate.procedural import generate_task
-from termforge.io import atomic_write_json, clean_stale_staging, read_json, read_jsonl
+from termforge.io import atomic_write_json, clean_stale_staging, read_json
+from termforge.schemas import read
 
 
 def shard_signatures(signatures_path: Path, shard: int, shard_size: int) -> list[dict]:
-    sigs = read_jsonl(signatures_path)
+    sigs = read("signatures", signatures_path)
     chunk = sigs[shard * shard_size:(shard + 1) * shard_size]
     if not chunk:
-        raise TermforgeError(f"shard {shard:05d} is empty: {signatures_path} has {len(sigs)} signatures "
-                             f"and shard_size is {shard_size}")
+        raise InputError(signatures_path, f"has {len(sigs)} signatures, none for shard {shard:05d} "
+                                          f"(shard_size {shard_size})")
     return chunk
 
 

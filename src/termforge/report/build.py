@@ -14,14 +14,14 @@ import base64
 import csv
 import html
 import io
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from termforge.errors import TermforgeError
-from termforge.io import atomic_write_bytes, atomic_write_text, read_json, read_jsonl
+from termforge.io import atomic_write_bytes, atomic_write_text, load_json, load_jsonl, read_input_text
+from termforge.schemas import read, read_optional
 from termforge.report import plots
 
 # Every table and plot file the report may write; ones a section no longer produces are removed
@@ -113,12 +113,7 @@ def _img_html(png: bytes, alt: str, name: str) -> str:
 
 
 def _read_optional_json(path: Path) -> Any | None:
-    if not path.is_file():
-        return None
-    try:
-        return read_json(path)
-    except json.JSONDecodeError as exc:
-        raise TermforgeError(f"report: {path} is not valid JSON ({exc})") from None
+    return load_json(path) if path.is_file() else None
 
 
 class _Builder:
@@ -159,16 +154,17 @@ class _Builder:
             if not p.is_file():
                 raise TermforgeError(f"report: {p} not found (the report needs at least the sample_axes outputs "
                                      f"under {r})")
-        self.signatures = read_jsonl(sig_path)
-        self.stats = read_json(stats_path)
-        if not isinstance(self.stats.get("axes"), dict):
-            raise TermforgeError(f"report: {stats_path} has no 'axes' mapping")
-        self.shards = [read_json(p) for p in sorted((r / "tasks" / "manifests").glob("*.json"))]
-        self.decontam = _read_optional_json(r / "decontam" / "report.json")
-        self.verdicts = [read_json(p) for p in sorted((r / "validate").glob("*.json"))]
-        self.corpus = _read_optional_json(r / "corpus" / "manifest.json")
-        self.passk = _read_optional_json(r / "solve" / "passk.json")
-        self.hints = _read_optional_json(r / "hints" / "coverage.json")
+        # The report describes a results tree as it is: the files each document names (task
+        # directories) need not be there, so only the documents' own shapes are checked.
+        self.signatures = read("signatures", sig_path)
+        self.stats = read("axis_stats", stats_path)
+        self.shards = [read("shard_manifest", p, check_refs=False)
+                       for p in sorted((r / "tasks" / "manifests").glob("*.json"))]
+        self.decontam = read_optional("decontam_report", r / "decontam" / "report.json")
+        self.verdicts = [read("verdicts", p, check_refs=False) for p in sorted((r / "validate").glob("*.json"))]
+        self.corpus = read_optional("corpus_manifest", r / "corpus" / "manifest.json")
+        self.passk = read_optional("passk", r / "solve" / "passk.json")
+        self.hints = read_optional("hint_coverage", r / "hints" / "coverage.json")
         self.eval_csv = r / "eval" / "results.csv"
         bench_dir = r / "benchmarks"
         self.benchmarks = [(f.relative_to(bench_dir), _read_benchmark(f))
@@ -406,7 +402,7 @@ class _Builder:
         cols = ["loss", "kl_mean", "clipped_fraction", "completion_len", "tokens_per_s", "peak_mem_mb"]
         for path in runs:
             name = path.parent.parent.name
-            rows = sorted((r for r in read_jsonl(path) if "step" in r), key=lambda r: r["step"])
+            rows = sorted((r for r in load_jsonl(path, require_rows=False) if "step" in r), key=lambda r: r["step"])
             curves[name] = rows
             long_rows += [[name, r["step"]] + [r.get(c) for c in cols] for r in rows]
             probe = _read_optional_json(path.parent / "kl_probe.json") or {}
@@ -572,14 +568,15 @@ def _num(s: Any) -> float | None:
 
 def _read_benchmark(path: Path) -> list[dict[str, float | None]]:
     """Rows of a Snakemake benchmark TSV (columns s, h:m:s, max_rss, ..., cpu_time); NA -> None."""
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh, delimiter="\t")
-        if reader.fieldnames is None or "s" not in reader.fieldnames:
-            raise TermforgeError(f"report: {path} is not a Snakemake benchmark file (no 's' column)")
-        out = []
-        for row in reader:
-            out.append({k: (None if k == "h:m:s" else _num(v)) for k, v in row.items() if k is not None})
-        return out
+    import io
+
+    reader = csv.DictReader(io.StringIO(read_input_text(path), newline=""), delimiter="\t")
+    if reader.fieldnames is None or "s" not in reader.fieldnames:
+        raise TermforgeError(f"report: {path} is not a Snakemake benchmark file (no 's' column)")
+    out = []
+    for row in reader:
+        out.append({k: (None if k == "h:m:s" else _num(v)) for k, v in row.items() if k is not None})
+    return out
 
 
 CSS = """
