@@ -44,6 +44,7 @@ PRODUCERS: tuple[tuple[str, str], ...] = (
     ("results/eval/results.csv", "eval_table"),
     ("results/eval/metrics.json", "eval_table"),
     ("results/report.html", "report"),
+    ("results/report/", "report"),
 )
 
 

@@ -99,10 +99,15 @@ def read_input_text(path: str | os.PathLike) -> str:
         raise InputError(path, f"is not UTF-8 text (bad byte at offset {exc.start}); the file is corrupt") from None
 
 
-def _json_problem(exc: json.JSONDecodeError, text: str, what: str = "") -> str:
+def _json_where(exc: json.JSONDecodeError) -> str:
+    # json's messages read "Unterminated string starting at" + a position.
+    return f"{exc.msg}{'' if exc.msg.endswith(' at') else ' at'} column {exc.colno}"
+
+
+def _json_problem(exc: json.JSONDecodeError, text: str) -> str:
     truncated = exc.pos >= len(text.rstrip())
-    tail = "; it ends early (truncated?)" if truncated else ""
-    return f"{what}is not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg}){tail}"
+    tail = "; it ends early (truncated file?)" if truncated else ""
+    return f"is not valid JSON (line {exc.lineno}: {_json_where(exc)}){tail}"
 
 
 def load_json(path: str | os.PathLike) -> Any:
@@ -129,8 +134,8 @@ def load_jsonl(path: str | os.PathLike, require_rows: bool = True) -> list[Any]:
             rows.append(json.loads(line))
         except json.JSONDecodeError as exc:
             last = lineno == len(lines) or not any(x.strip() for x in lines[lineno:])
-            why = "the last line is cut off (truncated file?)" if last else "not valid JSON"
-            raise InputError(path, f"line {lineno}: {why} ({exc.msg} at column {exc.colno})") from None
+            why = "is cut off (truncated file?)" if last else "is not valid JSON"
+            raise InputError(path, f"line {lineno} {why}: {_json_where(exc)}") from None
     if require_rows and not rows:
         raise InputError(path, "has no rows (empty file)")
     return rows

@@ -35,10 +35,10 @@ def run_generate_shard(signatures_path: Path, shard: int, shard_size: int, tasks
                        backend: str = "procedural", base_image: str = "debian:bookworm-slim",
                        workers: int = 1) -> dict:
     """Generate every task of the shard (finished ones are skipped) and write the shard manifest."""
+    sigs = shard_signatures(Path(signatures_path), shard, shard_size)  # before anything is written
     tasks_dir = Path(tasks_dir)
     tasks_dir.mkdir(parents=True, exist_ok=True)
     removed = clean_stale_staging(tasks_dir)
-    sigs = shard_signatures(Path(signatures_path), shard, shard_size)
     jobs = [(s, str(tasks_dir), backend, base_image) for s in sigs]
     skipped = 0
     desc = f"generate shard {shard:05d}"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from termforge.errors import TermforgeError
+from termforge.errors import InputError, TermforgeError
 from termforge.io import atomic_write_bytes, atomic_write_text, load_json, load_jsonl, read_input_text
 from termforge.schemas import read, read_optional
 from termforge.report import plots
@@ -634,7 +634,8 @@ def build_report(results_dir: str | Path, out_html: str | Path, out_dir_tables: 
     """
     results = Path(results_dir)
     if not results.is_dir():
-        raise TermforgeError(f"report: results directory {results} does not exist")
+        raise InputError(results, "does not exist (expected the results folder)" if not results.exists()
+                         else "is not a folder (expected the results folder)")
     gpus = dict(gpu_rules) if isinstance(gpu_rules, Mapping) else {r: 1.0 for r in gpu_rules}
     builder = _Builder(results, gpus)
     sections = builder.build()
