@@ -18,6 +18,9 @@ How bad input is reported (follow this when adding a command or an option):
   writers, so a failing command leaves no partial file.
 - tests/test_cli_bad_input.py walks this parser: every declared input of every command gets
   each kind of bad input, and an undeclared path-like argument fails that test.
+- A new kind of file: add a Kind (schema, format, checks of the files it names) to
+  schemas.KINDS and a valid example to the sweep's ws() fixture. A new rule output: add its
+  pattern to errors.PRODUCERS (a test keeps that table equal to the rules' outputs).
 """
 
 from __future__ import annotations
