@@ -70,14 +70,18 @@ def producer_of(path: str | os.PathLike) -> tuple[str, str] | None:
 def rebuild_advice(path: str | os.PathLike) -> str:
     """How to rebuild a workflow file ('' for a file the workflow does not make).
 
-    Deleting the file is the precise fix: Snakemake reruns the one job that makes it (and, by
-    modification time, what reads it); `--forcerun <rule>` reruns every job of the rule."""
+    Deleting a declared output is the precise fix: Snakemake reruns the one job that makes it
+    (and, by modification time, what reads it). A file inside a folder a rule fills as a side
+    effect (a task directory, a trajectory) is no output Snakemake tracks, so there the rule
+    must be forced (generate keeps the task directories that are still there)."""
     found = producer_of(path)
     if found is None:
         return ""
     pattern, rule = found
-    what = "delete that task directory" if pattern.endswith("/") else "delete it"
-    return f"it is made by rule {rule}: {what} and rerun snakemake (or run `snakemake --forcerun {rule}`)"
+    if pattern.endswith("/"):
+        what = "that task directory" if rule == "generate" else "it"
+        return f"it is made by rule {rule}: delete {what} and run `snakemake --forcerun {rule}`"
+    return f"it is made by rule {rule}: delete it and rerun snakemake (or run `snakemake --forcerun {rule}`)"
 
 
 class InputError(TermforgeError):

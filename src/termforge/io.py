@@ -141,19 +141,6 @@ def load_jsonl(path: str | os.PathLike, require_rows: bool = True) -> list[Any]:
     return rows
 
 
-def load_yaml(path: str | os.PathLike) -> Any:
-    import yaml
-
-    text = read_input_text(path)
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(path, f"is not valid YAML ({where}{problem})") from None
-
-
 def load_parquet(path: str | os.PathLike, columns: Iterable[str] = (), require_rows: bool = False):
     """A pyarrow Table from a parquet input, with the named columns present."""
     import pyarrow as pa

@@ -21,7 +21,7 @@ import fastjsonschema
 import jsonschema
 
 from termforge.errors import InputError
-from termforge.io import load_json, load_jsonl, load_parquet, load_yaml, read_input_text, require_dir
+from termforge.io import load_json, load_jsonl, load_parquet, read_input_text, require_dir
 
 _STR = {"type": "string"}
 _STR_LIST = {"type": "array", "items": _STR}
@@ -71,7 +71,7 @@ MATH_ROW = _obj({"problem": _STR})
 @dataclass(frozen=True)
 class Kind:
     title: str                      # what the file is, for messages ("a shard manifest")
-    fmt: str                        # json | jsonl | parquet | yaml | dir
+    fmt: str                        # json | jsonl | parquet | text | dir | config | dataset
     schema: dict | None = None      # JSON Schema of the document (json) or of each row (jsonl)
     columns: tuple[str, ...] = ()   # parquet columns readers use
     refs: Callable[[Path, Any], None] | None = None  # checks of the files the document names
@@ -191,7 +191,6 @@ KINDS: dict[str, Kind] = {
     "hint_coverage": Kind("a hint coverage file", "json", HINT_COVERAGE),
     "demos": Kind("a demos table", "parquet", columns=("task_id", "demo"), rows_required=False),
     "math_rows": Kind("a math problem", "jsonl", MATH_ROW),
-    "yaml": Kind("a YAML document", "yaml"),
     "config": Kind("a config file", "config"),
     "dataset": Kind("a dataset", "dataset"),
     "text": Kind("a text file", "text"),
@@ -229,8 +228,6 @@ def read(kind: str, path: str | os.PathLike, check_refs: bool = True) -> Any:
             check_shape(path, k, row, row=i)
     elif k.fmt == "parquet":
         data = load_parquet(path, k.columns, require_rows=k.rows_required)
-    elif k.fmt == "yaml":
-        data = load_yaml(path)
     elif k.fmt == "text":
         data = read_input_text(path)
     else:  # pragma: no cover - a Kind is declared with one of the formats above
