@@ -400,6 +400,7 @@ def test_console_one_line_and_exit_2(ws, tmp_path):
 # -- inside a real Snakemake run ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_snakemake_corrupt_intermediate_then_rerun_after_the_advice(tmp_path):
     snakemake = str(Path(sys.executable).with_name("snakemake"))
     (tmp_path / "config.yaml").write_text((ROOT / "config.yaml").read_text())
