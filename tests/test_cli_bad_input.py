@@ -432,3 +432,18 @@ def test_snakemake_corrupt_intermediate_then_rerun_after_the_advice(tmp_path):
     rerun = smk()
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert len(json.loads((tmp_path / target).read_text())["tasks"]) == 2
+
+
+def test_a_file_changed_after_its_check_is_checked_again(ws, tmp_path):
+    """schemas.read skips the repeat check of an unchanged file only."""
+    from termforge.errors import InputError
+    from termforge.schemas import read
+
+    path = tmp_path / "results" / "eval" / "record.json"
+    path.parent.mkdir(parents=True)
+    good = Path(ws["valid"]["eval_record"]).read_text()
+    path.write_text(good)
+    read("eval_record", path)
+    path.write_text(json.dumps({"model": "base"}))  # in place: another size and mtime
+    with pytest.raises(InputError, match="missing key"):
+        read("eval_record", path)
