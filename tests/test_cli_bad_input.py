@@ -384,17 +384,33 @@ def test_rebuild_table_matches_the_rules():
 # -- the real console ---------------------------------------------------------------------------
 
 
-def test_console_one_line_and_exit_2(ws, tmp_path):
-    solved = tmp_path / "results" / "solve" / "00000.json"
-    solved.parent.mkdir(parents=True)
-    solved.write_bytes(Path(ws["valid"]["solve_records"]).read_bytes()[:40])
-    out = tmp_path / "out"
-    res = subprocess.run([sys.executable, "-m", "termforge.cli", "passk", "--solved", str(solved), "--out",
-                          str(out / "passk.json"), "--csv", str(out / "passk.csv")], capture_output=True, text=True)
+CONSOLE_CASES = {
+    # the issue's own examples: a truncated solve record, a manifest holding '{bad', a missing file
+    "passk": ("results/solve/00000.json", lambda ws: Path(ws["valid"]["solve_records"]).read_bytes()[:40],
+              ["passk", "--solved", "{bad}", "--out", "{out}/passk.json", "--csv", "{out}/passk.csv"],
+              "is not valid JSON", "solve"),
+    "validate": ("results/tasks/manifests/00000.json", lambda ws: b"{bad",
+                 ["validate", "--params", "{{}}", "--manifest", "{bad}", "--images-dir", "{out}/images", "--out",
+                  "{out}/verdicts.json"], "is not valid JSON", "generate"),
+    "generate": ("results/axes/signatures.jsonl", None,
+                 ["generate", "--params", "{{}}", "--signatures", "{bad}", "--shard", "00000", "--tasks-dir",
+                  "{out}/tasks", "--out", "{out}/00000.json"], "does not exist", "sample_axes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONSOLE_CASES))
+def test_console_one_line_and_exit_2(case, ws, tmp_path):
+    rel, content, argv, problem, rule = CONSOLE_CASES[case]
+    bad, out = tmp_path / rel, tmp_path / "out"
+    bad.parent.mkdir(parents=True)
+    if content is not None:
+        bad.write_bytes(content(ws))
+    res = subprocess.run([sys.executable, "-m", "termforge.cli", *(a.format(bad=bad, out=out) for a in argv)],
+                         capture_output=True, text=True)
     assert res.returncode == 2 and res.stdout == ""
-    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
-    assert res.stderr.startswith(f"termforge: error: passk: {solved}: is not valid JSON")
-    assert "snakemake --forcerun solve" in res.stderr and not out.exists()
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith(f"termforge: error: {case}: {bad}: {problem}"), res.stderr
+    assert f"snakemake --forcerun {rule}`" in res.stderr and not out.exists()
 
 
 # -- inside a real Snakemake run ------------------------------------------------------------------
