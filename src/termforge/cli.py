@@ -3,6 +3,24 @@
 Each stage takes its options either from `--params` (the JSON a Snakemake rule passes: the
 config keys that stage reads, see termforge.params) or from `--configfile` (config.yaml and
 overlays, validated). Errors a user can fix print one line naming the culprit, no traceback.
+
+How bad input is reported (follow this when adding a command or an option):
+- Declare every argument that names a file or folder with `input_arg(sp, "--x", kind=...)` (a
+  kind from termforge.schemas.KINDS: "shard_manifest", "corpus_manifest", "dataset", "config",
+  "tasks_dir", ...) or `output_arg(sp, "--y", dir=False)`. Before the command runs, main() reads
+  and checks every declared input through termforge.schemas (missing, unreadable, corrupt,
+  truncated, empty, wrong shape, naming task directories that do not exist), so a bad input
+  stops the command before it writes anything.
+- Stage code reads its inputs through termforge.schemas.read / termforge.io.load_* too; both
+  raise termforge.errors.InputError, which main() prints as one line
+  `termforge: error: <command>: <file>: <problem>` (plus how to rebuild a file the workflow
+  makes, from errors.PRODUCERS) and exit status 2. Outputs go through termforge.io's atomic
+  writers, so a failing command leaves no partial file.
+- tests/test_cli_bad_input.py walks this parser: every declared input of every command gets
+  each kind of bad input, and an undeclared path-like argument fails that test.
+- A new kind of file: add a Kind (schema, format, checks of the files it names) to
+  schemas.KINDS and a valid example to the sweep's ws() fixture. A new rule output: add its
+  pattern to errors.PRODUCERS (a test keeps that table equal to the rules' outputs).
 """
 
 from __future__ import annotations
@@ -12,8 +30,44 @@ import json
 import sys
 from pathlib import Path
 
-from termforge.errors import ConfigError, TermforgeError
-from termforge.io import atomic_write_json, atomic_write_text, read_json
+from termforge.errors import ConfigError, InputError, TermforgeError, os_error_problem
+from termforge.io import atomic_write_json, atomic_write_text
+
+
+def input_arg(sp: argparse.ArgumentParser, *flags: str, kind: str, **kw) -> argparse.Action:
+    """Declare an argument naming a file or folder the command reads (checked by main() first)."""
+    from termforge.schemas import KINDS
+
+    if kind not in KINDS:
+        raise ValueError(f"input_arg {flags}: unknown kind {kind!r} (see termforge.schemas.KINDS)")
+    action = sp.add_argument(*flags, **kw)
+    action.termforge_input = kind
+    return action
+
+
+def output_arg(sp: argparse.ArgumentParser, *flags: str, dir: bool = False, **kw) -> argparse.Action:
+    """Declare an argument naming a file (or, with dir=True, a folder) the command writes."""
+    action = sp.add_argument(*flags, **kw)
+    action.termforge_output = "dir" if dir else "file"
+    return action
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def check_inputs(sp: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Read and check every declared input argument the user gave (termforge.schemas.read)."""
+    from termforge.schemas import read
+
+    for action in sp._actions:
+        kind = getattr(action, "termforge_input", None)
+        value = getattr(args, action.dest, None)
+        if kind is None or value is None:
+            continue
+        for path in value if isinstance(value, list) else [value]:
+            read(kind, path)
 
 
 def _stage_options(args, stage: str) -> dict:
@@ -180,8 +234,9 @@ def cmd_solve(args) -> int:
 
     o = _stage_options(args, "solve")
     s = o["solve"]
-    shard = read_json(args.manifest)
-    tasks_dir = Path(shard["tasks_dir"])
+    from termforge.schemas import read
+
+    tasks_dir = Path(read("shard_manifest", args.manifest)["tasks_dir"])
     model = _model_for(o, "solve.model", "models.{solve.model}", s["agent"], tasks_dir)
     if s["agent"] == "model" and s.get("cache_dir") and not isinstance(model, CachedChatModel):
         model = CachedChatModel(model, s["cache_dir"])
@@ -223,8 +278,9 @@ def _policy(o: dict, weights: str | None):
     key = resolve_flat(o, "models.{eval.model}")
     weights_dir = None
     if weights:
-        summary = read_json(weights)
-        weights_dir = Path(summary["weights"])
+        from termforge.schemas import read
+
+        weights_dir = Path(read("train_summary", weights)["weights"])
     return load_policy(dict(o[key]), weights_dir, where=key)
 
 
@@ -429,73 +485,73 @@ def build_parser() -> argparse.ArgumentParser:
     def stage(name: str, help_: str):
         sp = sub.add_parser(name, help=help_)
         sp.add_argument("--params", help="stage options as JSON (what the Snakemake rule passes)")
-        sp.add_argument("--configfile", nargs="+", help="config.yaml and overlays instead of --params")
+        input_arg(sp, "--configfile", kind="config", nargs="+", help="config.yaml and overlays instead of --params")
         return sp
 
     sp = sub.add_parser("check-config", help="validate config.yaml and overlays")
-    sp.add_argument("files", nargs="+")
+    input_arg(sp, "files", kind="config", nargs="+")
     sp.set_defaults(func=cmd_check_config)
 
     sp = stage("sample-axes", "sample task signatures from the taxonomy")
-    sp.add_argument("--out", required=True, help="signatures.jsonl")
-    sp.add_argument("--stats", required=True, help="per-axis balance JSON")
+    output_arg(sp, "--out", required=True, help="signatures.jsonl")
+    output_arg(sp, "--stats", required=True, help="per-axis balance JSON")
     sp.set_defaults(func=cmd_sample_axes)
 
     sp = stage("generate", "generate the task directories of one shard")
-    sp.add_argument("--signatures", required=True)
+    input_arg(sp, "--signatures", kind="signatures", required=True)
     sp.add_argument("--shard", required=True)
-    sp.add_argument("--tasks-dir", required=True)
-    sp.add_argument("--out", required=True, help="shard manifest JSON")
+    output_arg(sp, "--tasks-dir", dir=True, required=True)
+    output_arg(sp, "--out", required=True, help="shard manifest JSON")
     sp.set_defaults(func=cmd_generate)
 
     sp = stage("build-images", "build the images of one shard's tasks")
-    sp.add_argument("--manifest", required=True, help="shard manifest from generate")
-    sp.add_argument("--images-dir", required=True)
-    sp.add_argument("--out", required=True, help="build manifest JSON")
+    input_arg(sp, "--manifest", kind="shard_manifest", required=True, help="shard manifest from generate")
+    output_arg(sp, "--images-dir", dir=True, required=True)
+    output_arg(sp, "--out", required=True, help="build manifest JSON")
     sp.set_defaults(func=cmd_build_images)
 
     sp = stage("decontaminate", "n-gram overlap with reference sets and near-duplicates in the corpus")
-    sp.add_argument("--manifests", nargs="+", required=True)
-    sp.add_argument("--out", required=True, help="decontamination report JSON")
+    input_arg(sp, "--manifests", kind="shard_manifest", nargs="+", required=True)
+    output_arg(sp, "--out", required=True, help="decontamination report JSON")
     sp.set_defaults(func=cmd_decontaminate)
 
     sp = stage("validate", "validate one shard's tasks (static, build, tests, oracle, no-op, probes)")
-    sp.add_argument("--manifest", required=True)
-    sp.add_argument("--images-dir", required=True)
-    sp.add_argument("--decontam", help="decontamination report: its dropped tasks are not validated")
-    sp.add_argument("--out", required=True, help="verdicts JSON")
+    input_arg(sp, "--manifest", kind="shard_manifest", required=True)
+    output_arg(sp, "--images-dir", dir=True, required=True)
+    input_arg(sp, "--decontam", kind="decontam_report", help="decontamination report: its dropped tasks are not validated")
+    output_arg(sp, "--out", required=True, help="verdicts JSON")
     sp.set_defaults(func=cmd_validate)
 
     sp = sub.add_parser("corpus-manifest", help="merge shard verdicts into the manifest of kept tasks")
-    sp.add_argument("--verdicts", nargs="+", required=True)
-    sp.add_argument("--out", required=True)
+    input_arg(sp, "--verdicts", kind="verdicts", nargs="+", required=True)
+    output_arg(sp, "--out", required=True)
     sp.set_defaults(func=cmd_corpus_manifest)
 
     sp = stage("solve", "k rollouts per kept task of one shard, graded by the clean verifier")
-    sp.add_argument("--manifest", required=True, help="shard manifest from generate")
-    sp.add_argument("--corpus", required=True, help="corpus manifest of kept tasks")
-    sp.add_argument("--images-dir", required=True)
-    sp.add_argument("--trajectories", required=True, help="directory for per-rollout trajectories")
-    sp.add_argument("--out", required=True, help="rollouts JSON of the shard")
+    input_arg(sp, "--manifest", kind="shard_manifest", required=True, help="shard manifest from generate")
+    input_arg(sp, "--corpus", kind="corpus_manifest", required=True, help="corpus manifest of kept tasks")
+    output_arg(sp, "--images-dir", dir=True, required=True)
+    output_arg(sp, "--trajectories", dir=True, required=True, help="directory for per-rollout trajectories")
+    output_arg(sp, "--out", required=True, help="rollouts JSON of the shard")
     sp.set_defaults(func=cmd_solve)
 
     sp = sub.add_parser("passk", help="pass@k tables from the solve stage, and the SFT set of successes")
-    sp.add_argument("--solved", nargs="+", required=True)
-    sp.add_argument("--out", required=True)
-    sp.add_argument("--csv", required=True)
-    sp.add_argument("--sft", help="parquet of successful rollouts (chat messages)")
+    input_arg(sp, "--solved", kind="solve_records", nargs="+", required=True)
+    output_arg(sp, "--out", required=True)
+    output_arg(sp, "--csv", required=True)
+    output_arg(sp, "--sft", help="parquet of successful rollouts (chat messages)")
     sp.set_defaults(func=cmd_passk)
 
     sp = stage("make-math-set", "generate the offline integer-answer math set (train + held-out)")
-    sp.add_argument("--out-dir", required=True)
+    output_arg(sp, "--out-dir", dir=True, required=True)
     sp.set_defaults(func=cmd_make_math_set)
 
     sp = stage("train", "OPSD: on-policy self-distillation of the policy (one ablation)")
-    sp.add_argument("--out-dir", required=True)
-    sp.add_argument("--dataset", help="math prompts (overrides train.dataset)")
-    sp.add_argument("--probe-dataset", help="held-out math rows for the KL probe (overrides train.probe_dataset)")
-    sp.add_argument("--demos", help="demos.parquet for terminal data (overrides train.demos)")
-    sp.add_argument("--tasks-dir", help="task directories for terminal data (overrides train.tasks_dir)")
+    output_arg(sp, "--out-dir", dir=True, required=True)
+    input_arg(sp, "--dataset", kind="dataset", help="math prompts (overrides train.dataset)")
+    input_arg(sp, "--probe-dataset", kind="dataset", help="held-out math rows for the KL probe (overrides train.probe_dataset)")
+    input_arg(sp, "--demos", kind="demos", help="demos.parquet for terminal data (overrides train.demos)")
+    input_arg(sp, "--tasks-dir", kind="tasks_dir", help="task directories for terminal data (overrides train.tasks_dir)")
     sp.add_argument("--restart-on-config-change", action="store_true",
                     help="start over when the checkpoints were written by another config (what the workflow does)")
     sp.set_defaults(func=cmd_train)
@@ -504,11 +560,11 @@ def build_parser() -> argparse.ArgumentParser:
                               ("eval-tbench", cmd_eval_tbench, "Terminal-Bench-format eval: mean reward, pass@k")):
         sp = stage(name, help_)
         sp.add_argument("--model-name", required=True, help="base or an ablation name")
-        sp.add_argument("--weights", help="the training summary.json whose final weights to evaluate")
-        sp.add_argument("--out-dir", required=True, help="directory for per-item results")
-        sp.add_argument("--out", required=True, help="the eval record JSON")
-        sp.add_argument("--math-heldout", help="held-out split of the offline math set (for math_data:heldout)")
-        sp.add_argument("--images-dir", default="results/images/tbench")
+        input_arg(sp, "--weights", kind="train_summary", help="the training summary.json whose final weights to evaluate")
+        output_arg(sp, "--out-dir", dir=True, required=True, help="directory for per-item results")
+        output_arg(sp, "--out", required=True, help="the eval record JSON")
+        input_arg(sp, "--math-heldout", kind="dataset", help="held-out split of the offline math set (for math_data:heldout)")
+        output_arg(sp, "--images-dir", dir=True, default="results/images/tbench")
         sp.set_defaults(func=func)
 
     sp = sub.add_parser("import-harbor", help="a folder of Harbor tasks (or a Harbor dataset id) as a task corpus")
@@ -518,62 +574,73 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_import_harbor)
 
     sp = sub.add_parser("eval-table", help="merge eval records into the tidy results table")
-    sp.add_argument("--records", nargs="+", required=True)
-    sp.add_argument("--out", required=True)
+    input_arg(sp, "--records", kind="eval_record", nargs="+", required=True)
+    output_arg(sp, "--out", required=True)
     sp.set_defaults(func=cmd_eval_table)
 
     sp = stage("hints", "one leak-gated, method-level hint per kept task (demos.parquet)")
-    sp.add_argument("--corpus", required=True, help="corpus manifest of kept tasks")
-    sp.add_argument("--out-dir", required=True)
+    input_arg(sp, "--corpus", kind="corpus_manifest", required=True, help="corpus manifest of kept tasks")
+    output_arg(sp, "--out-dir", dir=True, required=True)
     sp.set_defaults(func=cmd_hints)
 
     sp = sub.add_parser("report", help="the run report: one self-contained HTML page plus CSV tables and PNG plots")
-    sp.add_argument("--results", default="results")
-    sp.add_argument("--out", default="results/report.html")
-    sp.add_argument("--tables", default="results/report")
+    input_arg(sp, "--results", kind="results_dir", default="results")
+    output_arg(sp, "--out", default="results/report.html")
+    output_arg(sp, "--tables", dir=True, default="results/report")
     sp.add_argument("--gpu-rules", nargs="*", default=list(GPU_RULES), help="rules billed as GPU hours")
     sp.set_defaults(func=cmd_report)
 
     sp = sub.add_parser("dag", help="draw the rule graph and the job DAG (SVG, PNG, dot; mermaid)")
-    sp.add_argument("--out", default="docs/dag")
-    sp.add_argument("--configfile", nargs="+", default=None)
-    sp.add_argument("--mermaid", help="also write the rule graph as mermaid to this file")
-    sp.add_argument("--readme", help="also refresh the `dvc dag --md` block of this README")
+    output_arg(sp, "--out", dir=True, default="docs/dag")
+    input_arg(sp, "--configfile", kind="config", nargs="+", default=None)
+    output_arg(sp, "--mermaid", help="also write the rule graph as mermaid to this file")
+    input_arg(sp, "--readme", kind="text", help="also refresh the `dvc dag --md` block of this README")
     sp.set_defaults(func=cmd_dag)
 
     sp = sub.add_parser("plan", help="project token use and API cost of a run before anything is spent")
-    sp.add_argument("--configfile", nargs="+", default=["config.yaml"])
-    sp.add_argument("--json", help="also write the estimate as JSON")
+    input_arg(sp, "--configfile", kind="config", nargs="+", default=["config.yaml"])
+    output_arg(sp, "--json", help="also write the estimate as JSON")
     sp.set_defaults(func=cmd_plan)
 
     sp = sub.add_parser("combine", help="merge corpus manifests: balanced (SFT) or union (RL)")
-    sp.add_argument("--manifests", nargs="+", required=True)
+    input_arg(sp, "--manifests", kind="any_corpus_manifest", nargs="+", required=True)
     sp.add_argument("--mode", choices=["balanced", "union"], required=True)
     sp.add_argument("--axis", default="domain")
     sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--out", required=True)
+    output_arg(sp, "--out", required=True)
     sp.set_defaults(func=cmd_combine)
 
     sp = sub.add_parser("dvc-yaml", help="print dvc.yaml for the workflow (stages, params, outs)")
-    sp.add_argument("--configfile", nargs="+", default=["config.yaml"])
+    input_arg(sp, "--configfile", kind="config", nargs="+", default=["config.yaml"])
     sp.set_defaults(func=cmd_dvc_yaml)
 
     sp = stage("export", "export the corpus: HF parquet, private table, Harbor task dirs")
-    sp.add_argument("--manifests", nargs="+", help="shard manifests: export every generated task")
-    sp.add_argument("--corpus", help="corpus manifest: export the tasks validation kept")
-    sp.add_argument("--out-dir", required=True)
-    sp.add_argument("--demos", help="demos.parquet from the hints stage")
+    input_arg(sp, "--manifests", kind="shard_manifest", nargs="+", help="shard manifests: export every generated task")
+    input_arg(sp, "--corpus", kind="corpus_manifest", help="corpus manifest: export the tasks validation kept")
+    output_arg(sp, "--out-dir", dir=True, required=True)
+    input_arg(sp, "--demos", kind="demos", help="demos.parquet from the hints stage")
     sp.set_defaults(func=cmd_export)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
+        check_inputs(subcommands(parser)[args.command], args)
         return args.func(args)
+    except InputError as exc:
+        print(f"termforge: error: {args.command}: {exc}", file=sys.stderr)
     except TermforgeError as exc:
         print(f"termforge: error: {exc}", file=sys.stderr)
-        return 2
+    except OSError as exc:
+        # A file problem no reader anticipated (a full disk, a vanished folder): still one line
+        # naming the file. An OSError without a file is a bug and keeps its traceback.
+        if not exc.filename:
+            raise
+        print(f"termforge: error: {args.command}: {InputError(exc.filename, os_error_problem(exc))}",
+              file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

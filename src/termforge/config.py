@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from termforge.errors import ConfigError
+from termforge.errors import ConfigError, os_error_problem
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = Path(os.environ.get("TERMFORGE_SCHEMA", REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"))
@@ -48,7 +48,15 @@ def read_yaml(path: str | Path) -> dict:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        # One line: the YAML error's own text spans several (the offending line and a caret).
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1} column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"config file {path} is not valid YAML{where}: {problem}") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path} {os_error_problem(exc)}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

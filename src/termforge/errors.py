@@ -1,5 +1,10 @@
 """Errors a user can act on: the CLI prints their message alone, without a traceback."""
 
+from __future__ import annotations
+
+import os
+import re
+
 
 class TermforgeError(Exception):
     """Bad input or an unrecoverable stage failure, with a message naming the culprit."""
@@ -7,3 +12,100 @@ class TermforgeError(Exception):
 
 class ConfigError(TermforgeError):
     """A config value is wrong; the message names the key path and what was expected."""
+
+
+# Which rule makes which file: (path pattern as written in rules/*.smk, rule). A file the
+# workflow makes gets, in its error line, the command that rebuilds it. Patterns end a path
+# (`…/results/…` in any working directory); `{x}` is one path component, and a pattern ending in
+# `/` covers everything under it. tests/test_cli_bad_input.py keeps this table equal to the
+# outputs the rules declare.
+PRODUCERS: tuple[tuple[str, str], ...] = (
+    ("results/axes/signatures.jsonl", "sample_axes"),
+    ("results/axes/stats.json", "sample_axes"),
+    ("results/tasks/manifests/{shard}.json", "generate"),
+    ("results/tasks/{task}/", "generate"),
+    ("results/data/math/train.jsonl", "make_math_set"),
+    ("results/data/math/heldout.jsonl", "make_math_set"),
+    ("results/images/manifests/{shard}.json", "build_images"),
+    ("results/decontam/report.json", "decontaminate"),
+    ("results/validate/{shard}.json", "validate"),
+    ("results/corpus/manifest.json", "corpus_manifest"),
+    ("results/solve/{shard}.json", "solve"),
+    ("results/solve/trajectories/", "solve"),
+    ("results/solve/passk.json", "passk"),
+    ("results/solve/passk.csv", "passk"),
+    ("results/solve/sft.parquet", "passk"),
+    ("results/hints/demos.parquet", "hints"),
+    ("results/hints/coverage.json", "hints"),
+    ("results/export/export.json", "export"),
+    ("results/runs/{model}/train/summary.json", "train_opsd"),
+    ("results/runs/{model}/eval/aime.json", "eval_aime"),
+    ("results/runs/{model}/eval/tbench.json", "eval_tbench"),
+    ("results/eval/results.csv", "eval_table"),
+    ("results/eval/metrics.json", "eval_table"),
+    ("results/report.html", "report"),
+    ("results/report/", "report"),
+)
+
+
+def _pattern_regex(pattern: str) -> re.Pattern:
+    out = ""
+    for part in re.split(r"(\{\w+\})", pattern):
+        out += r"[^/]+" if part.startswith("{") else re.escape(part)
+    return re.compile(r"(?:^|/)" + out + (r".*$" if pattern.endswith("/") else r"/?$"))
+
+
+_PRODUCER_RES = tuple((_pattern_regex(p), p, rule) for p, rule in PRODUCERS)
+
+
+def producer_of(path: str | os.PathLike) -> tuple[str, str] | None:
+    """(output pattern, rule) of the workflow rule that makes path, or None for a file it does not make."""
+    text = os.fspath(path).replace(os.sep, "/")
+    for regex, pattern, rule in _PRODUCER_RES:
+        if regex.search(text):
+            return pattern, rule
+    return None
+
+
+def rebuild_advice(path: str | os.PathLike) -> str:
+    """How to rebuild a workflow file ('' for a file the workflow does not make).
+
+    Deleting a declared output is the precise fix: Snakemake reruns the one job that makes it
+    (and, by modification time, what reads it). A file inside a folder a rule fills as a side
+    effect (a task directory, a trajectory) is no output Snakemake tracks, so there the rule
+    must be forced (generate keeps the task directories that are still there)."""
+    found = producer_of(path)
+    if found is None:
+        return ""
+    pattern, rule = found
+    if pattern.endswith("/"):
+        what = "that task directory" if rule == "generate" else "it"
+        return f"it is made by rule {rule}: delete {what} and run `snakemake --forcerun {rule}`"
+    return f"it is made by rule {rule}: delete it and rerun snakemake (or run `snakemake --forcerun {rule}`)"
+
+
+class InputError(TermforgeError):
+    """A stage input (file or directory) is missing, unreadable, corrupt or of the wrong shape.
+
+    The message is `<path>: <problem>` plus, for a file the workflow makes, how to rebuild it;
+    the CLI prefixes `termforge: error: <command>: `. One class for every reader, so every command
+    (including ones added later) reports bad input the same way."""
+
+    def __init__(self, path: str | os.PathLike, problem: str):
+        self.path = os.fspath(path)
+        self.problem = problem
+        self.advice = rebuild_advice(self.path)
+        msg = f"{self.path}: {problem}"
+        if self.advice:
+            msg += f"; {self.advice}"
+        super().__init__(msg)
+
+
+def os_error_problem(exc: OSError) -> str:
+    """What an OSError says about a path, in words (no errno numbers)."""
+    import errno
+
+    words = {errno.ENOENT: "does not exist", errno.EACCES: "is not readable (permission denied)",
+             errno.EPERM: "is not readable (operation not permitted)", errno.EISDIR: "is a directory, not a file",
+             errno.ENOTDIR: "is not a directory (or a parent of it is a file)"}
+    return words.get(exc.errno, exc.strerror or type(exc).__name__)

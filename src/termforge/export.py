@@ -11,7 +11,8 @@ import shutil
 from pathlib import Path
 
 from termforge.errors import TermforgeError
-from termforge.io import atomic_write_json, canonical_json, publish_dir, read_json, staging_dir
+from termforge.io import atomic_write_json, canonical_json, publish_dir, staging_dir
+from termforge.schemas import kept_task_dirs, read
 
 AXIS_COLUMNS = ("corpus_kind", "domain", "skill_type", "skills", "persona", "language", "anchor",
                 "task_complexity", "command_complexity", "verifier_kind", "fixture_kind")
@@ -22,13 +23,11 @@ def load_tasks(manifests: list[Path]) -> list[tuple[dict, Path]]:
     """(task.json, task_dir) for every task listed in the shard manifests, in manifest order."""
     out = []
     for m in manifests:
-        manifest = read_json(m)
+        manifest = read("shard_manifest", m)
         tasks_dir = Path(manifest["tasks_dir"])
         for entry in manifest["tasks"]:
             task_dir = tasks_dir / entry["id"]
-            if not (task_dir / "task.json").exists():
-                raise TermforgeError(f"task {entry['id']}: listed in {m} but {task_dir}/task.json is missing")
-            out.append((read_json(task_dir / "task.json"), task_dir))
+            out.append((read("task", task_dir / "task.json"), task_dir))
     return out
 
 
@@ -135,9 +134,8 @@ def write_parquet(rows: list[dict], path: Path) -> None:
 
 def load_kept_tasks(corpus_manifest: Path) -> list[tuple[dict, Path]]:
     """(task.json, task_dir) for the tasks validation kept, in the manifest's order."""
-    corpus = read_json(corpus_manifest)
-    tasks_dir = Path(corpus["tasks_dir"])
-    return [(read_json(tasks_dir / t / "task.json"), tasks_dir / t) for t in corpus["kept"]]
+    corpus = read("corpus_manifest", corpus_manifest)
+    return [(read("task", d / "task.json"), d) for _, d in kept_task_dirs(Path(corpus_manifest), corpus)]
 
 
 def run_export(manifests: list[Path], out_dir: Path, demos_path: Path | None = None,
@@ -149,9 +147,7 @@ def run_export(manifests: list[Path], out_dir: Path, demos_path: Path | None = N
         raise TermforgeError("export: the manifests list no tasks")
     demos = None
     if demos_path is not None:
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(demos_path).to_pylist()
+        table = read("demos", demos_path).to_pylist()
         demos = {r["task_id"]: r["demo"] for r in table}
     if require_demo:
         if demos is None:

@@ -8,13 +8,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from termforge.io import atomic_write_json, atomic_write_text, read_json
+from termforge.io import atomic_write_json, atomic_write_text
 from termforge.runtime.base import get_runtime
 
 
 def run_build_shard(manifest_path: Path, images_dir: Path, out_path: Path, backend: str = "bwrap",
                     timeout: float = 300, workers: int = 1) -> dict:
-    manifest = read_json(manifest_path)
+    from termforge.schemas import read
+
+    manifest = read("shard_manifest", manifest_path)
     tasks_dir = Path(manifest["tasks_dir"])
     images_dir = Path(images_dir)
     runtime = get_runtime(backend)

@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from termforge.errors import InputError, os_error_problem
+
 
 def canonical_json(obj: Any) -> str:
     """JSON with sorted keys and no whitespace variance: the form that is hashed and compared."""
@@ -73,6 +75,103 @@ def read_json(path: str | os.PathLike) -> Any:
 def read_jsonl(path: str | os.PathLike) -> list[Any]:
     with open(path, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
+
+
+# -- stage inputs -------------------------------------------------------------------------------
+# Every file a stage reads as input goes through these: each failure (missing, unreadable,
+# corrupt, truncated, empty) becomes one InputError naming the file. read_json/read_jsonl above
+# stay raw for a stage's own bookkeeping files, whose callers handle their errors themselves.
+
+
+def read_input_bytes(path: str | os.PathLike) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise InputError(path, os_error_problem(exc)) from None
+
+
+def read_input_text(path: str | os.PathLike) -> str:
+    data = read_input_bytes(path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"is not UTF-8 text (bad byte at offset {exc.start}); the file is corrupt") from None
+
+
+def _json_where(exc: json.JSONDecodeError) -> str:
+    # json's messages read "Unterminated string starting at" + a position.
+    return f"{exc.msg}{'' if exc.msg.endswith(' at') else ' at'} column {exc.colno}"
+
+
+def _json_problem(exc: json.JSONDecodeError, text: str) -> str:
+    truncated = exc.pos >= len(text.rstrip())
+    tail = "; it ends early (truncated file?)" if truncated else ""
+    return f"is not valid JSON (line {exc.lineno}: {_json_where(exc)}){tail}"
+
+
+def load_json(path: str | os.PathLike) -> Any:
+    """Parse a JSON input file; InputError on any problem."""
+    text = read_input_text(path)
+    if not text.strip():
+        raise InputError(path, "is empty (expected JSON)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, _json_problem(exc, text)) from None
+
+
+def load_jsonl(path: str | os.PathLike, require_rows: bool = True) -> list[Any]:
+    """Parse a JSONL input file (one JSON value per line); a torn last line is an error here
+    (unlike read_jsonl_tolerant: an input must be complete)."""
+    text = read_input_text(path)
+    lines = text.splitlines()
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            last = lineno == len(lines) or not any(x.strip() for x in lines[lineno:])
+            why = "is cut off (truncated file?)" if last else "is not valid JSON"
+            raise InputError(path, f"line {lineno} {why}: {_json_where(exc)}") from None
+    if require_rows and not rows:
+        raise InputError(path, "has no rows (empty file)")
+    return rows
+
+
+def load_parquet(path: str | os.PathLike, columns: Iterable[str] = (), require_rows: bool = False):
+    """A pyarrow Table from a parquet input, with the named columns present."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = read_input_bytes(path)
+    if not data:
+        raise InputError(path, "is empty (expected a parquet file)")
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(path, f"is not a valid parquet file ({first})") from None
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise InputError(path, f"has no column {missing[0]!r} (columns: {', '.join(table.column_names) or 'none'})")
+    if require_rows and table.num_rows == 0:
+        raise InputError(path, "has no rows")
+    return table
+
+
+def require_dir(path: str | os.PathLike) -> Path:
+    """An input directory that must exist (and be a directory)."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(path, "does not exist (expected a directory)")
+    if not p.is_dir():
+        raise InputError(path, "is not a directory")
+    if not os.access(p, os.R_OK | os.X_OK):
+        raise InputError(path, "is not readable (permission denied)")
+    return p
 
 
 def append_jsonl(path: str | os.PathLike, row: Any) -> None:

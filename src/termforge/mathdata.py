@@ -8,7 +8,6 @@ read a real set (a Hub id or a local file) into the same row shape {id, problem,
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from fractions import Fraction
@@ -330,37 +329,16 @@ def _columns_of(rows: Sequence[dict[str, Any]]) -> list[str]:
     return list(columns)
 
 
-def _read_json_file(path: Path) -> list[dict[str, Any]]:
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json" and text.lstrip().startswith("["):
-        rows = json.loads(text)
-    else:
-        rows = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise TermforgeError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-    bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
-    if bad is not None:
-        raise TermforgeError(f"{path}: row {bad} is not a JSON object")
-    return rows
-
-
 def read_rows(source: str, split: str = "train", cache_dir: str | Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows, column names) from a local .jsonl/.json/.parquet file (split ignored), a local
     dataset folder or a Hub id (both through `datasets.load_dataset`, which uses its cache when
     offline)."""
     path = Path(source).expanduser()
     if path.is_file():
-        if path.suffix == ".parquet":
-            import pyarrow.parquet as pq
+        if path.suffix in _LOCAL_SUFFIXES:
+            from termforge.schemas import read_dataset  # parse errors: one InputError naming the file
 
-            table = pq.read_table(path)
-            return table.to_pylist(), list(table.column_names)
-        if path.suffix in (".jsonl", ".json"):
-            rows = _read_json_file(path)
+            rows = read_dataset(path)
             return rows, _columns_of(rows)
         raise TermforgeError(f"dataset {source}: unsupported file type {path.suffix!r} (expected one of {', '.join(_LOCAL_SUFFIXES)})")
     if not path.exists() and (source.endswith(_LOCAL_SUFFIXES) or source.startswith(("/", "./", "../", "~"))):

@@ -8,8 +8,9 @@ import io
 from collections import defaultdict
 from pathlib import Path
 
-from termforge.io import atomic_write_json, atomic_write_text, read_json
+from termforge.io import atomic_write_json, atomic_write_text
 from termforge.metrics import pass_at_k
+from termforge.schemas import read
 
 GROUP_AXES = ("domain", "task_complexity", "verifier_kind")
 
@@ -32,13 +33,13 @@ def run_passk(solve_paths: list[Path], out_json: Path, out_csv: Path, sft_path: 
     sft_rows = []
     infra = 0
     for path in solve_paths:
-        shard = read_json(path)
+        shard = read("solve_records", path)
         tasks_dir = Path(shard["tasks_dir"])
         by_task: dict[str, list[dict]] = defaultdict(list)
         for r in shard["rollouts"]:
             by_task[r["task_id"]].append(r)
         for task_id, rows in by_task.items():
-            task = read_json(tasks_dir / task_id / "task.json")
+            task = read("task", tasks_dir / task_id / "task.json")
             # What the task really is (a family may stand in for a requested axis value).
             sig = {**task["signature"], **task.get("actual", {})}
             graded = [r for r in rows if r["status"] == "graded"]
@@ -52,7 +53,7 @@ def run_passk(solve_paths: list[Path], out_json: Path, out_csv: Path, sft_path: 
             if sft_path is not None:
                 for r in graded:
                     if r["reward"] == 1.0 and r.get("trajectory"):
-                        traj = read_json(r["trajectory"])
+                        traj = read("trajectory", r["trajectory"])
                         sft_rows.append({"task_id": task_id, "rollout": r["rollout"], "domain": sig["domain"],
                                          "reward": r["reward"], "hacked": bool(r.get("hacked")),
                                          "messages": traj["messages"]})

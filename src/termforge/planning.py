@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from termforge.errors import ConfigError, TermforgeError
-from termforge.io import atomic_write_json, read_json, seed_from
+from termforge.io import atomic_write_json, seed_from
+from termforge.schemas import read
 
 # Defaults of the assumptions; each is overridable. Token counts are per call unless named otherwise.
 DEFAULT_ASSUMPTIONS: dict[str, float] = {
@@ -382,9 +383,7 @@ def combine(manifests: Sequence[str | Path], mode: str, out: str | Path, axis: s
     for m in map(Path, manifests):
         if not m.is_file():
             raise TermforgeError(f"combine: manifest {m} does not exist")
-        data = read_json(m)
-        if not isinstance(data.get("kept"), list):
-            raise TermforgeError(f"combine: {m} is not a corpus manifest (no 'kept' list)")
+        data = read("any_corpus_manifest", m)
         tdir = _tasks_dir(m, data)
         new = 0
         for tid in data["kept"]:
@@ -405,7 +404,7 @@ def combine(manifests: Sequence[str | Path], mode: str, out: str | Path, axis: s
             if not tj.is_file():
                 raise TermforgeError(f"combine: task {tid}: {tj} not found (balanced mode reads each task's axis "
                                      f"from its task.json)")
-            buckets.setdefault(_axis_value(read_json(tj), axis, tj), []).append(tid)
+            buckets.setdefault(_axis_value(read("task", tj), axis, tj), []).append(tid)
         per_bucket = min(len(v) for v in buckets.values()) if buckets else 0
         chosen: list[str] = []
         for bucket in sorted(buckets):

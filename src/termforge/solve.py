@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from termforge.errors import TermforgeError
 from termforge.harness import SUBMIT_MARKER, HarnessConfig, run_episode
-from termforge.io import append_jsonl, atomic_write_json, read_json, read_jsonl_tolerant, seed_from
+from termforge.io import append_jsonl, atomic_write_json, read_jsonl_tolerant, seed_from
 from termforge.models.base import ChatModel, Completion, Messages, SamplingParams
 from termforge.runtime.base import Limits, get_runtime
 from termforge.verifier import run_verifier
@@ -135,8 +135,12 @@ class _Locked(ChatModel):
 
 def run_solve_shard(shard_manifest: Path, corpus_manifest: Path, images_dir: Path, out_path: Path,
                     trajectories_dir: Path, model: ChatModel, settings: SolveSettings) -> dict:
-    shard = read_json(shard_manifest)
-    corpus = read_json(corpus_manifest)
+    from termforge.schemas import read
+
+    shard = read("shard_manifest", shard_manifest)
+    # The kept tasks of this shard are checked through the shard manifest; checking every kept
+    # task of the corpus again in each shard's job would cost a stat storm on a cluster filesystem.
+    corpus = read("corpus_manifest", corpus_manifest, check_refs=False)
     kept = set(corpus["kept"])
     tasks_dir = Path(shard["tasks_dir"])
     task_ids = [t["id"] for t in shard["tasks"] if t["id"] in kept]

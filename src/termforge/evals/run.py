@@ -10,7 +10,7 @@ from pathlib import Path
 
 from termforge.errors import TermforgeError
 from termforge.harness import HarnessConfig, run_episode
-from termforge.io import atomic_write_json, atomic_write_text, read_json
+from termforge.io import atomic_write_json, atomic_write_text
 from termforge.models.base import ChatModel, make_model
 
 TABLE_COLUMNS = ("model", "benchmark", "metric", "value", "n", "stderr")
@@ -117,7 +117,9 @@ def write_eval_table(summary_paths: list[Path], out_csv: Path) -> list[dict]:
     rows: list[dict] = []
     controlled: set[str] = set()
     for path in summary_paths:
-        record = read_json(path)
+        from termforge.schemas import read
+
+        record = read("eval_record", path)
         to_rows = aime_rows if record["kind"] == "aime" else tbench_rows
         rows += to_rows(record["model"], record["benchmark"], record["summary"])
         if record["kind"] == "tbench" and record.get("controls") and record["benchmark"] not in controlled:

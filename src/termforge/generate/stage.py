@@ -7,17 +7,18 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from termforge.errors import TermforgeError
+from termforge.errors import InputError, TermforgeError
 from termforge.generate.procedural import generate_task
-from termforge.io import atomic_write_json, clean_stale_staging, read_json, read_jsonl
+from termforge.io import atomic_write_json, clean_stale_staging, read_json
+from termforge.schemas import read
 
 
 def shard_signatures(signatures_path: Path, shard: int, shard_size: int) -> list[dict]:
-    sigs = read_jsonl(signatures_path)
+    sigs = read("signatures", signatures_path)
     chunk = sigs[shard * shard_size:(shard + 1) * shard_size]
     if not chunk:
-        raise TermforgeError(f"shard {shard:05d} is empty: {signatures_path} has {len(sigs)} signatures "
-                             f"and shard_size is {shard_size}")
+        raise InputError(signatures_path, f"has {len(sigs)} signatures, none for shard {shard:05d} "
+                                          f"(shard_size {shard_size})")
     return chunk
 
 
@@ -34,10 +35,10 @@ def run_generate_shard(signatures_path: Path, shard: int, shard_size: int, tasks
                        backend: str = "procedural", base_image: str = "debian:bookworm-slim",
                        workers: int = 1) -> dict:
     """Generate every task of the shard (finished ones are skipped) and write the shard manifest."""
+    sigs = shard_signatures(Path(signatures_path), shard, shard_size)  # before anything is written
     tasks_dir = Path(tasks_dir)
     tasks_dir.mkdir(parents=True, exist_ok=True)
     removed = clean_stale_staging(tasks_dir)
-    sigs = shard_signatures(Path(signatures_path), shard, shard_size)
     jobs = [(s, str(tasks_dir), backend, base_image) for s in sigs]
     skipped = 0
     desc = f"generate shard {shard:05d}"

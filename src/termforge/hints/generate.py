@@ -109,13 +109,9 @@ class HintResult:
 
 
 def _task_meta(task_dir: Path) -> dict[str, Any]:
-    path = task_dir / "task.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TermforgeError(f"{path}: missing (not a task directory?)") from None
-    except json.JSONDecodeError as exc:
-        raise TermforgeError(f"{path}: not valid JSON ({exc})") from None
+    from termforge.schemas import read
+
+    return read("task", task_dir / "task.json")
 
 
 def task_id_of(task_dir: Path) -> str:

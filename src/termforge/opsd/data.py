@@ -140,9 +140,8 @@ def load_terminal_rows(cfg: OPSDConfig, demos: str | None = None, tasks_dir: str
                        where: str = "train") -> list[PromptRow]:
     """Tasks that have a hint: demos.parquet (task_id, demo) joined with each task's instruction.md.
     The student sees the harness's opening turns; the teacher additionally sees the hint."""
-    import pyarrow.parquet as pq
-
     from termforge.harness import initial_messages
+    from termforge.schemas import read
 
     demos = demos or cfg.demos
     tasks_dir = tasks_dir or cfg.tasks_dir
@@ -152,11 +151,7 @@ def load_terminal_rows(cfg: OPSDConfig, demos: str | None = None, tasks_dir: str
         raise ConfigError(f"{where}.tasks_dir: data_kind terminal needs the folder of task directories")
     if not Path(demos).is_file():
         raise ConfigError(f"{where}.demos: {demos} does not exist")
-    table = pq.read_table(demos)
-    for column in ("task_id", "demo"):
-        if column not in table.column_names:
-            raise ConfigError(f"{where}.demos: {demos} has no column {column!r} "
-                              f"(columns: {', '.join(table.column_names)})")
+    table = read("demos", demos)
     rows, without_hint = [], 0
     for record in table.to_pylist():
         hint = (record.get("demo") or "").strip()

@@ -243,12 +243,14 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
                        backend: str = "bwrap") -> dict:
     """Validate every task of a shard. Verdicts are checkpointed per task (a rerun after a kill
     re-validates only unfinished tasks); the final verdicts file is written atomically."""
-    manifest = read_json(manifest_path)
+    from termforge.schemas import read
+
+    manifest = read("shard_manifest", manifest_path)
     tasks_dir = Path(manifest["tasks_dir"])
     ids = [t["id"] for t in manifest["tasks"]]
     dropped_contaminated: dict[str, str] = {}
     if decontam_report:
-        report = read_json(decontam_report)
+        report = read("decontam_report", decontam_report)
         reasons = {f["task_id"]: f["reasons"] for f in report.get("flagged", [])}
         for task_id in report.get("dropped", []):
             dropped_contaminated[task_id] = "dropped by decontamination: " + ", ".join(reasons.get(task_id, []))
@@ -283,8 +285,10 @@ def write_corpus_manifest(verdict_paths: list[Path], out_path: Path) -> dict:
     """The kept tasks of the corpus, and counts of kept and dropped tasks per reason stage."""
     kept, dropped, per_stage = [], [], {}
     tasks_dir = None
+    from termforge.schemas import read
+
     for p in verdict_paths:
-        shard = read_json(p)
+        shard = read("verdicts", p)
         tasks_dir = shard["tasks_dir"]
         for v in shard["verdicts"]:
             if v["kept"]:

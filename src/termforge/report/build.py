@@ -14,14 +14,14 @@ import base64
 import csv
 import html
 import io
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from termforge.errors import TermforgeError
-from termforge.io import atomic_write_bytes, atomic_write_text, read_json, read_jsonl
+from termforge.errors import InputError, TermforgeError
+from termforge.io import atomic_write_bytes, atomic_write_text, load_json, load_jsonl, read_input_text
+from termforge.schemas import read, read_optional
 from termforge.report import plots
 
 # Every table and plot file the report may write; ones a section no longer produces are removed
@@ -113,12 +113,7 @@ def _img_html(png: bytes, alt: str, name: str) -> str:
 
 
 def _read_optional_json(path: Path) -> Any | None:
-    if not path.is_file():
-        return None
-    try:
-        return read_json(path)
-    except json.JSONDecodeError as exc:
-        raise TermforgeError(f"report: {path} is not valid JSON ({exc})") from None
+    return load_json(path) if path.is_file() else None
 
 
 class _Builder:
@@ -159,16 +154,17 @@ class _Builder:
             if not p.is_file():
                 raise TermforgeError(f"report: {p} not found (the report needs at least the sample_axes outputs "
                                      f"under {r})")
-        self.signatures = read_jsonl(sig_path)
-        self.stats = read_json(stats_path)
-        if not isinstance(self.stats.get("axes"), dict):
-            raise TermforgeError(f"report: {stats_path} has no 'axes' mapping")
-        self.shards = [read_json(p) for p in sorted((r / "tasks" / "manifests").glob("*.json"))]
-        self.decontam = _read_optional_json(r / "decontam" / "report.json")
-        self.verdicts = [read_json(p) for p in sorted((r / "validate").glob("*.json"))]
-        self.corpus = _read_optional_json(r / "corpus" / "manifest.json")
-        self.passk = _read_optional_json(r / "solve" / "passk.json")
-        self.hints = _read_optional_json(r / "hints" / "coverage.json")
+        # The report describes a results tree as it is: the files each document names (task
+        # directories) need not be there, so only the documents' own shapes are checked.
+        self.signatures = read("signatures", sig_path)
+        self.stats = read("axis_stats", stats_path)
+        self.shards = [read("shard_manifest", p, check_refs=False)
+                       for p in sorted((r / "tasks" / "manifests").glob("*.json"))]
+        self.decontam = read_optional("decontam_report", r / "decontam" / "report.json")
+        self.verdicts = [read("verdicts", p, check_refs=False) for p in sorted((r / "validate").glob("*.json"))]
+        self.corpus = read_optional("corpus_manifest", r / "corpus" / "manifest.json")
+        self.passk = read_optional("passk", r / "solve" / "passk.json")
+        self.hints = read_optional("hint_coverage", r / "hints" / "coverage.json")
         self.eval_csv = r / "eval" / "results.csv"
         bench_dir = r / "benchmarks"
         self.benchmarks = [(f.relative_to(bench_dir), _read_benchmark(f))
@@ -404,12 +400,14 @@ class _Builder:
             return self.not_run(sec, self.results / "runs" / "<ablation>" / "train" / "metrics.jsonl")
         curves: dict[str, list[dict]] = {}
         summary, long_rows = [], []
-        cols = ["loss", "divergence_mean", "clipped_fraction", "completion_len", "tokens_per_s", "peak_mem_mb"]
+        cols = ["loss", "divergence_mean", "clipped_fraction", "completion_len_mean", "tokens_per_s", "peak_memory_mb"]
         for path in runs:
             name = path.parent.parent.name
-            rows = sorted((r for r in read_jsonl(path) if "step" in r), key=lambda r: r["step"])
-            for r in rows:  # metrics written before the divergence was named carry kl_mean
+            rows = sorted((r for r in load_jsonl(path, require_rows=False) if "step" in r), key=lambda r: r["step"])
+            for r in rows:  # older metrics files name these kl_mean, completion_len and peak_mem_mb
                 r.setdefault("divergence_mean", r.get("kl_mean"))
+                r.setdefault("completion_len_mean", r.get("completion_len"))
+                r.setdefault("peak_memory_mb", r.get("peak_mem_mb"))
             curves[name] = rows
             long_rows += [[name, r["step"]] + [r.get(c) for c in cols] for r in rows]
             probe = _read_optional_json(path.parent / "kl_probe.json") or {}
@@ -418,10 +416,10 @@ class _Builder:
                 vals = [r[c] for r in rows if isinstance(r.get(c), (int, float))]
                 return sum(vals) / len(vals) if vals else None
 
-            peaks = [r["peak_mem_mb"] for r in rows if isinstance(r.get("peak_mem_mb"), (int, float))]
+            peaks = [r["peak_memory_mb"] for r in rows if isinstance(r.get("peak_memory_mb"), (int, float))]
             summary.append([name, len(rows), rows[0].get("loss") if rows else None,
                             rows[-1].get("loss") if rows else None, rows[-1].get("divergence_mean") if rows else None,
-                            mean("clipped_fraction"), mean("completion_len"), mean("tokens_per_s"),
+                            mean("clipped_fraction"), mean("completion_len_mean"), mean("tokens_per_s"),
                             max(peaks) if peaks else None, _kl_value(probe.get("before")),
                             _kl_value(probe.get("after"))])
         self.add_table(sec, Table("training_summary",
@@ -580,14 +578,15 @@ def _num(s: Any) -> float | None:
 
 def _read_benchmark(path: Path) -> list[dict[str, float | None]]:
     """Rows of a Snakemake benchmark TSV (columns s, h:m:s, max_rss, ..., cpu_time); NA -> None."""
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh, delimiter="\t")
-        if reader.fieldnames is None or "s" not in reader.fieldnames:
-            raise TermforgeError(f"report: {path} is not a Snakemake benchmark file (no 's' column)")
-        out = []
-        for row in reader:
-            out.append({k: (None if k == "h:m:s" else _num(v)) for k, v in row.items() if k is not None})
-        return out
+    import io
+
+    reader = csv.DictReader(io.StringIO(read_input_text(path), newline=""), delimiter="\t")
+    if reader.fieldnames is None or "s" not in reader.fieldnames:
+        raise TermforgeError(f"report: {path} is not a Snakemake benchmark file (no 's' column)")
+    out = []
+    for row in reader:
+        out.append({k: (None if k == "h:m:s" else _num(v)) for k, v in row.items() if k is not None})
+    return out
 
 
 CSS = """
@@ -645,7 +644,8 @@ def build_report(results_dir: str | Path, out_html: str | Path, out_dir_tables: 
     """
     results = Path(results_dir)
     if not results.is_dir():
-        raise TermforgeError(f"report: results directory {results} does not exist")
+        raise InputError(results, "does not exist (expected the results folder)" if not results.exists()
+                         else "is not a folder (expected the results folder)")
     gpus = dict(gpu_rules) if isinstance(gpu_rules, Mapping) else {r: 1.0 for r in gpu_rules}
     builder = _Builder(results, gpus)
     sections = builder.build()
