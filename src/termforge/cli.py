@@ -568,8 +568,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.set_defaults(func=func)
 
     sp = sub.add_parser("import-harbor", help="a folder of Harbor tasks (or a Harbor dataset id) as a task corpus")
-    sp.add_argument("source", help="a Harbor task or dataset folder, or NAME[@VERSION] fetched with the harbor CLI")
-    sp.add_argument("--out-dir", required=True)
+    input_arg(sp, "source", kind="harbor_source",
+              help="a Harbor task or dataset folder, or NAME[@VERSION] fetched with the harbor CLI")
+    output_arg(sp, "--out-dir", dir=True, required=True)
     sp.add_argument("--name", help="dataset name (task id prefix, reference source); default: the folder's name")
     sp.set_defaults(func=cmd_import_harbor)
 

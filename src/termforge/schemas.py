@@ -76,6 +76,7 @@ class Kind:
     columns: tuple[str, ...] = ()   # parquet columns readers use
     refs: Callable[[Path, Any], None] | None = None  # checks of the files the document names
     rows_required: bool = True      # jsonl/parquet: an empty file is an error
+    hub_ids: bool = False           # dir: a value that does not look like a local path is a Hub id
 
 
 def _describe(error: jsonschema.ValidationError) -> str:
@@ -196,6 +197,7 @@ KINDS: dict[str, Kind] = {
     "text": Kind("a text file", "text"),
     "tasks_dir": Kind("a folder of task directories", "dir"),
     "results_dir": Kind("a results folder", "dir"),
+    "harbor_source": Kind("a folder of Harbor tasks", "dir", hub_ids=True),
 }
 
 
@@ -209,6 +211,8 @@ def read(kind: str, path: str | os.PathLike, check_refs: bool = True) -> Any:
         return read_dataset(path)
     path = Path(path)
     if k.fmt == "dir":
+        if k.hub_ids and not looks_local(os.fspath(path)):
+            return None  # a Hub dataset id: its fetcher reports its own errors
         return require_dir(path)
     if k.fmt == "config":
         from termforge.config import read_yaml  # config files keep their ConfigError wording
