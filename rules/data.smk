@@ -39,7 +39,8 @@ rule generate:
         runtime=CPU_RUNTIME,
     shell:
         "termforge generate --params {params.options:q} --signatures {input.signatures} "
-        "--shard {wildcards.shard} --tasks-dir results/tasks --out {output.manifest} 2>&1 | tee {log}"
+        "--shard {wildcards.shard} --tasks-dir results/tasks --images-dir results/images "
+        "--out {output.manifest} 2>&1 | tee {log}"
 
 
 rule make_math_set:

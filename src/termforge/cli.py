@@ -117,7 +117,8 @@ def cmd_sample_axes(args) -> int:
     stats = axis_balance(sigs, taxonomy, domains)
     write_stats(args.stats, stats)
     print(f"sample-axes: {len(sigs)} signatures -> {args.out}; balance (exp(H)/N): "
-          + ", ".join(f"{k}={v['balance']:.2f}" for k, v in stats["axes"].items() if "balance" in v))
+          + ", ".join(f"{k}={v['normalised_effective_number']:.2f}" for k, v in stats["axes"].items()
+                      if v.get("normalised_effective_number") is not None))
     return 0
 
 
@@ -136,7 +137,7 @@ def cmd_generate(args) -> int:
             run_generate_shard_llm(Path(args.signatures), int(args.shard), o["corpus.shard_size"],
                                    Path(args.tasks_dir), Path(args.out), model,
                                    max_repair_rounds=o["generate.max_repair_rounds"],
-                                   base_image=o["generate.base_image"], images_dir=Path("results/images"),
+                                   base_image=o["generate.base_image"], images_dir=Path(args.images_dir),
                                    workers=o["generate.workers"])
         finally:
             model.close()
@@ -502,6 +503,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--shard", required=True)
     output_arg(sp, "--tasks-dir", dir=True, required=True)
     output_arg(sp, "--out", required=True, help="shard manifest JSON")
+    output_arg(sp, "--images-dir", dir=True, default="results/images",
+               help="llm backend: where the images its checks build are kept (build-images reuses them)")
     sp.set_defaults(func=cmd_generate)
 
     sp = stage("build-images", "build the images of one shard's tasks")
