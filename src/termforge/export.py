@@ -31,11 +31,21 @@ def load_tasks(manifests: list[Path]) -> list[tuple[dict, Path]]:
     return out
 
 
+def task_axes(task: dict) -> dict:
+    """What the task IS on every axis column: the values the family really produced (task.json
+    "actual"), the signature's where the task records none (persona, corpus kind)."""
+    return {**task["signature"], **(task.get("actual") or {})}
+
+
 def policy_row(task: dict, demos: dict[str, str] | None = None) -> dict:
-    sig = task["signature"]
+    sig, axes = task["signature"], task_axes(task)
     row = {"task_id": task["id"], "instruction": task["instruction"], "family": task["family"]}
     for col in AXIS_COLUMNS:
-        row[col] = sig.get(col)
+        row[col] = axes.get(col)
+    # The sampled values stay beside them, so a user can see what was asked and what was honoured.
+    for col in AXIS_COLUMNS:
+        row[f"requested_{col}"] = sig.get(col)
+    row["honoured_all"] = not task["mismatch"]
     row["mismatch"] = canonical_json(task["mismatch"])
     if demos is not None:
         row["demo"] = demos.get(task["id"])
@@ -58,7 +68,7 @@ def _toml_str(value: str) -> str:
 
 
 def harbor_task_toml(task: dict) -> str:
-    sig = task["signature"]
+    sig = task_axes(task)
     env = task.get("environment", {})
     lines = ['version = "1.0"', "", "[metadata]", 'author_name = "termforge"',
              f"difficulty = {_toml_str(DIFFICULTY.get(sig.get('task_complexity'), 'medium'))}",

@@ -21,13 +21,15 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from termforge.errors import TermforgeError
+from termforge.generate.honour import AXES as HONOUR_AXES
+from termforge.generate.honour import SHAPE_AXES
 from termforge.io import atomic_write_bytes, atomic_write_text, read_json, read_jsonl
 from termforge.report import plots
 
 # Every table and plot file the report may write; ones a section no longer produces are removed
 # so a stale CSV from an earlier build never passes for a current one.
 TABLE_NAMES = (
-    "overview", "axis_balance", "corpus_composition", "family_mix", "survival", "drop_reasons",
+    "overview", "axis_balance", "corpus_composition", "family_mix", "honoured_axes", "survival", "drop_reasons",
     "decontam_summary", "decontam_hits", "decontam_near_duplicates", "passk_overall", "passk_by_bucket",
     "passk_bands", "hint_coverage", "training_summary", "training_curves", "eval_comparison", "rule_cost",
 )
@@ -229,7 +231,32 @@ class _Builder:
                 + ".</p>")
             self.add_table(sec, Table("family_mix", ["family", "domain", "tasks", "with a mismatch"], rows,
                                       "Generated tasks per task family"))
+            self.honoured_table(sec)
         return sec
+
+    def honoured_table(self, sec: Section) -> None:
+        """Per axis, the share of generated tasks that really have the sampled value."""
+        tasks = [t for shard in self.shards for t in shard.get("tasks", [])]
+        if not tasks:
+            return
+        n = len(tasks)
+        missed = [set(t.get("mismatch") or []) for t in tasks]
+        rows = []
+        for axis in HONOUR_AXES:
+            ok = sum(1 for m in missed if axis not in m)
+            rows.append([axis, n, ok, ok / n])
+        shape = sum(1 for m in missed if not m & set(SHAPE_AXES))
+        full = sum(1 for m in missed if not m)
+        rows.append(["domain + verifier_kind + fixture_kind", n, shape, shape / n])
+        rows.append(["every axis (fully honoured signature)", n, full, full / n])
+        fallbacks = sum(1 for t in tasks if t.get("fallback"))
+        sec.parts.append(
+            f"<p>Honoured signatures: {_fmt(full / n)} of {n} tasks have every sampled axis; "
+            f"{_fmt(shape / n)} have the sampled domain, verifier kind and fixture kind. "
+            f"{fallbacks} tasks were built after a failed draw (retried seed or next-best family; "
+            "see <code>generation</code> in task.json).</p>")
+        self.add_table(sec, Table("honoured_axes", ["axis", "tasks", "honoured", "share"], rows,
+                                  "Honoured per axis: tasks whose family really has the sampled value"))
 
     def survival(self) -> Section:
         sec = Section("survival", "Survival through the stages",
