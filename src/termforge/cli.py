@@ -115,9 +115,8 @@ def cmd_build_images(args) -> int:
 
 
 def cmd_decontaminate(args) -> int:
-    from termforge.quality.decontam import (decontaminate, load_harbor_references, load_hf_references,
+    from termforge.quality.decontam import (decontaminate_tasks, load_harbor_references, load_hf_references,
                                             load_jsonl_references)
-    from termforge.export import load_tasks
     o = _stage_options(args, "decontaminate")
     refs = []
     for d in o["decontam.harbor_dirs"]:
@@ -126,10 +125,15 @@ def cmd_decontaminate(args) -> int:
         refs += load_hf_references(ds["id"], ds["column"], ds.get("split", "test"))
     for j in o["decontam.jsonl"]:
         refs += load_jsonl_references(j["path"], j["column"])
-    task_dirs = [d for _, d in load_tasks([Path(m) for m in args.manifests])]
-    report = decontaminate(task_dirs, refs, n=o["decontam.n"], policy=o["decontam.policy"],
-                           near_dup_policy=o["decontam.near_dup_policy"],
-                           near_dup_threshold=o["decontam.near_dup_threshold"], min_shared=o["decontam.min_shared"])
+    # The shard manifests name every task: ids and directories without opening task.json.
+    tasks = []
+    for m in args.manifests:
+        manifest = read_json(m)
+        tasks += [(e["id"], Path(manifest["tasks_dir"]) / e["id"]) for e in manifest["tasks"]]
+    report = decontaminate_tasks(tasks, refs, n=o["decontam.n"], policy=o["decontam.policy"],
+                                 near_dup_policy=o["decontam.near_dup_policy"], near_dups=o["decontam.near_dups"],
+                                 near_dup_threshold=o["decontam.near_dup_threshold"],
+                                 min_shared=o["decontam.min_shared"])
     atomic_write_json(args.out, report)
     s = report["summary"]
     print(f"decontaminate: {s['tasks']} tasks against {s['references']} reference documents: "

@@ -349,13 +349,17 @@ class _Builder:
                                       "Contamination hits against reference sets"))
         else:
             sec.parts.append("<p>No task shares an n-gram run with a reference set.</p>")
-        pairs = [[p.get("task_id"), p.get("similar_to"), p.get("jaccard_estimate")]
-                 for p in rep.get("near_duplicate_pairs", [])]
-        if pairs:
-            self.add_table(sec, Table("decontam_near_duplicates", ["task id", "similar to", "Jaccard estimate"],
-                                      pairs, "Near-duplicate pairs inside the corpus"))
+        clusters = [[c.get("kept"), c.get("size"), ", ".join((c.get("duplicates") or [])[:5])
+                     + (" ..." if len(c.get("duplicates") or []) > 5 else "")]
+                    for c in sorted(rep.get("near_duplicate_clusters", []), key=lambda c: (-c.get("size", 0),
+                                                                                         c.get("kept", "")))]
+        if clusters:
+            self.add_table(sec, Table("decontam_near_duplicates", ["kept task", "cluster size", "duplicates"],
+                                      clusters, "Near-duplicate clusters inside the corpus (largest first)"))
+        elif not params.get("near_dups", True):
+            sec.parts.append("<p>The near-duplicate pass was switched off (<code>decontam.near_dups</code>).</p>")
         else:
-            sec.parts.append("<p>No near-duplicate pairs inside the corpus.</p>")
+            sec.parts.append("<p>No near-duplicates inside the corpus.</p>")
         return sec
 
     def passk_section(self) -> Section:
