@@ -11,6 +11,7 @@ bytes, test lines).
 """
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
@@ -60,8 +61,8 @@ def bench_signatures(overlay: str, limit: int = 0) -> None:
         sigs = sigs[:limit]
     families = all_families()
     honoured = {a: 0 for a in AXES}
-    shape = full = retried = fell_back = 0
-    difficulty: dict[str, list[tuple[int, int, int]]] = {}
+    shape = full = retried = fell_back = some_skill = 0
+    difficulty: dict[tuple[str, str], list[tuple[int, int, int, int]]] = {}
     start = time.process_time()
     for sig in sigs:
         built = build_task(sig, families)
@@ -71,12 +72,13 @@ def bench_signatures(overlay: str, limit: int = 0) -> None:
             honoured[a] += ok[a]
         shape += all(ok[a] for a in SHAPE_AXES)
         full += all(ok.values())
+        some_skill += bool(set(sig["skills"]) & set(built.family.skills))
         retried += bool(built.failed_attempts)
         fell_back += any(f["family"] != built.family.name for f in built.failed_attempts)
         if ok["task_complexity"]:
-            difficulty.setdefault(sig["task_complexity"], []).append((
+            difficulty.setdefault((built.family.name, sig["task_complexity"]), []).append((
                 spec.solve_sh.count("\n"), sum(len(b) for b in spec.fixtures.values()),
-                spec.test_final.count("\n")))
+                spec.test_final.count("\n"), len(json.dumps(spec.truth))))
     cpu = time.process_time() - start
     n = len(sigs)
     print(f"{overlay}: {n} signatures -> {n} task specs in {cpu:.1f} s CPU ({n / cpu:.0f} specs/s/core); "
@@ -84,14 +86,25 @@ def bench_signatures(overlay: str, limit: int = 0) -> None:
     for a in AXES:
         print(f"  honoured {a:<20} {honoured[a] / n:6.1%}")
     print(f"  honoured on (domain, verifier_kind, fixture_kind) together: {shape / n:.1%} (goal >= 90%)")
-    print(f"  fully honoured signatures (every axis): {full / n:.1%}")
-    print("  difficulty by task_complexity (medians over tasks that honour it): oracle lines, fixture bytes, "
-          "final-test lines")
-    for level in ("short", "moderate", "complex", "intricate"):
-        rows = difficulty.get(level)
-        if rows:
-            med = [statistics.median(col) for col in zip(*rows)]
-            print(f"    {level:<10} n={len(rows):5d}  oracle {med[0]:6.0f}  fixtures {med[1]:9.0f}  tests {med[2]:5.0f}")
+    print(f"  fully honoured signatures (every axis): {full / n:.1%}; at least one requested skill exercised: "
+          f"{some_skill / n:.1%}")
+    # Families differ in size by orders of magnitude, so difficulty is compared within a family:
+    # each measure at a level over the same family's median at "moderate", then the median over families.
+    levels = ("short", "moderate", "complex", "intricate")
+    names = ("oracle lines", "fixture bytes", "final-test lines", "answer-key bytes")
+    print("  difficulty by task_complexity, relative to the same family at moderate (median over families):")
+    for level in levels:
+        ratios: list[list[float]] = [[] for _ in names]
+        for fam in {f for f, _ in difficulty}:
+            rows, base = difficulty.get((fam, level)), difficulty.get((fam, "moderate"))
+            if not rows or not base:
+                continue
+            for k in range(len(names)):
+                ref = statistics.median(r[k] for r in base)
+                if ref:
+                    ratios[k].append(statistics.median(r[k] for r in rows) / ref)
+        cells = "  ".join(f"{name} x{statistics.median(r):.2f}" for name, r in zip(names, ratios) if r)
+        print(f"    {level:<10} {cells}")
 
 
 def bench_exec(reps: int) -> None:
