@@ -503,3 +503,17 @@ def test_a_large_family_of_look_alikes_is_one_cluster_found_in_linear_comparison
     bands = finder.num_perm // finder.BAND_ROWS
     assert compared <= 2 * bands * n < n * (n - 1) // 2
     assert len(finder.pairs) <= compared
+
+
+def test_worker_processes_give_the_same_report(tmp_path, references, monkeypatch):
+    from termforge.quality import decontam as mod
+
+    monkeypatch.setattr(mod, "WORKER_CHUNK", 4)
+    pairs = []
+    for i in range(13):
+        text = _vocab_text(100 + i % 5, 120) + (" " + REF_CERT if i == 7 else "") + (" é" if i % 3 else "")
+        pairs.append((f"tf-{i:02d}", make_task(tmp_path, f"tf-{i:02d}", text)))
+    one = mod.decontaminate_tasks(pairs, references)
+    many = mod.decontaminate_tasks(pairs, references, workers=3)
+    assert canonical_json(one) == canonical_json(many)
+    assert one["near_duplicate_clusters"] and [h["task_id"] for h in one["contamination"]] == ["tf-07"]

@@ -133,7 +133,7 @@ def cmd_decontaminate(args) -> int:
     report = decontaminate_tasks(tasks, refs, n=o["decontam.n"], policy=o["decontam.policy"],
                                  near_dup_policy=o["decontam.near_dup_policy"], near_dups=o["decontam.near_dups"],
                                  near_dup_threshold=o["decontam.near_dup_threshold"],
-                                 min_shared=o["decontam.min_shared"])
+                                 min_shared=o["decontam.min_shared"], workers=args.workers)
     atomic_write_json(args.out, report)
     s = report["summary"]
     print(f"decontaminate: {s['tasks']} tasks against {s['references']} reference documents: "
@@ -441,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = stage("decontaminate", "n-gram overlap with reference sets and near-duplicates in the corpus")
     sp.add_argument("--manifests", nargs="+", required=True)
     sp.add_argument("--out", required=True, help="decontamination report JSON")
+    sp.add_argument("--workers", type=int, default=1, help="processes reading and scanning tasks (the job's threads)")
     sp.set_defaults(func=cmd_decontaminate)
 
     sp = stage("validate", "validate one shard's tasks (static, build, tests, oracle, no-op, probes)")

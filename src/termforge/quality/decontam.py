@@ -799,7 +799,8 @@ def decontaminate(task_dirs: Sequence[str | Path], references: Sequence[RefDoc] 
     smallest id), ``flagged`` (task id and reasons), ``kept`` and ``dropped`` (policy "flag"
     drops nothing), ``summary`` counts and the ``params`` used. Extra options: near_dups (False
     skips the near-duplicate pass), near_dup_policy, num_perm, shingle_size, minhash_seed,
-    batch_size. Task ids come from each task.json; decontaminate_tasks takes them from the caller.
+    batch_size, workers (processes that read and scan chunks of tasks; same report). Task ids
+    come from each task.json; decontaminate_tasks takes them from the caller.
     """
     pairs = []
     for d in map(Path, task_dirs):
@@ -819,9 +820,62 @@ def decontaminate_tasks(tasks: Sequence[tuple[str, str | Path]], references: Seq
         if tid in by_id:
             raise TermforgeError(f"task id {tid!r} appears twice: {by_id[tid]} and {d}")
         by_id[tid] = d
+    workers = int(options.pop("workers", 1) or 1)
+    if workers > 1 and len(by_id) > WORKER_CHUNK:
+        ordered = [(tid, os.fspath(by_id[tid])) for tid in sorted(by_id)]
+        return _report(_ParallelScan(ordered, workers), references, n, policy, near_dup_threshold, min_shared,
+                       **options)
     # A generator: texts are read one batch at a time, so a large corpus never sits in memory whole.
     docs = ((tid, task_document_bytes(by_id[tid])) for tid in sorted(by_id))
     return _report(docs, references, n, policy, near_dup_threshold, min_shared, **options)
+
+
+WORKER_CHUNK = 512
+_WORKER_STATE: dict = {}
+
+
+def _worker_init(index: "ReferenceIndex", min_shared: int, near: tuple | None, shingle_size: int,
+                 batch_size: int) -> None:
+    _WORKER_STATE.update(index=index, min_shared=min_shared, near=near, shingle_size=shingle_size,
+                         batch_size=batch_size)
+
+
+def _worker_scan(chunk: list[tuple[str, str]]) -> tuple[list[dict], list[str], list[str], np.ndarray]:
+    """Read, tokenise, probe and sketch one chunk of tasks (in a worker process)."""
+    st = _WORKER_STATE
+    finder = NearDuplicateFinder(*st["near"]) if st["near"] else None
+    docs = ((tid, task_document_bytes(d)) for tid, d in chunk)
+    hits, seen = scan_documents(docs, st["index"], st["min_shared"], finder, st["shingle_size"], st["batch_size"])
+    if finder is None:
+        return hits, seen, [], np.empty((0, 0), dtype=np.uint32)
+    return hits, seen, finder._ids, finder._store
+
+
+class _ParallelScan:
+    """Tasks to scan in worker processes (the stage's threads): contiguous chunks in id order, so
+    hits, task order and near-duplicate sketches come back exactly as one process makes them."""
+
+    def __init__(self, tasks: list[tuple[str, str]], workers: int):
+        self.tasks = tasks
+        self.workers = workers
+
+    def scan(self, index: "ReferenceIndex", min_shared: int, near: "NearDuplicateFinder | None", shingle_size: int,
+             batch_size: int) -> tuple[list[dict], list[str]]:
+        from concurrent.futures import ProcessPoolExecutor
+
+        chunks = [self.tasks[i:i + WORKER_CHUNK] for i in range(0, len(self.tasks), WORKER_CHUNK)]
+        near_args = (near.threshold, near.num_perm, near.seed) if near is not None else None
+        hits: list[dict] = []
+        seen: list[str] = []
+        with ProcessPoolExecutor(self.workers, initializer=_worker_init,
+                                 initargs=(index, min_shared, near_args, shingle_size, batch_size)) as pool:
+            for chunk_hits, chunk_seen, ids, sketches in pool.map(_worker_scan, chunks):
+                hits += chunk_hits
+                seen += chunk_seen
+                if near is not None and ids:
+                    near.add_sketches(ids, sketches, [1] * len(ids))
+        hits.sort(key=lambda x: (x["task_id"], x["ref_id"]))
+        return hits, seen
 
 
 def _report(sorted_docs: Iterable[tuple[str, str]], references: Sequence[RefDoc] | ReferenceIndex, n: int,
@@ -843,7 +897,10 @@ def _report(sorted_docs: Iterable[tuple[str, str]], references: Sequence[RefDoc]
         index = ReferenceIndex(references, n)
 
     near = NearDuplicateFinder(near_dup_threshold, num_perm, minhash_seed) if near_dups else None
-    hits, task_ids = scan_documents(sorted_docs, index, min_shared, near, shingle_size, batch_size)
+    if isinstance(sorted_docs, _ParallelScan):
+        hits, task_ids = sorted_docs.scan(index, min_shared, near, shingle_size, batch_size)
+    else:
+        hits, task_ids = scan_documents(sorted_docs, index, min_shared, near, shingle_size, batch_size)
     dup_of = near.duplicate_of() if near else {}
     reasons: dict[str, list[str]] = {}
     for hit in hits:
