@@ -601,7 +601,8 @@ class NearDuplicateFinder:
         self.seed = seed
         self._salt = np.uint64((seed * 0x9E3779B97F4A7C15) & ((1 << 64) - 1))
         self._ids: list[str] = []
-        self._store = np.empty((0, num_perm), dtype=np.uint32)  # sketch of task i in row i
+        self._stored = np.empty((0, num_perm), dtype=np.uint32)
+        self._pending: list[np.ndarray] = []
         self._links: list[tuple[str, str, float]] | None = None
 
     def sketches(self, shingle_hashes: np.ndarray, doc_bounds: np.ndarray) -> np.ndarray:
@@ -624,8 +625,16 @@ class NearDuplicateFinder:
         if not keep:
             return
         self._ids += [task_ids[i] for i in keep]
-        self._store = np.concatenate([self._store, sketches[keep]])
+        self._pending.append(sketches[keep])  # joined once when needed, not copied per batch
         self._links = None
+
+    @property
+    def _store(self) -> np.ndarray:
+        """Sketch of task i in row i."""
+        if self._pending:
+            self._stored = np.concatenate([self._stored, *self._pending])
+            self._pending = []
+        return self._stored
 
     def add(self, task_id: str, shingle_hashes: np.ndarray) -> None:
         """Sketch and add one task."""
