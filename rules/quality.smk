@@ -13,14 +13,14 @@ rule decontaminate:
         "results/logs/decontaminate.log",
     benchmark:
         "results/benchmarks/decontaminate.tsv"
-    threads: 1
+    threads: CPU_THREADS
     resources:
         slurm_partition=CPU_PARTITION,
         mem_mb=CPU_MEM,
         runtime=CPU_RUNTIME,
     shell:
         "termforge decontaminate --params {params.options:q} --manifests {input.manifests} "
-        "--out {output.report} 2>&1 | tee {log}"
+        "--workers {threads} --out {output.report} 2>&1 | tee {log}"
 
 
 rule validate:

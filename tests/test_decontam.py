@@ -163,11 +163,10 @@ def test_exact_and_edited_copies_caught_with_matching_words(corpus, references):
 def test_near_duplicates_inside_corpus(corpus, references):
     report = decontaminate(list(corpus.values()), references)
     assert report["near_duplicates"] == [{"task_id": "tf-twin-b", "kept": "tf-twin-a"}]
-    pairs = [p for p in report["near_duplicate_pairs"] if {p["task_id"], p["similar_to"]} == {"tf-twin-a", "tf-twin-b"}]
-    assert len(pairs) == 1 and 0.8 <= pairs[0]["jaccard_estimate"] <= 1.0
+    assert report["near_duplicate_clusters"] == [{"kept": "tf-twin-a", "duplicates": ["tf-twin-b"], "size": 2}]
     # The exact and edited copies of one reference are not near duplicates of each other:
     # reordering and new numbers move them below the 0.8 threshold.
-    assert "tf-edited" not in {p["task_id"] for p in report["near_duplicate_pairs"]}
+    assert "tf-edited" not in {t for c in report["near_duplicate_clusters"] for t in [c["kept"], *c["duplicates"]]}
 
 
 def test_clean_tasks_not_flagged_and_policy_drop(corpus, references):
@@ -384,11 +383,11 @@ def test_near_duplicate_chains_form_one_cluster_kept_by_smallest_id():
     from termforge.quality.decontam import NearDuplicateFinder
 
     shingles = np.random.default_rng(5).integers(0, 2**63, 1200, dtype=np.uint64)
-    finder = NearDuplicateFinder(threshold=0.85)
-    # Jaccard: a~b 0.90, b~c 0.90, a~c 0.82 (below the threshold), d unrelated.
+    finder = NearDuplicateFinder(threshold=0.74, num_perm=256)
+    # Jaccard: a~b 0.82, b~c 0.82, a~c 0.67 (below the threshold), d unrelated.
     finder.add("a", shingles[0:1000])
-    finder.add("b", shingles[50:1050])
-    finder.add("c", shingles[100:1100])
+    finder.add("b", shingles[100:1100])
+    finder.add("c", shingles[200:1200])
     finder.add("d", np.random.default_rng(6).integers(0, 2**63, 1000, dtype=np.uint64))
     finder.add("e", np.empty(0, dtype=np.uint64))
     assert [(x, y) for x, y, _ in finder.pairs] == [("a", "b"), ("b", "c")]
@@ -409,3 +408,112 @@ def test_near_duplicates_can_be_flagged_while_contamination_is_dropped(corpus, r
     assert "tf-twin-b" in report["kept"]
     assert {"task_id": "tf-twin-b", "reasons": ["near_duplicate"]} in report["flagged"]
     assert report["params"]["near_dup_policy"] == "flag"
+
+
+def test_non_ascii_fast_path_equals_the_regex_definition():
+    # The vectorised non-ASCII path must give exactly re's [^\W_]+ tokens of the lowercased text,
+    # including characters whose lowercase changes length (İ) and numerics such as ½.
+    import re
+
+    from termforge.quality.decontam import _tokenize
+
+    rng = random.Random(17)
+    alphabet = "abcXYZ019 _-.,\n\t\0ÄéßΩΣσİK—→“”½²٣\u0301日本🙂𝐀"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80))) for _ in range(400)]
+    texts.append(" ".join(texts[:150]))  # many non-ASCII words: the whole-text path
+    token_re = re.compile(r"[^\W_]+")
+    for text in texts:
+        assert word_tokens(text) == token_re.findall(text.lower()), text
+    # The batch path (per-word fix-up of mostly-ASCII bytes, or the whole-text path) agrees too.
+    expected = [w for text in texts for w in token_re.findall(text.lower())]
+    tokens = _tokenize(texts)
+    assert [tokens.words(i, i + 1) for i in range(len(expected))] == expected
+    # Mixed batches (ASCII and not, str and bytes as read from disk) give the same token hashes.
+    batch = _tokenize(texts)
+    as_bytes = _tokenize([t.encode("utf-8") for t in texts])
+    assert batch.hashes.tolist() == as_bytes.hashes.tolist() and batch.offsets.tolist() == as_bytes.offsets.tolist()
+    one_by_one = [h for t in texts for h in _tokenize([t]).hashes.tolist()]
+    assert batch.hashes.tolist() == one_by_one
+
+
+def test_planted_copy_inside_non_ascii_text_is_caught(tmp_path, references):
+    text = "Résumé — naïve “setup” → " + REF_CERT.replace("private key", "private kéy", 1) + " … ½"
+    task = make_task(tmp_path, "tf-accents", text)
+    report = decontaminate([task], references)
+    assert [h["ref_id"] for h in report["contamination"]] == ["tb2/cert-match"]
+
+
+def test_near_duplicate_pass_can_be_switched_off(corpus, references):
+    on = decontaminate(list(corpus.values()), references)
+    off = decontaminate(list(corpus.values()), references, near_dups=False)
+    assert on["near_duplicates"] and off["near_duplicates"] == [] and off["near_duplicate_clusters"] == []
+    assert off["params"]["near_dups"] is False and off["contamination"] == on["contamination"]
+
+
+def test_each_task_file_is_read_once(corpus, references, monkeypatch):
+    import builtins
+    import collections
+    import os
+
+    from termforge.quality import decontam as mod
+
+    opened = collections.Counter()
+    real_open, real_os_open = builtins.open, os.open
+
+    def counting(real):
+        def wrapper(path, *a, **k):
+            opened[str(path)] += 1
+            return real(path, *a, **k)
+        return wrapper
+
+    monkeypatch.setattr(builtins, "open", counting(real_open))
+    monkeypatch.setattr(os, "open", counting(real_os_open))
+    pairs = [(d.name, d) for d in corpus.values()]
+    mod.decontaminate_tasks(pairs, references)
+    assert opened and max(opened.values()) == 1
+    assert not any(p.endswith("task.json") for p in opened), "ids come from the caller, task.json is not needed"
+
+
+def test_a_large_family_of_look_alikes_is_one_cluster_found_in_linear_comparisons():
+    import numpy as np
+
+    from termforge.quality.decontam import NearDuplicateFinder
+
+    base = np.random.default_rng(8).integers(0, 2**63, 2000, dtype=np.uint64)
+    finder = NearDuplicateFinder(threshold=0.8)
+    compared = 0
+    real_estimates = finder.estimates_pairwise
+
+    def counting(a, b):
+        nonlocal compared
+        compared += len(a)
+        return real_estimates(a, b)
+
+    finder.estimates_pairwise = counting
+    rng = np.random.default_rng(9)
+    n = 300
+    for i in range(n):
+        doc = base.copy()
+        doc[rng.integers(0, len(doc), 40)] = rng.integers(0, 2**63, 40, dtype=np.uint64)  # Jaccard ~0.96
+        finder.add(f"t{i:04d}", doc)
+    clusters = finder.clusters()
+    assert clusters == [{"kept": "t0000", "duplicates": [f"t{i:04d}" for i in range(1, n)], "size": n}]
+    # Candidates are a bucket's first and previous member per band: linear in the tasks, far
+    # below the n(n-1)/2 pairs that a query-everything LSH confirms one by one.
+    bands = finder.num_perm // finder.BAND_ROWS
+    assert compared <= 2 * bands * n < n * (n - 1) // 2
+    assert len(finder.pairs) <= compared
+
+
+def test_worker_processes_give_the_same_report(tmp_path, references, monkeypatch):
+    from termforge.quality import decontam as mod
+
+    monkeypatch.setattr(mod, "WORKER_CHUNK", 4)
+    pairs = []
+    for i in range(13):
+        text = _vocab_text(100 + i % 5, 120) + (" " + REF_CERT if i == 7 else "") + (" é" if i % 3 else "")
+        pairs.append((f"tf-{i:02d}", make_task(tmp_path, f"tf-{i:02d}", text)))
+    one = mod.decontaminate_tasks(pairs, references)
+    many = mod.decontaminate_tasks(pairs, references, workers=3)
+    assert canonical_json(one) == canonical_json(many)
+    assert one["near_duplicate_clusters"] and [h["task_id"] for h in one["contamination"]] == ["tf-07"]

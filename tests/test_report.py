@@ -186,6 +186,11 @@ def test_composition_balance_and_family_tables(partial):
     tasks = [t for p in (FIXTURE / "tasks" / "manifests").glob("*.json") for t in read_json(p)["tasks"]]
     assert sum(int(r["tasks"]) for r in fam) == len(tasks)
     assert sum(int(r["with a mismatch"]) for r in fam) == sum(1 for t in tasks if t["mismatch"])
+    honoured = {r["axis"]: r for r in read_csv(out / "tables" / "honoured_axes.csv")}
+    for axis in ("domain", "skills", "anchor", "verifier_kind", "fixture_kind"):
+        assert int(honoured[axis]["honoured"]) == sum(1 for t in tasks if axis not in t["mismatch"]), axis
+    full = honoured["every axis (fully honoured signature)"]
+    assert int(full["honoured"]) == sum(1 for t in tasks if not t["mismatch"]) and int(full["tasks"]) == len(tasks)
 
 
 def test_decontamination_hit_is_reported_with_its_ngram(partial):
@@ -195,7 +200,7 @@ def test_decontamination_hit_is_reported_with_its_ngram(partial):
     assert rows == [{"task id": hit["task_id"], "source": hit["source"], "reference item": hit["ref_id"],
                      "shared n-grams": str(hit["shared_ngrams"]), "example shared n-gram": hit["example_ngram"]}]
     assert hit["example_ngram"] in text
-    assert "No near-duplicate pairs" in text
+    assert "No near-duplicates inside the corpus" in text
 
 
 def test_passk_tables_match_the_passk_stage(partial):

@@ -170,9 +170,10 @@ def cmd_build_images(args) -> int:
 
 
 def cmd_decontaminate(args) -> int:
-    from termforge.quality.decontam import (decontaminate, load_harbor_references, load_hf_references,
+    from termforge.quality.decontam import (decontaminate_tasks, load_harbor_references, load_hf_references,
                                             load_jsonl_references)
-    from termforge.export import load_tasks
+    from termforge.schemas import read
+
     o = _stage_options(args, "decontaminate")
     refs = []
     for d in o["decontam.harbor_dirs"]:
@@ -181,10 +182,15 @@ def cmd_decontaminate(args) -> int:
         refs += load_hf_references(ds["id"], ds["column"], ds.get("split", "test"))
     for j in o["decontam.jsonl"]:
         refs += load_jsonl_references(j["path"], j["column"])
-    task_dirs = [d for _, d in load_tasks([Path(m) for m in args.manifests])]
-    report = decontaminate(task_dirs, refs, n=o["decontam.n"], policy=o["decontam.policy"],
-                           near_dup_policy=o["decontam.near_dup_policy"],
-                           near_dup_threshold=o["decontam.near_dup_threshold"], min_shared=o["decontam.min_shared"])
+    # The shard manifests name every task: ids and directories without opening task.json.
+    tasks = []
+    for m in args.manifests:
+        manifest = read("shard_manifest", m)
+        tasks += [(e["id"], Path(manifest["tasks_dir"]) / e["id"]) for e in manifest["tasks"]]
+    report = decontaminate_tasks(tasks, refs, n=o["decontam.n"], policy=o["decontam.policy"],
+                                 near_dup_policy=o["decontam.near_dup_policy"], near_dups=o["decontam.near_dups"],
+                                 near_dup_threshold=o["decontam.near_dup_threshold"],
+                                 min_shared=o["decontam.min_shared"], workers=args.workers)
     atomic_write_json(args.out, report)
     s = report["summary"]
     print(f"decontaminate: {s['tasks']} tasks against {s['references']} reference documents: "
@@ -516,6 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = stage("decontaminate", "n-gram overlap with reference sets and near-duplicates in the corpus")
     input_arg(sp, "--manifests", kind="shard_manifest", nargs="+", required=True)
     output_arg(sp, "--out", required=True, help="decontamination report JSON")
+    sp.add_argument("--workers", type=int, default=1, help="processes reading and scanning tasks (the job's threads)")
     sp.set_defaults(func=cmd_decontaminate)
 
     sp = stage("validate", "validate one shard's tasks (static, build, tests, oracle, no-op, probes)")

@@ -31,11 +31,21 @@ def load_tasks(manifests: list[Path]) -> list[tuple[dict, Path]]:
     return out
 
 
+def task_axes(task: dict) -> dict:
+    """What the task IS on every axis column: the values the family really produced (task.json
+    "actual"), the signature's where the task records none (persona, corpus kind)."""
+    return {**task["signature"], **(task.get("actual") or {})}
+
+
 def policy_row(task: dict, demos: dict[str, str] | None = None) -> dict:
-    sig = task["signature"]
+    sig, axes = task["signature"], task_axes(task)
     row = {"task_id": task["id"], "instruction": task["instruction"], "family": task["family"]}
     for col in AXIS_COLUMNS:
-        row[col] = sig.get(col)
+        row[col] = axes.get(col)
+    # The sampled values stay beside them, so a user can see what was asked and what was honoured.
+    for col in AXIS_COLUMNS:
+        row[f"requested_{col}"] = sig.get(col)
+    row["honoured_all"] = not task["mismatch"]
     row["mismatch"] = canonical_json(task["mismatch"])
     if demos is not None:
         row["demo"] = demos.get(task["id"])
@@ -71,7 +81,7 @@ def harbor_task_name(task_id: str, org: str = HARBOR_ORG) -> str:
 
 
 def harbor_task_toml(task: dict) -> str:
-    sig = task["signature"]
+    sig = task_axes(task)
     env = task.get("environment", {})
     keywords = [sig["domain"], task["family"], *sig.get("skills", [])]
     lines = [f'schema_version = "{HARBOR_SCHEMA_VERSION}"', "", "[task]",

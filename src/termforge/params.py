@@ -13,7 +13,7 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
                  "generate.model", "generate.max_repair_rounds", "models.{generate.model}"),
     "build_images": ("runtime.backend", "runtime.build_timeout_sec", "validate.workers"),
     "decontaminate": ("decontam.n", "decontam.min_shared", "decontam.policy", "decontam.near_dup_policy",
-                      "decontam.near_dup_threshold",
+                      "decontam.near_dups", "decontam.near_dup_threshold",
                       "decontam.harbor_dirs", "decontam.hf_datasets", "decontam.jsonl"),
     "validate": ("runtime.backend", "runtime.exec_timeout_sec", "runtime.cpu_sec", "runtime.memory_mb",
                  "validate.oracle_repeats", "validate.workers"),

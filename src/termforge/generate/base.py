@@ -58,20 +58,37 @@ class TaskSpec:
     timeout_sec: int = 600
 
 
+TASK_COMPLEXITIES = ("short", "moderate", "complex", "intricate")
+
+
 class TaskFamily:
-    """A small generator of one kind of task. Subclasses set the class attributes and build()."""
+    """A small generator of one kind of task. Subclasses set the class attributes and build().
+
+    The class attributes declare what the family's tasks really exercise; they decide which
+    signature axes a task honours (termforge.generate.honour) and what its instruction may claim:
+    skills and the anchor reach the instruction only when declared here.
+    """
 
     name: ClassVar[str]
     domains: ClassVar[tuple[str, ...]]
     verifier_kinds: ClassVar[tuple[str, ...]]
     fixture_kinds: ClassVar[tuple[str, ...]]
     summary: ClassVar[str] = ""
+    skill_types: ClassVar[tuple[str, ...]] = ()
+    """Skill types (of the family's domain in the taxonomy) whose skills the task practises."""
+    skills: ClassVar[tuple[str, ...]] = ()
+    """Primitive skills, verbatim from the taxonomy, that solving the task really needs."""
+    languages: ClassVar[tuple[str, ...]] = ("bash", "python")
+    """Languages a solution naturally uses (the first is the family's main one)."""
+    anchors: ClassVar[tuple[str, ...]] = ()
+    """Real software (taxonomy anchors) the task is set around; none for most families."""
+    task_complexities: ClassVar[tuple[str, ...]] = TASK_COMPLEXITIES
+    """Levels that change the task's difficulty (fixture size, rules, noise, planted defects)."""
+    command_complexities: ClassVar[tuple[str, ...]] = ("bash_only", "bash_code")
+    """bash_only: a shell pipeline can solve it; bash_code: it needs a program; services: a daemon."""
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:  # pragma: no cover - interface
         raise NotImplementedError
-
-
-TASK_COMPLEXITIES = ("short", "moderate", "complex", "intricate")
 
 
 def complexity_level(sig: dict) -> int:

@@ -1,61 +1,115 @@
-"""The procedural backend: signature + seeded RNG -> task directory, through a family."""
+"""The procedural backend: signature + seeded RNG -> task directory, through a family.
+
+One draw a family cannot realise never stops a shard: the family is retried with seeds derived
+from the task's own, then the next-best family is tried the same way, and task.json records every
+failed attempt (family, seed, error) beside the family that built the task.
+"""
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from termforge.errors import TermforgeError
 from termforge.generate.base import TaskFamily, TaskSpec
 from termforge.generate.families import all_families
+from termforge.generate.honour import (SHAPE_AXES, actual_axes, exercised_skills, honest_view, honoured_axes,
+                                       mismatch_record)
 from termforge.generate.writer import task_files, write_task_dir
 from termforge.io import seed_from
 
-MATCHED_AXES = ("domain", "verifier_kind", "fixture_kind")
+MATCHED_AXES = SHAPE_AXES
+ATTEMPTS_PER_FAMILY = 3
+"""Seeds tried per family (the task's own, then derived ones) before the next family is tried."""
+
+
+def shape_mismatches(sig: dict, fam: TaskFamily) -> list[str]:
+    """The axes of (domain, verifier kind, fixture kind) the family does not offer."""
+    offered = {"domain": fam.domains, "verifier_kind": fam.verifier_kinds, "fixture_kind": fam.fixture_kinds}
+    return [a for a in SHAPE_AXES if sig[a] not in offered[a]]
+
+
+def rank_families(sig: dict, families: list[TaskFamily]) -> list[TaskFamily]:
+    """Families from best to worst for the signature. Domain weighs most (a task stays in its
+    domain whenever a family there exists), then the number of shape axes missed, then whether
+    the family exercises any requested skill; ties are broken by the task's own seed."""
+
+    def cost(fam: TaskFamily) -> tuple[int, int, int]:
+        miss = shape_mismatches(sig, fam)
+        return (1 if "domain" in miss else 0, len(miss), 0 if exercised_skills(sig, fam) else 1)
+
+    rng = random.Random(seed_from("family", sig["id"]))
+    by_cost: dict[tuple, list[TaskFamily]] = {}
+    for fam in families:
+        by_cost.setdefault(cost(fam), []).append(fam)
+    ranked: list[TaskFamily] = []
+    for c in sorted(by_cost):
+        tier = by_cost[c]
+        first = tier[rng.randrange(len(tier))] if not ranked else None
+        rest = [f for f in tier if f is not first]
+        rng.shuffle(rest)
+        ranked += ([first] if first else []) + rest
+    return ranked
 
 
 def choose_family(sig: dict, families: list[TaskFamily]) -> tuple[TaskFamily, list[str]]:
-    """The family that supports the most of (domain, verifier kind, fixture kind); ties broken by
-    the task's own seed. Returns the family and the axes it does not match (recorded, never hidden)."""
+    """The best family for the signature and the shape axes it does not match."""
+    fam = rank_families(sig, families)[0]
+    return fam, shape_mismatches(sig, fam)
 
-    def mismatches(fam: TaskFamily) -> list[str]:
-        miss = []
-        if sig["domain"] not in fam.domains:
-            miss.append("domain")
-        if sig["verifier_kind"] not in fam.verifier_kinds:
-            miss.append("verifier_kind")
-        if sig["fixture_kind"] not in fam.fixture_kinds:
-            miss.append("fixture_kind")
-        return miss
 
-    # Domain weighs most: a task must stay in its domain whenever a family there exists.
-    def cost(fam: TaskFamily) -> tuple[int, int]:
-        miss = mismatches(fam)
-        return (1 if "domain" in miss else 0, len(miss))
+@dataclass
+class BuiltTask:
+    family: TaskFamily
+    spec: TaskSpec
+    seed: int
+    failed_attempts: list[dict] = field(default_factory=list)
 
-    best_cost = min(cost(f) for f in families)
-    best = [f for f in families if cost(f) == best_cost]
-    rng = random.Random(seed_from("family", sig["id"]))
-    fam = best[rng.randrange(len(best))]
-    return fam, mismatches(fam)
+
+def attempt_seeds(task_id: str) -> list[int]:
+    """The task's own seed, then seeds derived from it for retries."""
+    return [seed_from("task", task_id)] + [seed_from("task", task_id, "retry", k)
+                                           for k in range(1, ATTEMPTS_PER_FAMILY)]
+
+
+def build_task(sig: dict, families: list[TaskFamily] | None = None) -> BuiltTask:
+    """Build the task spec with the best family that can realise the signature (see module doc)."""
+    families = families or all_families()
+    failed: list[dict] = []
+    for fam in rank_families(sig, families):
+        view = honest_view(sig, fam)
+        for seed in attempt_seeds(sig["id"]):
+            try:
+                spec = fam.build(view, random.Random(seed))
+            except Exception as exc:  # noqa: BLE001 - any failure of one draw is recorded, then retried
+                failed.append({"family": fam.name, "seed": seed, "error": f"{type(exc).__name__}: {exc}"})
+                continue
+            return BuiltTask(fam, spec, seed, failed)
+    last = failed[-1]["error"] if failed else "no families"
+    raise TermforgeError(f"task {sig['id']}: no family could realise the signature after {len(failed)} attempts "
+                         f"(last: {last})")
 
 
 def build_spec(sig: dict, families: list[TaskFamily] | None = None) -> tuple[TaskFamily, list[str], TaskSpec]:
-    families = families or all_families()
-    fam, miss = choose_family(sig, families)
-    rng = random.Random(seed_from("task", sig["id"]))
-    return fam, miss, fam.build(sig, rng)
+    built = build_task(sig, families)
+    return built.family, shape_mismatches(sig, built.family), built.spec
 
 
-def task_json(sig: dict, fam: TaskFamily, miss: list[str], spec: TaskSpec, provenance: dict) -> dict:
-    actual = {"domain": sig["domain"] if sig["domain"] in fam.domains else fam.domains[0],
-              "verifier_kind": spec.verifier_kind, "fixture_kind": spec.fixture_kind}
+def task_json(sig: dict, built: BuiltTask, provenance: dict) -> dict:
+    fam, spec = built.family, built.spec
+    actual = actual_axes(sig, fam, spec.verifier_kind, spec.fixture_kind)
+    honoured = honoured_axes(sig, actual)
     return {
         "id": sig["id"],
         "signature": sig,
         "instruction": spec.instruction,
         "family": fam.name,
         "actual": actual,
-        "mismatch": [{"axis": a, "requested": sig[a], "actual": actual[a]} for a in miss],
+        "honoured": honoured,
+        "mismatch": mismatch_record(sig, actual, honoured),
+        "generation": {"family": fam.name, "seed": built.seed, "fallback": bool(built.failed_attempts),
+                       "failed_attempts": built.failed_attempts},
         "output_paths": spec.output_paths,
         "environment": {"apt_packages": sorted(spec.apt_packages), "allow_network": spec.allow_network,
                         "timeout_sec": spec.timeout_sec},
@@ -69,9 +123,9 @@ def generate_task(sig: dict, out_root: Path, base_image: str = "debian:bookworm-
     final = Path(out_root) / sig["id"]
     if (final / "task.json").exists():
         return final
-    fam, miss, spec = build_spec(sig, families)
-    provenance = {"backend": "procedural", "family": fam.name, "model": None,
-                  "seeds": {"task": seed_from("task", sig["id"]), "family": seed_from("family", sig["id"])}}
-    files = task_files(task_json(sig, fam, miss, spec, provenance), spec, base_image)
+    built = build_task(sig, families)
+    provenance = {"backend": "procedural", "family": built.family.name, "model": None,
+                  "seeds": {"task": built.seed, "family": seed_from("family", sig["id"])}}
+    files = task_files(task_json(sig, built, provenance), built.spec, base_image)
     write_task_dir(final, files)
     return final

@@ -52,10 +52,13 @@ def run_generate_shard(signatures_path: Path, shard: int, shard_size: int, tasks
     for sig in sigs:
         task = read_json(tasks_dir / sig["id"] / "task.json")
         entries.append({"id": sig["id"], "family": task["family"], "domain": sig["domain"],
-                        "mismatch": [m["axis"] for m in task["mismatch"]]})
+                        "mismatch": [m["axis"] for m in task["mismatch"]],
+                        "fallback": bool((task.get("generation") or {}).get("fallback"))})
     manifest = {"shard": f"{shard:05d}", "tasks_dir": str(tasks_dir), "tasks": entries}
     atomic_write_json(manifest_path, manifest)
     mismatched = sum(1 for e in entries if e["mismatch"])
+    fallbacks = sum(1 for e in entries if e["fallback"])
     print(f"generate shard {shard:05d}: {len(entries)} tasks ({len(entries) - skipped} new, {skipped} already done, "
-          f"{mismatched} with a recorded family mismatch, {removed} stale partial dirs removed)")
+          f"{mismatched} with a recorded axis mismatch, {fallbacks} built after a failed draw (see task.json "
+          f"generation), {removed} stale partial dirs removed)")
     return manifest

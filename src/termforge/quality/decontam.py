@@ -6,19 +6,22 @@ hashed once from its 8-byte words, and no Python object is made per token or per
 hash of an n-gram is a polynomial in its n token hashes (mod 2**64) plus a 64-bit finaliser,
 computed for every window of the batch with about a dozen array passes. References are indexed
 once (sorted n-gram hashes -> reference ids, with a bit table in front that rejects most misses
-in one lookup). Near duplicates inside the corpus come from datasketch MinHash LSH over word
-shingles, confirmed by the MinHash Jaccard estimate.
+in one lookup). Non-ASCII documents take a vectorised path of the same shape (code-point arrays,
+one alphanumeric table lookup per character). Near duplicates inside the corpus come from
+one-permutation MinHash sketches of word shingles, computed per batch with array operations, and
+LSH bands whose candidates are confirmed by the sketch's Jaccard estimate; they are reported as
+clusters. Each task file is read once, as bytes.
 
 Everything is deterministic: token and n-gram hashes are seedless functions of the text, the
-MinHash permutations come from a fixed seed, tasks are visited in sorted id order and every list
-in the report is sorted.
+sketch hash is salted by a fixed seed, tasks are visited in sorted id order and every list in the
+report is sorted.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import re
+import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +34,9 @@ from termforge.io import read_json
 
 DEFAULT_N = 13
 DEFAULT_SHINGLE = 5
-DEFAULT_NUM_PERM = 128
+DEFAULT_NUM_PERM = 64
 DEFAULT_MINHASH_SEED = 1
 POLICIES = ("drop", "flag")
-LSH_WEIGHTS = (0.1, 0.9)  # (false positive, false negative) weights for the LSH band layout
 
 # Token hash: the token's bytes read as little-endian 8-byte words, folded word by word
 # (multiply by an odd constant, xor the next word) starting from a length-dependent value, then
@@ -54,8 +56,6 @@ _SPACE = 32
 _THREE = np.uint64(3)
 _SEVEN = np.uint64(7)
 
-_TOKEN_RE = re.compile(r"[^\W_]+")
-
 
 def _fold_table() -> bytes:
     """bytes.translate table: ASCII letters to lowercase, digits kept, other ASCII to a space.
@@ -73,13 +73,76 @@ def _fold_table() -> bytes:
 _FOLD = _fold_table()
 
 
+_BMP_FOLD: np.ndarray | None = None
+# Code points whose lowercase is not one fixed code point: U+0130 lowers to two characters, and
+# capital sigma lowers to final or medial sigma by context. Texts holding one take str.lower().
+_CONTEXT_LOWER = ("\u0130", "\u03a3")
+
+
+def _bmp_fold() -> np.ndarray:
+    """Code point -> its lowercase code point if that is alphanumeric, else a space, for the
+    Basic Multilingual Plane (built once per process, a few tens of ms)."""
+    global _BMP_FOLD
+    if _BMP_FOLD is None:
+        table = np.full(0x10000, _SPACE, dtype=np.uint32)
+        for c in range(0x10000):
+            low = chr(c).lower()
+            if len(low) == 1 and low.isalnum():
+                table[c] = ord(low)
+        _BMP_FOLD = table
+    return _BMP_FOLD
+
+
+def _unfolded_many(texts: Sequence[str]) -> list[bytes]:
+    """Bytes that _FOLD turns into each non-ASCII text's tokens separated by runs of spaces.
+
+    Vectorised over the whole batch: the texts become one array of code points, one table lookup
+    maps each to its lowercase if that is alphanumeric (str.isalnum, exactly what re's [^\\W_]
+    keeps on lowercased text) and to a space otherwise, and the array goes back to UTF-8 in one
+    encode: a few array passes per character, like the ASCII path, instead of a regex match
+    object per token. Documents are joined by NUL, which survives as the cut mark.
+    """
+    if not texts:
+        return []
+    texts = [t.lower() if any(c in t for c in _CONTEXT_LOWER) else t for t in texts]
+    # surrogatepass: a lone surrogate is not alphanumeric, so the table turns it into a space.
+    cps = np.frombuffer("\0".join(texts).encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
+    folded = np.take(_bmp_fold(), cps, mode="clip")  # astral code points clip to 0xFFFF, fixed below
+    astral = np.flatnonzero(cps > 0xFFFF)
+    if len(astral):  # rare (emoji, historic scripts): folded one by one
+        chars = [chr(c).lower() for c in cps[astral].tolist()]
+        folded[astral] = [ord(ch) if len(ch) == 1 and ch.isalnum() else _SPACE for ch in chars]
+    if len(texts) > 1:
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        folded[np.cumsum(lengths[:-1] + 1) - 1] = 0
+    return str(memoryview(folded), "utf-32-le").encode("utf-8").split(b"\0")
+
+
 def _unfolded(text: str) -> bytes:
     """Bytes that _FOLD turns into the text's tokens separated by runs of spaces."""
     # Most task text is pure ASCII, where the translate table alone finds the tokens; re's \w is
     # exactly [a-zA-Z0-9_] on ASCII, so both paths give the same tokens there.
     if text.isascii():
         return text.encode("ascii")
-    return " ".join(_TOKEN_RE.findall(text.lower())).encode("utf-8")
+    return _unfolded_many([text])[0]
+
+
+def _as_unfolded(texts: Sequence[str | bytes]) -> list[bytes]:
+    """_unfolded for a batch of texts (str, or UTF-8 bytes as read from disk)."""
+    out: list[bytes | None] = []
+    slow: list[int] = []
+    for t in texts:
+        if t.isascii():
+            out.append(t if isinstance(t, bytes) else t.encode("ascii"))
+            continue
+        slow.append(len(out))
+        out.append(None)
+    if slow:
+        decoded = [texts[i] if isinstance(texts[i], str) else texts[i].decode("utf-8", errors="replace")
+                   for i in slow]
+        for i, b in zip(slow, _unfolded_many(decoded)):
+            out[i] = b
+    return out  # type: ignore[return-value]
 
 
 def _fold(text: str) -> bytes:
@@ -109,7 +172,7 @@ class _TokenBatch:
                                                    self.ends[first:stop].tolist())).decode("utf-8")
 
 
-def _tokenize(texts: Sequence[str]) -> _TokenBatch:
+def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
     """Tokenise and hash a batch of texts with array operations over their bytes.
 
     No Python object is made per token: token boundaries are where the folded bytes change
@@ -117,7 +180,7 @@ def _tokenize(texts: Sequence[str]) -> _TokenBatch:
     overlapping uint64 view of the buffer (one loop round per 8 bytes of the longest token, over
     only the tokens that long).
     """
-    parts = [t.encode("ascii") if t.isascii() else _unfolded(t) for t in texts]  # _unfolded, inlined
+    parts = _as_unfolded(texts)
     # Eight spaces of padding let the view read a full word at every byte position.
     data = (b" ".join(parts) + b"        ").translate(_FOLD)
     size = len(data) - 8
@@ -131,7 +194,7 @@ def _tokenize(texts: Sequence[str]) -> _TokenBatch:
     lengths = ends - starts
     words = np.ndarray((max(size, 1),), dtype="<u8", buffer=data, strides=(1,))
     hashes = lengths.astype(np.uint64) * _LEN_MIX
-    hashes ^= np.take(words, starts) & _WORD_MASKS[np.minimum(lengths, 8)]
+    hashes ^= words[starts] & _WORD_MASKS[np.minimum(lengths, 8)]  # indexing reads the strided view in place
     longer = np.flatnonzero(lengths > 8)
     offset = 8
     while len(longer):
@@ -158,20 +221,25 @@ def _fmix64(h: np.ndarray) -> np.ndarray:
     return h
 
 
-def _window_hashes(token_hashes: np.ndarray, n: int) -> np.ndarray:
+def _window_hashes(token_hashes: np.ndarray, n: int, blocks: dict | None = None) -> np.ndarray:
     """Hash of every run of n consecutive token hashes (len - n + 1 values; empty if too short).
 
     The window polynomial is assembled from power-of-two blocks (block[2m] = block[m] * P**m +
-    block[m] shifted by m), so n = 13 costs about a dozen array passes instead of 26.
+    block[m] shifted by m), so n = 13 costs about a dozen array passes instead of 26. `blocks`
+    (a dict kept by the caller for one token_hashes array) shares the blocks between window
+    lengths: the 5-word shingles reuse the blocks of the 13-grams.
     """
     width = len(token_hashes) - n + 1
     if width <= 0 or n <= 0:
         return np.empty(0, dtype=np.uint64)
-    blocks = {1: token_hashes}
+    if blocks is None:
+        blocks = {}
+    blocks.setdefault(1, token_hashes)
     size = 1
     while size * 2 <= n:
-        prev = blocks[size]
-        blocks[size * 2] = prev[: len(prev) - size] * np.uint64(pow(_POLY, size, 1 << 64)) + prev[size:]
+        if size * 2 not in blocks:
+            prev = blocks[size]
+            blocks[size * 2] = prev[: len(prev) - size] * np.uint64(pow(_POLY, size, 1 << 64)) + prev[size:]
         size *= 2
     acc = np.full(width, np.uint64(_START), dtype=np.uint64)
     offset = 0
@@ -184,14 +252,15 @@ def _window_hashes(token_hashes: np.ndarray, n: int) -> np.ndarray:
     return _fmix64(acc)
 
 
-def _batch_windows(token_hashes: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _batch_windows(token_hashes: np.ndarray, offsets: np.ndarray, n: int,
+                   blocks: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Window hashes of a batch of documents laid end to end in one token-hash array.
 
     Returns (hashes, start position in the flat token array), in increasing start order. Windows
     that would run into the next document are discarded; a document with fewer than n tokens (but
     at least one) contributes one hash of its whole token sequence.
     """
-    hashes = _window_hashes(token_hashes, n)
+    hashes = _window_hashes(token_hashes, n, blocks)
     starts = np.empty(0, dtype=np.int64)
     if len(hashes):
         # The windows starting in the last n-1 tokens of each document run past its end. (For a
@@ -337,7 +406,7 @@ class ReferenceIndex:
     """
 
     def __init__(self, references: Sequence[RefDoc], n: int = DEFAULT_N, short_min_tokens: int = 8,
-                 batch_size: int = 512):
+                 batch_size: int = 128):
         if n < 1:
             raise ConfigError(f"decontaminate n-gram size must be at least 1, got {n}")
         seen: set[str] = set()
@@ -440,67 +509,193 @@ def task_id_of(task_dir: str | Path) -> str:
     return task_dir.name
 
 
+# Below glibc's mmap threshold (128 KiB): a larger read buffer is mmapped and unmapped per call,
+# which costs more than the whole read of a typical task file.
+_READ_CHUNK = 1 << 16
+
+
+def _read_optional(path: str) -> bytes | None:
+    """The file's bytes, or None when it is missing. Raw os calls: no buffered file object per
+    file, and one read() for any file below 64 KiB (a short read of a regular file is its end)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        data = os.read(fd, _READ_CHUNK)
+        if len(data) == _READ_CHUNK:
+            chunks = [data]
+            while chunk := os.read(fd, _READ_CHUNK):
+                chunks.append(chunk)
+            data = b"".join(chunks)
+        return data
+    except IsADirectoryError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def task_document_bytes(task_dir: str | Path) -> bytes:
+    """task_document as the UTF-8 bytes on disk: every file opened once, nothing decoded (the
+    tokeniser works on bytes, and decodes only documents that are not ASCII)."""
+    base = os.fspath(task_dir)
+    instruction = _read_optional(f"{base}/instruction.md")
+    if instruction is None:
+        if not os.path.isdir(base):
+            raise TermforgeError(f"task directory {task_dir} does not exist")
+        raise TermforgeError(f"task directory {task_dir} has no instruction.md")
+    parts = [instruction]
+    # Plain string paths: os.path.join costs more than the read of a small file.
+    for rel in TASK_TEXT_FILES[1:]:
+        data = _read_optional(f"{base}/{rel}")
+        if data is not None:
+            parts.append(data)
+    tests = f"{base}/tests"
+    try:
+        names = sorted(name for name in os.listdir(tests) if name.endswith(".py"))
+    except (FileNotFoundError, NotADirectoryError):
+        names = []
+    for name in names:
+        data = _read_optional(f"{tests}/{name}")
+        if data is not None:
+            parts.append(data)
+    return b"\n".join(parts)
+
+
 def task_document(task_dir: str | Path) -> str:
     """instruction.md + private/truth.json + tests/*.py of a task directory, as one text.
 
     instruction.md is required; the answer key and tests are included when present (validation,
     not decontamination, decides whether a task is complete).
     """
-    task_dir = Path(task_dir)
-    if not task_dir.is_dir():
-        raise TermforgeError(f"task directory {task_dir} does not exist")
-    instruction = task_dir / "instruction.md"
-    if not instruction.is_file():
-        raise TermforgeError(f"task directory {task_dir} has no instruction.md")
-    paths = [task_dir / rel for rel in TASK_TEXT_FILES]
-    tests = task_dir / "tests"
-    if tests.is_dir():
-        paths += sorted(tests.glob("*.py"))
-    return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in paths if p.is_file())
+    return task_document_bytes(task_dir).decode("utf-8", errors="replace")
 
 
 # ----------------------------------------------------------------------------- near duplicates
 
 
 class NearDuplicateFinder:
-    """MinHash LSH over word-shingle hashes; tasks must be added in a fixed (sorted) order.
+    """Near-duplicate clusters inside the corpus, in time near-linear in the number of tasks.
 
-    Every LSH candidate is confirmed by its MinHash Jaccard estimate before it becomes a pair.
+    Each task gets a one-permutation MinHash sketch of its word shingles (num_perm bins chosen by
+    the high hash bits, the minimum of each bin), computed for a whole batch with array operations.
+    LSH then runs once over all sketches, vectorised: per band of BAND_ROWS bins the tasks are
+    sorted by the band's value, and each task becomes a candidate pair with the first task and
+    with the previous task of its bucket (never with every member, so a family of a thousand
+    look-alike tasks gives about two thousand candidates per band, not half a million). Each
+    candidate is confirmed by the sketches' Jaccard estimate, and the report holds the connected
+    components of the confirmed links (clusters), never all pairs. Tasks must be added in sorted
+    id order.
     """
 
-    def __init__(self, threshold: float = 0.8, num_perm: int = DEFAULT_NUM_PERM, seed: int = DEFAULT_MINHASH_SEED):
-        from datasketch import MinHash, MinHashLSH
+    BAND_ROWS = 4
+    _BAND_MUL = np.uint64(0x9E3779B97F4A7C15)
 
+    def __init__(self, threshold: float = 0.8, num_perm: int = DEFAULT_NUM_PERM, seed: int = DEFAULT_MINHASH_SEED):
         if not 0.0 < threshold <= 1.0:
             raise ConfigError(f"decontaminate near_dup_threshold must be in (0, 1], got {threshold}")
+        if num_perm < self.BAND_ROWS:
+            raise ConfigError(f"decontaminate num_perm must be at least {self.BAND_ROWS}, got {num_perm}")
         self.threshold = threshold
         self.num_perm = num_perm
         self.seed = seed
-        self._MinHash = MinHash
-        # Permutations are drawn once; every sketch shares them (same seed, same scheme).
-        self._permutations = MinHash(num_perm=num_perm, seed=seed, scheme="affine32").permutations
-        # Weighted towards recall: every candidate is re-checked with its Jaccard estimate, so a
-        # false candidate costs one comparison, while datasketch's balanced default (9 bands of 13
-        # rows at 0.8) misses about a third of pairs at Jaccard 0.85. These weights give 14 bands
-        # of 9 rows: a pair at 0.85 becomes a candidate 97% of the time.
-        self._lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=LSH_WEIGHTS)
-        self._sketches: dict = {}
-        self.pairs: list[tuple[str, str, float]] = []
+        self._salt = np.uint64((seed * 0x9E3779B97F4A7C15) & ((1 << 64) - 1))
+        self._ids: list[str] = []
+        self._stored = np.empty((0, num_perm), dtype=np.uint32)
+        self._pending: list[np.ndarray] = []
+        self._links: list[tuple[str, str, float]] | None = None
+
+    def sketches(self, shingle_hashes: np.ndarray, doc_bounds: np.ndarray) -> np.ndarray:
+        """One sketch row per document; doc_bounds[i]:doc_bounds[i+1] are document i's shingles."""
+        n_docs = len(doc_bounds) - 1
+        empty = np.uint32(0xFFFFFFFF)
+        out = np.full((n_docs, self.num_perm), empty, dtype=np.uint32)
+        if len(shingle_hashes):
+            h = _fmix64(shingle_hashes ^ self._salt)
+            doc = np.repeat(np.arange(n_docs, dtype=np.int64), np.diff(doc_bounds))
+            # Multiply-shift range reduction of the high 32 bits: any number of bins, no modulo bias.
+            bins = ((h >> np.uint64(32)) * np.uint64(self.num_perm)) >> np.uint64(32)
+            key = doc * self.num_perm + bins.astype(np.int64)
+            np.minimum.at(out.reshape(-1), key, (h & _LOW32).astype(np.uint32))
+        return out
+
+    def add_sketches(self, task_ids: Sequence[str], sketches: np.ndarray, sizes: Sequence[int]) -> None:
+        """Add a batch of sketched tasks (a task with no shingles is not evidence of anything)."""
+        keep = [i for i, size in enumerate(sizes) if size > 0]
+        if not keep:
+            return
+        self._ids += [task_ids[i] for i in keep]
+        self._pending.append(sketches[keep])  # joined once when needed, not copied per batch
+        self._links = None
+
+    @property
+    def _store(self) -> np.ndarray:
+        """Sketch of task i in row i."""
+        if self._pending:
+            self._stored = np.concatenate([self._stored, *self._pending])
+            self._pending = []
+        return self._stored
 
     def add(self, task_id: str, shingle_hashes: np.ndarray) -> None:
-        """Sketch one task, pair it with every earlier task it nearly duplicates, then index it."""
-        if len(shingle_hashes) == 0:
-            return  # an empty document is not evidence of duplication
-        sketch = self._MinHash(num_perm=self.num_perm, seed=self.seed, hashfunc=int,
-                               permutations=self._permutations, scheme="affine32")
-        # Repeated shingles are harmless (a minimum is idempotent) and deduplicating costs more.
-        sketch.update_batch((shingle_hashes & _LOW32).tolist())
-        for other in sorted(self._lsh.query(sketch)):
-            estimate = float(sketch.jaccard(self._sketches[other]))
-            if estimate >= self.threshold:
-                self.pairs.append((other, task_id, estimate))
-        self._lsh.insert(task_id, sketch)
-        self._sketches[task_id] = sketch
+        """Sketch and add one task."""
+        shingle_hashes = np.asarray(shingle_hashes, dtype=np.uint64)
+        bounds = np.array([0, len(shingle_hashes)])
+        self.add_sketches([task_id], self.sketches(shingle_hashes, bounds), [len(shingle_hashes)])
+
+    def _candidates(self) -> np.ndarray:
+        """(earlier, later) task index pairs that share a band bucket with the bucket's first or
+        previous member; unique rows."""
+        n, rows = len(self._ids), self.BAND_ROWS
+        n_bands = self.num_perm // rows
+        cells = self._store[:, :n_bands * rows].reshape(n, n_bands, rows).astype(np.uint64)
+        keys = cells[:, :, 0].copy()
+        for k in range(1, rows):
+            keys = keys * self._BAND_MUL + cells[:, :, k]
+        index = np.arange(n, dtype=np.int64)
+        found = []
+        for band in range(n_bands):
+            order = np.lexsort((index, keys[:, band]))
+            sorted_keys = keys[order, band]
+            repeat = np.zeros(n, dtype=bool)
+            repeat[1:] = sorted_keys[1:] == sorted_keys[:-1]
+            at = np.flatnonzero(repeat)
+            if len(at) == 0:
+                continue
+            group_first = order[np.flatnonzero(~repeat)][np.cumsum(~repeat) - 1]
+            found.append(np.stack([order[at - 1], order[at]], axis=1))
+            found.append(np.stack([group_first[at], order[at]], axis=1))
+        if not found:
+            return np.empty((0, 2), dtype=np.int64)
+        pairs = np.unique(np.concatenate(found), axis=0)
+        return pairs[pairs[:, 0] != pairs[:, 1]]
+
+    @property
+    def pairs(self) -> list[tuple[str, str, float]]:
+        """Confirmed links (earlier task, later task, Jaccard estimate), sorted: what the clusters
+        are made of (at most two per task and band), not every similar pair."""
+        if self._links is None:
+            links = []
+            cand = self._candidates()
+            for lo in range(0, len(cand), 65536):
+                chunk = cand[lo:lo + 65536]
+                est = self.estimates_pairwise(self._store[chunk[:, 0]], self._store[chunk[:, 1]])
+                for (a, b), e in zip(chunk[est >= self.threshold].tolist(), est[est >= self.threshold].tolist()):
+                    links.append((self._ids[a], self._ids[b], e))
+            self._links = sorted(links)
+        return self._links
+
+    @staticmethod
+    def estimates_pairwise(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Row-wise Jaccard estimates of two stacks of sketches."""
+        empty = np.uint32(0xFFFFFFFF)
+        used = (a != empty) | (b != empty)
+        n = used.sum(axis=1)
+        agree = ((a == b) & used).sum(axis=1)
+        return np.where(n > 0, agree / np.maximum(n, 1), 0.0)
+
+    def estimate(self, a: np.ndarray, b: np.ndarray) -> float:
+        """Jaccard estimate of two sketches."""
+        return float(self.estimates_pairwise(a[None, :], b[None, :])[0])
 
     def duplicate_of(self) -> dict[str, str]:
         """Task id -> the kept task of its cluster (the smallest id), for every non-kept member."""
@@ -519,6 +714,13 @@ class NearDuplicateFinder:
                 parent[hi] = lo
         return {t: root(t) for t in sorted(parent) if root(t) != t}
 
+    def clusters(self) -> list[dict]:
+        """Every cluster of two or more tasks: the kept task (smallest id), the others, the size."""
+        members: dict[str, list[str]] = {}
+        for t, kept in self.duplicate_of().items():
+            members.setdefault(kept, []).append(t)
+        return [{"kept": k, "duplicates": sorted(v), "size": len(v) + 1} for k, v in sorted(members.items())]
+
 
 # ----------------------------------------------------------------------------- the stage
 
@@ -531,7 +733,7 @@ def _batches(docs: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[
 
 def scan_documents(docs: Iterable[tuple[str, str]], index: ReferenceIndex, min_shared: int = 1,
                    near_dups: NearDuplicateFinder | None = None, shingle_size: int = DEFAULT_SHINGLE,
-                   batch_size: int = 512) -> tuple[list[dict], list[str]]:
+                   batch_size: int = 128) -> tuple[list[dict], list[str]]:
     """Contamination hits of (task id, text) documents against index, feeding near_dups on the way.
 
     Tokenises and hashes each document once for both checks. Returns (hits sorted by task id then
@@ -549,8 +751,9 @@ def scan_documents(docs: Iterable[tuple[str, str]], index: ReferenceIndex, min_s
         # (doc, ref) -> [distinct shared hashes, first matching window start, window length];
         # windows arrive in text order, so the first one recorded is the earliest match.
         groups: dict[tuple[int, int], list] = {}
+        blocks: dict = {}
         for width in [n, *index.short_lengths]:
-            h, p = _batch_windows(flat, offsets, width)
+            h, p = _batch_windows(flat, offsets, width, blocks)
             found, slot = index.probe(h)
             p = p[found]
             d = np.searchsorted(offsets, p, side="right") - 1
@@ -575,10 +778,9 @@ def scan_documents(docs: Iterable[tuple[str, str]], index: ReferenceIndex, min_s
             })
 
         if near_dups is not None:
-            sh, sp = _batch_windows(flat, offsets, shingle_size)
+            sh, sp = _batch_windows(flat, offsets, shingle_size, blocks)
             bounds = np.searchsorted(sp, offsets)
-            for i, tid in enumerate(ids):
-                near_dups.add(tid, sh[bounds[i]:bounds[i + 1]])
+            near_dups.add_sketches(ids, near_dups.sketches(sh, bounds), np.diff(bounds).tolist())
     hits.sort(key=lambda x: (x["task_id"], x["ref_id"]))
     return hits, seen_ids
 
@@ -602,30 +804,95 @@ def decontaminate(task_dirs: Sequence[str | Path], references: Sequence[RefDoc] 
 
     Report (JSON-able, deterministic): ``contamination`` (per task and reference: the number of
     distinct shared n-grams, and the words and token offset of the first shared n-gram in the
-    task document),
-    ``near_duplicate_pairs`` (with MinHash Jaccard estimates), ``near_duplicates`` (each non-kept
-    cluster member and the kept task of its cluster: the smallest id), ``flagged`` (task id and
-    reasons), ``kept`` and ``dropped`` (policy "flag" drops nothing), ``summary`` counts and the
-    ``params`` used. Extra options: num_perm, shingle_size, minhash_seed, batch_size.
+    task document), ``near_duplicate_clusters`` (kept task, its duplicates, size),
+    ``near_duplicates`` (each non-kept cluster member and the kept task of its cluster: the
+    smallest id), ``flagged`` (task id and reasons), ``kept`` and ``dropped`` (policy "flag"
+    drops nothing), ``summary`` counts and the ``params`` used. Extra options: near_dups (False
+    skips the near-duplicate pass), near_dup_policy, num_perm, shingle_size, minhash_seed,
+    batch_size, workers (processes that read and scan chunks of tasks; same report). Task ids
+    come from each task.json; decontaminate_tasks takes them from the caller.
     """
-    by_id: dict[str, Path] = {}
+    pairs = []
     for d in map(Path, task_dirs):
         if not d.is_dir():
             raise TermforgeError(f"task directory {d} does not exist")
-        tid = task_id_of(d)
+        pairs.append((task_id_of(d), d))
+    return decontaminate_tasks(pairs, references, n, policy, near_dup_threshold, min_shared, **options)
+
+
+def decontaminate_tasks(tasks: Sequence[tuple[str, str | Path]], references: Sequence[RefDoc] | ReferenceIndex,
+                        n: int = DEFAULT_N, policy: str = "drop", near_dup_threshold: float = 0.8,
+                        min_shared: int = 1, **options) -> dict:
+    """decontaminate() for (task id, task directory) pairs the caller already knows (the shard
+    manifests list them): every file of a task is read exactly once."""
+    by_id: dict[str, str | Path] = {}
+    for tid, d in tasks:
         if tid in by_id:
             raise TermforgeError(f"task id {tid!r} appears twice: {by_id[tid]} and {d}")
         by_id[tid] = d
+    workers = int(options.pop("workers", 1) or 1)
+    if workers > 1 and len(by_id) > WORKER_CHUNK:
+        ordered = [(tid, os.fspath(by_id[tid])) for tid in sorted(by_id)]
+        return _report(_ParallelScan(ordered, workers), references, n, policy, near_dup_threshold, min_shared,
+                       **options)
     # A generator: texts are read one batch at a time, so a large corpus never sits in memory whole.
-    docs = ((tid, task_document(by_id[tid])) for tid in sorted(by_id))
+    docs = ((tid, task_document_bytes(by_id[tid])) for tid in sorted(by_id))
     return _report(docs, references, n, policy, near_dup_threshold, min_shared, **options)
+
+
+WORKER_CHUNK = 512
+_WORKER_STATE: dict = {}
+
+
+def _worker_init(index: "ReferenceIndex", min_shared: int, near: tuple | None, shingle_size: int,
+                 batch_size: int) -> None:
+    _WORKER_STATE.update(index=index, min_shared=min_shared, near=near, shingle_size=shingle_size,
+                         batch_size=batch_size)
+
+
+def _worker_scan(chunk: list[tuple[str, str]]) -> tuple[list[dict], list[str], list[str], np.ndarray]:
+    """Read, tokenise, probe and sketch one chunk of tasks (in a worker process)."""
+    st = _WORKER_STATE
+    finder = NearDuplicateFinder(*st["near"]) if st["near"] else None
+    docs = ((tid, task_document_bytes(d)) for tid, d in chunk)
+    hits, seen = scan_documents(docs, st["index"], st["min_shared"], finder, st["shingle_size"], st["batch_size"])
+    if finder is None:
+        return hits, seen, [], np.empty((0, 0), dtype=np.uint32)
+    return hits, seen, finder._ids, finder._store
+
+
+class _ParallelScan:
+    """Tasks to scan in worker processes (the stage's threads): contiguous chunks in id order, so
+    hits, task order and near-duplicate sketches come back exactly as one process makes them."""
+
+    def __init__(self, tasks: list[tuple[str, str]], workers: int):
+        self.tasks = tasks
+        self.workers = workers
+
+    def scan(self, index: "ReferenceIndex", min_shared: int, near: "NearDuplicateFinder | None", shingle_size: int,
+             batch_size: int) -> tuple[list[dict], list[str]]:
+        from concurrent.futures import ProcessPoolExecutor
+
+        chunks = [self.tasks[i:i + WORKER_CHUNK] for i in range(0, len(self.tasks), WORKER_CHUNK)]
+        near_args = (near.threshold, near.num_perm, near.seed) if near is not None else None
+        hits: list[dict] = []
+        seen: list[str] = []
+        with ProcessPoolExecutor(self.workers, initializer=_worker_init,
+                                 initargs=(index, min_shared, near_args, shingle_size, batch_size)) as pool:
+            for chunk_hits, chunk_seen, ids, sketches in pool.map(_worker_scan, chunks):
+                hits += chunk_hits
+                seen += chunk_seen
+                if near is not None and ids:
+                    near.add_sketches(ids, sketches, [1] * len(ids))
+        hits.sort(key=lambda x: (x["task_id"], x["ref_id"]))
+        return hits, seen
 
 
 def _report(sorted_docs: Iterable[tuple[str, str]], references: Sequence[RefDoc] | ReferenceIndex, n: int,
             policy: str, near_dup_threshold: float, min_shared: int, num_perm: int = DEFAULT_NUM_PERM,
-            near_dup_policy: str | None = None,
+            near_dup_policy: str | None = None, near_dups: bool = True,
             shingle_size: int = DEFAULT_SHINGLE, minhash_seed: int = DEFAULT_MINHASH_SEED,
-            batch_size: int = 512) -> dict:
+            batch_size: int = 128) -> dict:
     if policy not in POLICIES:
         raise ConfigError(f"decontaminate policy must be one of {list(POLICIES)}, got {policy!r}")
     if min_shared < 1:
@@ -639,9 +906,12 @@ def _report(sorted_docs: Iterable[tuple[str, str]], references: Sequence[RefDoc]
     else:
         index = ReferenceIndex(references, n)
 
-    near = NearDuplicateFinder(near_dup_threshold, num_perm, minhash_seed)
-    hits, task_ids = scan_documents(sorted_docs, index, min_shared, near, shingle_size, batch_size)
-    dup_of = near.duplicate_of()
+    near = NearDuplicateFinder(near_dup_threshold, num_perm, minhash_seed) if near_dups else None
+    if isinstance(sorted_docs, _ParallelScan):
+        hits, task_ids = sorted_docs.scan(index, min_shared, near, shingle_size, batch_size)
+    else:
+        hits, task_ids = scan_documents(sorted_docs, index, min_shared, near, shingle_size, batch_size)
+    dup_of = near.duplicate_of() if near else {}
     reasons: dict[str, list[str]] = {}
     for hit in hits:
         if "contamination" not in reasons.setdefault(hit["task_id"], []):
@@ -662,15 +932,12 @@ def _report(sorted_docs: Iterable[tuple[str, str]], references: Sequence[RefDoc]
     sources = Counter(ref.source for ref in index.refs)
     return {
         "params": {"n": n, "policy": policy, "near_dup_policy": near_policy, "min_shared": min_shared,
-                   "near_dup_threshold": near_dup_threshold, "num_perm": num_perm,
+                   "near_dups": bool(near_dups), "near_dup_threshold": near_dup_threshold, "num_perm": num_perm,
                    "shingle_size": shingle_size, "minhash_seed": minhash_seed},
         "references": {"documents": len(index.refs), "distinct_ngrams": len(index),
                        "sources": dict(sorted(sources.items()))},
         "contamination": hits,
-        "near_duplicate_pairs": [
-            {"task_id": b, "similar_to": a, "jaccard_estimate": round(j, 4)}
-            for a, b, j in sorted(near.pairs, key=lambda pair: (pair[1], pair[0]))
-        ],
+        "near_duplicate_clusters": near.clusters() if near else [],
         "near_duplicates": [{"task_id": t, "kept": k} for t, k in sorted(dup_of.items())],
         "flagged": [{"task_id": t, "reasons": reasons[t]} for t in flagged],
         "kept": kept,
@@ -680,7 +947,8 @@ def _report(sorted_docs: Iterable[tuple[str, str]], references: Sequence[RefDoc]
             "contaminated_tasks": len({h["task_id"] for h in hits}), "contamination_hits": len(hits),
             "contaminated_tasks_by_source": dict(sorted(Counter(
                 source for _, source in {(h["task_id"], h["source"]) for h in hits}).items())),
-            "near_duplicate_tasks": len(dup_of), "flagged": len(flagged),
+            "near_duplicate_tasks": len(dup_of),
+            "near_duplicate_clusters": len({k for k in dup_of.values()}), "flagged": len(flagged),
             "kept": len(kept), "dropped": len(dropped),
         },
     }
@@ -689,5 +957,6 @@ def _report(sorted_docs: Iterable[tuple[str, str]], references: Sequence[RefDoc]
 __all__ = [
     "RefDoc", "ReferenceIndex", "NearDuplicateFinder", "word_tokens", "ngram_hashes",
     "load_harbor_references", "load_hf_references", "load_jsonl_references",
-    "task_document", "task_id_of", "scan_documents", "decontaminate_documents", "decontaminate",
+    "task_document", "task_document_bytes", "task_id_of", "scan_documents", "decontaminate_documents",
+    "decontaminate", "decontaminate_tasks",
 ]

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from termforge.errors import InputError, TermforgeError
+from termforge.generate.honour import AXES as HONOUR_AXES
+from termforge.generate.honour import SHAPE_AXES
 from termforge.io import atomic_write_bytes, atomic_write_text, load_json, load_jsonl, read_input_text
 from termforge.schemas import read, read_optional
 from termforge.report import plots
@@ -27,7 +29,7 @@ from termforge.report import plots
 # Every table and plot file the report may write; ones a section no longer produces are removed
 # so a stale CSV from an earlier build never passes for a current one.
 TABLE_NAMES = (
-    "overview", "axis_balance", "corpus_composition", "family_mix", "survival", "drop_reasons",
+    "overview", "axis_balance", "corpus_composition", "family_mix", "honoured_axes", "survival", "drop_reasons",
     "decontam_summary", "decontam_hits", "decontam_near_duplicates", "passk_overall", "passk_by_bucket",
     "passk_bands", "hint_coverage", "training_summary", "training_curves", "eval_comparison", "rule_cost",
 )
@@ -225,7 +227,32 @@ class _Builder:
                 + ".</p>")
             self.add_table(sec, Table("family_mix", ["family", "domain", "tasks", "with a mismatch"], rows,
                                       "Generated tasks per task family"))
+            self.honoured_table(sec)
         return sec
+
+    def honoured_table(self, sec: Section) -> None:
+        """Per axis, the share of generated tasks that really have the sampled value."""
+        tasks = [t for shard in self.shards for t in shard.get("tasks", [])]
+        if not tasks:
+            return
+        n = len(tasks)
+        missed = [set(t.get("mismatch") or []) for t in tasks]
+        rows = []
+        for axis in HONOUR_AXES:
+            ok = sum(1 for m in missed if axis not in m)
+            rows.append([axis, n, ok, ok / n])
+        shape = sum(1 for m in missed if not m & set(SHAPE_AXES))
+        full = sum(1 for m in missed if not m)
+        rows.append(["domain + verifier_kind + fixture_kind", n, shape, shape / n])
+        rows.append(["every axis (fully honoured signature)", n, full, full / n])
+        fallbacks = sum(1 for t in tasks if t.get("fallback"))
+        sec.parts.append(
+            f"<p>Honoured signatures: {_fmt(full / n)} of {n} tasks have every sampled axis; "
+            f"{_fmt(shape / n)} have the sampled domain, verifier kind and fixture kind. "
+            f"{fallbacks} tasks were built after a failed draw (retried seed or next-best family; "
+            "see <code>generation</code> in task.json).</p>")
+        self.add_table(sec, Table("honoured_axes", ["axis", "tasks", "honoured", "share"], rows,
+                                  "Honoured per axis: tasks whose family really has the sampled value"))
 
     def survival(self) -> Section:
         sec = Section("survival", "Survival through the stages",
@@ -318,13 +345,17 @@ class _Builder:
                                       "Contamination hits against reference sets"))
         else:
             sec.parts.append("<p>No task shares an n-gram run with a reference set.</p>")
-        pairs = [[p.get("task_id"), p.get("similar_to"), p.get("jaccard_estimate")]
-                 for p in rep.get("near_duplicate_pairs", [])]
-        if pairs:
-            self.add_table(sec, Table("decontam_near_duplicates", ["task id", "similar to", "Jaccard estimate"],
-                                      pairs, "Near-duplicate pairs inside the corpus"))
+        clusters = [[c.get("kept"), c.get("size"), ", ".join((c.get("duplicates") or [])[:5])
+                     + (" ..." if len(c.get("duplicates") or []) > 5 else "")]
+                    for c in sorted(rep.get("near_duplicate_clusters", []), key=lambda c: (-c.get("size", 0),
+                                                                                         c.get("kept", "")))]
+        if clusters:
+            self.add_table(sec, Table("decontam_near_duplicates", ["kept task", "cluster size", "duplicates"],
+                                      clusters, "Near-duplicate clusters inside the corpus (largest first)"))
+        elif not params.get("near_dups", True):
+            sec.parts.append("<p>The near-duplicate pass was switched off (<code>decontam.near_dups</code>).</p>")
         else:
-            sec.parts.append("<p>No near-duplicate pairs inside the corpus.</p>")
+            sec.parts.append("<p>No near-duplicates inside the corpus.</p>")
         return sec
 
     def passk_section(self) -> Section:

@@ -38,6 +38,10 @@ class RegionalRevenue(TaskFamily):
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
     summary = "clean, deduplicate and join two or three CSV files, then aggregate revenue per region"
+    skill_types = ("cleaning_and_validation",)
+    skills = ("normalise dates, numbers and units",)
+    languages = ("python", "bash", "awk")
+    command_complexities = ("bash_only", "bash_code")
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         lvl = complexity_level(sig)
@@ -451,6 +455,10 @@ class StreamTransform(TaskFamily):
     verifier_kinds = ("fuzz_equivalence",)
     fixture_kinds = ("text_only",)
     summary = "write a stdin-to-stdout streaming transform with stateful per-key rules, fuzz-tested"
+    skill_types = ("parsing_and_extraction",)
+    skills = ("parse fixed-width and delimited records",)
+    languages = ("python",)
+    command_complexities = ("bash_code",)
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         lvl = complexity_level(sig)

@@ -53,6 +53,11 @@ class SqliteShopQuestions(TaskFamily):
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
     summary = "answer parameterised reporting questions over a SQLite database built from a SQL dump"
+    skill_types = ("relational_aggregation",)
+    skills = ("group rows and compute aggregates per group",)
+    languages = ("sql", "python", "bash")
+    anchors = ("SQLite",)
+    command_complexities = ("bash_only", "bash_code")
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)
@@ -517,6 +522,10 @@ class CsvGroupByTool(TaskFamily):
     verifier_kinds = ("fuzz_equivalence",)
     fixture_kinds = ("text_only",)
     summary = "implement a CSV group-by/aggregate query tool, checked on randomly generated CSV files"
+    skill_types = ("semi_structured_queries", "relational_aggregation")
+    skills = ("query CSV files by column name", "group rows and compute aggregates per group")
+    languages = ("python",)
+    command_complexities = ("bash_code",)
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)

@@ -179,6 +179,11 @@ class HeldoutRegression(TaskFamily):
     verifier_kinds = ("metric_threshold",)
     fixture_kinds = ("text_only",)
     summary = "predict a numeric target for held-out rows; graded by RMSE against hidden labels"
+    skill_types = ("feature_engineering", "model_training_and_evaluation")
+    skills = ("encode categorical variables", "train a baseline model and a stronger one")
+    languages = ("python",)
+    anchors = ("NumPy",)
+    command_complexities = ("bash_code",)
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)
@@ -492,6 +497,11 @@ class PngShapeCensus(TaskFamily):
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("image",)
     summary = "count shapes and measure their areas per colour in a generated PNG image"
+    skill_types = ()
+    skills = ()
+    languages = ("python",)
+    anchors = ("NumPy",)
+    command_complexities = ("bash_code",)
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)

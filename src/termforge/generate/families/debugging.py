@@ -536,6 +536,10 @@ class PythonEdgeCaseFix(TaskFamily):
     verifier_kinds = ("fuzz_equivalence",)
     fixture_kinds = ("text_only",)
     summary = "fix a Python CLI that crashes or misbehaves on edge-case input; checked by fuzzing"
+    skill_types = ("crash_analysis", "logic_errors")
+    skills = ("reproduce a crash with the smallest possible input", "find the first line where state goes wrong")
+    languages = ("python",)
+    command_complexities = ("bash_code",)
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)
@@ -937,6 +941,10 @@ class ShellScriptFix(TaskFamily):
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
     summary = "fix a bash script with quoting, globbing and ordering bugs; checked on exact scenario output"
+    skill_types = ("crash_analysis",)
+    skills = ("find the first line where state goes wrong",)
+    languages = ("bash",)
+    command_complexities = ("bash_only",)
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)

@@ -21,18 +21,27 @@ class LogLevelFilter(TaskFamily):
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
     summary = "filter rotated log files by service and level, sorted by timestamp"
+    skill_types = ("search_and_selection",)
+    skills = ()
+    languages = ("bash", "awk", "python")
+    command_complexities = ("bash_only", "bash_code")
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
+        level = complexity_level(sig)
         service = rng.choice(SERVICES)
-        n_files = rng.randint(2, 4)
+        n_files = rng.randint(*((2, 3), (2, 4), (4, 6), (6, 9))[level])
+        per_file = ((12, 24), (20, 40), (60, 120), (150, 300))[level]
         fixtures: dict[str, bytes] = {}
         wanted: list[tuple[int, str]] = []
         for f in range(n_files):
             lines = []
-            for _ in range(rng.randint(20, 40)):
+            for _ in range(rng.randint(*per_file)):
                 ts = rng.randint(1_700_000_000, 1_700_100_000)
                 svc, lvl = rng.choice(SERVICES), rng.choice(LEVELS)
                 msg = f"req={rng.randint(1000, 9999)} code={rng.randint(100, 599)}"
+                if level >= 2 and rng.random() < 0.2:
+                    # Decoys for substring matching: the level and service words inside the message.
+                    msg += f" upstream={rng.choice(SERVICES)} last={rng.choice(LEVELS)}"
                 line = f"{ts} {svc} {lvl} {msg}"
                 lines.append(line)
                 if svc == service and lvl == "ERROR":
@@ -110,6 +119,10 @@ class DuplicateFilePruner(TaskFamily):
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
     summary = "find files with identical content (hashing, not names or sizes), keep one canonical copy, report"
+    skill_types = ("search_and_selection",)
+    skills = ("find duplicate files by content digest",)
+    languages = ("bash", "python")
+    command_complexities = ("bash_only", "bash_code")
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         lvl = complexity_level(sig)

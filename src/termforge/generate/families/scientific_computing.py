@@ -57,6 +57,11 @@ class ToneInventory(TaskFamily):
     verifier_kinds = ("metric_threshold",)
     fixture_kinds = ("audio",)
     summary = "estimate the frequencies of the significant sine tones in a noisy WAV file (FFT peak picking)"
+    skill_types = ("signal_processing",)
+    skills = ("compute a spectrum with a proper window", "detect peaks in a noisy signal")
+    languages = ("python",)
+    anchors = ("NumPy",)
+    command_complexities = ("bash_code",)
 
     BAND = (100.0, 3500.0)
     RELATIVE_THRESHOLD = 0.1
@@ -213,6 +218,11 @@ class DecayHalfLife(TaskFamily):
     verifier_kinds = ("metric_threshold",)
     fixture_kinds = ("text_only",)
     summary = "nonlinear least-squares fit of an exponential decay with background from a messy CSV"
+    skill_types = ("linear_algebra", "scientific_data_handling")
+    skills = ("fit a model by least squares", "carry physical units through a calculation")
+    languages = ("python",)
+    anchors = ("NumPy",)
+    command_complexities = ("bash_code",)
 
     HALF_LIFE_REL_TOL = 0.03
     BACKGROUND_ABS_TOL = 5.0

@@ -111,6 +111,10 @@ class BinaryPassphraseRecovery(TaskFamily):
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("stripped_binary",)
     summary = "recover a lost passphrase and the unlock token from a stripped ELF binary"
+    skill_types = ("artifact_triage",)
+    skills = ("extract printable strings from an unknown binary", "read ELF headers, sections and imported symbols")
+    languages = ("bash", "python")
+    command_complexities = ("bash_only", "bash_code")
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         complexity = sig.get("task_complexity", "moderate")
@@ -495,6 +499,10 @@ class UploadPathGuard(TaskFamily):
     verifier_kinds = ("adversarial_corpus",)
     fixture_kinds = ("text_only",)
     summary = "implement a path-traversal guard for upload paths, graded on a hidden adversarial corpus"
+    skill_types = ("input_hardening",)
+    skills = ("detect path traversal attempts in request paths", "reject injection payloads with an allow-list validator")
+    languages = ("python",)
+    command_complexities = ("bash_code",)
 
     @staticmethod
     def _corpus(maker: _PathMaker, judge, size: int, instruction: str) -> tuple[list[str], list[str]]:

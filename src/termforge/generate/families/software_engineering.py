@@ -378,6 +378,10 @@ class VendoredSemverFix(TaskFamily):
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("vendored_package",)
     summary = "find and fix planted precedence/range bugs in a vendored pure-Python SemVer package"
+    skill_types = ("testing",)
+    skills = ("check invariants with generated inputs",)
+    languages = ("python",)
+    command_complexities = ("bash_code",)
 
     def _witness(self, maker: _VersionMaker, good, bad) -> tuple[list[str], str] | None:
         """A (versions, range) pair on which the buggy library picks differently."""
@@ -932,6 +936,10 @@ class LegacyAwkPort(TaskFamily):
     verifier_kinds = ("fuzz_equivalence",)
     fixture_kinds = ("text_only",)
     summary = "port a legacy awk formatter to Python with byte-identical output on fuzzed inputs"
+    skill_types = ("refactoring",)
+    skills = ("keep behaviour identical while restructuring code",)
+    languages = ("python", "awk")
+    command_complexities = ("bash_code",)
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         complexity = sig.get("task_complexity", "moderate")

@@ -35,6 +35,10 @@ class AccountAudit(TaskFamily):
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
     summary = "join passwd, group, shadow, shells and login.defs to list a group's active login accounts"
+    skill_types = ("users_and_packages",)
+    skills = ()
+    languages = ("bash", "awk", "python")
+    command_complexities = ("bash_only", "bash_code")
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         lvl = complexity_level(sig)
@@ -318,6 +322,10 @@ class PermissionPolicy(TaskFamily):
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
     summary = "apply an ordered glob-to-mode policy to a service tree with chmod (first match wins)"
+    skill_types = ()
+    skills = ()
+    languages = ("bash", "python")
+    command_complexities = ("bash_only", "bash_code")
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         lvl = complexity_level(sig)

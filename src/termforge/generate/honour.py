@@ -1,0 +1,73 @@
+"""Which axes of a signature a family's task really honours, and what the task is instead.
+
+A family declares what its tasks exercise (generate.base.TaskFamily). Against a signature that
+gives, per axis, the value the task really has (``actual``) and whether it is the requested one.
+The instruction is written from the honest view of the signature (only exercised skills, the
+anchor only when the task involves it), task.json records every axis not honoured, and the
+exports' axis columns carry ``actual``.
+"""
+
+from __future__ import annotations
+
+from termforge.generate.base import TaskFamily
+
+# Every signature axis a family can fail to honour, in report order. persona only sets the voice of
+# the instruction, which every family writes in, so it is always honoured and not listed.
+AXES = ("domain", "skill_type", "skills", "anchor", "language", "command_complexity", "task_complexity",
+        "verifier_kind", "fixture_kind")
+# The axes family choice weighs first (domain most): the shape of the task.
+SHAPE_AXES = ("domain", "verifier_kind", "fixture_kind")
+
+
+def exercised_skills(sig: dict, fam: TaskFamily) -> list[str]:
+    """The requested skills the family's task really exercises, in the signature's order."""
+    declared = set(fam.skills)
+    return [s for s in sig.get("skills") or [] if s in declared]
+
+
+def honest_view(sig: dict, fam: TaskFamily) -> dict:
+    """The signature as the family may state it to the agent: unexercised skills and an anchor
+    the task does not involve are removed (the family writes its instruction from this)."""
+    anchor = sig.get("anchor")
+    return {**sig, "skills": exercised_skills(sig, fam), "anchor": anchor if anchor in fam.anchors else None}
+
+
+def _pick(requested, offered: tuple, default=None):
+    if requested in offered:
+        return requested
+    return offered[0] if offered else default
+
+
+def actual_axes(sig: dict, fam: TaskFamily, verifier_kind: str, fixture_kind: str) -> dict:
+    """What the task is on every axis (verifier and fixture kinds as the built spec reports them)."""
+    return {
+        "domain": _pick(sig.get("domain"), fam.domains),
+        "skill_type": _pick(sig.get("skill_type"), fam.skill_types),
+        "skills": list(fam.skills),
+        "anchor": sig.get("anchor") if sig.get("anchor") in fam.anchors else None,
+        "language": _pick(sig.get("language"), fam.languages),
+        "command_complexity": _pick(sig.get("command_complexity"), fam.command_complexities),
+        "task_complexity": _pick(sig.get("task_complexity"), fam.task_complexities),
+        "verifier_kind": verifier_kind,
+        "fixture_kind": fixture_kind,
+    }
+
+
+def honoured_axes(sig: dict, actual: dict) -> dict[str, bool]:
+    """Axis -> whether the task has the requested value. skills: every requested skill is
+    exercised; anchor: none was requested, or the task involves the requested one."""
+    out = {}
+    for axis in AXES:
+        want = sig.get(axis)
+        if axis == "skills":
+            out[axis] = set(want or []) <= set(actual["skills"])
+        elif axis == "anchor":
+            out[axis] = want is None or actual["anchor"] == want
+        else:
+            out[axis] = actual[axis] == want
+    return out
+
+
+def mismatch_record(sig: dict, actual: dict, honoured: dict[str, bool]) -> list[dict]:
+    """One entry per axis not honoured: what was requested, what the task is."""
+    return [{"axis": a, "requested": sig.get(a), "actual": actual[a]} for a in AXES if not honoured[a]]
