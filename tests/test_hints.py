@@ -159,9 +159,11 @@ def test_planted_leaks_are_caught(fam, tasks):
 
     # The literal answer: the first informative hidden value the instruction does not show
     # (informative: 3+ letters or non-zero digits, so not a 0.0 offset or a 0/1 flag).
+    # Values truth["given"] also holds are stated on purpose, so they are no leak.
+    given = json.dumps(_truth(task_dir).get("given", {}))
     value = next(
         str(v) for v in _hidden_leaves(_truth(task_dir))
-        if len(re.findall(r"[1-9A-Za-z]", str(v))) >= 3 and str(v) not in instruction
+        if len(re.findall(r"[1-9A-Za-z]", str(v))) >= 3 and str(v) not in instruction and str(v) not in given
     )
     report = check_hint(f"{clean} The value you need is {value}.", task_dir)
     assert "literal_answer" in report.kinds(), (fam.name, value)
