@@ -57,6 +57,7 @@ _TEST_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 # fragment of a longer token (a URL, a relative path, a number).
 ABS_PATH = re.compile(r"(?<![\w.~:/\\-])/(?:[\w.+@%-]+/?)+")
 # Interpreters, devices and system tools: naming them reveals nothing about a task.
+_GLOB_NEXT = re.compile(r"[*?\[{]")
 _SYSTEM_PREFIXES = ("/bin/", "/usr/", "/sbin/", "/dev/", "/proc/", "/lib", "/etc/alternatives/")
 _SYSTEM_PATHS = frozenset({"/tmp", "/app", "/bin", "/usr", "/dev/null", "/etc", "/home", "/root", "/"})
 
@@ -247,7 +248,9 @@ def _test_findings(text: str, instruction: str) -> list[dict[str, str]]:
 def _path_findings(text: str, oracle_paths: list[str]) -> list[dict[str, str]]:
     if not oracle_paths:
         return []
-    in_hint = {_clean_path(m) for m in ABS_PATH.findall(text)}
+    # A glob (`/app/logs/app.log.*`) names a family of files the instruction describes, not the
+    # oracle's own path; it is left out rather than truncated into one.
+    in_hint = {_clean_path(m.group(0)) for m in ABS_PATH.finditer(text) if not _GLOB_NEXT.match(text, m.end())}
     return [
         {"kind": "oracle_path", "detail": "names a path that only the oracle script uses", "evidence": p}
         for p in oracle_paths

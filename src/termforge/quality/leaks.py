@@ -256,10 +256,10 @@ class _View:
     squash: str  # the tokens concatenated
     bounds: frozenset[int]  # offsets in squash where a token starts or ends
     numbers: list[tuple[Decimal, Decimal, str, int]]  # (value, tolerance, evidence, token index)
-    flat: str = ""  # the raw text, lower case, whitespace runs as one space (to tell literal from disguised)
+    flat: str = ""  # the text as given, whitespace runs as one space (to tell literal from disguised)
 
     @classmethod
-    def of(cls, name: str, raw: str) -> "_View":
+    def of(cls, name: str, raw: str, orig: str = "") -> "_View":
         text = _norm(raw)
         if name in ("plain", "words"):
             text = _digits_for_words(text) if name == "words" else text
@@ -281,7 +281,7 @@ class _View:
             if unit and unit.group(1) in _UNIT_SCALE and _UNIT_SCALE[unit.group(1)] != 1.0:
                 scale = Decimal(repr(_UNIT_SCALE[unit.group(1)]))
                 numbers.append((value * scale, tol * scale, m.group(0) + unit.group(0), -1 - idx))
-        return cls(name, text, tokens, "".join(squash), frozenset(bounds), numbers, " ".join(raw.lower().split()))
+        return cls(name, text, tokens, "".join(squash), frozenset(bounds), numbers, " ".join((orig or raw).split()))
 
 
 def _bisect(starts: list[int], pos: int) -> int:
@@ -298,7 +298,7 @@ def _bisect(starts: list[int], pos: int) -> int:
 def _views(text: str) -> list[_View]:
     """Every reading of the text a secret could hide in."""
     base = unicodedata.normalize("NFKC", text).translate(_ZERO_WIDTH)
-    views = [_View.of("plain", base), _View.of("words", base)]
+    views = [_View.of("plain", base, orig=text), _View.of("words", base)]
     views.append(_View.of("rot13", codecs.encode(base, "rot13")))
     views.append(_View.of("reversed", base[::-1]))
     for name, decoded in _decodings(base):
@@ -500,7 +500,7 @@ def _string_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]
             if not _in_context(secret, view, idx):
                 continue
         spans.append((view.name, m.start(), m.end()))
-        how = "literal" if view.name == "plain" and " ".join(secret.text.lower().split()) in view.flat else "normalised"
+        how = "literal" if view.name == "plain" and " ".join(secret.text.split()) in view.flat else "normalised"
         return how, m.group(0)
     if short:
         return None
@@ -541,7 +541,7 @@ def _number_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]
         if short and not _in_context(secret, view, idx):
             continue
         if view.name == "plain":
-            how = "unit" if idx < 0 else ("literal" if evidence == secret.text else "number")
+            how = "unit" if idx < 0 else ("literal" if evidence == secret.text and secret.text in view.flat else "number")
         else:
             how = view.name
         return how, evidence

@@ -1,0 +1,65 @@
+"""Hint-gate quality: recall on disguised leaks and false-positive rate on honest hints.
+
+Runs the offline gate (termforge.hints.gate) over the corpus in bench/data/hint_corpus (leaks
+written against real generated tasks, every family; honest method-level hints for the same tasks)
+and, for comparison in the same run, the literal baseline: a hint counts as leaking only when an
+answer-key value appears in it verbatim (what the gate did before the shared detector).
+
+    .venv/bin/python bench/bench_hint_gate.py            # a few seconds
+    .venv/bin/python bench/bench_hint_gate.py --show-misses
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from termforge.hints.corpus import DEFAULT_CORPUS, corpus_tasks, load_corpus, score_gate
+from termforge.hints.gate import check_hint
+
+
+def literal_baseline(hint: str, task_dir: Path) -> bool:
+    truth = json.loads((task_dir / "private" / "truth.json").read_text())
+    hidden = {k: v for k, v in truth.items() if k != "given"}
+    instruction = (task_dir / "instruction.md").read_text()
+
+    def leaves(o):
+        if isinstance(o, dict):
+            for v in o.values():
+                yield from leaves(v)
+        elif isinstance(o, list):
+            for v in o:
+                yield from leaves(v)
+        elif isinstance(o, (str, int, float)) and not isinstance(o, bool):
+            yield str(o)
+
+    return any(len(v) >= 2 and v in hint and v not in instruction for v in leaves(hidden))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
+    ap.add_argument("--show-misses", action="store_true")
+    args = ap.parse_args()
+    leaks, honest = load_corpus(args.corpus)
+    with tempfile.TemporaryDirectory() as tmp:
+        seeds = sorted({r["seed"] for r in leaks + honest})
+        tasks = corpus_tasks(tmp, seeds=seeds)
+        gate = score_gate(lambda h, d: not check_hint(h, d, max_words=400).passed, leaks, honest, tasks)
+        base = score_gate(literal_baseline, leaks, honest, tasks)
+    fams = len({r["family"] for r in leaks})
+    print(f"corpus: {len(leaks)} disguised leaks over {fams} families, {len(honest)} honest hints")
+    for name, s in (("literal baseline", base), ("offline gate", gate)):
+        print(f"{name:>17}: recall {s['recall']:.3f} ({s['caught']}/{s['leaks']}), "
+              f"false positives {s['false_positive_rate']:.3f} ({s['false_positives']}/{s['honest']})")
+    print(f"recall ratio gate/baseline: {gate['recall'] / max(base['recall'], 1e-9):.2f}x")
+    print("gate recall by kind: " + ", ".join(f"{k} {v:.2f}" for k, v in gate["recall_by_kind"].items()))
+    if args.show_misses:
+        print("missed:", *gate["missed"], sep="\n  ")
+        print("false positives:", *gate["false_positive_rows"], sep="\n  ")
+
+
+if __name__ == "__main__":
+    main()
