@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from termforge.hints.corpus import DEFAULT_CORPUS, corpus_tasks, load_corpus, score_gate
-from termforge.hints.gate import check_hint
+from termforge.hints.gate import LEAK_FINDINGS, check_hint
 
 
 def literal_baseline(hint: str, task_dir: Path) -> bool:
@@ -38,6 +38,12 @@ def literal_baseline(hint: str, task_dir: Path) -> bool:
     return any(len(v) >= 2 and v in hint and v not in instruction for v in leaves(hidden))
 
 
+def gate_flags(hint: str, task_dir: Path) -> bool:
+    """A leak counts as caught only by a leak finding (an off-task or shape finding is not a catch);
+    an honest hint is a false positive on any finding at all."""
+    return bool(set(check_hint(hint, task_dir, max_words=400).kinds()) & set(LEAK_FINDINGS))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
@@ -47,7 +53,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         seeds = sorted({r["seed"] for r in leaks + honest})
         tasks = corpus_tasks(tmp, seeds=seeds)
-        gate = score_gate(lambda h, d: not check_hint(h, d, max_words=400).passed, leaks, honest, tasks)
+        gate = score_gate(gate_flags, leaks, [], tasks)
+        gate_fp = score_gate(lambda h, d: not check_hint(h, d, max_words=400).passed, [], honest, tasks)
+        gate.update({k: gate_fp[k] for k in ("false_positives", "false_positive_rate", "false_positive_rows", "honest")})
         base = score_gate(literal_baseline, leaks, honest, tasks)
     fams = len({r["family"] for r in leaks})
     print(f"corpus: {len(leaks)} disguised leaks over {fams} families, {len(honest)} honest hints")

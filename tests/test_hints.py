@@ -213,14 +213,15 @@ def test_paraphrases_that_keep_an_8gram_of_the_truth_are_caught(tasks):
 def test_named_answers_in_prose_are_caught(tasks):
     bin_dir = tasks["binary_passphrase_recovery"][0]
     truth = _truth(bin_dir)
-    hint = f"Skip the probing: the passphrase is {truth['passphrase']} and the binary prints {truth['token']}."
+    hint = (f"Skip the probing of {truth['given']['binary']}: the passphrase is {truth['passphrase']} and it "
+            f"prints {truth['token']}.")
     report = check_hint(hint, bin_dir)
-    assert report.kinds() == ["literal_answer"] and len(report.findings) == 2
+    assert report.kinds() == ["literal_answer"] and len(report.findings) == 2, report.to_dict(redact=False)
 
     shop = tasks["sqlite_shop_questions"][0]
     answers = _truth(shop)["answers"]
     first_name = answers["q2"].split(",")[0]
-    report = check_hint(f"Look at {first_name} first; it sells the most.", shop)
+    report = check_hint(f"Look at {first_name} first in /app/shop.db; it sells the most.", shop)
     assert "literal_answer" in report.kinds(), "one item of a list answer is a leak too"
 
 
@@ -241,11 +242,13 @@ def test_oracle_only_paths_are_caught_and_the_gate_is_pure(tasks):
     instruction = (task_dir / "instruction.md").read_text()
     private = sorted({p for p in re.findall(r"/tmp/[\w.-]+", oracle) if p not in instruction})
     assert private, "this family's oracle keeps scratch files under /tmp"
-    hint = f"Compare both programs on the inputs in {private[0]}, then fix /app/fmtduration.py."
+    port, legacy = (json.loads((task_dir / "private" / "truth.json").read_text())["given"][k]
+                    for k in ("port", "legacy_script"))
+    hint = f"Compare both programs on the inputs in {private[0]}, then fix {port} until it matches {legacy}."
     report = check_hint(hint, task_dir)
     assert report.kinds() == ["oracle_path"]
     # Paths the instruction gives are fine; so is the same hint checked twice (same report).
-    assert check_hint("Diff /app/fmtduration.py against /app/legacy/fmtduration.awk on many inputs.", task_dir).passed
+    assert check_hint(f"Diff {port} against {legacy} on many generated inputs.", task_dir).passed
     assert check_hint(hint, task_dir).to_dict(redact=False) == report.to_dict(redact=False)
 
 
@@ -300,7 +303,8 @@ def test_llm_hint_is_repaired_after_a_leaking_draft(tasks, tmp_path):
     assert second["messages"][:2] == first["messages"]
     assert second["messages"][2] == {"role": "assistant", "content": leaking}
     repair = second["messages"][3]["content"]
-    assert "literal_answer" in repair and truth["passphrase"] in repair
+    # The repair names the kind of leak, never the leaked text.
+    assert "value from the answer key" in repair and truth["passphrase"] not in repair
     assert first["seed"] != second["seed"], "a repair round draws afresh"
 
     # The host-side audit keeps both drafts.
@@ -314,9 +318,10 @@ def test_llm_batches_are_deterministic_and_cached(tasks, tmp_path):
     def reply(messages):
         # A clean hint naming the task's own title, so a row mixed up with another task would show.
         title = re.search(r"^# (.+)$", messages[1]["content"], re.M).group(1)
-        return (f"For the task titled {title}, inspect every input the instruction names with head and "
-                "wc, build the result with a small script, and compare it with the stated format "
-                "before you submit.")
+        path = re.search(r"`(/app/[^`]*)`", messages[1]["content"]).group(1)
+        return (f"For the task titled {title}, inspect every input the instruction names (start at {path}) "
+                "with head and wc, build the result with a small script, and compare it with the stated "
+                "format before you submit.")
 
     spec_for = lambda server: {"backend": "openai", "model": "m", "base_url": server.base_url,  # noqa: E731
                                "max_retries": 0, "cache_dir": str(tmp_path / "cache")}

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from termforge.hints.corpus import corpus_tasks, load_corpus, score_gate
-from termforge.hints.gate import check_hint
+from termforge.hints.gate import LEAK_FINDINGS, check_hint
 from termforge.quality.leaks import Secret, SecretSet, find_leaks, leak_kinds_summary, task_secrets
 
 SLICE_FAMILIES = ("decay_half_life_fit", "binary_passphrase_recovery", "sqlite_shop_questions",
@@ -117,9 +117,12 @@ def test_bug_names_and_keys():
 def test_corpus_slice_recall_and_false_positives(corpus):
     leaks, honest, tasks = corpus
     assert len({r["family"] for r in leaks}) == len(SLICE_FAMILIES) and len(honest) >= 2 * len(SLICE_FAMILIES)
-    score = score_gate(lambda h, d: not check_hint(h, d, max_words=400).passed, leaks, honest, tasks)
-    assert score["recall"] >= 0.9, score["missed"]
-    assert score["false_positives"] == 0, score["false_positive_rows"]
+    caught = score_gate(lambda h, d: bool(set(check_hint(h, d, max_words=400).kinds()) & set(LEAK_FINDINGS)),
+                        leaks, [], tasks)
+    assert caught["recall"] >= 0.9, caught["missed"]
+    # Honest hints pass the whole gate (leaks, form, and fit to their task).
+    clean = score_gate(lambda h, d: not check_hint(h, d, max_words=400).passed, [], honest, tasks)
+    assert clean["false_positives"] == 0, clean["false_positive_rows"]
 
 
 def test_task_secrets_read_tests_and_subtract_the_environment(corpus):
@@ -131,7 +134,7 @@ def test_task_secrets_read_tests_and_subtract_the_environment(corpus):
     assert not any(s.text == "region,paid_orders,revenue" for s in secrets.secrets)
     half_life = tasks[("decay_half_life_fit", 0)]
     t = json.loads((half_life / "private" / "truth.json").read_text())["half_life_s"]
-    report = check_hint(f"Aim for a half-life near {t:.3e} s.", half_life)
+    report = check_hint(f"Fit the counts in /app/data/counts.csv and aim for a half-life near {t:.3e} s.", half_life)
     assert report.kinds() == ["disguised_answer"]
     assert str(t) not in json.dumps(report.to_dict())
 
@@ -142,5 +145,5 @@ def test_a_verifier_assertion_is_a_secret_even_without_truth(tmp_path):
     (task / "instruction.md").write_text("Write the digest of /app/data.bin to /app/out.txt.\n")
     (task / "tests" / "test_final_state.py").write_text(
         "EXPECTED = 'e3b0c44298fc1c149afbf4c8996fb924'\n\ndef test_x():\n    assert open('/app/out.txt').read() == EXPECTED\n")
-    report = check_hint("Compute sha256 and compare with E3B0C44298FC1C149AFBF4C8996FB924.", task)
+    report = check_hint("Compute sha256 of /app/data.bin and compare with E3B0C44298FC1C149AFBF4C8996FB924.", task)
     assert report.kinds() == ["test_assertion"]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from termforge.errors import TermforgeError
+from termforge.hints.shape import TaskTerms, mapping_findings, task_terms
 from termforge.quality.leaks import SecretSet, find_leaks, task_secrets
 
 DEFAULT_NGRAM = 8
@@ -36,7 +37,11 @@ FINDING_KINDS = (
     "oracle_ngram",
     "test_reference",
     "oracle_path",
+    "off_task",
 )
+# Findings that say a secret got out (the others are about form and fit).
+LEAK_FINDINGS = ("literal_answer", "disguised_answer", "bug_name", "test_assertion", "truth_ngram", "oracle_ngram",
+                 "test_reference", "oracle_path")
 # Which finding a leak of each secret kind (termforge.quality.leaks.KINDS) becomes.
 _LEAK_FINDING = {"answer": "literal_answer", "answer_key": "literal_answer", "bug_name": "bug_name",
                  "assertion": "test_assertion"}
@@ -98,6 +103,7 @@ class GateContext:
     truth_ngrams: dict[tuple[str, ...], str]
     oracle_ngrams: dict[tuple[str, ...], str]
     oracle_paths: list[str]
+    terms: TaskTerms | None = None
 
 
 def words_of(text: str) -> list[str]:
@@ -148,6 +154,7 @@ def load_context(task_dir: str | Path, n: int = DEFAULT_NGRAM, max_words: int = 
         truth_ngrams=truth_ngrams,
         oracle_ngrams=oracle_ngrams,
         oracle_paths=oracle_paths,
+        terms=task_terms(task_dir, instruction, _output_paths(task_dir)),
     )
 
 
@@ -170,6 +177,8 @@ def check_with(hint: str, ctx: GateContext) -> GateReport:
     findings += _ngram_findings(tokens, ctx.n, ctx.oracle_ngrams, "oracle_ngram", "the oracle script")
     findings += _test_findings(text, ctx.instruction)
     findings += _path_findings(text, ctx.oracle_paths)
+    if ctx.terms is not None and text.strip():
+        findings += mapping_findings(text, ctx.terms)
     order = {k: i for i, k in enumerate(FINDING_KINDS)}
     findings.sort(key=lambda f: (order[f["kind"]], f["detail"], f.get("evidence", "")))
     return GateReport(passed=not findings, findings=findings, words=n_words)
@@ -293,6 +302,14 @@ def is_task_path(p: str) -> bool:
     if p in _SYSTEM_PATHS or len(p) < 3:
         return False
     return not any(p.startswith(prefix) for prefix in _SYSTEM_PREFIXES)
+
+
+def _output_paths(task_dir: Path) -> list[str]:
+    try:
+        meta = json.loads((task_dir / "task.json").read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return []
+    return [str(p) for p in meta.get("output_paths") or []] if isinstance(meta, dict) else []
 
 
 def _read_text(path: Path, required: bool) -> str:

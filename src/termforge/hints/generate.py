@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 from termforge.errors import TermforgeError
 from termforge.hints import prompts
+from termforge.hints.shape import clean_structure
 from termforge.hints.gate import (
     DEFAULT_MAX_WORDS,
     DEFAULT_NGRAM,
@@ -48,13 +49,6 @@ from termforge.io import (
 BACKENDS = ("procedural", "llm")
 STATUSES = ("hinted", "dropped_leak", "refused", "not_attempted")
 
-# Openings of a reply that declines the job instead of doing it.
-_REFUSAL = re.compile(
-    r"^\W*(?:i(?:'| a)?m sorry|sorry\b|i can(?:'|no)?t\b|i cannot\b|i(?:'| a)?m (?:not able|unable)|"
-    r"i am not able|i (?:won't|will not|must decline|do not feel comfortable)|as an ai\b|"
-    r"unfortunately,? i\b|i'?m afraid i\b)",
-    re.I,
-)
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 _LABEL = re.compile(r"^\s*(?:\*\*)?(?:hint|here is (?:the|a|my) hint|here's (?:the|a|my) hint)\s*[:.-]?\s*(?:\*\*)?\s*", re.I)
 _FENCE = re.compile(r"^```[\w-]*\n(.*)\n```$", re.S)
@@ -82,6 +76,7 @@ class HintResult:
                     "round": r["round"],
                     "passed": r["gate_report"]["passed"] if r.get("gate_report") else False,
                     "refused": bool(r.get("refused")),
+                    "cleaned": int(r.get("cleaned") or 0),
                     "words": r["gate_report"]["words"] if r.get("gate_report") else 0,
                     "findings": [
                         {"kind": f["kind"], "detail": f["detail"]}
@@ -248,16 +243,19 @@ def _procedural_result(
 
 def _content_passes(sentence: str, ctx: GateContext) -> bool:
     report = check_with(sentence, ctx)
-    return not [f for f in report.findings if f["kind"] not in ("not_one_paragraph", "too_long")]
+    # Form and fit to the task are properties of the whole hint, not of one sentence.
+    return not [f for f in report.findings if f["kind"] not in ("not_one_paragraph", "too_long", "off_task")]
 
 
 # -- llm backend ------------------------------------------------------------------------------------
 
 
 def is_refusal(text: str, finish_reason: str = "") -> bool:
+    """A reply that declines, in any wording: filtered, empty, or without imperative guidance once
+    talk about the request is taken off (hints.shape)."""
     if finish_reason == "content_filter":
         return True
-    return not text.strip() or _REFUSAL.match(text.strip()) is not None
+    return not text.strip() or clean_structure(clean_reply(text)).refused
 
 
 def clean_reply(text: str) -> str:
@@ -336,12 +334,16 @@ def llm_hints(
                 "prompt_sha256": stable_hash(convos[tid], 64),
             }
             rounds[tid].append(entry)
-            if is_refusal(raw, completion.finish_reason):
-                entry.update(draft=raw.strip(), refused=True, gate_report=None)
+            shape = clean_structure(clean_reply(raw), contexts[tid].terms) if raw.strip() else None
+            if completion.finish_reason == "content_filter" or shape is None or shape.refused:
+                why = shape.reason if shape is not None and shape.reason else "an empty or filtered reply"
+                entry.update(draft=raw.strip(), refused=True, gate_report=None, cleaned=0)
                 done[tid] = HintResult(tid, "refused", None, "llm", model_id, rounds[tid],
-                                       reason=f"the model declined in round {round_no}")
+                                       reason=f"the model declined in round {round_no} ({why})")
                 continue
-            draft = clean_reply(raw)
+            # Talk about the request (a preamble, a sign-off) is cut off and counted, never published.
+            draft = shape.text
+            entry["cleaned"] = len(shape.removed)
             report = check_with(draft, contexts[tid])
             entry.update(draft=draft, refused=False, gate_report=report.to_dict(redact=False))
             if report.passed:
@@ -464,7 +466,8 @@ def run_hints(
     print(
         f"hints ({backend}{', ' + model_id if model_id else ''}): {c['hinted']}/{coverage['total']} hinted "
         f"({coverage['repaired']} after repair), {c['dropped_leak']} dropped for leaks, "
-        f"{c['refused']} refused, {c['not_attempted']} not attempted -> {out_dir}"
+        f"{c['refused']} refused, {c['not_attempted']} not attempted, {coverage['cleaned']} cleaned of chatter "
+        f"-> {out_dir}"
     )
     return coverage
 
@@ -497,6 +500,7 @@ def _coverage(
         "counts": counts,
         "by_domain": dict(sorted(by_domain.items())),
         "repaired": sum(1 for r in results if r.status == "hinted" and len(r.rounds) > 1),
+        "cleaned": sum(1 for r in results if r.status == "hinted" and r.rounds and r.rounds[-1].get("cleaned")),
         "findings_by_kind": dict(sorted(findings.items())),
         "tasks": {r.task_id: {"status": r.status, "rounds": len(r.rounds), "reason": r.reason} for r in results},
     }
