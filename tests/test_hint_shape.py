@@ -106,3 +106,61 @@ def test_the_gate_reports_off_task_hints(tasks):
     report = check_hint(hint, other)
     assert "off_task" in report.kinds()
     assert "/app/errors.txt" not in json.dumps(report.to_dict())
+
+
+# -- procedural hints fit their variant ------------------------------------------------------------
+
+HIDDEN_MARKERS = ("xor", "key stream", ".rodata", "straight line", "curv", "revoked", "decoy")
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory):
+    """Every family at two complexities (the levels at which variants add features)."""
+    from conftest import make_signature
+    from termforge.generate.families import all_families
+    from termforge.generate.procedural import generate_task
+
+    root = tmp_path_factory.mktemp("variants")
+    out = []
+    for fam in all_families():
+        for seed, level in ((0, "moderate"), (1, "complex")):
+            sig = make_signature(seed, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0],
+                                 corpus_kind=f"fit-{fam.name}", task_complexity=level)
+            out.append((fam.name, level, generate_task(sig, root, families=[fam])))
+    return out
+
+
+def test_every_familys_hint_fits_its_variant(variants):
+    from termforge.hints.fit import TaskFacts, check_sentence
+    from termforge.hints.shape import sentences
+
+    for family, level, task_dir in variants:
+        hint = procedural_hint(task_dir)
+        facts = TaskFacts.of(task_dir)
+        for sentence in sentences(hint):
+            assert not check_sentence(sentence, facts), (family, level, sentence)
+        low = hint.lower()
+        assert not [m for m in HIDDEN_MARKERS if m in low], (family, level, hint)
+        # The frame is a small part of the hint: most of it is about this task's method.
+        frame = len(sentences(hint)[0].split()) + len(sentences(hint)[-1].split())
+        assert frame <= 0.5 * len(hint.split()), (family, hint)
+
+
+def test_hint_features_follow_the_fixture(variants, tmp_path):
+    """The same family's hint mentions quoted fields only when the variant's files have them."""
+    import shutil
+
+    [task_dir] = [d for f, level, d in variants if f == "regional_revenue_report" and level == "moderate"]
+    orders = task_dir / "environment" / "fixtures" / "orders.csv"
+    if '"' in orders.read_text():
+        pytest.skip("this variant already quotes its fields")
+    assert "quoted" not in procedural_hint(task_dir)
+    quoted = tmp_path / "quoted"
+    shutil.copytree(task_dir, quoted)
+    lines = (quoted / "environment" / "fixtures" / "orders.csv").read_text().splitlines()
+    lines[1] = ",".join(f'"{c}"' for c in lines[1].split(","))
+    (quoted / "environment" / "fixtures" / "orders.csv").write_text("\n".join(lines) + "\n")
+    assert "quoted fields" in procedural_hint(quoted)
+    # A hidden mechanism stays out even when the note states it.
+    [binary] = [d for f, level, d in variants if f == "binary_passphrase_recovery" and level == "moderate"]
+    assert "XOR" in (binary / "private" / "method.md").read_text() and "XOR" not in procedural_hint(binary)

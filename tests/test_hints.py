@@ -76,10 +76,11 @@ def test_procedural_hint_passes_the_gate(fam, tasks):
         hint = procedural_hint(task_dir)
         report = check_hint(hint, task_dir)
         assert report.passed, f"{fam.name}: false positive {report.to_dict(redact=False)}\n{hint}"
-        assert "\n" not in hint and 40 <= report.words <= 220
-        # Built from the method note: its opening words are in the hint.
+        assert "\n" not in hint and 25 <= report.words <= 220
+        # Built from the method note: the opening words of some of its sentences are in the hint.
         method = " ".join((task_dir / "private" / "method.md").read_text().split())
-        assert " ".join(method.split()[:6]) in hint
+        openings = [" ".join(s.split()[:4]) for s in re.split(r"(?<=[.!?])\s+", method) if s]
+        assert any(o in hint for o in openings), (fam.name, hint)
         # Facts from the instruction only: every path the hint names is in the instruction.
         instruction = (task_dir / "instruction.md").read_text()
         for path in re.findall(r"`(/[^`]+)`", hint):
@@ -141,7 +142,7 @@ def test_missing_method_note_is_not_attempted_and_a_leaking_note_is_repaired(tas
     assert statuses == {meta["id"][: -len("-leaky")]: "not_attempted", meta["id"]: "hinted"}
     assert cov["repaired"] == 1
     [row] = pq.read_table(tmp_path / "out" / "demos.parquet").to_pylist()
-    assert row["rounds"] == 2 and secret not in row["demo"] and note.split(".")[0] in row["demo"]
+    assert row["rounds"] == 2 and secret not in row["demo"] and note.split(".")[0].split("`")[0] in row["demo"]
     report = json.loads(row["gate_report"])
     assert [r["passed"] for r in report["rounds"]] == [False, True]
     assert report["rounds"][0]["findings"][0]["kind"] == "literal_answer"

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 from termforge.errors import TermforgeError
 from termforge.hints import prompts
+from termforge.hints.fit import fit_sentences, rules_sentence
 from termforge.hints.shape import clean_structure
 from termforge.hints.gate import (
     DEFAULT_MAX_WORDS,
@@ -173,30 +174,22 @@ def procedural_parts(task_dir: str | Path) -> tuple[str, list[str], str]:
         if is_task_path(p.rstrip("/")) and p not in deliverables and p.rstrip("/") not in deliverables
     ][:_INPUT_PATHS_MAX]
 
+    # The frame says only what is true of every task: look at what you are given, check what you deliver.
     if inputs:
-        opening = (
-            f"Begin by inspecting what you are given ({_join([_code(p) for p in inputs])}) with ls -la, "
-            "file, head and wc before you change anything, and reread the instruction's rules as you go."
-        )
+        opening = f"Inspect {_join([_code(p) for p in inputs])} before you change anything."
     else:
-        opening = (
-            "Begin by exploring /app with ls -la, file, head and wc to see what you are given before you "
-            "change anything, and reread the instruction's rules as you go."
-        )
+        opening = "Inspect what /app holds before you change anything."
     if not method.endswith((".", "!", "?")):
         method += "."
-    sentences = [s.strip() for s in _SENTENCE_END.split(method) if s.strip()]
+    # The family's note, minus what does not hold for this variant, plus the variant's own rules.
+    sentences, _ = fit_sentences([s.strip() for s in _SENTENCE_END.split(method) if s.strip()], task_dir)
+    rules = rules_sentence(instruction)
+    if rules:
+        sentences.append(rules)
     if deliverables:
-        closing = (
-            f"Deliver {_join([_code(p) for p in deliverables])} exactly in the format the instruction asks "
-            "for, and before you submit check it against every stated rule with your own commands "
-            "(cat -A, diff, a short script)."
-        )
+        closing = f"Check {_join([_code(p) for p in deliverables])} against the instruction's format before you finish."
     else:
-        closing = (
-            "Before you submit, check the end state against every requirement in the instruction with "
-            "your own commands (stat, diff, rerunning the programs involved)."
-        )
+        closing = "Check the end state against every requirement of the instruction before you finish."
     return opening, sentences, closing
 
 
