@@ -27,6 +27,7 @@ from typing import Any, Sequence
 from termforge.errors import TermforgeError
 from termforge.hints import prompts
 from termforge.hints.fit import fit_sentences, rules_sentence
+from termforge.hints.judge import HintChecker, corpus_recall
 from termforge.hints.shape import clean_structure
 from termforge.hints.gate import (
     DEFAULT_MAX_WORDS,
@@ -296,6 +297,7 @@ def llm_hints(
     tasks: Sequence[tuple[str, Path, GateContext]],
     max_rounds: int = 2,
     sampling: Any = None,
+    checker: HintChecker | None = None,
 ) -> list[HintResult]:
     """Hints for many tasks, one batched model call per round: every task still failing the gate
     goes into the next round's batch with its findings. Results in input order."""
@@ -305,6 +307,7 @@ def llm_hints(
     rounds: dict[str, list[dict[str, Any]]] = {tid: [] for tid, _, _ in tasks}
     done: dict[str, HintResult] = {}
     pending = [tid for tid, _, _ in tasks]
+    order = {tid: i for i, tid in enumerate(pending)}
     for round_no in range(1, max_rounds + 2):
         if not pending:
             break
@@ -316,6 +319,7 @@ def llm_hints(
                 f"{' ...' if len(pending) > 3 else ''}): {exc}"
             ) from exc
         still: list[str] = []
+        passed: list[str] = []
         for tid, completions in zip(pending, replies):
             completion = completions[0]
             raw = completion.text or ""
@@ -339,13 +343,30 @@ def llm_hints(
             entry["cleaned"] = len(shape.removed)
             report = check_with(draft, contexts[tid])
             entry.update(draft=draft, refused=False, gate_report=report.to_dict(redact=False))
+            entry["_raw"] = raw
             if report.passed:
-                done[tid] = HintResult(tid, "hinted", _finalise(draft), "llm", model_id, rounds[tid])
+                passed.append(tid)
                 continue
             convos[tid] = [*convos[tid], {"role": "assistant", "content": raw},
                            prompts.repair_message(report.findings, contexts[tid].max_words)]
             still.append(tid)
-        pending = still
+        # Drafts the offline gate passed go to the judge and the extraction probe, in one batch.
+        extra = checker.check([(tid, contexts[tid].task_dir, contexts[tid].instruction, rounds[tid][-1]["draft"],
+                                contexts[tid].secrets) for tid in passed]) if checker and passed else [[] for _ in passed]
+        for tid, found in zip(passed, extra):
+            entry = rounds[tid][-1]
+            raw = entry.pop("_raw")
+            if not found:
+                done[tid] = HintResult(tid, "hinted", _finalise(entry["draft"]), "llm", model_id, rounds[tid])
+                continue
+            entry["gate_report"]["passed"] = False
+            entry["gate_report"]["findings"] += found
+            convos[tid] = [*convos[tid], {"role": "assistant", "content": raw},
+                           prompts.repair_message(found, contexts[tid].max_words)]
+            still.append(tid)
+        for tid in still:
+            rounds[tid][-1].pop("_raw", None)
+        pending = sorted(still, key=order.__getitem__)
     for tid in pending:
         kinds = sorted({f["kind"] for f in rounds[tid][-1]["gate_report"]["findings"]})
         done[tid] = HintResult(tid, "dropped_leak", None, "llm", model_id, rounds[tid],
@@ -383,6 +404,9 @@ def run_hints(
     sampling: Any = None,
     max_words: int = DEFAULT_MAX_WORDS,
     batch_size: int = 256,
+    judge: Any = None,
+    probe: Any = None,
+    judge_corpus: int = 0,
 ) -> dict[str, Any]:
     """Write hints for task_dirs under out_dir and return the coverage summary.
 
@@ -422,6 +446,17 @@ def run_hints(
 
             model = owned_model = make_model(model, where="hints.model")
     model_id = getattr(model, "model_id", None) if backend == "llm" else None
+    # The judge and the extraction probe (llm backend only): ChatModels or model specs.
+    owned_checks = []
+    checks = {}
+    for name, spec in (("judge", judge), ("probe", probe)):
+        if spec is not None and backend == "llm" and isinstance(spec, dict):
+            from termforge.models import make_model
+
+            spec = make_model(spec, where=f"hints.{name}")
+            owned_checks.append(spec)
+        checks[name] = spec if backend == "llm" else None
+    checker = HintChecker(checks["judge"], checks["probe"], sampling=None) if backend == "llm" else None
 
     def prepare(tid: str) -> tuple[str, Path, GateContext | None, HintResult | None]:
         task_dir = ids[tid]
@@ -435,7 +470,7 @@ def run_hints(
         return skipped or _procedural_result(task_dir, tid, ctx, max_rounds)
 
     def llm_batch(batch: list[tuple[str, Path, GateContext]]) -> list[HintResult]:
-        return llm_hints(model, batch, max_rounds=max_rounds, sampling=sampling)
+        return llm_hints(model, batch, max_rounds=max_rounds, sampling=sampling, checker=checker)
 
     order = sorted(ids)
     try:
@@ -448,14 +483,26 @@ def run_hints(
                 batches = [ready[i : i + batch_size] for i in range(0, len(ready), batch_size)]
                 found = {r.task_id: r for batch in pool.map(llm_batch, batches) for r in batch}
                 results = [skipped or found[tid] for tid, _, _, skipped in items]
+        domains = {tid: domain_of(metas[ids[tid]]) for tid in order}
+        coverage = _coverage(results, domains, backend, model_id, max_rounds, n, max_words)
+        if checker is not None and checker.active:
+            coverage["checks"] = checker.stats()
+            if judge_corpus > 0:
+                # How well these two checks catch disguised leaks, measured on the committed corpus.
+                coverage["checks_corpus"] = corpus_recall(checker, limit=judge_corpus)
     finally:
         if owned_model is not None:
             owned_model.close()
+        for m in owned_checks:
+            m.close()
 
-    domains = {tid: domain_of(metas[ids[tid]]) for tid in order}
-    coverage = _coverage(results, domains, backend, model_id, max_rounds, n, max_words)
     _write_outputs(out_dir, results, coverage)
     c = coverage["counts"]
+    if coverage.get("checks_corpus"):
+        cc = coverage["checks_corpus"]
+        print("hints checks on the corpus (" + f"{cc['leaks']} leaks, {cc['honest']} honest): " + ", ".join(
+            f"{k} recall {cc[k]['recall']:.2f} false positives {cc[k]['false_positive_rate']:.2f}"
+            for k in ("judge", "probe", "any") if coverage["checks"].get(k) is not None or k == "any"))
     print(
         f"hints ({backend}{', ' + model_id if model_id else ''}): {c['hinted']}/{coverage['total']} hinted "
         f"({coverage['repaired']} after repair), {c['dropped_leak']} dropped for leaks, "

@@ -139,6 +139,8 @@ KIND_HELP = {
     "test_reference": "the hint points at the verifier's files",
     "oracle_path": "the hint names a path only the reference solution uses",
     "off_task": "the hint is not about this task (it shares no files, paths or terms with it, or names others)",
+    "judge_leak": "a reviewer found that the hint reveals something the agent must discover",
+    "probe_leak": "a reader given only the instruction and the hint could produce the answer",
 }
 
 
