@@ -88,7 +88,7 @@ def main() -> None:
         tasks = corpus_tasks(tmp, seeds=(0, 1))
         for (family, seed), task_dir in sorted(tasks.items()):
             truth = json.loads((task_dir / "private" / "truth.json").read_text())
-            secrets = [s for s in task_secrets(task_dir).secrets if s.kind == "answer" and not _is_short(s)]
+            secrets = [s for s in task_secrets(task_dir).secrets if s.kind == "answer" and not _is_short(s) and not s.weak]
             secrets.sort(key=lambda s: (s.source.endswith("(part)"), len(s.text) > 40, s.source))
             def is_num(s, part_ok=False, seed_ok=False):
                 return (s.number is not None and _sig_digits(s.number) >= 3 and (seed_ok or "seed" not in s.source)

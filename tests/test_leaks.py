@@ -147,3 +147,21 @@ def test_a_verifier_assertion_is_a_secret_even_without_truth(tmp_path):
         "EXPECTED = 'e3b0c44298fc1c149afbf4c8996fb924'\n\ndef test_x():\n    assert open('/app/out.txt').read() == EXPECTED\n")
     report = check_hint("Compute sha256 of /app/data.bin and compare with E3B0C44298FC1C149AFBF4C8996FB924.", task)
     assert report.kinds() == ["test_assertion"]
+
+
+def test_pieces_of_one_answer_line_and_code_of_the_fix(corpus):
+    _, _, tasks = corpus
+    revenue = tasks[("regional_revenue_report", 0)]
+    truth = json.loads((revenue / "private" / "truth.json").read_text())
+    region, orders, _ = truth["expected_rows"][0].split(",")
+    # One region name alone is data the agent is shown; with its order count it describes the row.
+    assert check_hint(f"Group /app/data/orders.csv by region, for example {region}.", revenue, max_words=400).passed
+    report = check_hint(f"In /app/report.csv the {region} row has {orders} paid orders.", revenue)
+    assert "disguised_answer" in report.kinds(), report.to_dict(redact=False)
+    # Restating the fix's code, even a part of it, is a leak; the buggy code is in the fixture.
+    fix = tasks[("python_edge_case_fix", 0)]
+    bugs = json.loads((fix / "private" / "truth.json").read_text())["planted_bugs"]
+    fixed = next(b["fixed"] for b in bugs.values() if "kv[0]" in b["fixed"])
+    tail = fixed[fixed.index("key="):]
+    assert "disguised_answer" in check_hint(f"In /app/topwords.py sort with {tail}.", fix).kinds()
+    assert check_hint("In /app/topwords.py sort by count, then by word, and rerun the examples.", fix).passed

@@ -52,17 +52,20 @@ def corpus_tasks(root: str | Path, seeds: Iterable[int] = SEEDS, families: Itera
 
 
 def load_corpus(path: str | Path = DEFAULT_CORPUS) -> tuple[list[dict], list[dict]]:
-    """(leaks, honest): rows {family, seed, kind, hint} from the corpus folder."""
+    """(leaks, honest): rows {family, seed, kind, hint} from the corpus folder: leaks*.jsonl (the
+    generated leaks.jsonl and the hand-written leaks_hand.jsonl) and honest*.jsonl."""
     path = Path(path)
     out = []
-    for name in ("leaks.jsonl", "honest.jsonl"):
-        f = path / name
-        try:
-            rows = [json.loads(ln) for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()]
-        except FileNotFoundError:
-            raise TermforgeError(f"{f}: missing (the hint corpus has leaks.jsonl and honest.jsonl)") from None
-        except json.JSONDecodeError as exc:
-            raise TermforgeError(f"{f}: not valid JSON lines ({exc})") from None
+    for stem in ("leaks", "honest"):
+        files = sorted(path.glob(f"{stem}*.jsonl"))
+        if not files:
+            raise TermforgeError(f"{path}: no {stem}*.jsonl (the hint corpus has leaks and honest hints)")
+        rows = []
+        for f in files:
+            try:
+                rows += [json.loads(ln) for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()]
+            except json.JSONDecodeError as exc:
+                raise TermforgeError(f"{f}: not valid JSON lines ({exc})") from None
         out.append(rows)
     return out[0], out[1]
 

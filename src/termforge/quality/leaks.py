@@ -59,6 +59,8 @@ HOW_WORDS = {
     "arithmetic": "as arithmetic",
     "derived": "as a value derived from it",
     "context": "as a short value where the answer stands",
+    "pieces": "as several pieces of one answer line",
+    "code": "as code from the fix",
     "rot13": "ROT13-encoded",
     "reversed": "reversed",
     "base64": "base64-encoded",
@@ -76,8 +78,7 @@ _ENCODED_MIN = 6  # shortest string looked for in ROT13 or reversed text
 _SPLIT_MIN = 6  # shortest secret matched in two halves (each >= 3)
 _CONTEXT_BEFORE = 8
 _CONTEXT_AFTER = 3
-_ANSWER_CUES = frozenset({"answer", "answers", "result", "results", "expected", "expect", "correct", "solution",
-                          "passphrase", "password", "token", "secret", "key", "output", "prints"})
+_ANSWER_CUES = frozenset({"answer", "answers", "result", "results", "expected", "correct", "solution"})
 _PIECE_SPLIT = re.compile(r"[,\t\n;|:=]")
 _ZERO_WIDTH = dict.fromkeys([0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, 0x00AD, 0x180E])
 _CONFUSABLES = str.maketrans(
@@ -124,6 +125,7 @@ class Secret:
     kind: str  # one of KINDS
     source: str  # the file or step that introduced it, and where: "private/truth.json:answers.q1"
     context: tuple[str, ...] = ()  # words that name where this value stands (its key's words)
+    weak: bool = False  # a piece the agent is shown elsewhere: it leaks only beside another piece of its whole
 
     @property
     def number(self) -> Decimal | None:
@@ -150,6 +152,8 @@ class SecretSet:
     secrets: list[Secret] = field(default_factory=list)
     given: str = ""
     dropped_given: int = 0
+    code: dict[tuple[str, ...], str] = field(default_factory=dict)
+    """Runs of CODE_SHINGLE code tokens of the key's code values (a fix) that nothing given shows."""
 
     def __post_init__(self) -> None:
         self._given_view = _View.of("plain", self.given) if self.given else None
@@ -175,7 +179,7 @@ class SecretSet:
 
     def merge(self, other: "SecretSet") -> "SecretSet":
         given = "\n".join(t for t in (self.given, other.given) if t)
-        return SecretSet([*self.secrets, *other.secrets], given=given)
+        return SecretSet([*self.secrets, *other.secrets], given=given, code={**other.code, **self.code})
 
     def __len__(self) -> int:
         return len(self.secrets)
@@ -391,6 +395,10 @@ def _written_sig(d: Decimal) -> int:
 
 
 def _near(y: Decimal, ytol: Decimal, x: Decimal, xtol: Decimal) -> bool:
+    # A number with four or more significant digits may be truncated rather than rounded (1846 for
+    # 1846.62): one unit in its last digit still tells the answer.
+    if _written_sig(y) >= 4:
+        ytol = ytol * 2
     return abs(y - x) <= max(ytol, xtol) * Decimal("1.000001")
 
 
@@ -517,6 +525,8 @@ def _string_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]
         for i, tok in enumerate(toks):
             if 3 <= len(tok) <= len(sq) - 3 and sq.startswith(tok):
                 rest = sq[len(tok):]
+                if tok.isdigit() and rest.isdigit():
+                    continue  # two numbers side by side ("1000 and 60000") are numbers, not halves
                 j = where.get(rest)
                 if j is not None and j > i + 1:
                     return "split", f"{tok} ... {rest}"
@@ -560,6 +570,71 @@ def _number_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]
     return None
 
 
+def _piece_leaks(views: list[_View], secrets: SecretSet) -> list[Leak]:
+    """Two or more pieces of one answer line in the text (an expected row described field by
+    field), even when each piece alone says nothing."""
+    found: dict[str, list[tuple[Secret, str]]] = {}
+    for secret in secrets.secrets:
+        if not secret.source.endswith("(part)"):
+            continue
+        group = secret.source[: -len(" (part)")]
+        ns = _norm(secret.text)
+        for view in views:
+            hit = None
+            if secret.number is not None:
+                x = secret.number
+                need = min(3, _sig_digits(x))
+                hit = next((e for v, tol, e, idx in view.numbers if _near(v, tol, x, _half_ulp(x))
+                            and (v == x or _written_sig(v) >= need)), None)
+            elif len(_alnum(ns)) >= 2:
+                m = _literal_re(ns).search(view.text)
+                hit = m.group(0) if m else None
+            if hit:
+                found.setdefault(group, []).append((secret, hit))
+                break
+    out = []
+    for group, hits in sorted(found.items()):
+        texts = {_norm(s.text) for s, _ in hits}
+        if len(texts) >= 2 and any(s.weak or _is_short(s) for s, _ in hits):
+            first = hits[0][0]
+            out.append(Leak(Secret(group, first.kind, group, first.context), "pieces", "plain",
+                            " / ".join(e for _, e in hits)))
+    return out
+
+
+CODE_SHINGLE = 4
+_CODE_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+|[^\sA-Za-z0-9_]")
+
+
+def code_shingles(text: str, n: int = CODE_SHINGLE) -> Iterator[tuple[str, ...]]:
+    toks = _CODE_TOKEN.findall(unicodedata.normalize("NFKC", text))
+    for i in range(len(toks) - n + 1):
+        yield tuple(toks[i: i + n])
+
+
+def _code_secrets(hidden: Any, given_text: str, source: str) -> dict[tuple[str, ...], str]:
+    """Shingles of the key's code values (a fixed line, a query) that the given text lacks and that
+    hold a name: restating the fix's code, even in part, is a leak."""
+    given = set(code_shingles(given_text))
+    out: dict[tuple[str, ...], str] = {}
+    for where, value in _code_leaves(hidden, ""):
+        for sh in code_shingles(value):
+            if sh not in given and any(len(t) >= 2 and t[0].isalpha() for t in sh):
+                out.setdefault(sh, f"{source}:{where} (code)")
+    return out
+
+
+def _code_leaves(obj: Any, where: str) -> Iterator[tuple[str, str]]:
+    if isinstance(obj, dict):
+        for i, k in enumerate(sorted(obj, key=str)):
+            yield from _code_leaves(obj[k], f"{where}[{i}]")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _code_leaves(v, f"{where}[{i}]")
+    elif isinstance(obj, str) and _CODE_LIKE.search(obj) and len(obj) <= 2000:
+        yield where or "value", obj
+
+
 def find_leaks(text: str, secrets: SecretSet) -> list[Leak]:
     """Every secret of `secrets` that `text` reveals in any of the forms above, one Leak per
     secret, in the set's order (longest secret first)."""
@@ -568,7 +643,16 @@ def find_leaks(text: str, secrets: SecretSet) -> list[Leak]:
     views = _views(text)
     spans: list[tuple[str, int, int]] = []
     out: list[Leak] = []
+    out += _piece_leaks(views[:2], secrets)
+    if secrets.code:
+        for sh in code_shingles(text):
+            if sh in secrets.code:
+                src = secrets.code[sh]
+                out.append(Leak(Secret(src, "answer", src), "code", "plain", " ".join(sh)))
+                break
     for secret in secrets.secrets:
+        if secret.weak:
+            continue
         for view in views:
             if secret.number is not None:
                 hit = _number_leaks(secret, view, spans) or (
@@ -589,6 +673,8 @@ def find_leaks(text: str, secrets: SecretSet) -> list[Leak]:
 
 _BUG_PARENTS = re.compile(r"(?:^|[._])(?:planted_)?(?:bugs?|faults?|defects?|mutations?)$", re.I)
 _CODE_CHARS = re.compile(r"[\n()\[\]{}<>\"'`$]")
+# Code rather than a delimited record: its pieces are keywords, not values.
+_CODE_LIKE = re.compile(r"[\n{}<>\"'`$]|\w\(|==|;\s")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _INNER_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
 
@@ -660,7 +746,7 @@ def _string_secrets(text: str, source: str, kind: str, where: str) -> Iterator[S
         return
     yield Secret(stripped, kind, loc, ctx)
     parts = [p.strip() for p in _PIECE_SPLIT.split(stripped)]
-    if len(parts) > 1 and not _CODE_CHARS.search(stripped):
+    if len(parts) > 1 and not _CODE_LIKE.search(stripped):
         for p in parts:
             if len(_alnum(p)) >= 3 or _as_decimal(p) is not None:
                 yield Secret(p, kind, f"{loc} (part)", ctx)
@@ -703,6 +789,7 @@ def _test_constants(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 _FILE_NAME = re.compile(r"^[\w .-]+\.[A-Za-z0-9]{1,5}$")
+_LOCALE = re.compile(r"^[A-Za-z]{1,5}(?:_[A-Z]{2})?\.(?:UTF-?8|utf-?8)$")
 _SYSTEM_PATH = re.compile(r"^/(?:usr|bin|sbin|lib|dev|proc|etc)\b")
 
 
@@ -712,10 +799,21 @@ def _strong_assertion(secret: Secret) -> bool:
     t = secret.text.strip()
     if secret.kind == "answer_key" or _FILE_NAME.match(t) or _SYSTEM_PATH.match(t) or t.startswith(("import ", "from ")):
         return False
+    if _LOCALE.match(t) or re.search(r":(?:env|environ)\b", secret.source, re.I):
+        return False  # the verifier's process settings, not the task's answer
     n = secret.number
     if n is not None:
         return _sig_digits(n) >= 3
     return len(_alnum(t)) >= 5
+
+
+def _short_piece(secret: Secret) -> bool:
+    if not secret.source.endswith("(part)"):
+        return False
+    n = secret.number
+    if n is not None:
+        return len(str(abs(n)).replace(".", "").lstrip("0")) <= 4
+    return len(secret.text.strip()) <= 8
 
 
 def task_given_text(task_dir: Path) -> str:
@@ -751,6 +849,15 @@ def task_secrets(task_dir: str | Path) -> SecretSet:
     truth = _truth(task_dir)
     hidden = {k: v for k, v in truth.items() if k != "given"} if isinstance(truth, dict) else truth
     answers = SecretSet.from_values(hidden, "private/truth.json", "answer", given=given)
+    env = environment_text(task_dir)
+    if env:
+        # A whole answer stays secret even when the data holds it (choosing it is the discovery);
+        # a short piece of one that the environment shows (a region name, a mode such as 0644) is given.
+        env_view = _View.of("plain", env)
+        answers = SecretSet([Secret(s.text, s.kind, s.source, s.context, weak=True)
+                             if _short_piece(s) and _matches_plain(s, env_view) else s for s in answers.secrets],
+                            given=given)
+    answers.code = _code_secrets(hidden, given + "\n" + env, "private/truth.json")
     tests_dir = task_dir / "tests"
     verifier: list[Secret] = []
     if tests_dir.is_dir():
@@ -759,12 +866,11 @@ def task_secrets(task_dir: str | Path) -> SecretSet:
                 verifier += list(_secrets_from(value, f"tests/{path.name}", "assertion", name))
     verifier = [s for s in verifier if _strong_assertion(s)]
     if verifier:
-        env = environment_text(task_dir)
         # Verifier constants the agent can read in its files (fixture names, paths) are not secret.
         known = {_norm(s.text) for s in answers.secrets}
         verifier = [s for s in verifier if _norm(s.text) not in known]
         asserted = SecretSet(verifier, given=given + "\n" + env)
-        return SecretSet([*answers.secrets, *asserted.secrets], given=given)
+        return SecretSet([*answers.secrets, *asserted.secrets], given=given, code=answers.code)
     return answers
 
 
