@@ -456,7 +456,8 @@ def _is_short(secret: Secret) -> bool:
     """Too short or common to mean anything without context."""
     n = secret.number
     if n is not None:
-        return _sig_digits(n) <= 1 or (n == int(n) and abs(n) <= 10)
+        # Two significant digits under 100 (a count of 16, a gap of 30) turn up in any method text.
+        return _sig_digits(n) <= 1 or abs(n) < 100 and _sig_digits(n) <= 2
     low = _norm(secret.text)
     if secret.kind == "bug_name" and re.fullmatch(r"[a-z]+", low):
         return True  # a one-word bug name ("loop", "ties") is an everyday word until called a bug
