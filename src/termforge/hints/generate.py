@@ -303,6 +303,8 @@ def llm_hints(
     goes into the next round's batch with its findings. Results in input order."""
     model_id = getattr(model, "model_id", None) or str(model)
     convos = {tid: llm_prompt(task_dir, ctx) for tid, task_dir, ctx in tasks}
+    first = dict(convos)
+    flagged: dict[str, list[dict[str, str]]] = {tid: [] for tid in convos}
     contexts = {tid: ctx for tid, _, ctx in tasks}
     rounds: dict[str, list[dict[str, Any]]] = {tid: [] for tid, _, _ in tasks}
     done: dict[str, HintResult] = {}
@@ -347,8 +349,7 @@ def llm_hints(
             if report.passed:
                 passed.append(tid)
                 continue
-            convos[tid] = [*convos[tid], {"role": "assistant", "content": raw},
-                           prompts.repair_message(report.findings, contexts[tid].max_words)]
+            convos[tid] = _repair_convo(first[tid], flagged[tid], report.findings, contexts[tid].max_words)
             still.append(tid)
         # Drafts the offline gate passed go to the judge and the extraction probe, in one batch.
         extra = checker.check([(tid, contexts[tid].task_dir, contexts[tid].instruction, rounds[tid][-1]["draft"],
@@ -361,8 +362,7 @@ def llm_hints(
                 continue
             entry["gate_report"]["passed"] = False
             entry["gate_report"]["findings"] += found
-            convos[tid] = [*convos[tid], {"role": "assistant", "content": raw},
-                           prompts.repair_message(found, contexts[tid].max_words)]
+            convos[tid] = _repair_convo(first[tid], flagged[tid], found, contexts[tid].max_words)
             still.append(tid)
         for tid in still:
             rounds[tid][-1].pop("_raw", None)
@@ -372,6 +372,14 @@ def llm_hints(
         done[tid] = HintResult(tid, "dropped_leak", None, "llm", model_id, rounds[tid],
                                reason=f"still failing after {max_rounds} repair round(s): {', '.join(kinds)}")
     return [done[tid] for tid, _, _ in tasks]
+
+
+def _repair_convo(first: list[dict[str, str]], flagged: list[dict[str, str]], findings: list[dict[str, str]],
+                  max_words: int) -> list[dict[str, str]]:
+    """The first request again plus the kinds of problem every rejected draft had so far. The
+    rejected drafts themselves are not sent back: a leak shown to the writer comes back re-encoded."""
+    flagged += findings
+    return [*first, prompts.repair_message(flagged, max_words)]
 
 
 def llm_hint(

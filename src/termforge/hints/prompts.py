@@ -73,10 +73,10 @@ Reply with one paragraph of imperative, method-level guidance, at most {max_word
 nothing else."""
 
 REPAIR_TEMPLATE = """\
-Your hint failed the leak gate:
+An earlier draft of this hint was rejected (it is not shown again). What was wrong with it:
 {findings}
 
-Rewrite the hint from scratch. Keep the method, but remove every flagged item and anything that \
+Write the hint from scratch. Keep the method, but remove every flagged item and anything that \
 would let the agent skip the discovery: describe how to find such things instead of saying what \
 they are. The same rule and form apply: one paragraph, imperative, at most {max_words} words, no \
 answer values, no solution commands or private paths, no test or verifier files. Reply with the \
