@@ -97,3 +97,21 @@ def test_a_probe_guess_without_the_hint_does_not_count(tasks, tmp_path):
                         probe=_spec(server, tmp_path, "p"))
     assert cov["counts"]["hinted"] == 1 and cov["checks"]["probe"]["flagged"] == 0
     assert cov["checks"]["judge"] is None
+
+
+def test_the_report_shows_the_checks_and_their_corpus_recall(tmp_path):
+    from termforge.report.build import _Builder
+
+    (tmp_path / "hints").mkdir()
+    (tmp_path / "hints" / "coverage.json").write_text(json.dumps({
+        "backend": "llm", "model": "openai:w", "repaired": 1, "cleaned": 2,
+        "counts": {"hinted": 3, "dropped_leak": 1, "refused": 1, "not_attempted": 0}, "by_domain": {},
+        "checks": {"judge": {"calls": 9, "cached": 4, "flagged": 2, "unparsed": 0}, "probe": None},
+        "checks_corpus": {"leaks": 40, "honest": 20, "judge": {"recall": 0.85, "false_positive_rate": 0.05},
+                          "probe": {"recall": 0.5, "false_positive_rate": 0.0},
+                          "any": {"recall": 0.9, "false_positive_rate": 0.05}}}))
+    builder = _Builder(tmp_path, {})
+    builder.hints = json.loads((tmp_path / "hints" / "coverage.json").read_text())
+    text = " ".join(str(p) for p in builder.hints_section().parts)
+    assert "LLM judge: 9 calls (4 cached), 2 flagged" in text and "2 replies had chatter cut off" in text
+    assert "judge on the leak corpus: recall 0.85, false positives 0.05" in text
