@@ -164,3 +164,18 @@ def test_hint_features_follow_the_fixture(variants, tmp_path):
     # A hidden mechanism stays out even when the note states it.
     [binary] = [d for f, level, d in variants if f == "binary_passphrase_recovery" and level == "moderate"]
     assert "XOR" in (binary / "private" / "method.md").read_text() and "XOR" not in procedural_hint(binary)
+
+
+def test_claims_about_folders_need_a_folder(tmp_path):
+    from termforge.hints.fit import fit_sentences
+
+    task = tmp_path / "t"
+    (task / "environment" / "fixtures").mkdir(parents=True)
+    (task / "environment" / "fixtures" / "lines.txt").write_text("b\na\nb\n")
+    (task / "instruction.md").write_text("Remove repeated lines from `/app/lines.txt`, keeping the first of each.\n")
+    note = ["Walk every folder recursively and expand the globs before you compare files.",
+            "Keep a set of the lines already seen and print each line the first time only."]
+    kept, dropped = fit_sentences(note, task)
+    assert kept == note[1:] and len(dropped) == 1
+    (task / "instruction.md").write_text("Remove repeated lines from every file in the folder `/app/in/`.\n")
+    assert fit_sentences(note, task)[0] == note

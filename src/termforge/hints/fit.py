@@ -91,6 +91,13 @@ def _has_junk_rows(f: TaskFacts) -> bool:
     return bool(re.search(r"^\s*#", f.data, re.M)) and bool(f.tables)
 
 
+def _has_folders(f: TaskFacts) -> bool:
+    """The task is about a directory of files, not one file."""
+    if re.search(r"folder|director|\btree\b|\bdir\b", f.instruction):
+        return True
+    return len({n.rsplit("/", 1)[0] for n in f.names if "/" in n.replace("fixtures/", "", 1)}) > 1
+
+
 def _mentions(word: str) -> Callable[[TaskFacts], bool]:
     return lambda f: word in f.everything
 
@@ -112,6 +119,8 @@ CLAIMS: tuple[tuple[str, re.Pattern[str], Callable[[TaskFacts], bool]], ...] = (
     ("compressed files", re.compile(r"compressed|gzip|\.gz\b|zcat", re.I), _mentions(".gz")),
     ("names starting with a dash", re.compile(r"start with a dash", re.I),
      lambda f: any(re.search(r"(?:^|/)-", n) for n in f.names) or bool(re.search(r"(?:^|[/\s'\"])-\w[^\s]*\.\w", f.setup))),
+    ("folders", re.compile(r"\b(?:folders?|directories|subdirector\w*|directory tree)\b", re.I), _has_folders),
+    ("globs", re.compile(r"\bglobs?\b", re.I), lambda f: _has_folders(f) or bool(re.search(r"glob|wildcard|\*", f.instruction))),
     ("sample files", re.compile(r"sample files|against the sample", re.I), _mentions("sample")),
     ("a worked example", re.compile(r"worked example", re.I), _stated(r"example")),
 )

@@ -47,6 +47,8 @@ think trace track transform translate treat trim truncate try turn undo understa
 validate verify view walk watch weigh weight work wrap write zero
 """.split())
 _PROHIBITIONS = re.compile(r"^(?:do not|don't|never|avoid|no need to)\b", re.I)
+_ADVICE = re.compile(r"\b(?:is|are|helps?|pays|want|best|worth|useful|wise|safer|easier|key)\s+(?:\w+\s+)?to\s+([a-z-]+)",
+                    re.I)
 _YOU_MODAL = re.compile(r"\byou(?:'ll| will| should| must| need| can| may| might|'d| would)\b", re.I)
 
 
@@ -67,6 +69,10 @@ def is_imperative(sentence: str) -> bool:
     s = sentence.strip().lstrip("*_-\"'(`").strip()
     if _PROHIBITIONS.match(s) or _YOU_MODAL.search(s):
         return True
+    # Advice in the infinitive ("The key is to compare ...", "It helps to grow ...").
+    for m in _ADVICE.finditer(s):
+        if m.group(1).lower() in _VERBS:
+            return True
     # Each part between semicolons or dashes may carry the order; within one, connectives and a
     # leading clause may come first ("If the status changes, grow ...").
     return any(_part_is_imperative(part) for part in re.split(r";|\s[-–—]\s", s) if part.strip())
