@@ -68,6 +68,17 @@ def test_strings_in_any_form(text, how):
     assert leak.how == how, (text, leak)
 
 
+def test_scale_words_hex_integers_names_and_split_numbers():
+    s = SecretSet.from_values({"q2": "2570666", "q3": "Ada Castillo", "uid_range": "1000-60000"}, "truth")
+    assert find_leaks("about 2.57 million cents", s)[0].how == "words"
+    assert find_leaks(f"in hex {hex(2570666)}", s)
+    assert find_leaks("the surname is Castillo", s)
+    assert find_leaks("it starts with 2570 and, much later, ends with 666", s)[0].how == "split"
+    # Two numbers the task shows side by side are not a split secret.
+    s.shown = frozenset({"1000", "60000"})
+    assert not find_leaks("UID_MIN is often 1000 and UID_MAX 60000", s)
+
+
 def test_separators_and_plain_rounding():
     s = _secrets(total="54661.47", count=2570666)
     assert {leak.secret.text for leak in find_leaks("sum 54,661.47 over 2 570 666 rows", s)} == {"54661.47", "2570666"}

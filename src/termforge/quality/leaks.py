@@ -100,6 +100,7 @@ _UNIT_SCALE = {
 _ARITH = re.compile(
     r"(?<![\w.])\(?\s*-?\d+(?:\.\d+)?(?:\s*(?:\*\*|[-+*/x×^·])\s*\(?\s*-?\d+(?:\.\d+)?\s*\)?)+"
 )
+_HEX_INT = re.compile(r"(?<![\w])0x([0-9a-f]{2,12})(?![\w])")
 _B64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{6,}={0,2}(?![A-Za-z0-9+/=])")
 _HEX_RUN = re.compile(r"(?<![0-9a-fA-Fx])(?:0x)?((?:[0-9a-fA-F]{2}){3,})(?![0-9a-fA-F])")
 _HEX_BYTES = re.compile(r"(?:(?:\\x|0x)?[0-9a-fA-F]{2}[\s:,-]+){2,}(?:\\x|0x)?[0-9a-fA-F]{2}")
@@ -152,6 +153,8 @@ class SecretSet:
     secrets: list[Secret] = field(default_factory=list)
     given: str = ""
     dropped_given: int = 0
+    shown: frozenset[str] = frozenset()
+    """Tokens the agent is shown (instruction, environment): two of them side by side are no split secret."""
     code: dict[tuple[str, ...], str] = field(default_factory=dict)
     """Runs of CODE_SHINGLE code tokens of the key's code values (a fix) that nothing given shows."""
 
@@ -179,7 +182,8 @@ class SecretSet:
 
     def merge(self, other: "SecretSet") -> "SecretSet":
         given = "\n".join(t for t in (self.given, other.given) if t)
-        return SecretSet([*self.secrets, *other.secrets], given=given, code={**other.code, **self.code})
+        return SecretSet([*self.secrets, *other.secrets], given=given, code={**other.code, **self.code},
+                         shown=self.shown | other.shown)
 
     def __len__(self) -> int:
         return len(self.secrets)
@@ -214,6 +218,9 @@ def _digits_for_words(text: str) -> str:
         pos = m.end()
     out.append(text[pos:])
     text = "".join(out)
+    # "2.57 million", "54 thousand": a digit mantissa with a scale word.
+    text = re.sub(r"(\d+(?:\.\d+)?)\s+(thousand|million|billion)\b",
+                  lambda m: f"{m.group(1)}e{len(str(_SCALE_WORDS[m.group(2)])) - 1}", text)
     for pattern, op in _SPOKEN_OPS:
         text = pattern.sub(op, text)
     return text
@@ -281,10 +288,14 @@ class _View:
                 continue
             idx = _bisect(starts, m.start())
             numbers.append((value, tol, m.group(0), idx))
+            if re.match(r"0x[0-9a-f]{2,}", text[m.start():m.start() + 4]):
+                continue
             unit = _UNIT.match(text, m.end())
             if unit and unit.group(1) in _UNIT_SCALE and _UNIT_SCALE[unit.group(1)] != 1.0:
                 scale = Decimal(repr(_UNIT_SCALE[unit.group(1)]))
                 numbers.append((value * scale, tol * scale, m.group(0) + unit.group(0), -1 - idx))
+        for m in _HEX_INT.finditer(text):
+            numbers.append((Decimal(int(m.group(1), 16)), Decimal(0), m.group(0), _bisect(starts, m.start())))
         return cls(name, text, tokens, "".join(squash), frozenset(bounds), numbers, " ".join((orig or raw).split()))
 
 
@@ -493,7 +504,8 @@ def _in_context(secret: Secret, view: _View, token_index: int) -> bool:
     return any(t in _ANSWER_CUES for t in before[-4:])
 
 
-def _string_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]) -> tuple[str, str] | None:
+def _string_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]],
+                  shown: frozenset[str] = frozenset()) -> tuple[str, str] | None:
     ns = _norm(secret.text)
     short = _is_short(secret)
     disguised_view = view.name not in ("plain", "words")
@@ -526,8 +538,8 @@ def _string_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]
         for i, tok in enumerate(toks):
             if 3 <= len(tok) <= len(sq) - 3 and sq.startswith(tok):
                 rest = sq[len(tok):]
-                if tok.isdigit() and rest.isdigit():
-                    continue  # two numbers side by side ("1000 and 60000") are numbers, not halves
+                if tok.isdigit() and rest.isdigit() and tok in shown and rest in shown:
+                    continue  # two numbers the task shows ("1000 and 60000" in login.defs) are not halves
                 j = where.get(rest)
                 if j is not None and j > i + 1:
                     return "split", f"{tok} ... {rest}"
@@ -657,10 +669,11 @@ def find_leaks(text: str, secrets: SecretSet) -> list[Leak]:
         for view in views:
             if secret.number is not None:
                 hit = _number_leaks(secret, view, spans) or (
-                    _string_leaks(secret, view, spans) if len(_alnum(secret.text)) >= _SQUASH_MIN + 1 else None
+                    _string_leaks(secret, view, spans, secrets.shown) if len(_alnum(secret.text)) >= _SQUASH_MIN + 1
+                    else None
                 )
             else:
-                hit = _string_leaks(secret, view, spans)
+                hit = _string_leaks(secret, view, spans, secrets.shown)
             if hit:
                 how, evidence = hit
                 if view.name in ("rot13", "reversed", "base64", "hex"):
@@ -746,6 +759,12 @@ def _string_secrets(text: str, source: str, kind: str, where: str) -> Iterator[S
                 yield from _string_secrets(line, source, kind, where)
         return
     yield Secret(stripped, kind, loc, ctx)
+    words = stripped.split()
+    if 2 <= len(words) <= 4 and all(w[:1].isupper() for w in words if w.isalpha()):
+        # A name ("Ada Castillo"): its surname alone points at the answer.
+        for w in words:
+            if w.isalpha() and len(w) >= 4 and w[:1].isupper():
+                yield Secret(w, kind, f"{loc} (name part)", ctx)
     parts = [p.strip() for p in _PIECE_SPLIT.split(stripped)]
     if len(parts) > 1 and not _CODE_LIKE.search(stripped):
         for p in parts:
@@ -859,6 +878,7 @@ def task_secrets(task_dir: str | Path) -> SecretSet:
                              if _short_piece(s) and _matches_plain(s, env_view) else s for s in answers.secrets],
                             given=given)
     answers.code = _code_secrets(hidden, given + "\n" + env, "private/truth.json")
+    answers.shown = frozenset(_TOKEN.findall(_norm(given + "\n" + env)))
     tests_dir = task_dir / "tests"
     verifier: list[Secret] = []
     if tests_dir.is_dir():
@@ -871,7 +891,7 @@ def task_secrets(task_dir: str | Path) -> SecretSet:
         known = {_norm(s.text) for s in answers.secrets}
         verifier = [s for s in verifier if _norm(s.text) not in known]
         asserted = SecretSet(verifier, given=given + "\n" + env)
-        return SecretSet([*answers.secrets, *asserted.secrets], given=given, code=answers.code)
+        return SecretSet([*answers.secrets, *asserted.secrets], given=given, code=answers.code, shown=answers.shown)
     return answers
 
 
