@@ -176,3 +176,18 @@ def test_pieces_of_one_answer_line_and_code_of_the_fix(corpus):
     tail = fixed[fixed.index("key="):]
     assert "disguised_answer" in check_hint(f"In /app/topwords.py sort with {tail}.", fix).kinds()
     assert check_hint("In /app/topwords.py sort by count, then by word, and rerun the examples.", fix).passed
+
+
+def test_records_and_lists_of_the_expected_output():
+    s = SecretSet.from_values({"expected_modes": ["data/cache.bin 0600", "conf/app.conf 0644"],
+                               "expected_lines": ["dara:1364:deploy", "yusuf:1714:ops", "gita:3408:deploy"]},
+                              "truth")
+    # Every field shown by the environment: each is data, but two fields of one record, or the
+    # names of three expected lines, describe the output.
+    s = SecretSet([Secret(x.text, x.kind, x.source, x.context, weak=x.source.endswith(("(part)", "(field)")))
+                   for x in s.secrets])
+    assert find_leaks("data/cache.bin must become 0600", s)[0].how == "pieces"
+    assert not find_leaks("data/cache.bin is one of the files to check.", s)
+    assert not [x for x in find_leaks("Octal modes such as 0600 and 0644 are common.", s) if x.how == "pieces"]
+    assert find_leaks("List dara, yusuf and gita.", s)[0].how == "pieces"
+    assert not find_leaks("List the accounts, for example dara.", s)

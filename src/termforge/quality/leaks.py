@@ -570,11 +570,12 @@ def _number_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]
         return how, evidence
     if view.name != "plain" and view.name != "words":
         return None
-    if not short:
-        for m in _ARITH.finditer(view.text):
-            value = _safe_eval(m.group(0))
-            if value is not None and _near(value, Decimal(0), x, xtol) and m.group(0).strip() != secret.text:
-                return "arithmetic", m.group(0).strip()
+    for m in _ARITH.finditer(view.text):
+        value = _safe_eval(m.group(0))
+        if value is not None and _near(value, Decimal(0), x, xtol) and m.group(0).strip() != secret.text:
+            if short and not _in_context(secret, view, _bisect([t[1] for t in view.tokens], m.start())):
+                continue
+            return "arithmetic", m.group(0).strip()
     if _sig_digits(x) >= 3:
         targets = _derived(x)
         for value, tol, evidence, idx in view.numbers:
@@ -588,9 +589,9 @@ def _piece_leaks(views: list[_View], secrets: SecretSet) -> list[Leak]:
     field), even when each piece alone says nothing."""
     found: dict[str, list[tuple[Secret, str]]] = {}
     for secret in secrets.secrets:
-        if not secret.source.endswith("(part)"):
+        if not secret.source.endswith(("(part)", "(field)")):
             continue
-        group = secret.source[: -len(" (part)")]
+        group = secret.source.rsplit(" (", 1)[0]
         ns = _norm(secret.text)
         for view in views:
             hit = None
@@ -612,7 +613,21 @@ def _piece_leaks(views: list[_View], secrets: SecretSet) -> list[Leak]:
             first = hits[0][0]
             out.append(Leak(Secret(group, first.kind, group, first.context), "pieces", "plain",
                             " / ".join(e for _, e in hits)))
+    # The first field of three or more lines of one expected list (the accounts an audit must list).
+    lists: dict[str, set[str]] = {}
+    for group, hits in found.items():
+        m = re.match(r"^(.*)\[(\d+)\]$", group)
+        if m and any(_names_a_row(s) for s, _ in hits):
+            lists.setdefault(m.group(1), set()).add(m.group(2))
+    for parent, lines in sorted(lists.items()):
+        if len(lines) >= 3 and not any(leak.secret.source.startswith(parent + "[") for leak in out):
+            out.append(Leak(Secret(parent, "answer", parent), "pieces", "plain", f"{len(lines)} lines"))
     return out
+
+
+def _names_a_row(secret: Secret) -> bool:
+    """A piece that can name its row (a user, a region, a package), not a bare number."""
+    return secret.number is None and len(_alnum(secret.text)) >= 3
 
 
 CODE_SHINGLE = 4
@@ -766,10 +781,15 @@ def _string_secrets(text: str, source: str, kind: str, where: str) -> Iterator[S
             if w.isalpha() and len(w) >= 4 and w[:1].isupper():
                 yield Secret(w, kind, f"{loc} (name part)", ctx)
     parts = [p.strip() for p in _PIECE_SPLIT.split(stripped)]
+    if len(parts) == 1 and len(words) == 2 and not _CODE_LIKE.search(stripped):
+        parts = words  # a two-field record ("data/cache.bin 0600", "pkgstat 11.9.1")
+        loc_part = f"{loc} (field)"
+    else:
+        loc_part = f"{loc} (part)"
     if len(parts) > 1 and not _CODE_LIKE.search(stripped):
         for p in parts:
             if len(_alnum(p)) >= 3 or _as_decimal(p) is not None:
-                yield Secret(p, kind, f"{loc} (part)", ctx)
+                yield Secret(p, kind, loc_part, ctx)
     for m in _INNER_NUMBER.finditer(stripped):
         d = _as_decimal(m.group(0))
         if d is not None and _sig_digits(d) >= 3 and m.group(0) != stripped:
@@ -828,6 +848,8 @@ def _strong_assertion(secret: Secret) -> bool:
 
 
 def _short_piece(secret: Secret) -> bool:
+    if secret.source.endswith("(field)"):
+        return True  # a field of a two-field record the environment shows is data, whatever its length
     if not secret.source.endswith("(part)"):
         return False
     n = secret.number
