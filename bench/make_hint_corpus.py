@@ -21,7 +21,6 @@ import re
 import sys
 import tempfile
 from decimal import Decimal
-from pathlib import Path
 
 from termforge.hints.corpus import DEFAULT_CORPUS, corpus_tasks
 
