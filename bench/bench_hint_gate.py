@@ -7,6 +7,7 @@ answer-key value appears in it verbatim (what the gate did before the shared det
 
     .venv/bin/python bench/bench_hint_gate.py            # a few seconds
     .venv/bin/python bench/bench_hint_gate.py --show-misses
+    .venv/bin/python bench/bench_hint_gate.py --judge '{"backend": "openai", "model": "m", "base_url": "..."}'
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
     ap.add_argument("--show-misses", action="store_true")
+    ap.add_argument("--judge", help="model spec (JSON, as under `models`) of an LLM judge to score too")
+    ap.add_argument("--probe", help="model spec (JSON) of an extraction probe to score too")
+    ap.add_argument("--model-rows", type=int, default=40, help="leak rows the judge/probe see (half as many honest)")
     args = ap.parse_args()
     leaks, honest = load_corpus(args.corpus)
     with tempfile.TemporaryDirectory() as tmp:
@@ -64,6 +68,21 @@ def main() -> None:
               f"false positives {s['false_positive_rate']:.3f} ({s['false_positives']}/{s['honest']})")
     print(f"recall ratio gate/baseline: {gate['recall'] / max(base['recall'], 1e-9):.2f}x")
     print("gate recall by kind: " + ", ".join(f"{k} {v:.2f}" for k, v in gate["recall_by_kind"].items()))
+    if args.judge or args.probe:
+        from termforge.hints.judge import HintChecker, corpus_recall
+        from termforge.models import make_model
+
+        models = {k: make_model(json.loads(v), where=f"--{k}") for k, v in (("judge", args.judge), ("probe", args.probe)) if v}
+        try:
+            score = corpus_recall(HintChecker(models.get("judge"), models.get("probe")), args.corpus,
+                                  limit=args.model_rows)
+        finally:
+            for m in models.values():
+                m.close()
+        for k in ("judge", "probe", "any"):
+            if k == "any" or k in models:
+                print(f"{k:>17}: recall {score[k]['recall']:.3f}, false positives {score[k]['false_positive_rate']:.3f} "
+                      f"({score['leaks']} leaks, {score['honest']} honest)")
     if args.show_misses:
         print("missed:", *gate["missed"], sep="\n  ")
         print("false positives:", *gate["false_positive_rows"], sep="\n  ")
