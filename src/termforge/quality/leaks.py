@@ -188,6 +188,9 @@ class SecretSet:
     def __len__(self) -> int:
         return len(self.secrets)
 
+    def given_numbers(self) -> list[tuple[Decimal, Decimal]]:
+        return [(v, t) for v, t, _, _ in self._given_view.numbers] if self._given_view is not None else []
+
 
 # -- text normalisation and views -------------------------------------------------------------------
 
@@ -546,7 +549,8 @@ def _string_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]
     return None
 
 
-def _number_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]) -> tuple[str, str] | None:
+def _number_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]],
+                  given: SecretSet | None = None) -> tuple[str, str] | None:
     x = secret.number
     assert x is not None
     xtol = _half_ulp(x)
@@ -555,7 +559,8 @@ def _number_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]
         # Encoded views: only numbers that mean something alone (ROT13 leaves digits as they are).
         if short or view.name == "rot13" or _sig_digits(x) < 3:
             return None
-    need = min(3, _sig_digits(x))
+    # A verifier holds many numbers (labels, cases): a match to one of them must be more precise.
+    need = min(4 if secret.kind == "assertion" else 3, _sig_digits(x))
     for value, tol, evidence, idx in view.numbers:
         if not _near(value, tol, x, xtol):
             continue
@@ -570,16 +575,22 @@ def _number_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]
         return how, evidence
     if view.name != "plain" and view.name != "words":
         return None
+    given_text = given.given.lower() if given is not None else ""
     for m in _ARITH.finditer(view.text):
+        if m.group(0).strip() in given_text:
+            continue  # the instruction's own formula
         value = _safe_eval(m.group(0))
         if value is not None and _near(value, Decimal(0), x, xtol) and m.group(0).strip() != secret.text:
             if short and not _in_context(secret, view, _bisect([t[1] for t in view.tokens], m.start())):
                 continue
             return "arithmetic", m.group(0).strip()
-    if _sig_digits(x) >= 3:
+    if _sig_digits(x) >= 3 and secret.kind == "answer":
         targets = _derived(x)
+        shown = given.given_numbers() if given is not None else []
         for value, tol, evidence, idx in view.numbers:
-            if _written_sig(value) >= 3 and any(abs(value - t) <= tol * Decimal("1.000001") for t in targets):
+            if _written_sig(value) < 3 or any(_near(value, tol, g, gt) for g, gt in shown):
+                continue  # a value the task states is no derived answer
+            if any(abs(value - t) <= tol * Decimal("1.000001") for t in targets):
                 return "derived", evidence
     return None
 
@@ -683,7 +694,7 @@ def find_leaks(text: str, secrets: SecretSet) -> list[Leak]:
             continue
         for view in views:
             if secret.number is not None:
-                hit = _number_leaks(secret, view, spans) or (
+                hit = _number_leaks(secret, view, spans, secrets) or (
                     _string_leaks(secret, view, spans, secrets.shown) if len(_alnum(secret.text)) >= _SQUASH_MIN + 1
                     else None
                 )
