@@ -179,3 +179,11 @@ def test_claims_about_folders_need_a_folder(tmp_path):
     assert kept == note[1:] and len(dropped) == 1
     (task / "instruction.md").write_text("Remove repeated lines from every file in the folder `/app/in/`.\n")
     assert fit_sentences(note, task)[0] == note
+
+
+def test_a_scratch_file_the_hint_suggests_is_not_foreign(tasks):
+    own = tasks[("python_edge_case_fix", 0)]
+    hint = ("Write a reference implementation of the specification in ref.py, generate random texts, and "
+            "compare its output with /app/topwords.py for many values of K.")
+    assert check_hint(hint, own).passed
+    assert "off_task" in check_hint(hint.replace("/app/topwords.py", "/app/wordcount.py"), own).kinds()

@@ -219,9 +219,10 @@ def _hint_names(hint: str) -> set[str]:
 def mapping_findings(hint: str, terms: TaskTerms, min_words: int = 3) -> list[dict[str, str]]:
     """Is this hint about this task? Findings of kind `off_task` (details never quote the hint)."""
     names = _hint_names(hint)
+    # Only absolute paths can be foreign: a bare file name may be a scratch file the hint suggests.
     foreign = sorted(
         n for n in names
-        if not n.startswith(_SCRATCH) and n not in _COMMON_FILES and n not in terms.names
+        if n.startswith("/") and not n.startswith(_SCRATCH) and n not in _COMMON_FILES and n not in terms.names
         and n not in terms.text and n.rsplit("/", 1)[-1] not in terms.text
     )
     shared_names = sorted(n for n in names if n in terms.names or n in terms.text)
