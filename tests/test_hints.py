@@ -76,10 +76,11 @@ def test_procedural_hint_passes_the_gate(fam, tasks):
         hint = procedural_hint(task_dir)
         report = check_hint(hint, task_dir)
         assert report.passed, f"{fam.name}: false positive {report.to_dict(redact=False)}\n{hint}"
-        assert "\n" not in hint and 40 <= report.words <= 220
-        # Built from the method note: its opening words are in the hint.
+        assert "\n" not in hint and 25 <= report.words <= 220
+        # Built from the method note: the opening words of some of its sentences are in the hint.
         method = " ".join((task_dir / "private" / "method.md").read_text().split())
-        assert " ".join(method.split()[:6]) in hint
+        openings = [" ".join(s.split()[:4]) for s in re.split(r"(?<=[.!?])\s+", method) if s]
+        assert any(o in hint for o in openings), (fam.name, hint)
         # Facts from the instruction only: every path the hint names is in the instruction.
         instruction = (task_dir / "instruction.md").read_text()
         for path in re.findall(r"`(/[^`]+)`", hint):
@@ -141,7 +142,7 @@ def test_missing_method_note_is_not_attempted_and_a_leaking_note_is_repaired(tas
     assert statuses == {meta["id"][: -len("-leaky")]: "not_attempted", meta["id"]: "hinted"}
     assert cov["repaired"] == 1
     [row] = pq.read_table(tmp_path / "out" / "demos.parquet").to_pylist()
-    assert row["rounds"] == 2 and secret not in row["demo"] and note.split(".")[0] in row["demo"]
+    assert row["rounds"] == 2 and secret not in row["demo"] and note.split(".")[0].split("`")[0] in row["demo"]
     report = json.loads(row["gate_report"])
     assert [r["passed"] for r in report["rounds"]] == [False, True]
     assert report["rounds"][0]["findings"][0]["kind"] == "literal_answer"
@@ -159,9 +160,11 @@ def test_planted_leaks_are_caught(fam, tasks):
 
     # The literal answer: the first informative hidden value the instruction does not show
     # (informative: 3+ letters or non-zero digits, so not a 0.0 offset or a 0/1 flag).
+    # Values truth["given"] also holds are stated on purpose, so they are no leak.
+    given = json.dumps(_truth(task_dir).get("given", {}))
     value = next(
         str(v) for v in _hidden_leaves(_truth(task_dir))
-        if len(re.findall(r"[1-9A-Za-z]", str(v))) >= 3 and str(v) not in instruction
+        if len(re.findall(r"[1-9A-Za-z]", str(v))) >= 3 and str(v) not in instruction and str(v) not in given
     )
     report = check_hint(f"{clean} The value you need is {value}.", task_dir)
     assert "literal_answer" in report.kinds(), (fam.name, value)
@@ -211,14 +214,15 @@ def test_paraphrases_that_keep_an_8gram_of_the_truth_are_caught(tasks):
 def test_named_answers_in_prose_are_caught(tasks):
     bin_dir = tasks["binary_passphrase_recovery"][0]
     truth = _truth(bin_dir)
-    hint = f"Skip the probing: the passphrase is {truth['passphrase']} and the binary prints {truth['token']}."
+    hint = (f"Skip the probing of {truth['given']['binary']}: the passphrase is {truth['passphrase']} and it "
+            f"prints {truth['token']}.")
     report = check_hint(hint, bin_dir)
-    assert report.kinds() == ["literal_answer"] and len(report.findings) == 2
+    assert report.kinds() == ["literal_answer"] and len(report.findings) == 2, report.to_dict(redact=False)
 
     shop = tasks["sqlite_shop_questions"][0]
     answers = _truth(shop)["answers"]
     first_name = answers["q2"].split(",")[0]
-    report = check_hint(f"Look at {first_name} first; it sells the most.", shop)
+    report = check_hint(f"Look at {first_name} first in /app/shop.db; it sells the most.", shop)
     assert "literal_answer" in report.kinds(), "one item of a list answer is a leak too"
 
 
@@ -239,11 +243,13 @@ def test_oracle_only_paths_are_caught_and_the_gate_is_pure(tasks):
     instruction = (task_dir / "instruction.md").read_text()
     private = sorted({p for p in re.findall(r"/tmp/[\w.-]+", oracle) if p not in instruction})
     assert private, "this family's oracle keeps scratch files under /tmp"
-    hint = f"Compare both programs on the inputs in {private[0]}, then fix /app/fmtduration.py."
+    port, legacy = (json.loads((task_dir / "private" / "truth.json").read_text())["given"][k]
+                    for k in ("port", "legacy_script"))
+    hint = f"Compare both programs on the inputs in {private[0]}, then fix {port} until it matches {legacy}."
     report = check_hint(hint, task_dir)
     assert report.kinds() == ["oracle_path"]
     # Paths the instruction gives are fine; so is the same hint checked twice (same report).
-    assert check_hint("Diff /app/fmtduration.py against /app/legacy/fmtduration.awk on many inputs.", task_dir).passed
+    assert check_hint(f"Diff {port} against {legacy} on many generated inputs.", task_dir).passed
     assert check_hint(hint, task_dir).to_dict(redact=False) == report.to_dict(redact=False)
 
 
@@ -290,15 +296,17 @@ def test_llm_hint_is_repaired_after_a_leaking_draft(tasks, tmp_path):
     assert "literal_answer" in {f["kind"] for f in report["rounds"][0]["findings"]}
     assert truth["passphrase"] not in row["gate_report"]
 
-    # Two requests: the first carries the rule and the task, the second the draft and the findings.
+    # Two requests: the first carries the rule and the task, the second the same plus the kinds of
+    # problem found; the leaking draft is not sent back.
     assert len(bodies) == 2
     first, second = bodies
     assert "never give what must be discovered" in first["messages"][0]["content"]
     assert (task_dir / "instruction.md").read_text().strip()[:60] in first["messages"][1]["content"]
-    assert second["messages"][:2] == first["messages"]
-    assert second["messages"][2] == {"role": "assistant", "content": leaking}
-    repair = second["messages"][3]["content"]
-    assert "literal_answer" in repair and truth["passphrase"] in repair
+    assert second["messages"][:2] == first["messages"] and len(second["messages"]) == 3
+    assert all(leaking not in m["content"] for m in second["messages"])
+    repair = second["messages"][2]["content"]
+    # The repair names the kind of leak, never the leaked text.
+    assert "value from the answer key" in repair and truth["passphrase"] not in repair
     assert first["seed"] != second["seed"], "a repair round draws afresh"
 
     # The host-side audit keeps both drafts.
@@ -312,9 +320,10 @@ def test_llm_batches_are_deterministic_and_cached(tasks, tmp_path):
     def reply(messages):
         # A clean hint naming the task's own title, so a row mixed up with another task would show.
         title = re.search(r"^# (.+)$", messages[1]["content"], re.M).group(1)
-        return (f"For the task titled {title}, inspect every input the instruction names with head and "
-                "wc, build the result with a small script, and compare it with the stated format "
-                "before you submit.")
+        path = re.search(r"`(/app/[^`]*)`", messages[1]["content"]).group(1)
+        return (f"For the task titled {title}, inspect every input the instruction names (start at {path}) "
+                "with head and wc, build the result with a small script, and compare it with the stated "
+                "format before you submit.")
 
     spec_for = lambda server: {"backend": "openai", "model": "m", "base_url": server.base_url,  # noqa: E731
                                "max_retries": 0, "cache_dir": str(tmp_path / "cache")}

@@ -413,15 +413,27 @@ def cmd_hints(args) -> int:
 
     o = _stage_options(args, "hints")
     model = None
+    checks: dict = {}
     if o["hints.backend"] == "llm":
-        key = resolve_flat(o, "models.{hints.model}")
         from termforge.models.base import make_model
+        from termforge.params import flat_lookup
 
-        model = make_model(dict(o[key]), where=key)
+        def spec(name_key: str) -> tuple[str, dict]:
+            key = resolve_flat(o, "models.{" + name_key + "}")
+            try:
+                return key, dict(flat_lookup(o, key))
+            except KeyError:
+                raise ConfigError(f"{name_key}: model {o[name_key]!r} is not defined under models") from None
+
+        key, model_spec = spec("hints.model")
+        model = make_model(model_spec, where=key)
+        # The judge and the probe are built by the stage (and closed by it).
+        checks = {name: spec(f"hints.{name}")[1] for name in ("judge", "probe") if o.get(f"hints.{name}")}
     task_dirs = [d for _, d in load_kept_tasks(Path(args.corpus))]
     try:
         run_hints(task_dirs, o["hints.backend"], Path(args.out_dir), model=model, max_rounds=o["hints.max_rounds"],
-                  n=o["hints.ngram"], max_words=o["hints.max_words"])
+                  n=o["hints.ngram"], max_words=o["hints.max_words"], judge=checks.get("judge"),
+                  probe=checks.get("probe"), judge_corpus=o.get("hints.judge_corpus") or 0)
     finally:
         if model is not None:
             model.close()

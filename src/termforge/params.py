@@ -25,7 +25,7 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
     "eval_tbench": ("seed", "eval.tbench", "eval.model", "models.{eval.model}", "runtime.exec_timeout_sec",
                     "runtime.cpu_sec", "runtime.memory_mb"),
     "hints": ("hints.backend", "hints.model", "hints.max_rounds", "hints.ngram", "hints.max_words",
-              "models.{hints.model}"),
+              "hints.judge", "hints.probe", "hints.judge_corpus", "models"),
     "export": ("export.hf_repo_id", "export.hf_token_env", "export.hf_private", "export.require_demo"),
 }
 

@@ -1,7 +1,10 @@
 """Hints for OPSD: one paragraph of method-level guidance per task, behind a leak gate.
 
-`run_hints` is the stage; `check_hint` is the gate; `procedural_hint` and `llm_hint` are the two
-backends for one task.
+`run_hints` is the stage; `check_hint` is the gate (on the shared detector in
+termforge.quality.leaks); `procedural_hint` and `llm_hint` are the two backends for one task.
+shape.py decides what a hint is (imperative guidance about its own task), fit.py keeps procedural
+hints true to their variant, judge.py holds the LLM judge and the extraction probe, corpus.py the
+leak corpus they are all measured on (docs/hints.md).
 """
 
 from termforge.hints.gate import DEFAULT_MAX_WORDS, DEFAULT_NGRAM, GateReport, check_hint

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from termforge.errors import TermforgeError
+from termforge.hints.shape import TaskTerms, mapping_findings, task_terms
+from termforge.quality.leaks import SecretSet, find_leaks, task_secrets
 
 DEFAULT_NGRAM = 8
 DEFAULT_MAX_WORDS = 220
@@ -28,29 +30,21 @@ FINDING_KINDS = (
     "not_one_paragraph",
     "too_long",
     "literal_answer",
+    "disguised_answer",
+    "bug_name",
+    "test_assertion",
     "truth_ngram",
     "oracle_ngram",
     "test_reference",
     "oracle_path",
+    "off_task",
 )
-
-# A truth value this short or this common says nothing by itself (counts, flags, 0/1 ...), and
-# flagging it would reject any hint that mentions "2 columns". Values that are the answer and short
-# (an order id "69") are still caught unless the instruction itself shows them.
-SHORT_VALUE_CHARS = 6
-COMMON_VALUES = frozenset(
-    {"true", "false", "none", "null", "yes", "no", "ok", "nan", "inf", "-inf", "n/a", "na"}
-    | {str(i) for i in range(-1, 11)}
-    | {f"{i}.0" for i in range(-1, 11)}
-    | {"0.5", "0.1", "0.01", "0.05", "100", "1000"}
-)
-# Pieces of a delimited truth string ("sana:722:dba", "west,17,24317.41") are secrets too, but only
-# when they look like a name or a value rather than a fragment of code or prose.
-_PIECE_SPLIT = re.compile(r"[,\t\n;|:]")
-_PIECE_SHAPE = re.compile(r"^[\w.@#%+\-/= ]+$")
-# A value holding code (a query, a source snippet) splits into keywords, not secrets; it is covered
-# by the n-gram check instead.
-_CODE_CHARS = re.compile(r"[\n()\[\]{}<>\"'`$]")
+# Findings that say a secret got out (the others are about form and fit).
+LEAK_FINDINGS = ("literal_answer", "disguised_answer", "bug_name", "test_assertion", "truth_ngram", "oracle_ngram",
+                 "test_reference", "oracle_path")
+# Which finding a leak of each secret kind (termforge.quality.leaks.KINDS) becomes.
+_LEAK_FINDING = {"answer": "literal_answer", "answer_key": "literal_answer", "bug_name": "bug_name",
+                 "assertion": "test_assertion"}
 
 # Names of the verifier's files and the places it lives; an agent that reads or writes them is
 # attacking the grader, and a hint must not point there.
@@ -68,6 +62,7 @@ _TEST_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 # fragment of a longer token (a URL, a relative path, a number).
 ABS_PATH = re.compile(r"(?<![\w.~:/\\-])/(?:[\w.+@%-]+/?)+")
 # Interpreters, devices and system tools: naming them reveals nothing about a task.
+_GLOB_NEXT = re.compile(r"[*?\[{]")
 _SYSTEM_PREFIXES = ("/bin/", "/usr/", "/sbin/", "/dev/", "/proc/", "/lib", "/etc/alternatives/")
 _SYSTEM_PATHS = frozenset({"/tmp", "/app", "/bin", "/usr", "/dev/null", "/etc", "/home", "/root", "/"})
 
@@ -96,12 +91,6 @@ class GateReport:
         }
 
 
-@dataclass(frozen=True)
-class _Secret:
-    text: str
-    where: str  # truth key path, e.g. "answers.q1" or "expected_rows[2] (part)"
-
-
 @dataclass
 class GateContext:
     """What the gate compares a hint against, read once per task so repair rounds reuse it."""
@@ -110,10 +99,11 @@ class GateContext:
     n: int
     max_words: int
     instruction: str
-    secrets: list[_Secret]
+    secrets: SecretSet
     truth_ngrams: dict[tuple[str, ...], str]
     oracle_ngrams: dict[tuple[str, ...], str]
     oracle_paths: list[str]
+    terms: TaskTerms | None = None
 
 
 def words_of(text: str) -> list[str]:
@@ -143,7 +133,6 @@ def load_context(task_dir: str | Path, n: int = DEFAULT_NGRAM, max_words: int = 
     hidden = {k: v for k, v in truth.items() if k != "given"} if isinstance(truth, dict) else truth
     oracle = _read_text(task_dir / "solution" / "solve.sh", required=False)
 
-    instr_lower = instruction.lower()
     instr_ngrams = set(ngrams(words_of(instruction), n))
 
     truth_ngrams: dict[tuple[str, ...], str] = {}
@@ -161,10 +150,11 @@ def load_context(task_dir: str | Path, n: int = DEFAULT_NGRAM, max_words: int = 
         n=n,
         max_words=max_words,
         instruction=instruction,
-        secrets=_secrets(hidden, instr_lower),
+        secrets=task_secrets(task_dir),
         truth_ngrams=truth_ngrams,
         oracle_ngrams=oracle_ngrams,
         oracle_paths=oracle_paths,
+        terms=task_terms(task_dir, instruction, _output_paths(task_dir)),
     )
 
 
@@ -187,6 +177,8 @@ def check_with(hint: str, ctx: GateContext) -> GateReport:
     findings += _ngram_findings(tokens, ctx.n, ctx.oracle_ngrams, "oracle_ngram", "the oracle script")
     findings += _test_findings(text, ctx.instruction)
     findings += _path_findings(text, ctx.oracle_paths)
+    if ctx.terms is not None and text.strip():
+        findings += mapping_findings(text, ctx.terms)
     order = {k: i for i, k in enumerate(FINDING_KINDS)}
     findings.sort(key=lambda f: (order[f["kind"]], f["detail"], f.get("evidence", "")))
     return GateReport(passed=not findings, findings=findings, words=n_words)
@@ -219,20 +211,14 @@ def _shape_findings(text: str, n_words: int, max_words: int) -> list[dict[str, s
 
 
 def _literal_findings(text: str, ctx: GateContext) -> list[dict[str, str]]:
+    """Every secret the shared detector finds, in any disguise; `detail` names its kind, source and
+    disguise, never the text."""
     out = []
-    seen: set[str] = set()
-    for secret in ctx.secrets:
-        key = secret.text.lower()
-        if key in seen:
-            continue
-        m = _value_pattern(secret.text).search(text)
-        if m:
-            seen.add(key)
-            out.append(
-                {"kind": "literal_answer",
-                 "detail": f"contains the truth value at {secret.where} ({len(secret.text)} chars)",
-                 "evidence": m.group(0)}
-            )
+    for leak in find_leaks(text, ctx.secrets):
+        kind = _LEAK_FINDING.get(leak.secret.kind, "literal_answer")
+        if kind == "literal_answer" and leak.how != "literal":
+            kind = "disguised_answer"
+        out.append({"kind": kind, "detail": f"contains {leak.describe()}", "evidence": leak.evidence})
     return out
 
 
@@ -271,7 +257,9 @@ def _test_findings(text: str, instruction: str) -> list[dict[str, str]]:
 def _path_findings(text: str, oracle_paths: list[str]) -> list[dict[str, str]]:
     if not oracle_paths:
         return []
-    in_hint = {_clean_path(m) for m in ABS_PATH.findall(text)}
+    # A glob (`/app/logs/app.log.*`) names a family of files the instruction describes, not the
+    # oracle's own path; it is left out rather than truncated into one.
+    in_hint = {_clean_path(m.group(0)) for m in ABS_PATH.finditer(text) if not _GLOB_NEXT.match(text, m.end())}
     return [
         {"kind": "oracle_path", "detail": "names a path that only the oracle script uses", "evidence": p}
         for p in oracle_paths
@@ -280,17 +268,6 @@ def _path_findings(text: str, oracle_paths: list[str]) -> list[dict[str, str]]:
 
 
 # -- what counts as a secret ---------------------------------------------------------------------
-
-
-def _leaves(obj: Any, where: str) -> Iterator[tuple[str, Any]]:
-    if isinstance(obj, dict):
-        for k in sorted(obj, key=str):
-            yield from _leaves(obj[k], f"{where}.{k}" if where else str(k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield from _leaves(v, f"{where}[{i}]")
-    else:
-        yield where, obj
 
 
 def _texts_for_ngrams(obj: Any, where: str) -> Iterator[tuple[str, str]]:
@@ -305,75 +282,6 @@ def _texts_for_ngrams(obj: Any, where: str) -> Iterator[tuple[str, str]]:
             yield from _texts_for_ngrams(v, f"{where}[{i}]")
     elif isinstance(obj, str):
         yield where, obj
-
-
-def _secrets(hidden: Any, instr_lower: str) -> list[_Secret]:
-    out: list[_Secret] = []
-    seen: set[str] = set()
-
-    def add(text: str, where: str, piece: bool) -> None:
-        text = text.strip()
-        low = text.lower()
-        if len(low) < 2 or low in COMMON_VALUES or low in seen:
-            return
-        shown = _value_pattern(text).search(instr_lower) is not None
-        # Whole values: ignored only when short and shown by the instruction. A piece of a value
-        # that the instruction shows is not secret on its own (the `unknown` in "unknown,5,3298.41").
-        if shown and (piece or len(low) < SHORT_VALUE_CHARS):
-            return
-        seen.add(low)
-        out.append(_Secret(text, where))
-
-    for where, value in _leaves(hidden, ""):
-        if not _is_scalar(value) or isinstance(value, bool) or value is None:
-            continue
-        where = where or "truth"
-        if isinstance(value, float):
-            for variant in _float_variants(value):
-                add(variant, where, piece=False)
-            continue
-        text = _scalar_text(value)
-        add(text, where, piece=False)
-        if isinstance(value, str):
-            parts = [p.strip() for p in _PIECE_SPLIT.split(text)]
-            if len(parts) > 1 and not _CODE_CHARS.search(text):
-                for p in parts:
-                    if len(p) >= 3 and _PIECE_SHAPE.match(p) and len(p.split()) <= 3:
-                        add(p, f"{where} (part)", piece=True)
-            if text.startswith("/") and "/" in text[1:]:
-                base = text.rstrip("/").rsplit("/", 1)[-1]
-                if "." in base and len(base) >= 5:
-                    add(base, f"{where} (file name)", piece=True)
-    return out
-
-
-def _float_variants(x: float) -> list[str]:
-    """The ways a hint could write a real-valued answer: as stored, and rounded while it still has
-    three significant digits (fewer would match unrelated numbers: 0.296 -> "0.3")."""
-    variants = [repr(x)]
-    if x != x or x in (float("inf"), float("-inf")) or repr(x) in COMMON_VALUES:
-        return []
-    if x == int(x):
-        variants.append(str(int(x)))
-    rounded = [f"{x:.{digits}f}" for digits in (3, 2, 1)]
-    if abs(x) >= 100:
-        rounded.append(str(round(x)))
-    variants += [v for v in rounded if _significant_digits(v) >= 3]
-    return list(dict.fromkeys(variants))
-
-
-def _significant_digits(number_text: str) -> int:
-    digits = number_text.lstrip("-+").replace(".", "").lstrip("0")
-    return len(digits)
-
-
-def _value_pattern(value: str) -> re.Pattern[str]:
-    """Match value as a whole token: not inside a longer word or number ("69" not in "1690")."""
-    head = r"(?<![\w.])" if value[:1].isalnum() or value[:1] == "_" else ""
-    tail = r"(?![\w]|\.\d)" if value[-1:].isalnum() or value[-1:] == "_" else ""
-    # Any run of whitespace stands for a space: a name split over a line break is the same name.
-    body = r"\s+".join(re.escape(part) for part in value.split(" "))
-    return re.compile(head + body + tail, re.I)
 
 
 def _is_scalar(v: Any) -> bool:
@@ -394,6 +302,14 @@ def is_task_path(p: str) -> bool:
     if p in _SYSTEM_PATHS or len(p) < 3:
         return False
     return not any(p.startswith(prefix) for prefix in _SYSTEM_PREFIXES)
+
+
+def _output_paths(task_dir: Path) -> list[str]:
+    try:
+        meta = json.loads((task_dir / "task.json").read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return []
+    return [str(p) for p in meta.get("output_paths") or []] if isinstance(meta, dict) else []
 
 
 def _read_text(path: Path, required: bool) -> str:

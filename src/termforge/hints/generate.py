@@ -26,6 +26,9 @@ from typing import Any, Sequence
 
 from termforge.errors import TermforgeError
 from termforge.hints import prompts
+from termforge.hints.fit import fit_sentences, rules_sentence
+from termforge.hints.judge import HintChecker, corpus_recall
+from termforge.hints.shape import clean_structure
 from termforge.hints.gate import (
     DEFAULT_MAX_WORDS,
     DEFAULT_NGRAM,
@@ -48,13 +51,6 @@ from termforge.io import (
 BACKENDS = ("procedural", "llm")
 STATUSES = ("hinted", "dropped_leak", "refused", "not_attempted")
 
-# Openings of a reply that declines the job instead of doing it.
-_REFUSAL = re.compile(
-    r"^\W*(?:i(?:'| a)?m sorry|sorry\b|i can(?:'|no)?t\b|i cannot\b|i(?:'| a)?m (?:not able|unable)|"
-    r"i am not able|i (?:won't|will not|must decline|do not feel comfortable)|as an ai\b|"
-    r"unfortunately,? i\b|i'?m afraid i\b)",
-    re.I,
-)
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 _LABEL = re.compile(r"^\s*(?:\*\*)?(?:hint|here is (?:the|a|my) hint|here's (?:the|a|my) hint)\s*[:.-]?\s*(?:\*\*)?\s*", re.I)
 _FENCE = re.compile(r"^```[\w-]*\n(.*)\n```$", re.S)
@@ -82,6 +78,7 @@ class HintResult:
                     "round": r["round"],
                     "passed": r["gate_report"]["passed"] if r.get("gate_report") else False,
                     "refused": bool(r.get("refused")),
+                    "cleaned": int(r.get("cleaned") or 0),
                     "words": r["gate_report"]["words"] if r.get("gate_report") else 0,
                     "findings": [
                         {"kind": f["kind"], "detail": f["detail"]}
@@ -174,30 +171,22 @@ def procedural_parts(task_dir: str | Path) -> tuple[str, list[str], str]:
         if is_task_path(p.rstrip("/")) and p not in deliverables and p.rstrip("/") not in deliverables
     ][:_INPUT_PATHS_MAX]
 
+    # The frame says only what is true of every task: look at what you are given, check what you deliver.
     if inputs:
-        opening = (
-            f"Begin by inspecting what you are given ({_join([_code(p) for p in inputs])}) with ls -la, "
-            "file, head and wc before you change anything, and reread the instruction's rules as you go."
-        )
+        opening = f"Inspect {_join([_code(p) for p in inputs])} before you change anything."
     else:
-        opening = (
-            "Begin by exploring /app with ls -la, file, head and wc to see what you are given before you "
-            "change anything, and reread the instruction's rules as you go."
-        )
+        opening = "Inspect what /app holds before you change anything."
     if not method.endswith((".", "!", "?")):
         method += "."
-    sentences = [s.strip() for s in _SENTENCE_END.split(method) if s.strip()]
+    # The family's note, minus what does not hold for this variant, plus the variant's own rules.
+    sentences, _ = fit_sentences([s.strip() for s in _SENTENCE_END.split(method) if s.strip()], task_dir)
+    rules = rules_sentence(instruction)
+    if rules:
+        sentences.append(rules)
     if deliverables:
-        closing = (
-            f"Deliver {_join([_code(p) for p in deliverables])} exactly in the format the instruction asks "
-            "for, and before you submit check it against every stated rule with your own commands "
-            "(cat -A, diff, a short script)."
-        )
+        closing = f"Check {_join([_code(p) for p in deliverables])} against the instruction's format before you finish."
     else:
-        closing = (
-            "Before you submit, check the end state against every requirement in the instruction with "
-            "your own commands (stat, diff, rerunning the programs involved)."
-        )
+        closing = "Check the end state against every requirement of the instruction before you finish."
     return opening, sentences, closing
 
 
@@ -244,16 +233,19 @@ def _procedural_result(
 
 def _content_passes(sentence: str, ctx: GateContext) -> bool:
     report = check_with(sentence, ctx)
-    return not [f for f in report.findings if f["kind"] not in ("not_one_paragraph", "too_long")]
+    # Form and fit to the task are properties of the whole hint, not of one sentence.
+    return not [f for f in report.findings if f["kind"] not in ("not_one_paragraph", "too_long", "off_task")]
 
 
 # -- llm backend ------------------------------------------------------------------------------------
 
 
 def is_refusal(text: str, finish_reason: str = "") -> bool:
+    """A reply that declines, in any wording: filtered, empty, or without imperative guidance once
+    talk about the request is taken off (hints.shape)."""
     if finish_reason == "content_filter":
         return True
-    return not text.strip() or _REFUSAL.match(text.strip()) is not None
+    return not text.strip() or clean_structure(clean_reply(text)).refused
 
 
 def clean_reply(text: str) -> str:
@@ -301,15 +293,19 @@ def llm_hints(
     tasks: Sequence[tuple[str, Path, GateContext]],
     max_rounds: int = 2,
     sampling: Any = None,
+    checker: HintChecker | None = None,
 ) -> list[HintResult]:
     """Hints for many tasks, one batched model call per round: every task still failing the gate
     goes into the next round's batch with its findings. Results in input order."""
     model_id = getattr(model, "model_id", None) or str(model)
     convos = {tid: llm_prompt(task_dir, ctx) for tid, task_dir, ctx in tasks}
+    first = dict(convos)
+    flagged: dict[str, list[dict[str, str]]] = {tid: [] for tid in convos}
     contexts = {tid: ctx for tid, _, ctx in tasks}
     rounds: dict[str, list[dict[str, Any]]] = {tid: [] for tid, _, _ in tasks}
     done: dict[str, HintResult] = {}
     pending = [tid for tid, _, _ in tasks]
+    order = {tid: i for i, tid in enumerate(pending)}
     for round_no in range(1, max_rounds + 2):
         if not pending:
             break
@@ -321,6 +317,7 @@ def llm_hints(
                 f"{' ...' if len(pending) > 3 else ''}): {exc}"
             ) from exc
         still: list[str] = []
+        passed: list[str] = []
         for tid, completions in zip(pending, replies):
             completion = completions[0]
             raw = completion.text or ""
@@ -332,26 +329,53 @@ def llm_hints(
                 "prompt_sha256": stable_hash(convos[tid], 64),
             }
             rounds[tid].append(entry)
-            if is_refusal(raw, completion.finish_reason):
-                entry.update(draft=raw.strip(), refused=True, gate_report=None)
+            shape = clean_structure(clean_reply(raw), contexts[tid].terms) if raw.strip() else None
+            if completion.finish_reason == "content_filter" or shape is None or shape.refused:
+                why = shape.reason if shape is not None and shape.reason else "an empty or filtered reply"
+                entry.update(draft=raw.strip(), refused=True, gate_report=None, cleaned=0)
                 done[tid] = HintResult(tid, "refused", None, "llm", model_id, rounds[tid],
-                                       reason=f"the model declined in round {round_no}")
+                                       reason=f"the model declined in round {round_no} ({why})")
                 continue
-            draft = clean_reply(raw)
+            # Talk about the request (a preamble, a sign-off) is cut off and counted, never published.
+            draft = shape.text
+            entry["cleaned"] = len(shape.removed)
             report = check_with(draft, contexts[tid])
             entry.update(draft=draft, refused=False, gate_report=report.to_dict(redact=False))
+            entry["_raw"] = raw
             if report.passed:
-                done[tid] = HintResult(tid, "hinted", _finalise(draft), "llm", model_id, rounds[tid])
+                passed.append(tid)
                 continue
-            convos[tid] = [*convos[tid], {"role": "assistant", "content": raw},
-                           prompts.repair_message(report.findings, contexts[tid].max_words)]
+            convos[tid] = _repair_convo(first[tid], flagged[tid], report.findings, contexts[tid].max_words)
             still.append(tid)
-        pending = still
+        # Drafts the offline gate passed go to the judge and the extraction probe, in one batch.
+        extra = checker.check([(tid, contexts[tid].task_dir, contexts[tid].instruction, rounds[tid][-1]["draft"],
+                                contexts[tid].secrets) for tid in passed]) if checker and passed else [[] for _ in passed]
+        for tid, found in zip(passed, extra):
+            entry = rounds[tid][-1]
+            raw = entry.pop("_raw")
+            if not found:
+                done[tid] = HintResult(tid, "hinted", _finalise(entry["draft"]), "llm", model_id, rounds[tid])
+                continue
+            entry["gate_report"]["passed"] = False
+            entry["gate_report"]["findings"] += found
+            convos[tid] = _repair_convo(first[tid], flagged[tid], found, contexts[tid].max_words)
+            still.append(tid)
+        for tid in still:
+            rounds[tid][-1].pop("_raw", None)
+        pending = sorted(still, key=order.__getitem__)
     for tid in pending:
         kinds = sorted({f["kind"] for f in rounds[tid][-1]["gate_report"]["findings"]})
         done[tid] = HintResult(tid, "dropped_leak", None, "llm", model_id, rounds[tid],
                                reason=f"still failing after {max_rounds} repair round(s): {', '.join(kinds)}")
     return [done[tid] for tid, _, _ in tasks]
+
+
+def _repair_convo(first: list[dict[str, str]], flagged: list[dict[str, str]], findings: list[dict[str, str]],
+                  max_words: int) -> list[dict[str, str]]:
+    """The first request again plus the kinds of problem every rejected draft had so far. The
+    rejected drafts themselves are not sent back: a leak shown to the writer comes back re-encoded."""
+    flagged += findings
+    return [*first, prompts.repair_message(flagged, max_words)]
 
 
 def llm_hint(
@@ -384,6 +408,9 @@ def run_hints(
     sampling: Any = None,
     max_words: int = DEFAULT_MAX_WORDS,
     batch_size: int = 256,
+    judge: Any = None,
+    probe: Any = None,
+    judge_corpus: int = 0,
 ) -> dict[str, Any]:
     """Write hints for task_dirs under out_dir and return the coverage summary.
 
@@ -423,6 +450,17 @@ def run_hints(
 
             model = owned_model = make_model(model, where="hints.model")
     model_id = getattr(model, "model_id", None) if backend == "llm" else None
+    # The judge and the extraction probe (llm backend only): ChatModels or model specs.
+    owned_checks = []
+    checks = {}
+    for name, spec in (("judge", judge), ("probe", probe)):
+        if spec is not None and backend == "llm" and isinstance(spec, dict):
+            from termforge.models import make_model
+
+            spec = make_model(spec, where=f"hints.{name}")
+            owned_checks.append(spec)
+        checks[name] = spec if backend == "llm" else None
+    checker = HintChecker(checks["judge"], checks["probe"], sampling=None) if backend == "llm" else None
 
     def prepare(tid: str) -> tuple[str, Path, GateContext | None, HintResult | None]:
         task_dir = ids[tid]
@@ -436,7 +474,7 @@ def run_hints(
         return skipped or _procedural_result(task_dir, tid, ctx, max_rounds)
 
     def llm_batch(batch: list[tuple[str, Path, GateContext]]) -> list[HintResult]:
-        return llm_hints(model, batch, max_rounds=max_rounds, sampling=sampling)
+        return llm_hints(model, batch, max_rounds=max_rounds, sampling=sampling, checker=checker)
 
     order = sorted(ids)
     try:
@@ -449,18 +487,31 @@ def run_hints(
                 batches = [ready[i : i + batch_size] for i in range(0, len(ready), batch_size)]
                 found = {r.task_id: r for batch in pool.map(llm_batch, batches) for r in batch}
                 results = [skipped or found[tid] for tid, _, _, skipped in items]
+        domains = {tid: domain_of(metas[ids[tid]]) for tid in order}
+        coverage = _coverage(results, domains, backend, model_id, max_rounds, n, max_words)
+        if checker is not None and checker.active:
+            coverage["checks"] = checker.stats()
+            if judge_corpus > 0:
+                # How well these two checks catch disguised leaks, measured on the committed corpus.
+                coverage["checks_corpus"] = corpus_recall(checker, limit=judge_corpus)
     finally:
         if owned_model is not None:
             owned_model.close()
+        for m in owned_checks:
+            m.close()
 
-    domains = {tid: domain_of(metas[ids[tid]]) for tid in order}
-    coverage = _coverage(results, domains, backend, model_id, max_rounds, n, max_words)
     _write_outputs(out_dir, results, coverage)
     c = coverage["counts"]
+    if coverage.get("checks_corpus"):
+        cc = coverage["checks_corpus"]
+        print("hints checks on the corpus (" + f"{cc['leaks']} leaks, {cc['honest']} honest): " + ", ".join(
+            f"{k} recall {cc[k]['recall']:.2f} false positives {cc[k]['false_positive_rate']:.2f}"
+            for k in ("judge", "probe", "any") if coverage["checks"].get(k) is not None or k == "any"))
     print(
         f"hints ({backend}{', ' + model_id if model_id else ''}): {c['hinted']}/{coverage['total']} hinted "
         f"({coverage['repaired']} after repair), {c['dropped_leak']} dropped for leaks, "
-        f"{c['refused']} refused, {c['not_attempted']} not attempted -> {out_dir}"
+        f"{c['refused']} refused, {c['not_attempted']} not attempted, {coverage['cleaned']} cleaned of chatter "
+        f"-> {out_dir}"
     )
     return coverage
 
@@ -493,6 +544,7 @@ def _coverage(
         "counts": counts,
         "by_domain": dict(sorted(by_domain.items())),
         "repaired": sum(1 for r in results if r.status == "hinted" and len(r.rounds) > 1),
+        "cleaned": sum(1 for r in results if r.status == "hinted" and r.rounds and r.rounds[-1].get("cleaned")),
         "findings_by_kind": dict(sorted(findings.items())),
         "tasks": {r.task_id: {"status": r.status, "rounds": len(r.rounds), "reason": r.reason} for r in results},
     }

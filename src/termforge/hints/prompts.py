@@ -73,10 +73,10 @@ Reply with one paragraph of imperative, method-level guidance, at most {max_word
 nothing else."""
 
 REPAIR_TEMPLATE = """\
-Your hint failed the leak gate:
+An earlier draft of this hint was rejected (it is not shown again). What was wrong with it:
 {findings}
 
-Rewrite the hint from scratch. Keep the method, but remove every flagged item and anything that \
+Write the hint from scratch. Keep the method, but remove every flagged item and anything that \
 would let the agent skip the discovery: describe how to find such things instead of saying what \
 they are. The same rule and form apply: one paragraph, imperative, at most {max_words} words, no \
 answer values, no solution commands or private paths, no test or verifier files. Reply with the \
@@ -110,11 +110,44 @@ def initial_messages(
 
 
 def repair_message(findings: list[dict[str, str]], max_words: int) -> dict[str, str]:
-    """The gate's findings, with the offending text quoted: the writer already knows the secrets."""
+    """The kinds of problem the gate found, never the offending text: quoting a leak back to the
+    writer invites it to re-encode the same value. Each kind is named once, with how it was
+    disguised where that is known."""
     lines = []
+    seen: set[str] = set()
     for f in findings:
-        line = f"- {f['kind']}: {f['detail']}"
-        if f.get("evidence"):
-            line += f' (offending text: "{f["evidence"]}")'
-        lines.append(line)
+        line = f"- {KIND_HELP.get(f['kind'], f['kind'])}"
+        how = _disguise(f.get("detail", ""))
+        if how:
+            line += f" (it was {how}; any encoding, spelling or arithmetic of it counts the same)"
+        if line not in seen:
+            seen.add(line)
+            lines.append(line)
     return {"role": "user", "content": REPAIR_TEMPLATE.format(findings="\n".join(lines), max_words=max_words)}
+
+
+# What each finding kind means, in words a writer can act on without being told the secret.
+KIND_HELP = {
+    "not_one_paragraph": "the hint is not one plain paragraph",
+    "too_long": "the hint is too long",
+    "literal_answer": "the hint states a value from the answer key",
+    "disguised_answer": "the hint carries a value from the answer key in disguise",
+    "bug_name": "the hint names a planted bug",
+    "test_assertion": "the hint restates a value the verifier checks",
+    "truth_ngram": "the hint copies a run of words from the answer key",
+    "oracle_ngram": "the hint copies a run of words from the reference solution",
+    "test_reference": "the hint points at the verifier's files",
+    "oracle_path": "the hint names a path only the reference solution uses",
+    "off_task": "the hint is not about this task (it shares no files, paths or terms with it, or names others)",
+    "judge_leak": "a reviewer found that the hint reveals something the agent must discover",
+    "probe_leak": "a reader given only the instruction and the hint could produce the answer",
+}
+
+
+def _disguise(detail: str) -> str:
+    from termforge.quality.leaks import HOW_WORDS
+
+    for how in HOW_WORDS.values():
+        if detail.endswith(", " + how) and how != HOW_WORDS["literal"]:
+            return how
+    return ""

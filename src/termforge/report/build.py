@@ -414,6 +414,15 @@ class _Builder:
             extra.append(f"backend {cov['backend']}" + (f" ({cov['model']})" if cov.get("model") else ""))
         if cov.get("repaired") is not None:
             extra.append(f"{cov['repaired']} hints passed only after a repair round")
+        if cov.get("cleaned"):
+            extra.append(f"{cov['cleaned']} replies had chatter cut off")
+        for name, stats in sorted((cov.get("checks") or {}).items()):
+            if stats:
+                extra.append(f"LLM {name}: {stats['calls']} calls ({stats['cached']} cached), {stats['flagged']} flagged")
+        for name, score in sorted((cov.get("checks_corpus") or {}).items()):
+            if isinstance(score, dict):
+                extra.append(f"{name} on the leak corpus: recall {score['recall']:.2f}, "
+                             f"false positives {score['false_positive_rate']:.2f}")
         if extra:
             sec.parts.append(f"<p>{html.escape('; '.join(extra))}.</p>")
         self.add_table(sec, Table("hint_coverage", ["domain"] + statuses + ["tasks", "coverage"], rows,

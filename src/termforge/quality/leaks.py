@@ -1,0 +1,953 @@
+"""Leak detection shared by every stage that must keep an answer key away from what an agent sees.
+
+Two halves:
+
+- a **secrets model**: what must be discovered, each secret tagged with the file or step that
+  introduced it (`Secret.source`). `task_secrets(task_dir)` reads a task directory: the answer key
+  (private/truth.json minus truth["given"]), the verifier's constants and assertion values
+  (tests/*.py), and subtracts what the agent is given (instruction.md, truth["given"], and, for
+  verifier constants, the environment's files). `SecretSet.from_values` builds one from any
+  mapping, so the task generator can check a fixture or a setup script against the secrets of the
+  step that wrote them.
+- a **normalising matcher**: `find_leaks(text, secrets)`. It reads the text through several views
+  (Unicode-normalised with zero-width characters and confusables folded; number words turned into
+  digits; ROT13; reversed; every base64 or hex run decoded) and matches secrets inside each view in
+  whatever form they take: numbers in any format (separators, trailing zeros, scientific notation,
+  units such as kHz or ms, simple arithmetic, a few cheap derived values), strings in any case or
+  spacing, letter by letter, or split in two halves. A value too short or too common to mean
+  anything alone (`0`, `7`, `NONE`) counts only where it stands as the answer: next to the name of
+  its key or after words such as "answer" or "expected".
+
+Pure and deterministic; a `Leak` says which secret (kind, source) leaked and how, and keeps the
+matched text apart in `evidence` so reports can be stored without quoting it.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import binascii
+import codecs
+import json
+import math
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from termforge.errors import TermforgeError
+
+# Secret kinds, in the order a report lists them.
+KINDS = ("answer", "bug_name", "answer_key", "assertion")
+KIND_WORDS = {
+    "answer": "a value from the answer key",
+    "bug_name": "the name of a planted bug",
+    "answer_key": "a key of the answer key",
+    "assertion": "a value the verifier asserts",
+}
+# How a secret was found; everything but "literal" is a disguise.
+HOW_WORDS = {
+    "literal": "written as is",
+    "normalised": "with case, spacing, confusable or zero-width characters changed",
+    "spaced": "spelled out letter by letter or with its separators changed",
+    "split": "split in two parts",
+    "number": "as a reformatted number",
+    "unit": "as a number in another unit",
+    "words": "in number words",
+    "arithmetic": "as arithmetic",
+    "derived": "as a value derived from it",
+    "context": "as a short value where the answer stands",
+    "pieces": "as several pieces of one answer line",
+    "code": "as code from the fix",
+    "rot13": "ROT13-encoded",
+    "reversed": "reversed",
+    "base64": "base64-encoded",
+    "hex": "hex-encoded",
+}
+
+# Values this common say nothing alone; they leak only in context.
+COMMON_WORDS = frozenset(
+    {"true", "false", "none", "null", "yes", "no", "ok", "nan", "inf", "-inf", "n/a", "na", "error", "err",
+     "allow", "deny", "pass", "fail"}
+)
+_STRONG_ALNUM = 4  # a string secret with fewer letters/digits than this needs context
+_SQUASH_MIN = 5  # shortest secret matched letter by letter
+_ENCODED_MIN = 6  # shortest string looked for in ROT13 or reversed text
+_SPLIT_MIN = 6  # shortest secret matched in two halves (each >= 3)
+_CONTEXT_BEFORE = 8
+_CONTEXT_AFTER = 3
+_ANSWER_CUES = frozenset({"answer", "answers", "result", "results", "expected", "correct", "solution"})
+_PIECE_SPLIT = re.compile(r"[,\t\n;|:=]")
+_ZERO_WIDTH = dict.fromkeys([0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, 0x00AD, 0x180E])
+_CONFUSABLES = str.maketrans(
+    "аеорсхуіјѕԁһԛԝАВЕКМНОРСТХУІЈЅοαειкνρτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ",
+    "aeopcxyijsdhqwABEKMHOPCTXYIJSoaeikvptuxABEZHIKMNOPTYX",
+)
+_TOKEN = re.compile(r"[a-z0-9]+")
+_NUMBER = re.compile(
+    r"(?<![\w.])[-+−]?(?:\d{1,3}(?:[,_' \u00a0\u202f]\d{3})+|\d+)(?:\.\d+)?(?:e[-+]?\d+)?(?![\w])"
+    r"|(?<![\w.])[-+−]?\.\d+(?:e[-+]?\d+)?(?![\w])"
+)
+_UNIT = re.compile(r"\s*(khz|mhz|ghz|hz|ms|µs|us|ns|kb|mb|gb|k|%|percent|seconds?|secs?|s|minutes?|mins?|hours?|h)\b")
+_UNIT_SCALE = {
+    "khz": 1e3, "mhz": 1e6, "ghz": 1e9, "hz": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9, "k": 1e3,
+    "kb": 1e3, "mb": 1e6, "gb": 1e9, "%": 1e-2, "percent": 1e-2, "s": 1.0, "sec": 1.0, "secs": 1.0,
+    "second": 1.0, "seconds": 1.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0, "h": 3600.0,
+    "hour": 3600.0, "hours": 3600.0,
+}
+_ARITH = re.compile(
+    r"(?<![\w.])\(?\s*-?\d+(?:\.\d+)?(?:\s*(?:\*\*|[-+*/x×^·])\s*\(?\s*-?\d+(?:\.\d+)?\s*\)?)+"
+)
+_HEX_INT = re.compile(r"(?<![\w])0x([0-9a-f]{2,12})(?![\w])")
+_B64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{6,}={0,2}(?![A-Za-z0-9+/=])")
+_HEX_RUN = re.compile(r"(?<![0-9a-fA-Fx])(?:0x)?((?:[0-9a-fA-F]{2}){3,})(?![0-9a-fA-F])")
+_HEX_BYTES = re.compile(r"(?:(?:\\x|0x)?[0-9a-fA-F]{2}[\s:,-]+){2,}(?:\\x|0x)?[0-9a-fA-F]{2}")
+_HEX_ESC = re.compile(r"(?:\\x[0-9a-fA-F]{2}){3,}")
+
+_UNITS_WORDS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen".split())}
+_TENS_WORDS = {w: 10 * (i + 2) for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())}
+_SCALE_WORDS = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
+_NUMWORD = re.compile(
+    r"\b(?:" + "|".join(sorted([*_UNITS_WORDS, *_TENS_WORDS, *_SCALE_WORDS, "point", "and", "a"], key=len,
+                               reverse=True)) + r")\b(?:[\s-]+|$)"
+)
+_SPOKEN_OPS = ((re.compile(r"\s+(?:times|multiplied by)\s+"), " * "), (re.compile(r"\s+divided by\s+"), " / "),
+               (re.compile(r"\s+plus\s+"), " + "), (re.compile(r"\s+minus\s+"), " - "),
+               (re.compile(r"\s+(?:to the power of)\s+"), " ^ "))
+
+
+@dataclass(frozen=True)
+class Secret:
+    text: str
+    kind: str  # one of KINDS
+    source: str  # the file or step that introduced it, and where: "private/truth.json:answers.q1"
+    context: tuple[str, ...] = ()  # words that name where this value stands (its key's words)
+    weak: bool = False  # a piece the agent is shown elsewhere: it leaks only beside another piece of its whole
+
+    @property
+    def number(self) -> Decimal | None:
+        return _as_decimal(self.text)
+
+
+@dataclass(frozen=True)
+class Leak:
+    secret: Secret
+    how: str  # a key of HOW_WORDS
+    view: str  # the view of the text it was found in ("plain", "base64", ...)
+    evidence: str  # the matched text (host-side only: it may be the secret)
+
+    def describe(self) -> str:
+        """What leaked, by kind and source, without quoting it."""
+        return f"{KIND_WORDS.get(self.secret.kind, self.secret.kind)} ({self.secret.source}), {HOW_WORDS[self.how]}"
+
+
+@dataclass
+class SecretSet:
+    """Secrets minus what is given. `given` is the text the agent sees (instruction and the like):
+    a secret it states is no secret, in any format."""
+
+    secrets: list[Secret] = field(default_factory=list)
+    given: str = ""
+    dropped_given: int = 0
+    shown: frozenset[str] = frozenset()
+    """Tokens the agent is shown (instruction, environment): two of them side by side are no split secret."""
+    code: dict[tuple[str, ...], str] = field(default_factory=dict)
+    """Runs of CODE_SHINGLE code tokens of the key's code values (a fix) that nothing given shows."""
+
+    def __post_init__(self) -> None:
+        self._given_view = _View.of("plain", self.given) if self.given else None
+        kept, seen = [], set()
+        for s in self.secrets:
+            key = (_norm(s.text), s.kind)
+            if key in seen or not _norm(s.text):
+                continue
+            seen.add(key)
+            if self._given_view is not None and _matches_plain(s, self._given_view):
+                self.dropped_given += 1
+                continue
+            kept.append(s)
+        # Longest first: a reported span is not reported again for a piece of it.
+        self.secrets = sorted(kept, key=lambda s: (-len(s.text), KINDS.index(s.kind) if s.kind in KINDS else 9,
+                                                   s.source, s.text))
+
+    @classmethod
+    def from_values(cls, values: Any, source: str, kind: str = "answer", given: str = "") -> "SecretSet":
+        """Secrets from any JSON-like value (a mapping, a list, a string): every scalar leaf, pieces
+        of delimited strings and numbers inside strings; `source` names the file or step."""
+        return cls(list(_secrets_from(values, source, kind)), given=given)
+
+    def merge(self, other: "SecretSet") -> "SecretSet":
+        given = "\n".join(t for t in (self.given, other.given) if t)
+        return SecretSet([*self.secrets, *other.secrets], given=given, code={**other.code, **self.code},
+                         shown=self.shown | other.shown)
+
+    def __len__(self) -> int:
+        return len(self.secrets)
+
+    def given_numbers(self) -> list[tuple[Decimal, Decimal]]:
+        return [(v, t) for v, t, _, _ in self._given_view.numbers] if self._given_view is not None else []
+
+
+# -- text normalisation and views -------------------------------------------------------------------
+
+
+def _norm(text: str) -> str:
+    """NFKC (full-width digits, ligatures), zero-width and format characters out, confusables
+    folded to Latin, lower case, runs of whitespace as one space."""
+    text = unicodedata.normalize("NFKC", text).translate(_ZERO_WIDTH)
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    text = text.translate(_CONFUSABLES).replace("−", "-")
+    return " ".join(text.lower().split())
+
+
+def _digits_for_words(text: str) -> str:
+    """'sixty-three' -> '63', 'two thousand five hundred' -> '2500', 'fifty six point zero four' ->
+    '56.04'; spoken operators to symbols ('seven times nine' -> '7 * 9')."""
+    out: list[str] = []
+    pos = 0
+    for m in re.finditer(r"(?:\b(?:" + "|".join([*_UNITS_WORDS, *_TENS_WORDS, *_SCALE_WORDS, "point", "and", "a"])
+                         + r")\b[\s-]*)+", text):
+        words = re.findall(r"[a-z]+", m.group(0))
+        value = _words_value(words)
+        if value is None:
+            continue
+        out.append(text[pos:m.start()])
+        trail = m.group(0)[len(m.group(0).rstrip()):]
+        out.append(value + trail)
+        pos = m.end()
+    out.append(text[pos:])
+    text = "".join(out)
+    # "2.57 million", "54 thousand": a digit mantissa with a scale word.
+    text = re.sub(r"(\d+(?:\.\d+)?)\s+(thousand|million|billion)\b",
+                  lambda m: f"{m.group(1)}e{len(str(_SCALE_WORDS[m.group(2)])) - 1}", text)
+    for pattern, op in _SPOKEN_OPS:
+        text = pattern.sub(op, text)
+    return text
+
+
+def _words_value(words: list[str]) -> str | None:
+    while words and words[0] in ("and", "a", "point"):
+        words = words[1:]
+    while words and words[-1] in ("and", "a", "point"):
+        words = words[:-1]
+    if not words or not any(w in _UNITS_WORDS or w in _TENS_WORDS for w in words):
+        return None
+    if "point" in words:
+        i = words.index("point")
+        whole = _words_value(words[:i]) if words[:i] else "0"
+        frac = words[i + 1:]
+        if whole is None or not frac or not all(w in _UNITS_WORDS and _UNITS_WORDS[w] < 10 for w in frac):
+            return None
+        return whole + "." + "".join(str(_UNITS_WORDS[w]) for w in frac)
+    # A run of single digits ("five four six") reads digit by digit.
+    if len(words) > 1 and all(w in _UNITS_WORDS and _UNITS_WORDS[w] < 10 for w in words):
+        return "".join(str(_UNITS_WORDS[w]) for w in words)
+    total, current = 0, 0
+    for w in words:
+        if w in _UNITS_WORDS:
+            current += _UNITS_WORDS[w]
+        elif w in _TENS_WORDS:
+            current += _TENS_WORDS[w]
+        elif w == "hundred":
+            current = max(current, 1) * 100
+        elif w in _SCALE_WORDS:
+            total += max(current, 1) * _SCALE_WORDS[w]
+            current = 0
+        elif w in ("and", "a"):
+            continue
+    return str(total + current)
+
+
+@dataclass
+class _View:
+    name: str
+    text: str  # normalised
+    tokens: list[tuple[str, int, int]]  # (token, start, end) over text
+    squash: str  # the tokens concatenated
+    bounds: frozenset[int]  # offsets in squash where a token starts or ends
+    numbers: list[tuple[Decimal, Decimal, str, int]]  # (value, tolerance, evidence, token index)
+    flat: str = ""  # the text as given, whitespace runs as one space (to tell literal from disguised)
+
+    @classmethod
+    def of(cls, name: str, raw: str, orig: str = "") -> "_View":
+        text = _norm(raw)
+        if name in ("plain", "words"):
+            text = _digits_for_words(text) if name == "words" else text
+        tokens = [(m.group(0), m.start(), m.end()) for m in _TOKEN.finditer(text)]
+        squash, bounds, pos = [], {0}, 0
+        for tok, _, _ in tokens:
+            squash.append(tok)
+            pos += len(tok)
+            bounds.add(pos)
+        numbers = []
+        starts = [t[1] for t in tokens]
+        for m in _NUMBER.finditer(text):
+            value, tol = _parse_number(m.group(0))
+            if value is None:
+                continue
+            idx = _bisect(starts, m.start())
+            numbers.append((value, tol, m.group(0), idx))
+            if re.match(r"0x[0-9a-f]{2,}", text[m.start():m.start() + 4]):
+                continue
+            unit = _UNIT.match(text, m.end())
+            if unit and unit.group(1) in _UNIT_SCALE and _UNIT_SCALE[unit.group(1)] != 1.0:
+                scale = Decimal(repr(_UNIT_SCALE[unit.group(1)]))
+                numbers.append((value * scale, tol * scale, m.group(0) + unit.group(0), -1 - idx))
+        for m in _HEX_INT.finditer(text):
+            numbers.append((Decimal(int(m.group(1), 16)), Decimal(0), m.group(0), _bisect(starts, m.start())))
+        return cls(name, text, tokens, "".join(squash), frozenset(bounds), numbers, " ".join((orig or raw).split()))
+
+
+def _bisect(starts: list[int], pos: int) -> int:
+    lo, hi = 0, len(starts)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if starts[mid] <= pos:
+            lo = mid + 1
+        else:
+            hi = mid
+    return max(lo - 1, 0)
+
+
+def _views(text: str) -> list[_View]:
+    """Every reading of the text a secret could hide in."""
+    base = unicodedata.normalize("NFKC", text).translate(_ZERO_WIDTH)
+    views = [_View.of("plain", base, orig=text), _View.of("words", base)]
+    views.append(_View.of("rot13", codecs.encode(base, "rot13")))
+    views.append(_View.of("reversed", base[::-1]))
+    for name, decoded in _decodings(base):
+        views.append(_View.of(name, decoded))
+    return views
+
+
+def _decodings(text: str) -> Iterator[tuple[str, str]]:
+    seen: set[str] = set()
+
+    def ok(raw: bytes) -> str | None:
+        try:
+            s = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if not s or sum(ch.isprintable() or ch.isspace() for ch in s) < 0.9 * len(s) or s in seen:
+            return None
+        seen.add(s)
+        return s
+
+    for m in _B64.finditer(text):
+        tok = m.group(0)
+        if tok.isdigit() or tok.isalpha() and tok.islower():
+            continue
+        for cand in (tok, tok + "=" * (-len(tok) % 4)):
+            try:
+                s = ok(base64.b64decode(cand, validate=True))
+            except (binascii.Error, ValueError):
+                continue
+            if s:
+                yield "base64", s
+                break
+    for pattern in (_HEX_ESC, _HEX_BYTES):
+        for m in pattern.finditer(text):
+            digits = re.sub(r"\\x|0x|[\s:,-]", "", m.group(0))
+            try:
+                s = ok(bytes.fromhex(digits))
+            except ValueError:
+                continue
+            if s:
+                yield "hex", s
+    for m in _HEX_RUN.finditer(text):
+        try:
+            s = ok(bytes.fromhex(m.group(1)))
+        except ValueError:
+            continue
+        if s:
+            yield "hex", s
+
+
+# -- numbers ---------------------------------------------------------------------------------------
+
+
+def _as_decimal(text: str) -> Decimal | None:
+    t = text.strip()
+    if not re.fullmatch(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?", t):
+        return None
+    try:
+        return Decimal(t)
+    except InvalidOperation:
+        return None
+
+
+def _parse_number(token: str) -> tuple[Decimal | None, Decimal]:
+    """The value and the rounding half-width of a number as written."""
+    t = token.replace("−", "-")
+    t = re.sub(r"(?<=\d)[,_' \u00a0\u202f](?=\d{3})", "", t)
+    try:
+        d = Decimal(t)
+    except InvalidOperation:
+        return None, Decimal(0)
+    return d, _half_ulp(d)
+
+
+def _half_ulp(d: Decimal) -> Decimal:
+    return Decimal(5).scaleb(d.as_tuple().exponent - 1)
+
+
+def _sig_digits(d: Decimal) -> int:
+    digits = "".join(str(x) for x in d.as_tuple().digits).lstrip("0")
+    return len(digits.rstrip("0")) or (1 if d == 0 else 0)
+
+
+def _written_sig(d: Decimal) -> int:
+    """Significant digits as written ('56.0' has three, '56' two, '5600' two)."""
+    digits = "".join(str(x) for x in d.as_tuple().digits).lstrip("0")
+    if d.as_tuple().exponent >= 0:
+        digits = digits.rstrip("0")
+    return len(digits)
+
+
+def _near(y: Decimal, ytol: Decimal, x: Decimal, xtol: Decimal) -> bool:
+    # A number with four or more significant digits may be truncated rather than rounded (1846 for
+    # 1846.62): one unit in its last digit still tells the answer.
+    if _written_sig(y) >= 4:
+        ytol = ytol * 2
+    return abs(y - x) <= max(ytol, xtol) * Decimal("1.000001")
+
+
+def _derived(x: Decimal) -> list[Decimal]:
+    """Cheap values an answer is one step from: ln2/x (a rate from a half-life), x/ln2, 1/x."""
+    if x == 0:
+        return []
+    ln2 = Decimal(math.log(2))
+    return [ln2 / x, x / ln2, 1 / x]
+
+
+def _safe_eval(expr: str) -> Decimal | None:
+    expr = expr.replace("×", "*").replace("·", "*").replace("^", "**")
+    expr = re.sub(r"(?<=[\d)\s])x(?=[\s\d(])", "*", expr)
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except SyntaxError:
+        return None
+
+    def ev(node: ast.AST) -> Decimal:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return Decimal(str(node.value))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.BinOp):
+            a, b = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Add):
+                return a + b
+            if isinstance(node.op, ast.Sub):
+                return a - b
+            if isinstance(node.op, ast.Mult):
+                return a * b
+            if isinstance(node.op, ast.Div):
+                return a / b
+            if isinstance(node.op, ast.Pow) and abs(b) <= 64 and b == int(b):
+                return a ** int(b)
+        raise ValueError("not simple arithmetic")
+
+    try:
+        return ev(tree)
+    except (ValueError, ArithmeticError, InvalidOperation):
+        return None
+
+
+# -- matching ----------------------------------------------------------------------------------------
+
+
+def _alnum(text: str) -> str:
+    return "".join(_TOKEN.findall(_norm(text)))
+
+
+def _is_short(secret: Secret) -> bool:
+    """Too short or common to mean anything without context."""
+    n = secret.number
+    if n is not None:
+        # Two significant digits under 100 (a count of 16, a gap of 30) turn up in any method text.
+        return _sig_digits(n) <= 1 or abs(n) < 100 and _sig_digits(n) <= 2
+    low = _norm(secret.text)
+    if secret.kind == "bug_name" and re.fullmatch(r"[a-z]+", low):
+        return True  # a one-word bug name ("loop", "ties") is an everyday word until called a bug
+    return len(_alnum(low)) < _STRONG_ALNUM or low in COMMON_WORDS
+
+
+def _literal_re(norm_secret: str) -> re.Pattern[str]:
+    head = r"(?<![a-z0-9])" if norm_secret[:1].isalnum() else ""
+    tail = r"(?![a-z0-9]|\.\d)" if norm_secret[-1:].isalnum() else ""
+    body = r"\s*".join(re.escape(p) for p in norm_secret.split(" ")) if " " in norm_secret else re.escape(norm_secret)
+    return re.compile(head + body + tail)
+
+
+def _matches_plain(secret: Secret, view: _View) -> bool:
+    """Is the secret stated in this (given) text, literally or as the same number?"""
+    n = secret.number
+    if n is not None:
+        need = min(3, _sig_digits(n))
+        return any(_near(v, tol, n, _half_ulp(n)) and (v == n or _written_sig(v) >= need)
+                   for v, tol, _, _ in view.numbers)
+    return _literal_re(_norm(secret.text)).search(view.text) is not None
+
+
+def _in_context(secret: Secret, view: _View, token_index: int) -> bool:
+    if token_index < 0:
+        token_index = -1 - token_index
+    before = [t for t, _, _ in view.tokens[max(0, token_index - _CONTEXT_BEFORE):token_index]]
+    after = [t for t, _, _ in view.tokens[token_index + 1:token_index + 1 + _CONTEXT_AFTER]]
+    near = set(before) | set(after)
+    ctx = [c for c in secret.context if c]
+    if ctx and any(c in near for c in ctx):
+        return True
+    return any(t in _ANSWER_CUES for t in before[-4:])
+
+
+def _string_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]],
+                  shown: frozenset[str] = frozenset()) -> tuple[str, str] | None:
+    ns = _norm(secret.text)
+    short = _is_short(secret)
+    disguised_view = view.name not in ("plain", "words")
+    if short and disguised_view:
+        return None
+    if view.name in ("rot13", "reversed") and len(_alnum(ns)) < _ENCODED_MIN:
+        return None  # short words read backwards or rotated are often other words ("file"/"elif")
+    for m in _literal_re(ns).finditer(view.text):
+        if any(v == view.name and a <= m.start() and m.end() <= b for v, a, b in spans):
+            continue
+        if short:
+            idx = _bisect([t[1] for t in view.tokens], m.start())
+            if not _in_context(secret, view, idx):
+                continue
+        spans.append((view.name, m.start(), m.end()))
+        how = "literal" if view.name == "plain" and " ".join(secret.text.split()) in view.flat else "normalised"
+        return how, m.group(0)
+    if short:
+        return None
+    sq = _alnum(ns)
+    if len(sq) >= _SQUASH_MIN and not (sq.isdigit() and secret.number is not None):
+        start = view.squash.find(sq)
+        while start != -1:
+            if start in view.bounds and start + len(sq) in view.bounds:
+                return "spaced", sq
+            start = view.squash.find(sq, start + 1)
+    if len(sq) >= _SPLIT_MIN:
+        toks = [t for t, _, _ in view.tokens]
+        where = {t: i for i, t in reversed(list(enumerate(toks)))}
+        for i, tok in enumerate(toks):
+            if 3 <= len(tok) <= len(sq) - 3 and sq.startswith(tok):
+                rest = sq[len(tok):]
+                if tok.isdigit() and rest.isdigit() and tok in shown and rest in shown:
+                    continue  # two numbers the task shows ("1000 and 60000" in login.defs) are not halves
+                j = where.get(rest)
+                if j is not None and j > i + 1:
+                    return "split", f"{tok} ... {rest}"
+    return None
+
+
+def _number_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]],
+                  given: SecretSet | None = None) -> tuple[str, str] | None:
+    x = secret.number
+    assert x is not None
+    xtol = _half_ulp(x)
+    short = _is_short(secret)
+    if view.name not in ("plain", "words"):
+        # Encoded views: only numbers that mean something alone (ROT13 leaves digits as they are).
+        if short or view.name == "rot13" or _sig_digits(x) < 3:
+            return None
+    # A verifier holds many numbers (labels, cases): a match to one of them must be more precise.
+    need = min(4 if secret.kind == "assertion" else 3, _sig_digits(x))
+    for value, tol, evidence, idx in view.numbers:
+        if not _near(value, tol, x, xtol):
+            continue
+        if idx >= 0 and _written_sig(value) < need and value != x:
+            continue
+        if short and not _in_context(secret, view, idx):
+            continue
+        if view.name == "plain":
+            how = "unit" if idx < 0 else ("literal" if evidence == secret.text and secret.text in view.flat else "number")
+        else:
+            how = view.name
+        return how, evidence
+    if view.name != "plain" and view.name != "words":
+        return None
+    given_text = given.given.lower() if given is not None else ""
+    for m in _ARITH.finditer(view.text):
+        if m.group(0).strip() in given_text:
+            continue  # the instruction's own formula
+        value = _safe_eval(m.group(0))
+        if value is not None and _near(value, Decimal(0), x, xtol) and m.group(0).strip() != secret.text:
+            if short and not _in_context(secret, view, _bisect([t[1] for t in view.tokens], m.start())):
+                continue
+            return "arithmetic", m.group(0).strip()
+    if _sig_digits(x) >= 3 and secret.kind == "answer":
+        targets = _derived(x)
+        shown = given.given_numbers() if given is not None else []
+        for value, tol, evidence, idx in view.numbers:
+            if _written_sig(value) < 3 or any(_near(value, tol, g, gt) for g, gt in shown):
+                continue  # a value the task states is no derived answer
+            if any(abs(value - t) <= tol * Decimal("1.000001") for t in targets):
+                return "derived", evidence
+    return None
+
+
+def _piece_leaks(views: list[_View], secrets: SecretSet) -> list[Leak]:
+    """Two or more pieces of one answer line in the text (an expected row described field by
+    field), even when each piece alone says nothing."""
+    found: dict[str, list[tuple[Secret, str]]] = {}
+    for secret in secrets.secrets:
+        if not secret.source.endswith(("(part)", "(field)")):
+            continue
+        group = secret.source.rsplit(" (", 1)[0]
+        ns = _norm(secret.text)
+        for view in views:
+            hit = None
+            if secret.number is not None:
+                x = secret.number
+                need = min(3, _sig_digits(x))
+                hit = next((e for v, tol, e, idx in view.numbers if _near(v, tol, x, _half_ulp(x))
+                            and (v == x or _written_sig(v) >= need)), None)
+            elif len(_alnum(ns)) >= 2:
+                m = _literal_re(ns).search(view.text)
+                hit = m.group(0) if m else None
+            if hit:
+                found.setdefault(group, []).append((secret, hit))
+                break
+    out = []
+    for group, hits in sorted(found.items()):
+        texts = {_norm(s.text) for s, _ in hits}
+        if len(texts) >= 2 and any(s.weak or _is_short(s) for s, _ in hits):
+            first = hits[0][0]
+            out.append(Leak(Secret(group, first.kind, group, first.context), "pieces", "plain",
+                            " / ".join(e for _, e in hits)))
+    # The first field of three or more lines of one expected list (the accounts an audit must list).
+    lists: dict[str, set[str]] = {}
+    for group, hits in found.items():
+        m = re.match(r"^(.*)\[(\d+)\]$", group)
+        if m and any(_names_a_row(s) for s, _ in hits):
+            lists.setdefault(m.group(1), set()).add(m.group(2))
+    for parent, lines in sorted(lists.items()):
+        if len(lines) >= 3 and not any(leak.secret.source.startswith(parent + "[") for leak in out):
+            out.append(Leak(Secret(parent, "answer", parent), "pieces", "plain", f"{len(lines)} lines"))
+    return out
+
+
+def _names_a_row(secret: Secret) -> bool:
+    """A piece that can name its row (a user, a region, a package), not a bare number."""
+    return secret.number is None and len(_alnum(secret.text)) >= 3
+
+
+CODE_SHINGLE = 4
+_CODE_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+|[^\sA-Za-z0-9_]")
+
+
+def code_shingles(text: str, n: int = CODE_SHINGLE) -> Iterator[tuple[str, ...]]:
+    toks = _CODE_TOKEN.findall(unicodedata.normalize("NFKC", text))
+    for i in range(len(toks) - n + 1):
+        yield tuple(toks[i: i + n])
+
+
+def _code_secrets(hidden: Any, given_text: str, source: str) -> dict[tuple[str, ...], str]:
+    """Shingles of the key's code values (a fixed line, a query) that the given text lacks and that
+    hold a name: restating the fix's code, even in part, is a leak."""
+    given = set(code_shingles(given_text))
+    out: dict[tuple[str, ...], str] = {}
+    for where, value in _code_leaves(hidden, ""):
+        for sh in code_shingles(value):
+            if sh not in given and any(len(t) >= 2 and t[0].isalpha() for t in sh):
+                out.setdefault(sh, f"{source}:{where} (code)")
+    return out
+
+
+def _code_leaves(obj: Any, where: str) -> Iterator[tuple[str, str]]:
+    if isinstance(obj, dict):
+        for i, k in enumerate(sorted(obj, key=str)):
+            yield from _code_leaves(obj[k], f"{where}[{i}]")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _code_leaves(v, f"{where}[{i}]")
+    elif isinstance(obj, str) and _CODE_LIKE.search(obj) and len(obj) <= 2000:
+        yield where or "value", obj
+
+
+def find_leaks(text: str, secrets: SecretSet) -> list[Leak]:
+    """Every secret of `secrets` that `text` reveals in any of the forms above, one Leak per
+    secret, in the set's order (longest secret first)."""
+    if not text or not secrets.secrets:
+        return []
+    views = _views(text)
+    spans: list[tuple[str, int, int]] = []
+    out: list[Leak] = []
+    out += _piece_leaks(views[:2], secrets)
+    if secrets.code:
+        for sh in code_shingles(text):
+            if sh in secrets.code:
+                src = secrets.code[sh]
+                out.append(Leak(Secret(src, "answer", src), "code", "plain", " ".join(sh)))
+                break
+    for secret in secrets.secrets:
+        if secret.weak:
+            continue
+        for view in views:
+            if secret.number is not None:
+                hit = _number_leaks(secret, view, spans, secrets) or (
+                    _string_leaks(secret, view, spans, secrets.shown) if len(_alnum(secret.text)) >= _SQUASH_MIN + 1
+                    else None
+                )
+            else:
+                hit = _string_leaks(secret, view, spans, secrets.shown)
+            if hit:
+                how, evidence = hit
+                if view.name in ("rot13", "reversed", "base64", "hex"):
+                    how = view.name
+                out.append(Leak(secret, how, view.name, evidence))
+                break
+    return out
+
+
+# -- building secrets --------------------------------------------------------------------------------
+
+_BUG_PARENTS = re.compile(r"(?:^|[._])(?:planted_)?(?:bugs?|faults?|defects?|mutations?)$", re.I)
+_CODE_CHARS = re.compile(r"[\n()\[\]{}<>\"'`$]")
+# Code rather than a delimited record: its pieces are keywords, not values.
+_CODE_LIKE = re.compile(r"[\n{}<>\"'`$]|\w\(|==|;\s")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_INNER_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
+
+
+def _context_words(where: str) -> tuple[str, ...]:
+    """The words of the innermost key naming a value ('answers.q1' -> ('q1',),
+    'noise_specks' -> ('noise', 'specks'))."""
+    keys = [k for k in re.split(r"[.\[\]]+", where) if k and not k.isdigit() and not k.startswith("key ")]
+    if not keys:
+        return ()
+    last = keys[-1].lower()
+    words = [w for w in re.split(r"[_\-\s]+", last) if w]
+    return tuple(dict.fromkeys([last, *words]))
+
+
+def _secrets_from(obj: Any, source: str, kind: str, where: str = "") -> Iterator[Secret]:
+    if isinstance(obj, dict):
+        bug_parent = bool(_BUG_PARENTS.search(where.split("[")[0])) if where else False
+        for i, k in enumerate(sorted(obj, key=str)):
+            # A key that is itself secret is named by position, so a source never quotes a secret.
+            data_key = bug_parent or not _IDENT.match(str(k))
+            sub = f"{where}[key {i}]" if data_key else (f"{where}.{k}" if where else str(k))
+            if bug_parent:
+                yield from _name_secrets(str(k), f"{source}:{sub}", "bug_name")
+            elif data_key and len(_alnum(str(k))) >= 2:
+                # Data used as keys (a colour, a path, a user name) is part of the answer.
+                yield Secret(str(k), "answer_key", f"{source}:{sub}", _context_words(where))
+            yield from _secrets_from(obj[k], source, kind, sub)
+    elif isinstance(obj, list):
+        bug_list = bool(where) and bool(_BUG_PARENTS.search(where))
+        for i, v in enumerate(obj):
+            if bug_list and isinstance(v, str):
+                yield from _name_secrets(v, f"{source}:{where}[{i}]", "bug_name")
+            else:
+                yield from _secrets_from(v, source, kind, f"{where}[{i}]")
+    elif isinstance(obj, bool) or obj is None:
+        return
+    elif isinstance(obj, (int, float)):
+        if isinstance(obj, float) and not math.isfinite(obj):
+            return
+        yield Secret(repr(obj) if isinstance(obj, float) else str(obj), kind, f"{source}:{where or 'value'}",
+                     _context_words(where))
+    elif isinstance(obj, str):
+        yield from _string_secrets(obj, source, kind, where)
+
+
+_BUG_CONTEXT = ("bug", "bugs", "broken", "fault", "faulty", "culprit", "defect", "planted", "wrong")
+
+
+def _name_secrets(name: str, source: str, kind: str) -> Iterator[Secret]:
+    words = [w for w in re.split(r"[_\-\s]+", name) if w]
+    yield Secret(name, kind, source, _BUG_CONTEXT)
+    if len(words) > 1:
+        yield Secret(" ".join(words), kind, source, _BUG_CONTEXT)
+
+
+def _string_secrets(text: str, source: str, kind: str, where: str) -> Iterator[Secret]:
+    ctx = _context_words(where)
+    loc = f"{source}:{where or 'value'}"
+    stripped = text.strip()
+    if not stripped:
+        return
+    if "\n" in stripped or len(stripped) > 120:
+        # Long text and code: its lines and the numbers in it; longer runs go to the n-gram check.
+        for line in stripped.splitlines():
+            line = line.strip()
+            if line and len(line) <= 120 and not _CODE_CHARS.search(line):
+                yield from _string_secrets(line, source, kind, where)
+        return
+    yield Secret(stripped, kind, loc, ctx)
+    words = stripped.split()
+    if 2 <= len(words) <= 4 and all(w[:1].isupper() for w in words if w.isalpha()):
+        # A name ("Ada Castillo"): its surname alone points at the answer.
+        for w in words:
+            if w.isalpha() and len(w) >= 4 and w[:1].isupper():
+                yield Secret(w, kind, f"{loc} (name part)", ctx)
+    parts = [p.strip() for p in _PIECE_SPLIT.split(stripped)]
+    if len(parts) == 1 and len(words) == 2 and not _CODE_LIKE.search(stripped):
+        parts = words  # a two-field record ("data/cache.bin 0600", "pkgstat 11.9.1")
+        loc_part = f"{loc} (field)"
+    else:
+        loc_part = f"{loc} (part)"
+    if len(parts) > 1 and not _CODE_LIKE.search(stripped):
+        for p in parts:
+            if len(_alnum(p)) >= 3 or _as_decimal(p) is not None:
+                yield Secret(p, kind, loc_part, ctx)
+    for m in _INNER_NUMBER.finditer(stripped):
+        d = _as_decimal(m.group(0))
+        if d is not None and _sig_digits(d) >= 3 and m.group(0) != stripped:
+            yield Secret(m.group(0), kind, f"{loc} (part)", ctx)
+    if stripped.startswith("/") and "/" in stripped[1:]:
+        base = stripped.rstrip("/").rsplit("/", 1)[-1]
+        if "." in base and len(base) >= 5:
+            yield Secret(base, kind, f"{loc} (file name)", ctx)
+
+
+def _test_constants(path: Path) -> Iterator[tuple[str, Any]]:
+    """Module-level constants and the values assertions compare against, from a verifier file."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError, OSError):
+        return
+
+    def literal(node: ast.AST) -> Any:
+        try:
+            return ast.literal_eval(node)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return None
+
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name.isupper():
+                value = literal(node.value)
+                if value is not None:
+                    yield name.lower(), value
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare):
+            for comp in [node.test.left, *node.test.comparators]:
+                value = literal(comp)
+                if value is not None and not isinstance(value, bool):
+                    yield "assert", value
+
+
+_FILE_NAME = re.compile(r"^[\w .-]+\.[A-Za-z0-9]{1,5}$")
+_LOCALE = re.compile(r"^[A-Za-z]{1,5}(?:_[A-Z]{2})?\.(?:UTF-?8|utf-?8)$")
+_SYSTEM_PATH = re.compile(r"^/(?:usr|bin|sbin|lib|dev|proc|etc)\b")
+
+
+def _strong_assertion(secret: Secret) -> bool:
+    """Verifier constants that mean something alone: not its input file names, system paths, code
+    headers or small numbers (the answer key covers what is asserted about the answer)."""
+    t = secret.text.strip()
+    if secret.kind == "answer_key" or _FILE_NAME.match(t) or _SYSTEM_PATH.match(t) or t.startswith(("import ", "from ")):
+        return False
+    if _LOCALE.match(t) or re.search(r":(?:env|environ)\b", secret.source, re.I):
+        return False  # the verifier's process settings, not the task's answer
+    n = secret.number
+    if n is not None:
+        return _sig_digits(n) >= 3
+    return len(_alnum(t)) >= 5
+
+
+def _short_piece(secret: Secret) -> bool:
+    if secret.source.endswith("(field)"):
+        return True  # a field of a two-field record the environment shows is data, whatever its length
+    if not secret.source.endswith("(part)"):
+        return False
+    n = secret.number
+    if n is not None:
+        return len(str(abs(n)).replace(".", "").lstrip("0")) <= 4
+    return len(secret.text.strip()) <= 8
+
+
+def task_given_text(task_dir: Path) -> str:
+    """What the agent is told: the instruction and truth["given"]."""
+    parts = [_read(task_dir / "instruction.md")]
+    truth = _truth(task_dir)
+    if isinstance(truth, dict) and "given" in truth:
+        parts.append(json.dumps(truth["given"], ensure_ascii=False))
+    return "\n".join(p for p in parts if p)
+
+
+def environment_text(task_dir: Path, limit: int = 2_000_000) -> str:
+    """The text of the environment's files (what the agent can read for itself), capped."""
+    env = task_dir / "environment"
+    out, size = [], 0
+    if env.is_dir():
+        for p in sorted(env.rglob("*")):
+            if p.is_file() and size < limit:
+                try:
+                    t = p.read_text(encoding="utf-8")
+                except (UnicodeDecodeError, OSError):
+                    continue
+                out.append(t[: limit - size])
+                size += len(out[-1])
+    return "\n".join(out)
+
+
+def task_secrets(task_dir: str | Path) -> SecretSet:
+    """The secrets of one task directory, each tagged with its file: the answer key minus what is
+    given, and the verifier's constants minus what the instruction or the environment shows."""
+    task_dir = Path(task_dir)
+    given = task_given_text(task_dir)
+    truth = _truth(task_dir)
+    hidden = {k: v for k, v in truth.items() if k != "given"} if isinstance(truth, dict) else truth
+    answers = SecretSet.from_values(hidden, "private/truth.json", "answer", given=given)
+    env = environment_text(task_dir)
+    if env:
+        # A whole answer stays secret even when the data holds it (choosing it is the discovery);
+        # a short piece of one that the environment shows (a region name, a mode such as 0644) is given.
+        env_view = _View.of("plain", env)
+        answers = SecretSet([Secret(s.text, s.kind, s.source, s.context, weak=True)
+                             if _short_piece(s) and _matches_plain(s, env_view) else s for s in answers.secrets],
+                            given=given)
+    answers.code = _code_secrets(hidden, given + "\n" + env, "private/truth.json")
+    answers.shown = frozenset(_TOKEN.findall(_norm(given + "\n" + env)))
+    tests_dir = task_dir / "tests"
+    verifier: list[Secret] = []
+    if tests_dir.is_dir():
+        for path in sorted(tests_dir.glob("*.py")):
+            for name, value in _test_constants(path):
+                verifier += list(_secrets_from(value, f"tests/{path.name}", "assertion", name))
+    verifier = [s for s in verifier if _strong_assertion(s)]
+    if verifier:
+        # Verifier constants the agent can read in its files (fixture names, paths) are not secret.
+        known = {_norm(s.text) for s in answers.secrets}
+        verifier = [s for s in verifier if _norm(s.text) not in known]
+        asserted = SecretSet(verifier, given=given + "\n" + env)
+        return SecretSet([*answers.secrets, *asserted.secrets], given=given, code=answers.code, shown=answers.shown)
+    return answers
+
+
+def _truth(task_dir: Path) -> Any:
+    path = task_dir / "private" / "truth.json"
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise TermforgeError(f"{path}: not valid JSON ({exc})") from None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+
+
+def leak_kinds_summary(leaks: Iterable[Leak]) -> list[str]:
+    """One line per kind of information leaked (no text, no source): what a writer may be told."""
+    seen: dict[str, set[str]] = {}
+    for leak in leaks:
+        seen.setdefault(leak.secret.kind, set()).add(HOW_WORDS[leak.how])
+    return [f"{KIND_WORDS[k]} ({', '.join(sorted(seen[k]))})" for k in KINDS if k in seen]
