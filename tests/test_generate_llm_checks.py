@@ -174,3 +174,32 @@ def test_a_wrong_key_stops_the_run_at_the_first_request(tmp_path, monkeypatch):
     assert exc.value.is_configuration
     assert not (tmp_path / "manifest.json").exists()
     assert not [p for p in (tmp_path / "tasks").iterdir() if not p.name.startswith(".")]
+
+
+def _spec(truth: dict, instruction: str, setup_sh: str = "#!/bin/bash\n") -> "TaskSpec":
+    from termforge.generate.base import TaskSpec
+
+    return TaskSpec(instruction=instruction, setup_sh=setup_sh, test_initial="", test_final="", solve_sh="",
+                    truth=truth, method_note="", verifier_kind="exact_text", fixture_kind="text_only",
+                    fixtures={}, output_paths=[])
+
+
+def _text_fixture(path: str, content: str) -> dict:
+    return {"path": path, "kind": "text", "data": content.encode()}
+
+
+def test_restated_and_file_shipped_answers_are_leaks_and_stated_values_are_not():
+    from termforge.generate.llm import visible_leak
+
+    instruction = "Count the errors per service in `/app/logs/` and write `/app/out/errors.txt` (one `name=count` line)."
+    truth = {"given": {"output": "/app/out/errors.txt"},
+             "expected": {"output": "/app/out/errors.txt", "errors": {"auth": 2, "cache": 1, "db": 17}}}
+    # The answer restated in another format, in a notes file the task ships.
+    leak = visible_leak(_spec(truth, instruction), [_text_fixture("notes/summary.txt", "seen: auth=2, cache=1, db=17\n")])
+    assert leak is not None and leak[:2] == ("task", "environment/fixtures/notes/summary.txt")
+    assert "17" not in leak[2]  # the description never quotes the value
+    # The same values written as words in setup.sh are blamed on the environment step.
+    leak = visible_leak(_spec(truth, instruction, "#!/bin/bash\necho 'db had seventeen errors'\n"), [])
+    assert leak is not None and leak[:2] == ("environment", "environment/setup.sh")
+    # The output path the instruction states is repeated by the expected block: not a leak.
+    assert visible_leak(_spec(truth, instruction), [_text_fixture("logs/app.log", "db: timeout\nauth: denied\n")]) is None

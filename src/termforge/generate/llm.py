@@ -47,7 +47,8 @@ from termforge.generate.writer import task_files, write_task_dir
 from termforge.io import atomic_write_json, clean_stale_staging, read_json, seed_from, stable_hash
 from termforge.models.base import ChatModel, SamplingParams
 from termforge.models.openai_backend import ModelRequestError
-from termforge.quality.validate import TaskVerdict, hidden_truth_strings, validate_task
+from termforge.quality.leaks import SecretSet, find_leaks
+from termforge.quality.validate import TaskVerdict, validate_task
 from termforge.runtime.base import Limits, Runtime
 
 BACKEND = "llm"
@@ -461,6 +462,24 @@ _COLLECTION_TROUBLE = re.compile(r"ERROR collecting|SyntaxError|IndentationError
 # The chain
 
 
+def visible_leak(spec: TaskSpec, fixtures: list[dict]) -> tuple[str, str, str] | None:
+    """The first answer found, in any disguise (termforge.quality.leaks), in what the agent or the
+    image can see: (the step that wrote that text, the file, what leaked, described without
+    quoting it). Values the instruction or truth.given state are not secret."""
+    given = "\n".join([spec.instruction, json.dumps(spec.truth.get("given", {}), sort_keys=True)])
+    hidden = {k: v for k, v in spec.truth.items() if k not in ("given", "expected")}
+    secrets = SecretSet.from_values(hidden, "task", given=given).merge(
+        SecretSet.from_values({"expected": spec.truth.get("expected", {})}, "final_test", given=given))
+    visible = [("task", "instruction.md", spec.instruction), ("environment", "environment/setup.sh", spec.setup_sh)]
+    visible += [("task", f"environment/fixtures/{f['path']}", f["data"].decode("utf-8", "replace"))
+                for f in fixtures if f["kind"] == "text"]
+    for step, rel, text in visible:
+        leaks = find_leaks(text, secrets, input_data=rel != "instruction.md")
+        if leaks:
+            return step, rel, leaks[0].describe()
+    return None
+
+
 def split_told(expected: dict, instruction: str) -> tuple[dict, dict]:
     """The final test's expected values split into those the instruction already states and the rest."""
     told, hidden = {}, {}
@@ -659,19 +678,12 @@ class _Chain:
         return StepError("final_test", stage, f"{advice} ({reason})", log)
 
     def _leak_checks(self, spec: TaskSpec) -> None:
-        """Answers in anything the agent or the image can see, blamed on the step that wrote the
-        text they appear in. Values the instruction states are given, not secret, even when the
-        final test's expected block repeats them."""
-        secrets = set(hidden_truth_strings(spec.truth))
-        visible = [("task", "instruction.md", spec.instruction), ("environment", "environment/setup.sh", spec.setup_sh)]
-        visible += [("task", f"environment/fixtures/{f['path']}", f["data"].decode("utf-8", "replace"))
-                    for f in self.fixtures if f["kind"] == "text"]
-        for step, rel, text in visible:
-            for secret in sorted(secrets):
-                if secret in text:
-                    raise StepError(step, "static", f"an answer-key value appears in {rel}, which the agent can "
-                                                    "read: the environment and instruction must not contain "
-                                                    "answers (values the agent is told belong under truth.given)")
+        leak = visible_leak(spec, self.fixtures)
+        if leak is not None:
+            step, rel, what = leak
+            raise StepError(step, "static", f"{what} appears in {rel}, which the agent can read: the instruction, "
+                                            "setup.sh and fixtures must not contain answers, in any form (values "
+                                            "the agent is told belong under truth.given)")
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -848,5 +860,5 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
 
 
 __all__ = ["generate_task_llm", "run_generate_shard_llm", "LLMGenerationError", "StepError", "FIXTURE_MAKERS",
-           "materialise_fixtures", "failure_record_path", "chain_summary", "sanitize_log", "parse_task_reply",
+           "materialise_fixtures", "failure_record_path", "chain_summary", "visible_leak", "sanitize_log", "parse_task_reply",
            "parse_initial_reply", "parse_final_reply", "parse_environment_reply", "task_json_llm"]

@@ -160,13 +160,17 @@ class SecretSet:
 
     def __post_init__(self) -> None:
         self._given_view = _View.of("plain", self.given) if self.given else None
+        # A short value the given text states in words ("one line per colour" for 1) is given too:
+        # short values only ever leak in context, and the given text is that context.
+        given_words = _View.of("words", self.given) if self.given else None
         kept, seen = [], set()
         for s in self.secrets:
             key = (_norm(s.text), s.kind)
             if key in seen or not _norm(s.text):
                 continue
             seen.add(key)
-            if self._given_view is not None and _matches_plain(s, self._given_view):
+            if self._given_view is not None and (_matches_plain(s, self._given_view) or (
+                    _is_short(s) and _matches_plain(s, given_words))):
                 self.dropped_given += 1
                 continue
             kept.append(s)
@@ -674,15 +678,18 @@ def _code_leaves(obj: Any, where: str) -> Iterator[tuple[str, str]]:
         yield where or "value", obj
 
 
-def find_leaks(text: str, secrets: SecretSet) -> list[Leak]:
+def find_leaks(text: str, secrets: SecretSet, input_data: bool = False) -> list[Leak]:
     """Every secret of `secrets` that `text` reveals in any of the forms above, one Leak per
-    secret, in the set's order (longest secret first)."""
+    secret, in the set's order (longest secret first). input_data=True is for the task's own
+    inputs (fixtures, setup scripts): they name the very things an answer line is about (the
+    colours a census counts), so there only whole values leak, not the fields or parts of one."""
     if not text or not secrets.secrets:
         return []
     views = _views(text)
     spans: list[tuple[str, int, int]] = []
     out: list[Leak] = []
-    out += _piece_leaks(views[:2], secrets)
+    if not input_data:
+        out += _piece_leaks(views[:2], secrets)
     if secrets.code:
         for sh in code_shingles(text):
             if sh in secrets.code:
@@ -690,7 +697,7 @@ def find_leaks(text: str, secrets: SecretSet) -> list[Leak]:
                 out.append(Leak(Secret(src, "answer", src), "code", "plain", " ".join(sh)))
                 break
     for secret in secrets.secrets:
-        if secret.weak:
+        if secret.weak or input_data and secret.source.endswith(("(part)", "(field)")):
             continue
         for view in views:
             if secret.number is not None:
