@@ -361,3 +361,18 @@ def test_report_renders_in_headless_chromium(full):
     data = shot.read_bytes()
     assert data.startswith(PNG) and len(data) > 20_000  # a blank page compresses to a few KB
     print(f"report screenshot: {shot}")
+
+
+def test_llm_generation_checks_and_costs_are_reported(tmp_path):
+    results = copy_run(tmp_path)
+    path = sorted((results / "tasks" / "manifests").glob("*.json"))[0]
+    manifest = read_json(path)
+    manifest["summary"] = {"candidates": 3, "rejected_by_check": {"final_fails_untouched": 2, "truncated": 1},
+                           "repaired": 2, "truncated_replies": 1,
+                           "requests": {"requests": 14, "retries": 3, "prompt_tokens": 9000, "completion_tokens": 4000}}
+    path.write_text(json.dumps(manifest))
+    build(results, tmp_path / "out")
+    rows = {r["llm generation"]: r["count"] for r in read_csv(tmp_path / "out" / "tables" / "generation_checks.csv")}
+    assert rows["candidates rejected at final_fails_untouched"] == "2"
+    assert rows["candidates rejected at truncated"] == "1"
+    assert rows["tasks published after a repair"] == "2" and rows["requests"] == "14" and rows["retries"] == "3"

@@ -32,6 +32,7 @@ TABLE_NAMES = (
     "overview", "axis_balance", "corpus_composition", "family_mix", "honoured_axes", "survival", "drop_reasons",
     "decontam_summary", "decontam_hits", "decontam_near_duplicates", "passk_overall", "passk_by_bucket",
     "passk_bands", "hint_coverage", "training_summary", "training_curves", "eval_comparison", "rule_cost",
+    "generation_checks",
 )
 PLOT_NAMES = ("composition", "survival", "passk", "training", "eval", "cost")
 MAX_HTML_ROWS = 60
@@ -269,8 +270,12 @@ class _Builder:
         if self.shards:
             stages.append(("generated", len(generated)))
             gen = set(generated)
+            failed = {f["id"]: f for s in self.shards for f in s.get("failed", [])}
             for tid in sampled:
-                if tid not in gen:
+                if tid in failed:
+                    f = failed[tid]
+                    drops.append((f"generate ({f.get('step')}: {f.get('stage')})", str(f.get("reason", ""))[:160], tid))
+                elif tid not in gen:
                     drops.append(("generate", "no task directory (shard not generated or generation failed)", tid))
         current = len(generated) if self.shards else len(sampled)
         if self.decontam is not None:
@@ -310,12 +315,35 @@ class _Builder:
             grouped.setdefault((stage, reason), []).append(tid)
         reason_rows = [[s, r, len(ids), sorted(ids)[:3]]
                        for (s, r), ids in sorted(grouped.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+        self._generation_checks(sec)
         if reason_rows:
             self.add_table(sec, Table("drop_reasons", ["stage", "reason", "tasks", "example task ids"], reason_rows,
                                       "Why tasks were dropped"))
         else:
             sec.parts.append("<p>No task was dropped.</p>")
         return sec
+
+    def _generation_checks(self, sec: Section) -> None:
+        """llm backend: what generation's own checks rejected and repaired, and what it cost."""
+        summaries = [s["summary"] for s in self.shards if isinstance(s.get("summary"), dict)]
+        if not summaries:
+            return
+        rejected: dict[str, int] = {}
+        totals = {"candidates": 0, "repaired": 0, "truncated_replies": 0}
+        usage = {"requests": 0, "retries": 0, "prompt_tokens": 0, "completion_tokens": 0, "cache_hits": 0}
+        for summ in summaries:
+            for stage, n in summ.get("rejected_by_check", {}).items():
+                rejected[stage] = rejected.get(stage, 0) + n
+            for key in totals:
+                totals[key] += summ.get(key, 0)
+            for key in usage:
+                usage[key] += (summ.get("requests") or {}).get(key, 0) or 0
+        rows = [[f"candidates rejected at {stage}", n] for stage, n in sorted(rejected.items())]
+        rows += [["tasks published after a repair", totals["repaired"]],
+                 ["replies cut at the token limit (discarded)", totals["truncated_replies"]]]
+        rows += [[key.replace("_", " "), n] for key, n in usage.items()]
+        self.add_table(sec, Table("generation_checks", ["llm generation", "count"], rows,
+                                  "LLM generation: candidates rejected by each check, repairs and model usage"))
 
     def decontamination(self) -> Section:
         sec = Section("decontam", "Decontamination",
