@@ -232,7 +232,8 @@ def cmd_train(args) -> int:
     from termforge.opsd.trainer import run_train_cli_args
 
     o = _stage_options(args, "train")
-    kwargs = dict(dataset=args.dataset, probe_dataset=args.probe_dataset, demos=args.demos, tasks_dir=args.tasks_dir)
+    kwargs = dict(dataset=args.dataset, probe_dataset=args.probe_dataset, demos=args.demos, tasks_dir=args.tasks_dir,
+                  images_dir=args.images_dir, passk=args.passk)
     try:
         summary = run_train_cli_args(o["train"], Path(args.out_dir), **kwargs)
     except ConfigError as exc:
@@ -476,6 +477,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--probe-dataset", help="held-out math rows for the KL probe (overrides train.probe_dataset)")
     sp.add_argument("--demos", help="demos.parquet for terminal data (overrides train.demos)")
     sp.add_argument("--tasks-dir", help="task directories for terminal data (overrides train.tasks_dir)")
+    sp.add_argument("--images-dir", help="built task images for terminal episodes (overrides train.images_dir)")
+    sp.add_argument("--passk", help="solve pass rates that calibrate the GRPO pool (overrides train.passk)")
     sp.add_argument("--restart-on-config-change", action="store_true",
                     help="start over when the checkpoints were written by another config (what the workflow does)")
     sp.set_defaults(func=cmd_train)
