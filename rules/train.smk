@@ -1,8 +1,23 @@
 # OPSD training, one job per ablation (a GPU job on clusters; CPU in the embedded default).
 
 
+def terminal_train_inputs(wildcards):
+    """An ablation with train.data_kind terminal runs episodes: it also needs the built images and
+    the solve pass rates that calibrate its GRPO pool."""
+    if ablation_config(config, wildcards.model)["train"].get("data_kind") != "terminal":
+        return {}
+    return {"passk": "results/solve/passk.json", "corpus": "results/corpus/manifest.json",
+            "images": expand("results/images/manifests/{shard}.json", shard=SHARDS)}
+
+
+def terminal_train_flags(wildcards, input):
+    if "passk" not in input.keys():
+        return ""
+    return "--images-dir results/images --passk {} --corpus {}".format(input.passk, input.corpus)
+
 rule train_opsd:
     input:
+        unpack(terminal_train_inputs),
         math="results/data/math/train.jsonl",
         probe="results/data/math/heldout.jsonl",
         demos="results/hints/demos.parquet",
@@ -10,6 +25,7 @@ rule train_opsd:
         summary="results/runs/{model}/train/summary.json",
     params:
         options=ablation_params_of("train"),
+        terminal=terminal_train_flags,
     log:
         "results/logs/train/{model}.log",
     benchmark:
@@ -22,6 +38,6 @@ rule train_opsd:
         runtime=GPU_RUNTIME,
     shell:
         "termforge train --params {params.options:q} --dataset {input.math} --probe-dataset {input.probe} "
-        "--demos {input.demos} --tasks-dir results/tasks --out-dir results/runs/{wildcards.model}/train "
+        "--demos {input.demos} --tasks-dir results/tasks {params.terminal} --out-dir results/runs/{wildcards.model}/train "
         "--restart-on-config-change "
         "2>&1 | tee {log}"

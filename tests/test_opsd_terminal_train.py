@@ -77,7 +77,9 @@ def corpus(tmp_path_factory):
     for t in tasks:
         assert rt.build(t, root / "images").ok
     hints = [procedural_hint(tasks[0]), procedural_hint(tasks[1]), ""]
-    pq.write_table(pa.table({"task_id": [t.name for t in tasks], "demo": hints}), root / "demos.parquet")
+    # As the hints stage writes it: hinted tasks only; the corpus manifest lists every kept task.
+    pq.write_table(pa.table({"task_id": [t.name for t in tasks[:2]], "demo": hints[:2]}), root / "demos.parquet")
+    atomic_write_json(root / "corpus.json", {"kept": [t.name for t in tasks]})
     atomic_write_json(root / "passk.json", {"per_task": [
         {"task_id": tasks[0].name, "n": 2, "c": 0}, {"task_id": tasks[1].name, "n": 2, "c": 1},
         {"task_id": tasks[2].name, "n": 2, "c": 2}]})
@@ -86,7 +88,7 @@ def corpus(tmp_path_factory):
 
 def terminal_config(model_dir, root, **overrides) -> OPSDConfig:
     values = dict(model=model_dir, device="cpu", num_threads=1, data_kind="terminal", objective="mixed",
-                  demos=str(root / "demos.parquet"), tasks_dir=str(root / "tasks"), images_dir=str(root / "images"),
+                  demos=str(root / "demos.parquet"), corpus=str(root / "corpus.json"), tasks_dir=str(root / "tasks"), images_dir=str(root / "images"),
                   passk=str(root / "passk.json"), max_steps=2, prompts_per_step=1, group_size=2, max_new_tokens=8,
                   max_episode_tokens=700, episode_turn_cap=2, micro_batch_size=2, lora_r=4, lora_alpha=8.0,
                   lora_target_modules=["q_proj", "v_proj"], learning_rate=1e-2, probe_size=0, checkpoint_every=1,

@@ -233,7 +233,7 @@ def cmd_train(args) -> int:
 
     o = _stage_options(args, "train")
     kwargs = dict(dataset=args.dataset, probe_dataset=args.probe_dataset, demos=args.demos, tasks_dir=args.tasks_dir,
-                  images_dir=args.images_dir, passk=args.passk)
+                  images_dir=args.images_dir, passk=args.passk, corpus=args.corpus)
     try:
         summary = run_train_cli_args(o["train"], Path(args.out_dir), **kwargs)
     except ConfigError as exc:
@@ -479,6 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--tasks-dir", help="task directories for terminal data (overrides train.tasks_dir)")
     sp.add_argument("--images-dir", help="built task images for terminal episodes (overrides train.images_dir)")
     sp.add_argument("--passk", help="solve pass rates that calibrate the GRPO pool (overrides train.passk)")
+    sp.add_argument("--corpus", help="corpus manifest whose kept tasks train GRPO (overrides train.corpus)")
     sp.add_argument("--restart-on-config-change", action="store_true",
                     help="start over when the checkpoints were written by another config (what the workflow does)")
     sp.set_defaults(func=cmd_train)

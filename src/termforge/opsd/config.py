@@ -194,6 +194,8 @@ class OPSDConfig:
                                         minimum=0)
     rl_weight: float = _knob(1.0, "mixed: weight of the GRPO part's loss.", minimum=0.0)
     opsd_weight: float = _knob(1.0, "mixed: weight of the OPSD part's loss.", minimum=0.0)
+    corpus: str | None = _knob(None, "The corpus manifest (its `kept` list): every kept task trains GRPO, "
+                               "hinted or not; null: only the tasks of demos.parquet.")
     passk: str | None = _knob(None, "The solve stage's passk.json: pass rates that calibrate the GRPO pool.")
     images_dir: str | None = _knob(None, "Folder of built task images (the build-images stage's).")
     rl_pass_rate_low: float = _knob(0.0, "GRPO pool: a task's solve pass rate must be above this (exclusive).",
@@ -290,7 +292,7 @@ class OPSDConfig:
 RESUME_FREE_KEYS = frozenset({
     "device", "num_threads", "generation_batch_size", "micro_batch_size", "loss_chunk_size",
     "checkpoint_every", "checkpoint_keep", "resume", "plot", "gradient_checkpointing",
-    "episode_workers", "images_dir", "passk",
+    "episode_workers", "images_dir", "passk", "corpus",
 })
 
 

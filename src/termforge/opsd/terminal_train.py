@@ -38,8 +38,9 @@ __all__ = ["TerminalRun", "calibrated_pool", "load_terminal_tasks"]
 
 
 def load_terminal_tasks(cfg: OPSDConfig, where: str = "train") -> list[PromptRow]:
-    """Every kept task of demos.parquet (the hints stage lists all kept tasks; those without a
-    hint have an empty demo and are GRPO-only): PromptRows with the hint, possibly empty."""
+    """Every kept task (cfg.corpus's `kept` list, else the tasks of demos.parquet), with its hint
+    from demos.parquet when it has one (the hints stage lists hinted tasks only; the others are
+    GRPO-only): PromptRows whose privileged context may be empty."""
     import pyarrow.parquet as pq
 
     from termforge.harness import initial_messages
@@ -54,13 +55,20 @@ def load_terminal_tasks(cfg: OPSDConfig, where: str = "train") -> list[PromptRow
     for column in ("task_id", "demo"):
         if column not in table.column_names:
             raise ConfigError(f"{where}.demos: {cfg.demos} has no column {column!r}")
+    hints = {str(r["task_id"]): (r.get("demo") or "").strip() for r in table.to_pylist()}
+    if cfg.corpus:
+        if not Path(cfg.corpus).is_file():
+            raise ConfigError(f"{where}.corpus: {cfg.corpus} does not exist")
+        task_ids = [str(t) for t in read_json(cfg.corpus).get("kept", [])]
+    else:
+        task_ids = list(hints)
     rows = []
-    for record in table.to_pylist():
-        path = Path(cfg.tasks_dir) / str(record["task_id"]) / "instruction.md"
+    for task_id in task_ids:
+        path = Path(cfg.tasks_dir) / task_id / "instruction.md"
         if not path.is_file():
-            raise TermforgeError(f"task {record['task_id']}: listed in {cfg.demos} but {path} is missing")
-        rows.append(PromptRow(id=str(record["task_id"]), prompt_messages=tuple(initial_messages(path.read_text())),
-                              privileged_context=(record.get("demo") or "").strip(), kind="terminal"))
+            raise TermforgeError(f"task {task_id}: listed as kept but {path} is missing")
+        rows.append(PromptRow(id=task_id, prompt_messages=tuple(initial_messages(path.read_text())),
+                              privileged_context=hints.get(task_id, ""), kind="terminal"))
     if not rows:
         raise ConfigError(f"{where}.demos: {cfg.demos} lists no task")
     if cfg.max_rows is not None:

@@ -691,6 +691,7 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
 def run_train_cli_args(train_options: Mapping[str, Any] | None, out_dir: str | os.PathLike, *,
                        dataset: str | None = None, probe_dataset: str | None = None, demos: str | None = None,
                        tasks_dir: str | None = None, images_dir: str | None = None, passk: str | None = None,
+                       corpus: str | None = None,
                        stop_after_steps: int | None = None,
                        where: str = "train") -> dict[str, Any]:
     """What the `termforge train` command does: the config's `train:` mapping plus the data paths
@@ -698,9 +699,12 @@ def run_train_cli_args(train_options: Mapping[str, Any] | None, out_dir: str | o
     from termforge.opsd.data import load_math_rows, load_prompt_rows
 
     options = dict(train_options or {})
+    terminal = options.get("data_kind") == "terminal"
     for key, value in (("dataset", dataset), ("probe_dataset", probe_dataset), ("demos", demos),
-                       ("tasks_dir", tasks_dir), ("images_dir", images_dir), ("passk", passk)):
-        if value is not None:
+                       ("tasks_dir", tasks_dir), ("images_dir", images_dir), ("passk", passk),
+                       ("corpus", corpus)):
+        # The workflow hands the math files to every ablation; a terminal run has no use for them.
+        if value is not None and not (terminal and key in ("dataset", "probe_dataset")):
             options[key] = str(value)
     cfg = OPSDConfig.from_dict(options, where=where)
     if cfg.data_kind == "terminal":
