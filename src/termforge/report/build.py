@@ -403,7 +403,9 @@ class _Builder:
             return self.not_run(sec, self.results / "runs" / "<ablation>" / "train" / "metrics.jsonl")
         curves: dict[str, list[dict]] = {}
         summary, long_rows = [], []
-        cols = ["loss", "kl_mean", "clipped_fraction", "completion_len", "tokens_per_s", "peak_mem_mb"]
+        cols = ["loss", "kl_mean", "clipped_fraction", "completion_len", "tokens_per_s", "peak_mem_mb",
+                # terminal runs (objective opsd | grpo | mixed): the verifier's reward and each part's loss
+                "objective", "reward_mean", "opsd_loss", "grpo_loss", "groups_kept"]
         for path in runs:
             name = path.parent.parent.name
             rows = sorted((r for r in read_jsonl(path) if "step" in r), key=lambda r: r["step"])
@@ -425,7 +427,8 @@ class _Builder:
                                   ["ablation", "steps", "first loss", "last loss", "last KL", "mean clipped fraction",
                                    "mean completion length", "mean tokens/s", "peak memory (MB)", "probe KL before",
                                    "probe KL after"], summary, "Training summary per ablation"))
-        self.add_plot(sec, "training", plots.training_plot(curves), "Loss and mean KL per step, per ablation")
+        self.add_plot(sec, "training", plots.training_plot(curves),
+                      "Loss (per objective part for terminal runs), mean KL and episode reward per step, per ablation")
         self.tables["training_curves"] = Table("training_curves", ["ablation", "step"] + cols, long_rows)
         sec.parts.append('<p class="csv">Per-step values: <code>training_curves.csv</code></p>')
         return sec
