@@ -143,9 +143,21 @@ def test_mixed_batch_composition_and_hint_only_in_the_teacher_view(tiny_model_di
 
     model, tokenizer = load_causal_lm(tiny_model_dir, device="cpu", dtype="float32")
     trainer = OPSDTrainer(cfg, model, tokenizer)
+    engine = run.engine(trainer)  # the real transformers engine on the tiny student
+    generate, calls = engine.generate, []
+
+    def spy(prompts, caps, seed):
+        samples = generate(prompts, caps, seed)
+        calls.append([(list(p), list(s.token_ids)) for p, s in zip(prompts, samples)])
+        return samples
+
+    engine.generate = spy
     episodes, _ = run.run_episodes(trainer, opsd, seed=1)
     for ep, hint in zip(episodes, hints[:2]):
         assert ep.status == "graded" and ep.num_scored > 0
+        # scored ids = the ids the engine sampled for this episode, turn after turn
+        mine = [ids for call in calls for prompt, ids in call if ep.ids[: len(prompt)] == prompt]
+        assert [t for t, m in zip(ep.ids, ep.mask) if m] == [t for ids in mine for t in ids]
         traj = run.opsd_trajectory(trainer, ep)
         student = tokenizer.decode(traj.student_ids)
         teacher = tokenizer.decode(traj.teacher_ids)
