@@ -591,6 +591,10 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
         else:  # a fresh start: any probe files left by an earlier run may be from another config
             if terminal_run is not None:  # the untrained student's own held-out episodes
                 probe_trajectories = terminal_run.probe_trajectories(trainer, probe_rows)
+                if not probe_trajectories:
+                    raise TermforgeError(f"train: none of the {len(probe_rows)} held-out probe episodes was graded "
+                                         "with a scored token (see the infra errors above); set train.probe_size 0 "
+                                         "or fix the sandbox")
             else:
                 probe_trajectories = sample_rollouts(
                     trainer.generation_model(), tokenizer, probe_rows, cfg, seed_from("opsd-probe-sample", cfg.seed),
