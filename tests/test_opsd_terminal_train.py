@@ -88,7 +88,8 @@ def corpus(tmp_path_factory):
 
 def terminal_config(model_dir, root, **overrides) -> OPSDConfig:
     values = dict(model=model_dir, device="cpu", num_threads=1, data_kind="terminal", objective="mixed",
-                  demos=str(root / "demos.parquet"), corpus=str(root / "corpus.json"), tasks_dir=str(root / "tasks"), images_dir=str(root / "images"),
+                  demos=str(root / "demos.parquet"), corpus=str(root / "corpus.json"), tasks_dir=str(root / "tasks"),
+                  images_dir=str(root / "images"),
                   passk=str(root / "passk.json"), max_steps=2, prompts_per_step=1, group_size=2, max_new_tokens=8,
                   max_episode_tokens=700, episode_turn_cap=2, micro_batch_size=2, lora_r=4, lora_alpha=8.0,
                   lora_target_modules=["q_proj", "v_proj"], learning_rate=1e-2, probe_size=0, checkpoint_every=1,

@@ -200,7 +200,8 @@ class OPSDConfig:
     images_dir: str | None = _knob(None, "Folder of built task images (the build-images stage's).")
     rl_pass_rate_low: float = _knob(0.0, "GRPO pool: a task's solve pass rate must be above this (exclusive).",
                                     minimum=0.0, maximum=1.0)
-    rl_pass_rate_high: float = _knob(1.0, "GRPO pool: a task's solve pass rate must be below this (exclusive); the default band 0..1 keeps tasks solved sometimes but not always.",
+    rl_pass_rate_high: float = _knob(1.0, "GRPO pool: a task's solve pass rate must be below this (exclusive); "
+                                     "the default band 0..1 keeps tasks solved sometimes but not always.",
                                      minimum=0.0, maximum=1.0)
     rl_pool_fallback: str = _knob("all", "When the band holds no task: all (every kept task, said in the "
                                   "metrics) or none (no GRPO part).", choices=("all", "none"))

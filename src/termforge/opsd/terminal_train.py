@@ -344,7 +344,8 @@ class TerminalRun:
             loss_total += float(loss_sum.detach())
             kl_total += stats.kl_mean * stats.num_tokens
             clipped_total += stats.clipped_fraction * stats.num_tokens * vocab
-        out.update(loss=loss_total / tokens, kl_mean=kl_total / tokens, clipped_fraction=clipped_total / (tokens * vocab))
+        out.update(loss=loss_total / tokens, kl_mean=kl_total / tokens,
+                   clipped_fraction=clipped_total / (tokens * vocab))
         return out
 
     def _grpo_part(self, trainer: Any, trajectories: list[Trajectory]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from termforge.report import plots
 TABLE_NAMES = (
     "overview", "axis_balance", "corpus_composition", "family_mix", "survival", "drop_reasons",
     "decontam_summary", "decontam_hits", "decontam_near_duplicates", "passk_overall", "passk_by_bucket",
-    "passk_bands", "hint_coverage", "training_summary", "training_curves", "eval_comparison", "rule_cost",
+    "passk_bands", "hint_coverage", "training_summary", "training_curves", "grpo_pool", "eval_comparison", "rule_cost",
 )
 PLOT_NAMES = ("composition", "survival", "passk", "training", "eval", "cost")
 MAX_HTML_ROWS = 60
@@ -427,6 +427,18 @@ class _Builder:
                                   ["ablation", "steps", "first loss", "last loss", "last KL", "mean clipped fraction",
                                    "mean completion length", "mean tokens/s", "peak memory (MB)", "probe KL before",
                                    "probe KL after"], summary, "Training summary per ablation"))
+        pools = []
+        for path in runs:  # terminal runs: the calibrated GRPO pool, per difficulty band of solve
+            pool = (_read_optional_json(path.parent / "summary.json") or {}).get("rl_pool") or {}
+            if pool:
+                pools.append([path.parent.parent.name, pool.get("rule"), pool.get("pool"),
+                              ", ".join(f"{b}: {n}" for b, n in (pool.get("pool_by_band") or {}).items()),
+                              ", ".join(f"{b}: {n}" for b, n in (pool.get("candidates_by_band") or {}).items()),
+                              pool.get("fallback") or ""])
+        if pools:
+            self.add_table(sec, Table("grpo_pool", ["ablation", "band", "pool tasks", "pool by band",
+                                                    "kept tasks by band", "fallback"], pools,
+                                      "GRPO task pool per ablation, by solve difficulty band"))
         self.add_plot(sec, "training", plots.training_plot(curves),
                       "Loss (per objective part for terminal runs), mean KL and episode reward per step, per ablation")
         self.tables["training_curves"] = Table("training_curves", ["ablation", "step"] + cols, long_rows)
