@@ -539,8 +539,13 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
     if not rows:
         raise TermforgeError("train: no training rows")
     if probe_rows is None and cfg.probe_size > 0 and cfg.data_kind == "terminal":
-        # The probe needs a hint (the teacher's view); reward-only tasks all stay in training.
-        _, probe_rows = split_probe_rows([r for r in rows if r.privileged_context], cfg.probe_size, cfg.seed)
+        # The probe needs a hint (the teacher's view); reward-only tasks all stay in training, and
+        # at least one hinted task stays too (a small corpus shrinks the probe, and says so).
+        hinted = [r for r in rows if r.privileged_context]
+        size = min(cfg.probe_size, max(0, len(hinted) - 1))
+        if size < cfg.probe_size:
+            print(f"train: only {len(hinted)} hinted tasks; the KL probe holds out {size} (probe_size {cfg.probe_size})")
+        _, probe_rows = split_probe_rows(hinted, size, cfg.seed) if size else (hinted, [])
         held = {r.id for r in probe_rows}
         rows = [r for r in rows if r.id not in held]
         print(f"train: holding {len(probe_rows)} hinted tasks out of training for the KL probe")
