@@ -263,3 +263,38 @@ def test_kill_minus_nine_then_resume_equals_uninterrupted(tiny_model_dir, corpus
     summary = read_json(straight / "summary.json")
     assert summary["objective"] == "mixed" and summary["rl_pool"]["pool"] >= 1
     assert read_json(straight / "kl_probe.json")["num_tokens"] > 0
+
+
+@needs_bwrap
+def test_active_sampling_refills_the_batch_with_groups_that_carry_signal(tiny_model_dir, corpus, tmp_path):
+    from termforge.models.transformers_backend import load_causal_lm
+    from termforge.opsd.trainer import OPSDTrainer
+
+    root, tasks, _ = corpus
+
+    class SolvesOnlyWhenRefilling(HalfSolvingEngine):
+        """The first round fails everywhere (a reply without a command ends the episode, with
+        episode_max_format_errors 1, after one generate call); the refill round half-solves."""
+
+        def __init__(self, *a):
+            super().__init__(*a)
+            self.calls = 0
+
+        def generate(self, prompts, max_new_tokens, seed):
+            self.calls += 1
+            if self.calls == 1:
+                ids = self.tokenizer("no command", add_special_tokens=False)["input_ids"] + self.stop_ids
+                return [Sample(ids, [-1.0] * len(ids), "stop") for _ in prompts]
+            return super().generate(prompts, max_new_tokens, seed)
+
+    cfg = terminal_config(tiny_model_dir, root, objective="grpo", max_episode_tokens=4000, active_sampling_rounds=2,
+                          episode_max_format_errors=1)
+    model, tokenizer = load_causal_lm(tiny_model_dir, device="cpu", dtype="float32")
+    trainer = OPSDTrainer(cfg, model, tokenizer)
+    run = TerminalRun(cfg, load_terminal_tasks(cfg), tmp_path)
+    run._engine = SolvesOnlyWhenRefilling(tokenizer, tasks)
+    record = run.train_step(trainer, 0)
+    # round 0: one group, all failed; one refill round found a group with rewards 1 and 0; no third round
+    assert record["active_sampling_rounds"] == 1
+    assert record["groups_all_failed"] == 1 and record["groups_kept"] == 1
+    assert record["episodes"] == 4 and record["grpo_sequences"] == 2
