@@ -15,15 +15,35 @@ def offline_math_flags(wildcards, input):
     return f"--dataset {input.math} --probe-dataset {input.probe}"
 
 
+def terminal_train_inputs(wildcards):
+    """An ablation with train.data_kind terminal runs episodes: it also needs the built images and
+    the solve pass rates that calibrate its GRPO pool."""
+    if ablation_config(config, wildcards.model)["train"].get("data_kind") != "terminal":
+        return {}
+    return {"passk": "results/solve/passk.json", "corpus": "results/corpus/manifest.json",
+            "images": expand("results/images/manifests/{shard}.json", shard=SHARDS)}
+
+
+def terminal_train_flags(wildcards, input):
+    if "passk" not in input.keys():
+        return ""
+    return "--images-dir results/images --passk {} --corpus {}".format(input.passk, input.corpus)
+
+
+def train_inputs(wildcards):
+    return {**offline_math_set(wildcards), **terminal_train_inputs(wildcards)}
+
+
 rule train_opsd:
     input:
-        unpack(offline_math_set),
+        unpack(train_inputs),
         demos="results/hints/demos.parquet",
     output:
         summary="results/runs/{model}/train/summary.json",
     params:
         options=ablation_params_of("train"),
         math_data=offline_math_flags,
+        terminal=terminal_train_flags,
     log:
         "results/logs/train/{model}.log",
     benchmark:
@@ -36,6 +56,7 @@ rule train_opsd:
         runtime=GPU_RUNTIME,
     shell:
         "termforge train --params {params.options:q} {params.math_data} "
-        "--demos {input.demos} --tasks-dir results/tasks --out-dir results/runs/{wildcards.model}/train "
+        "--demos {input.demos} --tasks-dir results/tasks {params.terminal} "
+        "--out-dir results/runs/{wildcards.model}/train "
         "--restart-on-config-change "
         "2>&1 | tee {log}"

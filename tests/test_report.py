@@ -376,3 +376,27 @@ def test_llm_generation_checks_and_costs_are_reported(tmp_path):
     assert rows["candidates rejected at final_fails_untouched"] == "2"
     assert rows["candidates rejected at truncated"] == "1"
     assert rows["tasks published after a repair"] == "2" and rows["requests"] == "14" and rows["retries"] == "3"
+
+
+def test_terminal_run_shows_reward_curve_and_grpo_pool(tmp_path):
+    """A terminal ablation (objective mixed): per-step reward and per-part losses reach the curves
+    table, and the calibrated GRPO pool is shown per difficulty band."""
+    results = copy_run(tmp_path)
+    add_planned_outputs(results)
+    train = results / "runs" / "terminal" / "train"
+    train.mkdir(parents=True)
+    with open(train / "metrics.jsonl", "w") as fh:
+        for step in (1, 2):
+            fh.write(json.dumps({"step": step, "objective": "mixed", "loss": 0.5 / step, "kl_mean": 0.1 / step,
+                                 "reward_mean": 0.25 * step, "opsd_loss": 0.3 / step, "grpo_loss": 0.2 / step,
+                                 "groups_kept": step - 1}) + "\n")
+    (train / "summary.json").write_text(json.dumps({"rl_pool": {
+        "rule": "0.0 < solve pass rate < 1.0", "pool": 2, "pool_by_band": {"hard": 1, "medium": 1},
+        "candidates_by_band": {"hard": 1, "medium": 1, "unsolved": 3}, "fallback": None}}))
+    build(results, tmp_path / "out")
+    curves = [r for r in read_csv(tmp_path / "out" / "tables" / "training_curves.csv") if r["ablation"] == "terminal"]
+    assert [float(r["reward_mean"]) for r in curves] == [0.25, 0.5]
+    assert [r["objective"] for r in curves] == ["mixed", "mixed"] and float(curves[1]["grpo_loss"]) == 0.1
+    (pool,) = read_csv(tmp_path / "out" / "tables" / "grpo_pool.csv")
+    assert pool["ablation"] == "terminal" and pool["pool tasks"] == "2"
+    assert pool["pool by band"] == "hard: 1, medium: 1" and "unsolved: 3" in pool["kept tasks by band"]

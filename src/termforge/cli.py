@@ -295,7 +295,8 @@ def cmd_train(args) -> int:
     from termforge.opsd.trainer import run_train_cli_args
 
     o = _stage_options(args, "train")
-    kwargs = dict(dataset=args.dataset, probe_dataset=args.probe_dataset, demos=args.demos, tasks_dir=args.tasks_dir)
+    kwargs = dict(dataset=args.dataset, probe_dataset=args.probe_dataset, demos=args.demos, tasks_dir=args.tasks_dir,
+                  images_dir=args.images_dir, passk=args.passk, corpus=args.corpus)
     try:
         summary = run_train_cli_args(o["train"], Path(args.out_dir), **kwargs)
     except ConfigError as exc:
@@ -574,6 +575,11 @@ def build_parser() -> argparse.ArgumentParser:
     input_arg(sp, "--probe-dataset", kind="dataset", help="held-out math rows for the KL probe (overrides train.probe_dataset)")
     input_arg(sp, "--demos", kind="demos", help="demos.parquet for terminal data (overrides train.demos)")
     input_arg(sp, "--tasks-dir", kind="tasks_dir", help="task directories for terminal data (overrides train.tasks_dir)")
+    input_arg(sp, "--images-dir", kind="results_dir",
+              help="built task images for terminal episodes (overrides train.images_dir)")
+    input_arg(sp, "--passk", kind="passk", help="solve pass rates that calibrate the GRPO pool (overrides train.passk)")
+    input_arg(sp, "--corpus", kind="corpus_manifest",
+              help="corpus manifest whose kept tasks train GRPO (overrides train.corpus)")
     sp.add_argument("--restart-on-config-change", action="store_true",
                     help="start over when the checkpoints were written by another config (what the workflow does)")
     sp.set_defaults(func=cmd_train)

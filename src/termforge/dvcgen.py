@@ -25,7 +25,7 @@ DVC_STAGES: dict[str, dict] = {
     "solve": {"rules": ["solve", "passk"], "code": ["solve.py", "harness.py", "passk.py", "models"],
               "upstream": ["quality"]},
     "hints": {"rules": ["hints", "export"], "code": ["hints", "export.py"], "upstream": ["quality"]},
-    "train": {"rules": ["train_opsd"], "code": ["opsd"], "upstream": ["data", "hints"]},
+    "train": {"rules": ["train_opsd"], "code": ["opsd"], "upstream": ["data", "hints", "solve"]},  # solve: passk (terminal)
     "eval": {"rules": ["eval_aime", "eval_tbench", "eval_table"], "code": ["evals"],
              "upstream": ["data", "train"], "extra_deps": ["benchmarks/tb-mini"]},
     "report": {"rules": ["report"], "code": ["report"], "upstream": ["solve", "hints", "train", "eval"]},

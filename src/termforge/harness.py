@@ -122,49 +122,84 @@ def initial_messages(instruction: str) -> list[dict]:
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": instruction}]
 
 
+class EpisodeDriver:
+    """The harness's rules for one episode, one reply at a time.
+
+    `run_episode` drives it with a chat model; the trainer's terminal rollouts drive many at once
+    (one batched generate call for every live episode per turn), so both follow exactly the same
+    rules: format nudges and their cap, the per-command timeout within the task's wall-clock
+    limit, observation truncation, the submit marker and the turn cap.
+    """
+
+    def __init__(self, shell, instruction: str, cfg: HarnessConfig):
+        self.shell = shell
+        self.cfg = cfg
+        self.messages = initial_messages(instruction)
+        self.turns: list[Turn] = []
+        self.format_errors = 0
+        self.start = time.monotonic()
+        self.end_reason: str | None = None
+        self.model_total = self.exec_total = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.end_reason is not None
+
+    def before_turn(self) -> bool:
+        """Whether the episode may take another turn (sets end_reason when it may not)."""
+        if self.done:
+            return False
+        if len(self.turns) >= self.cfg.turn_cap:
+            self.end_reason = "turn_cap"
+        elif time.monotonic() - self.start > self.cfg.task_timeout_sec:
+            self.end_reason = "task_timeout"
+        return not self.done
+
+    def apply(self, reply: str, model_s: float = 0.0, prompt_tokens: int = 0, completion_tokens: int = 0) -> str:
+        """Record the model's reply, run its command; returns the next user message's text."""
+        index = len(self.turns)
+        self.model_total += model_s
+        self.messages.append({"role": "assistant", "content": reply})
+        blocks = extract_commands(reply)
+        if len(blocks) != 1:
+            self.format_errors += 1
+            nudge = FORMAT_NUDGE.format(found=len(blocks))
+            self.messages.append({"role": "user", "content": nudge})
+            self.turns.append(Turn(index, reply, None, nudge, None, False, True, model_s, 0.0,
+                                   prompt_tokens, completion_tokens))
+            if self.format_errors >= self.cfg.max_format_errors:
+                self.end_reason = "format_errors"
+            return nudge
+        command = blocks[0]
+        left = self.cfg.task_timeout_sec - (time.monotonic() - self.start)
+        timeout = max(1.0, min(self.cfg.command_timeout_sec, left))
+        t1 = time.monotonic()
+        res = self.shell.run(command, timeout=timeout)
+        exec_s = time.monotonic() - t1
+        self.exec_total += exec_s
+        observation = format_observation(res.stdout, res.exit_code, res.timed_out, self.cfg.observation_chars,
+                                         timeout)
+        self.messages.append({"role": "user", "content": observation})
+        self.turns.append(Turn(index, reply, command, observation, res.exit_code, res.timed_out, False, model_s,
+                               exec_s, prompt_tokens, completion_tokens))
+        if SUBMIT_MARKER in res.stdout:
+            self.end_reason = "submitted"
+        return observation
+
+    def finish(self, end_reason: str | None = None) -> Episode:
+        if end_reason is not None and not self.done:
+            self.end_reason = end_reason
+        return Episode(self.messages, self.turns, self.end_reason or "turn_cap", self.model_total,
+                       self.exec_total, time.monotonic() - self.start)
+
+
 def run_episode(model: ChatModel, shell, instruction: str, cfg: HarnessConfig,
                 sampling: SamplingParams | None = None) -> Episode:
     """Drive one episode: the model's commands run in `shell` (a PersistentShell) until it submits."""
-    messages = initial_messages(instruction)
-    turns: list[Turn] = []
-    format_errors = 0
-    start = time.monotonic()
-    end_reason = "turn_cap"
+    driver = EpisodeDriver(shell, instruction, cfg)
     sampling = sampling or cfg.sampling
-    model_total = exec_total = 0.0
-    for index in range(cfg.turn_cap):
-        if time.monotonic() - start > cfg.task_timeout_sec:
-            end_reason = "task_timeout"
-            break
+    while driver.before_turn():
         t0 = time.monotonic()
-        completion = model.chat(messages, n=1, sampling=sampling)[0]
-        model_s = time.monotonic() - t0
-        model_total += model_s
-        reply = completion.text
-        messages.append({"role": "assistant", "content": reply})
-        blocks = extract_commands(reply)
-        if len(blocks) != 1:
-            format_errors += 1
-            nudge = FORMAT_NUDGE.format(found=len(blocks))
-            messages.append({"role": "user", "content": nudge})
-            turns.append(Turn(index, reply, None, nudge, None, False, True, model_s, 0.0,
-                              completion.prompt_tokens, completion.completion_tokens))
-            if format_errors >= cfg.max_format_errors:
-                end_reason = "format_errors"
-                break
-            continue
-        command = blocks[0]
-        left = cfg.task_timeout_sec - (time.monotonic() - start)
-        timeout = max(1.0, min(cfg.command_timeout_sec, left))
-        t1 = time.monotonic()
-        res = shell.run(command, timeout=timeout)
-        exec_s = time.monotonic() - t1
-        exec_total += exec_s
-        observation = format_observation(res.stdout, res.exit_code, res.timed_out, cfg.observation_chars, timeout)
-        messages.append({"role": "user", "content": observation})
-        turns.append(Turn(index, reply, command, observation, res.exit_code, res.timed_out, False, model_s, exec_s,
-                          completion.prompt_tokens, completion.completion_tokens))
-        if SUBMIT_MARKER in res.stdout:
-            end_reason = "submitted"
-            break
-    return Episode(messages, turns, end_reason, model_total, exec_total, time.monotonic() - start)
+        completion = model.chat(driver.messages, n=1, sampling=sampling)[0]
+        driver.apply(completion.text, time.monotonic() - t0, completion.prompt_tokens, completion.completion_tokens)
+    return driver.finish()

@@ -229,6 +229,68 @@ class OPSDConfig:
     resume: bool = _knob(True, "Continue from the newest checkpoint in the output folder if there is one.")
     plot: bool = _knob(True, "Write loss_curve.png.")
 
+    # -- terminal episodes, GRPO and mixed batches (data_kind terminal; docs/opsd.md) ---------
+    objective: str = _knob("opsd", "opsd: distil the hinted teacher into the student's own episodes; grpo: "
+                           "policy gradient on the verifier's binary reward; mixed: one batch with a GRPO "
+                           "part over the RL pool and an OPSD part over hinted tasks (terminal data only "
+                           "for grpo and mixed).", choices=("opsd", "grpo", "mixed"))
+    group_size: int = _knob(4, "GRPO: episodes per task (one group); TMax uses 32.", minimum=2)
+    rl_loss: str = _knob("dppo", "GRPO loss: ppo_clip (clipped surrogate, clip_low/clip_high) or dppo "
+                         "(TMax: unclipped surrogate, tokens masked outside a binary total-variation trust "
+                         "region).", choices=("ppo_clip", "dppo"))
+    clip_low: float = _knob(0.2, "ppo_clip: lower clip range (ratio >= 1 - clip_low).", minimum=0.0, maximum=1.0)
+    clip_high: float = _knob(0.272, "ppo_clip: upper clip range (ratio <= 1 + clip_high); above clip_low "
+                             "is DAPO's clip-higher (TMax: 0.272).", minimum=0.0)
+    dppo_threshold: float = _knob(0.1, "dppo: binary TV threshold of the trust region (TMax: 0.1).",
+                                  exclusive_minimum=0.0, maximum=1.0)
+    advantage: str = _knob("centered", "GRPO advantages: centered (r - group mean, TMax) or std (divided by "
+                           "the group's std + 1e-8, GRPO).", choices=("centered", "std"))
+    pg_reduction: str = _knob("token", "GRPO normalisation: token (every scored token of the part weighs "
+                              "the same, so long episodes are not down-weighted; TMax's default) or sequence "
+                              "(token-mean per episode, then mean over episodes).",
+                              choices=("token", "sequence"))
+    kl_coef: float = _knob(0.0, "GRPO: weight of the k3 KL(policy || base) term (TMax: 0); needs "
+                           "teacher_mode fixed (the base weights are the reference).", minimum=0.0)
+    active_sampling_rounds: int = _knob(0, "GRPO: extra rounds per step that refill the batch with fresh "
+                                        "groups while fewer than prompts_per_step groups carry signal.",
+                                        minimum=0)
+    rl_weight: float = _knob(1.0, "mixed: weight of the GRPO part's loss.", minimum=0.0)
+    opsd_weight: float = _knob(1.0, "mixed: weight of the OPSD part's loss.", minimum=0.0)
+    corpus: str | None = _knob(None, "The corpus manifest (its `kept` list): every kept task trains GRPO, "
+                               "hinted or not; null: only the tasks of demos.parquet.")
+    passk: str | None = _knob(None, "The solve stage's passk.json: pass rates that calibrate the GRPO pool.")
+    images_dir: str | None = _knob(None, "Folder of built task images (the build-images stage's).")
+    rl_pass_rate_low: float = _knob(0.0, "GRPO pool: a task's solve pass rate must be above this (exclusive).",
+                                    minimum=0.0, maximum=1.0)
+    rl_pass_rate_high: float = _knob(1.0, "GRPO pool: a task's solve pass rate must be below this (exclusive); "
+                                     "the default band 0..1 keeps tasks solved sometimes but not always.",
+                                     minimum=0.0, maximum=1.0)
+    rl_pool_fallback: str = _knob("all", "When the band holds no task: all (every kept task, said in the "
+                                  "metrics) or none (no GRPO part).", choices=("all", "none"))
+    max_episode_tokens: int | None = _knob(2048, "Token budget of one episode (prompt + every turn); a reply "
+                                           "is capped by what is left, and an episode with no room left "
+                                           "ends as token_budget (graded, counted).", minimum=1)
+    episode_turn_cap: int = _knob(2, "Harness turn cap of training episodes (solve.turn_cap; 64 at scale).",
+                                  minimum=1)
+    episode_max_format_errors: int = _knob(2, "Harness format-error cap of training episodes.", minimum=1)
+    episode_command_timeout_sec: float = _knob(30.0, "Per-command timeout in training episodes.",
+                                               exclusive_minimum=0.0)
+    episode_task_timeout_sec: float = _knob(300.0, "Wall-clock limit of one training episode.",
+                                            exclusive_minimum=0.0)
+    runtime_backend: str = _knob("bwrap", "Sandbox runtime of training episodes.", choices=("bwrap", "apptainer"))
+    sandbox_wall_sec: float = _knob(120.0, "Sandbox wall-clock limit (runtime.exec_timeout_sec); also the "
+                                    "verifier's timeout.", exclusive_minimum=0.0)
+    sandbox_cpu_sec: int = _knob(120, "Sandbox CPU-seconds limit (runtime.cpu_sec).", minimum=1)
+    sandbox_memory_mb: int = _knob(4096, "Sandbox memory limit (runtime.memory_mb).", minimum=64)
+    max_infra_retries: int = _knob(2, "Re-runs of an episode whose sandbox or grading failed; it is "
+                                   "never scored 0.", minimum=0)
+    episode_workers: int = _knob(4, "Threads that start sandboxes, run commands and grade.", minimum=1)
+    rollout_engine: str = _knob("transformers", "transformers (generate, batched over live episodes) or "
+                                "vllm (GPU, colocated, the adapter handed over each step).",
+                                choices=("transformers", "vllm"))
+    vllm_gpu_memory_utilization: float = _knob(0.35, "vllm engine: its share of GPU memory.",
+                                               exclusive_minimum=0.0, maximum=1.0)
+
     # ----------------------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None, where: str = "train") -> "OPSDConfig":
@@ -284,6 +346,14 @@ class OPSDConfig:
                               f"{where}.integer_answer_only true as well")
         if self.finetune == "lora" and not self.lora_target_modules:
             raise ConfigError(f"{where}.lora_target_modules: LoRA needs at least one target module")
+        if self.objective != "opsd" and self.data_kind != "terminal":
+            raise ConfigError(f"{where}.objective: {self.objective} trains on the verifier's reward; it needs "
+                              "data_kind terminal")
+        if self.kl_coef > 0 and self.teacher_mode != "fixed":
+            raise ConfigError(f"{where}.kl_coef: the KL reference is the base weights; it needs teacher_mode fixed")
+        if self.rl_pass_rate_low >= self.rl_pass_rate_high:
+            raise ConfigError(f"{where}.rl_pass_rate_low: {self.rl_pass_rate_low} must be below "
+                              f"rl_pass_rate_high {self.rl_pass_rate_high}")
         if self.warmup_steps > self.max_steps:
             raise ConfigError(f"{where}.warmup_steps: {self.warmup_steps} exceeds max_steps {self.max_steps}")
 
@@ -314,6 +384,7 @@ class OPSDConfig:
 RESUME_FREE_KEYS = frozenset({
     "device", "num_threads", "generation_batch_size", "micro_batch_size", "loss_chunk_size",
     "checkpoint_every", "checkpoint_keep", "resume", "plot", "gradient_checkpointing",
+    "episode_workers", "images_dir", "passk", "corpus",
 })
 
 

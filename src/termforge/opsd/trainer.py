@@ -582,7 +582,18 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
     rows = list(data_rows)
     if not rows:
         raise TermforgeError("train: no training rows")
-    if probe_rows is None and cfg.probe_size > 0:
+    if probe_rows is None and cfg.probe_size > 0 and cfg.data_kind == "terminal":
+        # The probe needs a hint (the teacher's view); reward-only tasks all stay in training, and
+        # at least one hinted task stays too (a small corpus shrinks the probe, and says so).
+        hinted = [r for r in rows if r.privileged_context]
+        size = min(cfg.probe_size, max(0, len(hinted) - 1))
+        if size < cfg.probe_size:
+            print(f"train: only {len(hinted)} hinted tasks; the KL probe holds out {size} (probe_size {cfg.probe_size})")
+        _, probe_rows = split_probe_rows(hinted, size, cfg.seed) if size else (hinted, [])
+        held = {r.id for r in probe_rows}
+        rows = [r for r in rows if r.id not in held]
+        print(f"train: holding {len(probe_rows)} hinted tasks out of training for the KL probe")
+    elif probe_rows is None and cfg.probe_size > 0:
         rows, probe_rows = split_probe_rows(rows, cfg.probe_size, cfg.seed)
         print(f"train: holding {len(probe_rows)} rows out of training for the KL probe")
     probe_rows = list(probe_rows or [])[: cfg.probe_size] if cfg.probe_size > 0 else []
@@ -607,6 +618,11 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
     if probe_rows:
         probe_rows = _filter_long_prompts(probe_rows, cfg, tokenizer, "probe")
     trainer = OPSDTrainer(cfg, model, tokenizer, accelerator)
+    terminal_run = None
+    if cfg.data_kind == "terminal":
+        from termforge.opsd.terminal_train import TerminalRun
+
+        terminal_run = TerminalRun(cfg, rows, out_dir)
 
     # The probe's completions come from the untrained student and are frozen on disk, so a resumed
     # run scores exactly the tokens the first invocation sampled.
@@ -622,9 +638,16 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
             probe_trajectories = [Trajectory.from_dict(d) for d in read_json(completions_path)]
             probe_before = read_json(before_path)
         else:  # a fresh start: any probe files left by an earlier run may be from another config
-            probe_trajectories = sample_rollouts(
-                trainer.generation_model(), tokenizer, probe_rows, cfg, seed_from("opsd-probe-sample", cfg.seed),
-                max_new_tokens=cfg.probe_max_new_tokens)
+            if terminal_run is not None:  # the untrained student's own held-out episodes
+                probe_trajectories = terminal_run.probe_trajectories(trainer, probe_rows)
+                if not probe_trajectories:
+                    raise TermforgeError(f"train: none of the {len(probe_rows)} held-out probe episodes was graded "
+                                         "with a scored token (see the infra errors above); set train.probe_size 0 "
+                                         "or fix the sandbox")
+            else:
+                probe_trajectories = sample_rollouts(
+                    trainer.generation_model(), tokenizer, probe_rows, cfg, seed_from("opsd-probe-sample", cfg.seed),
+                    max_new_tokens=cfg.probe_max_new_tokens)
             probe_before = _probe(trainer, probe_trajectories)
             if accelerator.is_main_process:
                 atomic_write_json(completions_path, [t.to_dict() for t in probe_trajectories])
@@ -647,7 +670,10 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
     for step in range(start_step, cfg.max_steps):
         indices = step_row_indices(len(rows), step, cfg.prompts_per_step, cfg.seed)
         mine = indices[accelerator.process_index:: accelerator.num_processes]
-        record = trainer.train_step(step, [rows[i] for i in mine], rollout_fn)
+        if terminal_run is not None:
+            record = terminal_run.train_step(trainer, step)
+        else:
+            record = trainer.train_step(step, [rows[i] for i in mine], rollout_fn)
         metrics.append(record)
         if accelerator.is_main_process:
             append_jsonl(metrics_path, record)
@@ -678,6 +704,10 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
         "peak_memory_kind": "cuda_max_allocated" if trainer.device.type == "cuda" else "process_max_rss",
         "wall_s_this_call": time.perf_counter() - started,
     }
+    if terminal_run is not None:
+        summary["objective"] = cfg.objective
+        summary["rl_pool"] = terminal_run.pool_report or None
+        summary["reward_curve"] = [m.get("reward_mean") for m in metrics]
     if not completed:
         return summary
 
@@ -714,19 +744,29 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
 
 def run_train_cli_args(train_options: Mapping[str, Any] | None, out_dir: str | os.PathLike, *,
                        dataset: str | None = None, probe_dataset: str | None = None, demos: str | None = None,
-                       tasks_dir: str | None = None, stop_after_steps: int | None = None,
+                       tasks_dir: str | None = None, images_dir: str | None = None, passk: str | None = None,
+                       corpus: str | None = None,
+                       stop_after_steps: int | None = None,
                        where: str = "train") -> dict[str, Any]:
     """What the `termforge train` command does: the config's `train:` mapping plus the data paths
     the workflow passes as rule inputs (each overrides the matching key) -> rows -> train()."""
     from termforge.opsd.data import load_math_rows, load_prompt_rows
 
     options = dict(train_options or {})
+    terminal = options.get("data_kind") == "terminal"
     for key, value in (("dataset", dataset), ("probe_dataset", probe_dataset), ("demos", demos),
-                       ("tasks_dir", tasks_dir)):
-        if value is not None:
+                       ("tasks_dir", tasks_dir), ("images_dir", images_dir), ("passk", passk),
+                       ("corpus", corpus)):
+        # The workflow hands the math files to every ablation; a terminal run has no use for them.
+        if value is not None and not (terminal and key in ("dataset", "probe_dataset")):
             options[key] = str(value)
     cfg = OPSDConfig.from_dict(options, where=where)
-    rows = load_prompt_rows(cfg, where=where)
+    if cfg.data_kind == "terminal":
+        from termforge.opsd.terminal_train import load_terminal_tasks
+
+        rows = load_terminal_tasks(cfg, where=where)  # every kept task: hinted ones also feed OPSD
+    else:
+        rows = load_prompt_rows(cfg, where=where)
     probe_rows = None
     if cfg.probe_dataset and cfg.probe_size > 0:
         if cfg.data_kind != "math":

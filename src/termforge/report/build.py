@@ -31,7 +31,7 @@ from termforge.report import plots
 TABLE_NAMES = (
     "overview", "axis_balance", "corpus_composition", "family_mix", "honoured_axes", "survival", "drop_reasons",
     "decontam_summary", "decontam_hits", "decontam_near_duplicates", "passk_overall", "passk_by_bucket",
-    "passk_bands", "hint_coverage", "training_summary", "training_curves", "eval_comparison", "rule_cost",
+    "passk_bands", "hint_coverage", "training_summary", "training_curves", "grpo_pool", "eval_comparison", "rule_cost",
     "generation_checks",
 )
 PLOT_NAMES = ("composition", "survival", "passk", "training", "eval", "cost")
@@ -468,7 +468,9 @@ class _Builder:
             return self.not_run(sec, self.results / "runs" / "<ablation>" / "train" / "metrics.jsonl")
         curves: dict[str, list[dict]] = {}
         summary, long_rows = [], []
-        cols = ["loss", "divergence_mean", "clipped_fraction", "completion_len_mean", "tokens_per_s", "peak_memory_mb"]
+        cols = ["loss", "divergence_mean", "clipped_fraction", "completion_len_mean", "tokens_per_s", "peak_memory_mb",
+                # terminal runs (objective opsd | grpo | mixed): the verifier's reward and each part's loss
+                "objective", "reward_mean", "opsd_loss", "grpo_loss", "groups_kept"]
         for path in runs:
             name = path.parent.parent.name
             rows = sorted((r for r in load_jsonl(path, require_rows=False) if "step" in r), key=lambda r: r["step"])
@@ -494,7 +496,20 @@ class _Builder:
                                   ["ablation", "steps", "first loss", "last loss", "last divergence", "mean clipped fraction",
                                    "mean completion length", "mean tokens/s", "peak memory (MB)", "probe KL before",
                                    "probe KL after"], summary, "Training summary per ablation"))
-        self.add_plot(sec, "training", plots.training_plot(curves), "Loss and mean KL per step, per ablation")
+        pools = []
+        for path in runs:  # terminal runs: the calibrated GRPO pool, per difficulty band of solve
+            pool = (_read_optional_json(path.parent / "summary.json") or {}).get("rl_pool") or {}
+            if pool:
+                pools.append([path.parent.parent.name, pool.get("rule"), pool.get("pool"),
+                              ", ".join(f"{b}: {n}" for b, n in (pool.get("pool_by_band") or {}).items()),
+                              ", ".join(f"{b}: {n}" for b, n in (pool.get("candidates_by_band") or {}).items()),
+                              pool.get("fallback") or ""])
+        if pools:
+            self.add_table(sec, Table("grpo_pool", ["ablation", "band", "pool tasks", "pool by band",
+                                                    "kept tasks by band", "fallback"], pools,
+                                      "GRPO task pool per ablation, by solve difficulty band"))
+        self.add_plot(sec, "training", plots.training_plot(curves),
+                      "Loss (per objective part for terminal runs), mean divergence and episode reward per step, per ablation")
         self.tables["training_curves"] = Table("training_curves", ["ablation", "step"] + cols, long_rows)
         sec.parts.append('<p class="csv">Per-step values: <code>training_curves.csv</code></p>')
         return sec

@@ -90,26 +90,41 @@ def passk_plot(by: dict[str, dict[str, dict[str, float]]], metric: str) -> bytes
 
 
 def training_plot(curves: dict[str, list[dict]]) -> bytes:
-    """Loss and mean KL per step, one line per ablation (ablation -> metrics rows)."""
-    fig = Figure(figsize=(11, 3.8))
-    ax_loss, ax_kl = fig.subplots(1, 2)
+    """Loss and mean KL per step, one line per ablation (ablation -> metrics rows); terminal runs
+    add their objective parts' losses (dashed: OPSD, dotted: GRPO) and the verifier's mean
+    episode reward."""
+    fig = Figure(figsize=(15, 3.8))
+    ax_loss, ax_kl, ax_reward = fig.subplots(1, 3)
     for i, (name, rows) in enumerate(curves.items()):
         colour = PALETTE[i % len(PALETTE)]
+        objective = next((r["objective"] for r in rows if r.get("objective")), None)
+        label = f"{name} ({objective})" if objective else name
         loss = [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None]
         # divergence_mean: the step's divergence (forward KL, JSD or reverse KL, per the run's
         # beta); kl_mean in metrics written before it was named.
         kl = [(r["step"], r.get("divergence_mean", r.get("kl_mean"))) for r in rows
               if r.get("divergence_mean", r.get("kl_mean")) is not None]
         if loss:
-            ax_loss.plot(*zip(*loss), marker="o", markersize=3, color=colour, label=name)
+            ax_loss.plot(*zip(*loss), marker="o", markersize=3, color=colour, label=label)
+        if objective == "mixed":
+            for key, style in (("opsd_loss", "--"), ("grpo_loss", ":")):
+                part = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+                if part:
+                    ax_loss.plot(*zip(*part), linestyle=style, color=colour, label=f"{name} {key}")
         if kl:
-            ax_kl.plot(*zip(*kl), marker="s", markersize=3, color=colour, label=name)
+            ax_kl.plot(*zip(*kl), marker="s", markersize=3, color=colour, label=label)
+        reward = [(r["step"], r["reward_mean"]) for r in rows if r.get("reward_mean") is not None]
+        if reward:
+            ax_reward.plot(*zip(*reward), marker="^", markersize=3, color=colour, label=label)
     ax_loss.set_title("training loss")
     ax_kl.set_title("mean teacher-student divergence (KL or JSD, per beta)")
-    for ax in (ax_loss, ax_kl):
+    ax_reward.set_title("verifier reward (terminal episodes)")
+    ax_reward.set_ylim(-0.05, 1.05)
+    for ax in (ax_loss, ax_kl, ax_reward):
         ax.set_xlabel("optimizer step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     return _png(fig)
 

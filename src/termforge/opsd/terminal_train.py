@@ -1,0 +1,463 @@
+"""One training step on terminal tasks: multi-turn OPSD, GRPO on the verifier's reward, or both
+in one batch (`train.objective`), on top of the OPSD trainer's model, optimizer and checkpoints.
+
+A step:
+  1. picks its tasks from the step number alone (so a resumed run picks the same ones): an OPSD
+     part of `prompts_per_step` hinted tasks x `rollouts_per_prompt` episodes and/or a GRPO part
+     of `prompts_per_step` tasks of the calibrated pool x `group_size` episodes;
+  2. runs every episode of the step together (terminal.run_terminal_episodes: one batched
+     generate per turn, real sandboxes, the clean verifier's reward recorded for every episode);
+  3. GRPO: groups of graded episodes whose rewards all agree are dropped and counted; with
+     `active_sampling_rounds`, more groups are run until prompts_per_step groups carry signal;
+     advantages per group (rl.group_advantages);
+  4. loss = opsd_weight * (OPSD full-vocabulary loss, token-mean over the OPSD part; the teacher
+     is the model per teacher_mode with the hint added to its prompt only) + rl_weight * (policy
+     gradient loss normalised over the GRPO part), accumulated over micro-batches;
+  5. gradient clip, AdamW, schedule, EMA teacher, as the math trainer.
+
+The RL pool comes from the solve stage's pass rates: tasks solved sometimes but not always by
+default (TMax: a task always or never solved gives a group with no signal). When the band is
+empty (the embedded weak model solves nothing), `rl_pool_fallback: all` uses every kept task and
+the step metrics say so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from termforge.errors import ConfigError, TermforgeError
+from termforge.io import atomic_write_json, read_json, seed_from
+from termforge.opsd.config import OPSDConfig
+from termforge.opsd.data import PromptRow, step_row_indices, teacher_messages
+from termforge.opsd.rollout import Trajectory, collate, prompt_token_ids, stop_token_ids
+
+__all__ = ["TerminalRun", "calibrated_pool", "load_terminal_tasks"]
+
+
+def load_terminal_tasks(cfg: OPSDConfig, where: str = "train") -> list[PromptRow]:
+    """Every kept task (cfg.corpus's `kept` list, else the tasks of demos.parquet), with its hint
+    from demos.parquet when it has one (the hints stage lists hinted tasks only; the others are
+    GRPO-only): PromptRows whose privileged context may be empty."""
+    import pyarrow.parquet as pq
+
+    from termforge.harness import initial_messages
+
+    if not cfg.demos:
+        raise ConfigError(f"{where}.demos: data_kind terminal needs the hints stage's demos.parquet")
+    if not cfg.tasks_dir:
+        raise ConfigError(f"{where}.tasks_dir: data_kind terminal needs the folder of task directories")
+    if not Path(cfg.demos).is_file():
+        raise ConfigError(f"{where}.demos: {cfg.demos} does not exist")
+    table = pq.read_table(cfg.demos)
+    for column in ("task_id", "demo"):
+        if column not in table.column_names:
+            raise ConfigError(f"{where}.demos: {cfg.demos} has no column {column!r}")
+    hints = {str(r["task_id"]): (r.get("demo") or "").strip() for r in table.to_pylist()}
+    if cfg.corpus:
+        if not Path(cfg.corpus).is_file():
+            raise ConfigError(f"{where}.corpus: {cfg.corpus} does not exist")
+        task_ids = [str(t) for t in read_json(cfg.corpus).get("kept", [])]
+    else:
+        task_ids = list(hints)
+    rows = []
+    for task_id in task_ids:
+        path = Path(cfg.tasks_dir) / task_id / "instruction.md"
+        if not path.is_file():
+            raise TermforgeError(f"task {task_id}: listed as kept but {path} is missing")
+        rows.append(PromptRow(id=task_id, prompt_messages=tuple(initial_messages(path.read_text())),
+                              privileged_context=hints.get(task_id, ""), kind="terminal"))
+    if not rows:
+        raise ConfigError(f"{where}.demos: {cfg.demos} lists no task")
+    if cfg.max_rows is not None:
+        rows = rows[: cfg.max_rows]
+    hinted = sum(1 for r in rows if r.privileged_context)
+    print(f"{where}: {len(rows)} kept tasks, {hinted} with a hint (OPSD), {len(rows) - hinted} reward-only")
+    return rows
+
+
+def calibrated_pool(task_ids: Sequence[str], passk_path: str | None, low: float, high: float,
+                    fallback: str) -> tuple[list[str], dict[str, Any]]:
+    """(pool, report): the tasks whose solve pass rate c/n lies strictly inside (low, high)."""
+    from termforge.passk import difficulty_band
+
+    per_task = {}
+    if passk_path:
+        if not Path(passk_path).is_file():
+            raise ConfigError(f"train.passk: {passk_path} does not exist")
+        per_task = {e["task_id"]: e for e in read_json(passk_path).get("per_task", [])}
+    bands = {t: difficulty_band(per_task[t]["n"], per_task[t]["c"]) if t in per_task else "not_solved_yet"
+             for t in task_ids}
+    pool = [t for t in task_ids if t in per_task and per_task[t]["n"]
+            and low < per_task[t]["c"] / per_task[t]["n"] < high]
+    report: dict[str, Any] = {"rule": f"{low} < solve pass rate < {high}", "candidates": len(task_ids),
+                              "candidates_by_band": dict(sorted(Counter(bands.values()).items())),
+                              "in_band": len(pool), "fallback": None}
+    if not pool:
+        if fallback == "all":
+            pool = list(task_ids)
+            report["fallback"] = (f"no task in the band ({report['candidates_by_band']}); GRPO runs on all "
+                                  f"{len(pool)} kept tasks (rl_pool_fallback: all)")
+        else:
+            report["fallback"] = "no task in the band; no GRPO part (rl_pool_fallback: none)"
+    report["pool"] = len(pool)
+    report["pool_by_band"] = dict(sorted(Counter(bands[t] for t in pool).items()))
+    return pool, report
+
+
+class TerminalRun:
+    """The terminal-data side of a training run: tasks, RL pool, sandboxes, engine, step."""
+
+    def __init__(self, cfg: OPSDConfig, rows: Sequence[PromptRow], out_dir: Path):
+        from termforge.harness import HarnessConfig
+        from termforge.runtime.base import Limits, get_runtime
+
+        self.cfg = cfg
+        self.rows = {r.id: r for r in rows}
+        self.hinted = [r for r in rows if r.privileged_context]
+        self.out_dir = Path(out_dir)
+        if cfg.objective in ("opsd", "mixed") and not self.hinted:
+            raise ConfigError(f"train.objective: {cfg.objective} needs hinted tasks, and no training task has a hint")
+        self.pool: list[str] = []
+        self.pool_report: dict[str, Any] = {}
+        if cfg.objective in ("grpo", "mixed"):
+            self.pool, self.pool_report = calibrated_pool([r.id for r in rows], cfg.passk, cfg.rl_pass_rate_low,
+                                                          cfg.rl_pass_rate_high, cfg.rl_pool_fallback)
+            print(f"train: GRPO pool {self.pool_report['pool']} tasks ({self.pool_report['rule']}): "
+                  f"{self.pool_report['pool_by_band']}" + (f"; {self.pool_report['fallback']}"
+                                                           if self.pool_report["fallback"] else ""))
+            if cfg.objective == "grpo" and not self.pool:
+                raise ConfigError("train.rl_pool_fallback: none, and no task lies in the pass-rate band; "
+                                  "objective grpo has nothing to train on")
+        if not cfg.images_dir:
+            raise ConfigError("train.images_dir: data_kind terminal runs episodes; it needs the built images")
+        self.runtime = get_runtime(cfg.runtime_backend)
+        self.harness = HarnessConfig(turn_cap=cfg.episode_turn_cap, max_format_errors=cfg.episode_max_format_errors,
+                                     command_timeout_sec=cfg.episode_command_timeout_sec,
+                                     task_timeout_sec=cfg.episode_task_timeout_sec)
+        self.limits = Limits(wall_sec=cfg.sandbox_wall_sec, cpu_sec=cfg.sandbox_cpu_sec,
+                             memory_mb=cfg.sandbox_memory_mb)
+        self._engine = None
+
+    # -- episodes ---------------------------------------------------------------------------
+    def engine(self, trainer: Any):
+        if self._engine is None:
+            stops = stop_token_ids(trainer.generation_model(), trainer.tokenizer)
+            if self.cfg.rollout_engine == "vllm":
+                from termforge.opsd.terminal import VLLMEngine
+
+                self._engine = VLLMEngine(self.cfg.model, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+                                          top_k=self.cfg.top_k, stop_ids=stops, lora_rank=self.cfg.lora_r,
+                                          gpu_memory_utilization=self.cfg.vllm_gpu_memory_utilization,
+                                          seed=self.cfg.seed)
+            else:
+                from termforge.opsd.terminal import TransformersEngine
+
+                self._engine = TransformersEngine(trainer.generation_model, trainer.tokenizer,
+                                                  temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+                                                  top_k=self.cfg.top_k, stop_ids=stops)
+        if self.cfg.rollout_engine == "vllm":
+            adapter = self.out_dir / "vllm-adapter"
+            trainer.unwrapped.save_pretrained(adapter)  # the current student, handed over as a LoRARequest
+            self._engine.set_adapter(str(adapter))
+        return self._engine
+
+    def run_episodes(self, trainer: Any, specs, seed: int, max_new_tokens: int | None = None):
+        from termforge.opsd.terminal import run_terminal_episodes
+
+        cfg = self.cfg
+        return run_terminal_episodes(
+            self.engine(trainer), trainer.tokenizer, specs, tasks_dir=Path(cfg.tasks_dir),
+            images_dir=Path(cfg.images_dir), runtime=self.runtime, harness=self.harness, limits=self.limits,
+            seed=seed, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
+            max_episode_tokens=cfg.max_episode_tokens, thinking=cfg.student_thinking,
+            max_infra_retries=cfg.max_infra_retries, workers=cfg.episode_workers)
+
+    def opsd_trajectory(self, trainer: Any, episode) -> Trajectory:
+        """The episode's exact token stream for the student; for the teacher the same stream after
+        its own prompt, which adds the hint (teacher_messages) and nothing else."""
+        row = self.rows[episode.spec.task_id]
+        teacher_prompt = prompt_token_ids(trainer.tokenizer, teacher_messages(row, self.cfg), self.cfg.teacher_thinking)
+        rest_ids, rest_mask = episode.ids[episode.prompt_len:], episode.mask[episode.prompt_len:]
+        return Trajectory(row.id, list(episode.ids), list(episode.mask), teacher_prompt + rest_ids,
+                          [0] * len(teacher_prompt) + rest_mask,
+                          completion_text="".join(m["content"] for m in episode.messages if m["role"] == "assistant"),
+                          finish_reason=episode.end_reason, meta={"reward": episode.reward})
+
+    def probe_trajectories(self, trainer: Any, probe_rows: Sequence[PromptRow]) -> list[Trajectory]:
+        """Held-out hinted tasks: one episode each from the untrained student (frozen on disk by
+        the caller), scored before and after training."""
+        from termforge.opsd.terminal import EpisodeSpec
+
+        for row in probe_rows:
+            self.rows.setdefault(row.id, row)
+        episodes, _ = self.run_episodes(trainer, [EpisodeSpec(r.id, 0, "probe") for r in probe_rows],
+                                        seed_from("opsd-probe-sample", self.cfg.seed),
+                                        max_new_tokens=self.cfg.probe_max_new_tokens)
+        return [self.opsd_trajectory(trainer, e) for e in episodes if e.status == "graded" and e.num_scored]
+
+    # -- one step ---------------------------------------------------------------------------
+    def step_specs(self, step: int):
+        from termforge.opsd.terminal import EpisodeSpec
+
+        cfg = self.cfg
+        specs = []
+        if cfg.objective in ("opsd", "mixed"):
+            for i in step_row_indices(len(self.hinted), step, cfg.prompts_per_step, cfg.seed):
+                specs += [EpisodeSpec(self.hinted[i].id, k, "opsd") for k in range(cfg.rollouts_per_prompt)]
+        if cfg.objective in ("grpo", "mixed") and self.pool:
+            for slot, i in enumerate(step_row_indices(len(self.pool), step, cfg.prompts_per_step,
+                                                      seed_from("grpo-order", cfg.seed))):
+                specs += [EpisodeSpec(self.pool[i], slot * cfg.group_size + g, "grpo") for g in range(cfg.group_size)]
+        return specs
+
+    def train_step(self, trainer: Any, step: int) -> dict[str, Any]:
+        import torch
+
+        from termforge.opsd.rl import filter_zero_variance_groups, group_advantages
+
+        cfg = self.cfg
+        if trainer.num_processes != 1:
+            raise ConfigError("train.data_kind: terminal episodes train on one process (no accelerate launch yet)")
+        if trainer.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(trainer.device)
+        started = time.perf_counter()
+        specs = self.step_specs(step)
+        episodes, estats = self.run_episodes(trainer, specs, seed_from("terminal-step", cfg.seed, step))
+        group_rewards = self._groups(episodes)
+        filt = filter_zero_variance_groups(group_rewards)
+        rounds_used = 0
+        totals = Counter({k: v for k, v in filt.counts.items()})
+        kept_groups = list(filt.kept)
+        from termforge.opsd.terminal import EpisodeSpec
+
+        while (cfg.objective in ("grpo", "mixed") and self.pool and len(kept_groups) < cfg.prompts_per_step
+               and rounds_used < cfg.active_sampling_rounds):
+            rounds_used += 1
+            need = cfg.prompts_per_step - len(kept_groups)
+            base = (rounds_used + 1) * 10_000 * cfg.group_size  # slots no earlier round used
+            extra = [EpisodeSpec(self.pool[i], base + slot * cfg.group_size + g, "grpo")
+                     for slot, i in enumerate(step_row_indices(len(self.pool), step, need,
+                                                               seed_from("grpo-refill", cfg.seed, rounds_used)))
+                     for g in range(cfg.group_size)]
+            more, more_stats = self.run_episodes(trainer, extra, seed_from("terminal-refill", cfg.seed, step,
+                                                                           rounds_used))
+            for key in ("generate_calls", "infra_retries", "infra_failed", "generate_s", "env_s", "grade_s"):
+                estats[key] = estats.get(key, 0) + more_stats.get(key, 0)
+            episodes += more
+            new_groups = self._groups(more)
+            refill = filter_zero_variance_groups(new_groups)
+            totals.update(refill.counts)
+            kept_groups += refill.kept[: need]
+            group_rewards.update(new_groups)
+        rollout_s = time.perf_counter() - started
+
+        # -- trajectories of each part ------------------------------------------------------
+        opsd_trajs = [self.opsd_trajectory(trainer, e) for e in episodes
+                      if e.spec.part == "opsd" and e.status == "graded" and e.num_scored]
+        grpo_trajs = []
+        by_group = defaultdict(list)
+        for e in episodes:
+            if e.spec.part == "grpo" and e.status == "graded":
+                by_group[self._group_key(e)].append(e)
+        for key in kept_groups:
+            members = by_group[key]
+            advantages = group_advantages([e.reward for e in members], cfg.advantage)
+            for e, adv in zip(members, advantages):
+                if not e.num_scored:
+                    continue
+                grpo_trajs.append(Trajectory(e.spec.task_id, list(e.ids), list(e.mask), list(e.ids), list(e.mask),
+                                             finish_reason=e.end_reason,
+                                             meta={"advantage": adv, "reward": e.reward,
+                                                   "old_logprobs": [lp for lp, m in zip(e.logprobs, e.mask) if m]}))
+
+        # -- loss and update ---------------------------------------------------------------
+        trainer.model.train()
+        opsd = self._opsd_part(trainer, opsd_trajs)
+        grpo = self._grpo_part(trainer, grpo_trajs)
+        max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
+        params = [p for _, p in trainer.trainable]
+        has_grad = any(p.grad is not None for p in params)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if has_grad else 0.0
+        lr = trainer.scheduler.get_last_lr()[0]
+        trainer.optimizer.step()  # parameters without a gradient (an empty step) are left alone
+        trainer.scheduler.step()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        trainer.update_teacher()
+        step_s = time.perf_counter() - started
+        record = self._record(step, episodes, estats, totals, rounds_used, opsd, grpo, grad_norm, lr,
+                              rollout_s, step_s, trainer)
+        atomic_write_json(self.out_dir / "episodes" / f"step-{step + 1:06d}.json",
+                          [e.summary() for e in episodes])
+        return record
+
+    def _group_key(self, episode) -> str:
+        # Groups are (task, slot): rollout = slot * group_size + member, so the same task drawn
+        # twice in a step makes two groups.
+        return f"{episode.spec.task_id}#{episode.spec.rollout // self.cfg.group_size}"
+
+    def _groups(self, episodes) -> dict[str, list[float]]:
+        groups: dict[str, list[float]] = defaultdict(list)
+        for e in episodes:
+            if e.spec.part == "grpo" and e.status == "graded":
+                groups[self._group_key(e)].append(e.reward)
+        return dict(groups)
+
+    def _micro_batches(self, trajectories):
+        size = self.cfg.micro_batch_size
+        return [trajectories[i: i + size] for i in range(0, len(trajectories), size)]
+
+    def _opsd_part(self, trainer: Any, trajectories: list[Trajectory]) -> dict[str, Any]:
+        from termforge.opsd.loss import generalized_jsd_token_loss, sampled_token_loss, token_logprobs
+
+        import torch
+
+        cfg = self.cfg
+        tokens = sum(t.num_scored for t in trajectories)
+        out = {"sequences": len(trajectories), "tokens": tokens, "loss": 0.0, "kl_mean": 0.0, "clipped_fraction": 0.0}
+        if not tokens:
+            return out
+        scale = cfg.opsd_weight / tokens if cfg.objective == "mixed" else 1.0 / tokens
+        loss_total = kl_total = clipped_total = 0.0
+        vocab = 1
+        for micro in self._micro_batches(trajectories):
+            student_side, teacher_side = collate(micro, trainer.pad_id, trainer.device)
+            if cfg.loss_type == "full_vocab":
+                t_logits = trainer.teacher_logits(teacher_side)
+                s_logits = trainer.student_logits(student_side)
+                vocab = s_logits.shape[-1]
+                loss_sum, stats = generalized_jsd_token_loss(
+                    s_logits, t_logits, student_side.token_mask, beta=cfg.beta, temperature=trainer.temperature,
+                    token_clip=cfg.token_clip, chunk_size=cfg.loss_chunk_size, reduction="sum")
+                del t_logits
+            else:
+                with torch.inference_mode():
+                    t_lp = token_logprobs(trainer.teacher_logits(teacher_side), teacher_side.target_ids,
+                                          temperature=trainer.temperature)
+                s_logits = trainer.student_logits(student_side)
+                s_lp = token_logprobs(s_logits, student_side.target_ids, temperature=trainer.temperature)
+                loss_sum, stats = sampled_token_loss(s_lp, t_lp.clone(), student_side.token_mask, reduction="sum")
+            trainer.accelerator.backward(loss_sum * scale)
+            del s_logits
+            loss_total += float(loss_sum.detach())
+            kl_total += stats.kl_mean * stats.num_tokens
+            clipped_total += stats.clipped_fraction * stats.num_tokens * vocab
+        out.update(loss=loss_total / tokens, kl_mean=kl_total / tokens,
+                   clipped_fraction=clipped_total / (tokens * vocab))
+        return out
+
+    def _grpo_part(self, trainer: Any, trajectories: list[Trajectory]) -> dict[str, Any]:
+        import torch
+
+        from termforge.opsd.loss import token_logprobs
+        from termforge.opsd.rl import pg_token_weights, policy_gradient_loss
+
+        cfg = self.cfg
+        tokens = sum(t.num_scored for t in trajectories)
+        out = {"sequences": len(trajectories), "tokens": tokens, "loss": 0.0, "pg_clipped_fraction": 0.0,
+               "ratio_mean": 1.0, "kl_ref_mean": 0.0}
+        if not tokens:
+            return out
+        weight = cfg.rl_weight if cfg.objective == "mixed" else 1.0
+        loss_total = clipped = ratio = kl_ref = 0.0
+        for micro in self._micro_batches(trajectories):
+            side, _ = collate(micro, trainer.pad_id, trainer.device)
+            old = torch.zeros(side.target_ids.shape, dtype=torch.float32, device=trainer.device)
+            adv = torch.zeros_like(old)
+            for b, t in enumerate(micro):
+                lps = t.meta["old_logprobs"]
+                old[b, : len(lps)] = torch.tensor(lps, dtype=torch.float32)
+                adv[b, : len(lps)] = float(t.meta["advantage"])
+            ref = None
+            if cfg.kl_coef:
+                with torch.inference_mode():
+                    ref = token_logprobs(trainer.teacher_logits(side), side.target_ids,
+                                         temperature=cfg.temperature).clone()
+            logits = trainer.student_logits(side)
+            # The policy's log-probs at the sampling temperature: the ratio's numerator matches the
+            # sampling log-probs' denominator.
+            new = token_logprobs(logits, side.target_ids, temperature=cfg.temperature)
+            weights = pg_token_weights(side.token_mask, cfg.pg_reduction, num_sequences=len(trajectories),
+                                       num_tokens=tokens)
+            loss, stats = policy_gradient_loss(new, old, adv, side.token_mask, weights.to(new.dtype),
+                                               loss=cfg.rl_loss, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                                               dppo_threshold=cfg.dppo_threshold, ref_logprobs=ref,
+                                               kl_coef=cfg.kl_coef)
+            trainer.accelerator.backward(loss * weight)
+            del logits
+            loss_total += float(loss.detach())
+            clipped += stats.clipped_fraction * stats.num_tokens
+            ratio += stats.ratio_mean * stats.num_tokens
+            kl_ref += stats.kl_ref_mean * stats.num_tokens
+        out.update(loss=loss_total, pg_clipped_fraction=clipped / tokens, ratio_mean=ratio / tokens,
+                   kl_ref_mean=kl_ref / tokens)
+        return out
+
+    def _record(self, step, episodes, estats, totals, rounds_used, opsd, grpo, grad_norm, lr, rollout_s, step_s,
+                trainer) -> dict[str, Any]:
+        cfg = self.cfg
+        graded = [e for e in episodes if e.status == "graded"]
+
+        def mean_reward(part):
+            rs = [e.reward for e in graded if e.spec.part == part]
+            return sum(rs) / len(rs) if rs else None
+
+        weight_opsd = cfg.opsd_weight if cfg.objective == "mixed" else 1.0
+        weight_rl = cfg.rl_weight if cfg.objective == "mixed" else 1.0
+        scored = opsd["tokens"] + grpo["tokens"]
+        sequences = opsd["sequences"] + grpo["sequences"]
+        record: dict[str, Any] = {
+            "step": step + 1,
+            "objective": cfg.objective,
+            "loss": weight_opsd * opsd["loss"] + weight_rl * grpo["loss"],
+            "kl_mean": opsd["kl_mean"],
+            "clipped_fraction": opsd["clipped_fraction"],
+            "grad_norm": grad_norm,
+            "lr": lr,
+            "sequences": sequences,
+            "completion_tokens": scored,
+            "completion_len_mean": scored / max(sequences, 1),
+            "completion_len_max": max((e.num_scored for e in episodes), default=0),
+            "truncated_fraction": sum(e.end_reason == "token_budget" for e in graded) / max(len(graded), 1),
+            "rollout_s": rollout_s,
+            "train_s": step_s - rollout_s,
+            "step_s": step_s,
+            "tokens_per_s": scored / step_s if step_s > 0 else 0.0,
+            "peak_memory_mb": trainer.peak_memory_mb(),
+            # episodes and reward
+            "episodes": len(episodes),
+            "episodes_graded": len(graded),
+            "episodes_infra_failed": sum(e.status == "infra_failed" for e in episodes),
+            "infra_retries": estats.get("infra_retries", 0),
+            "episodes_token_budget": sum(e.end_reason == "token_budget" for e in graded),
+            "replies_cut_by_budget": sum(e.budget_cut_replies for e in graded),
+            "episodes_without_scored_tokens": sum(1 for e in graded if not e.num_scored),
+            "end_reasons": dict(sorted(Counter(e.end_reason for e in graded).items())),
+            "turns_mean": sum(e.turns for e in graded) / max(len(graded), 1),
+            "reward_mean": sum(e.reward for e in graded) / len(graded) if graded else None,
+            "reward_mean_opsd": mean_reward("opsd"),
+            "reward_mean_grpo": mean_reward("grpo"),
+            "generate_calls": estats.get("generate_calls", 0),
+            "generate_s": estats.get("generate_s", 0.0),
+            "env_s": estats.get("env_s", 0.0),
+            "grade_s": estats.get("grade_s", 0.0),
+            # per part
+            "opsd_loss": opsd["loss"], "opsd_kl_mean": opsd["kl_mean"], "opsd_tokens": opsd["tokens"],
+            "opsd_sequences": opsd["sequences"],
+            "grpo_loss": grpo["loss"], "grpo_tokens": grpo["tokens"], "grpo_sequences": grpo["sequences"],
+            "grpo_pg_clipped_fraction": grpo.get("pg_clipped_fraction", 0.0),
+            "grpo_ratio_mean": grpo.get("ratio_mean", 1.0), "grpo_kl_ref_mean": grpo.get("kl_ref_mean", 0.0),
+            "active_sampling_rounds": rounds_used,
+        }
+        if cfg.objective in ("grpo", "mixed"):
+            record.update({k: int(v) for k, v in sorted(totals.items())})
+            record["rl_pool"] = self.pool_report.get("pool", 0)
+            record["rl_pool_fallback"] = self.pool_report.get("fallback")
+            if not totals.get("groups_kept"):
+                record["grpo_no_signal_reason"] = (
+                    f"every group's rewards agree ({totals.get('groups_all_failed', 0)} all failed, "
+                    f"{totals.get('groups_all_solved', 0)} all solved, "
+                    f"{totals.get('groups_zero_variance_other', 0)} other): no advantage to learn from")
+        return record

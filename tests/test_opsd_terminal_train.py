@@ -1,0 +1,300 @@
+"""Terminal training (opsd/terminal_train.py) on a tiny random model and real tasks in bwrap:
+the hint reaches the teacher's view only, mixed-batch composition, the calibrated GRPO pool,
+GRPO groups with signal change the weights, and a kill -9 mid-run resumes to the same weights."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from conftest import make_signature, needs_bwrap  # noqa: E402
+from termforge.errors import ConfigError  # noqa: E402
+from termforge.generate.families import family_by_name  # noqa: E402
+from termforge.generate.procedural import generate_task  # noqa: E402
+from termforge.harness import SUBMIT_MARKER  # noqa: E402
+from termforge.hints import procedural_hint  # noqa: E402
+from termforge.io import atomic_write_json, read_json, read_jsonl  # noqa: E402
+from termforge.opsd.config import OPSDConfig  # noqa: E402
+from termforge.opsd.terminal import Sample  # noqa: E402
+from termforge.opsd.terminal_train import TerminalRun, calibrated_pool, load_terminal_tasks  # noqa: E402
+from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
+
+FAMILIES = ("log_level_filter", "account_audit", "shell_script_fix")
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    """A 2-layer Llama with random weights and SmolLM2's tokenizer (as tests/test_opsd_trainer.py)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from termforge.models.transformers_backend import DEFAULT_MODEL, embedded_gguf_path
+
+    gguf = embedded_gguf_path(DEFAULT_MODEL)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    path = tmp_path_factory.mktemp("tiny-llama-terminal")
+    eos = tok.eos_token_id
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         tie_word_embeddings=True, pad_token_id=eos, eos_token_id=eos, bos_token_id=1)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.2)
+    model.generation_config.eos_token_id = eos
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Three kept tasks, built; the first two have a hint, the third is reward-only; a passk.json
+    where only the second task lies inside the default band."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path_factory.mktemp("terminal-train")
+    tasks = []
+    for i, name in enumerate(FAMILIES):
+        fam = family_by_name(name)
+        sig = make_signature(i, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
+        tasks.append(generate_task(sig, root / "tasks", families=[fam]))
+    rt = BwrapRuntime()
+    for t in tasks:
+        assert rt.build(t, root / "images").ok
+    hints = [procedural_hint(tasks[0]), procedural_hint(tasks[1]), ""]
+    # As the hints stage writes it: hinted tasks only; the corpus manifest lists every kept task.
+    pq.write_table(pa.table({"task_id": [t.name for t in tasks[:2]], "demo": hints[:2]}), root / "demos.parquet")
+    atomic_write_json(root / "corpus.json", {"kept": [t.name for t in tasks]})
+    atomic_write_json(root / "passk.json", {"per_task": [
+        {"task_id": tasks[0].name, "n": 2, "c": 0}, {"task_id": tasks[1].name, "n": 2, "c": 1},
+        {"task_id": tasks[2].name, "n": 2, "c": 2}]})
+    return root, tasks, hints
+
+
+def terminal_config(model_dir, root, **overrides) -> OPSDConfig:
+    values = dict(model=model_dir, device="cpu", num_threads=1, data_kind="terminal", objective="mixed",
+                  demos=str(root / "demos.parquet"), corpus=str(root / "corpus.json"), tasks_dir=str(root / "tasks"),
+                  images_dir=str(root / "images"),
+                  passk=str(root / "passk.json"), max_steps=2, prompts_per_step=1, group_size=2, max_new_tokens=8,
+                  max_episode_tokens=700, episode_turn_cap=2, micro_batch_size=2, lora_r=4, lora_alpha=8.0,
+                  lora_target_modules=["q_proj", "v_proj"], learning_rate=1e-2, probe_size=0, checkpoint_every=1,
+                  seed=5, sandbox_wall_sec=60, sandbox_cpu_sec=60)
+    values.update(overrides)
+    return OPSDConfig.from_dict(values)
+
+
+def test_objective_needs_terminal_data_and_kl_needs_fixed_teacher():
+    with pytest.raises(ConfigError, match=r"train\.objective: grpo .* needs data_kind terminal"):
+        OPSDConfig.from_dict({"objective": "grpo"})
+    with pytest.raises(ConfigError, match=r"train\.kl_coef: .* teacher_mode fixed"):
+        OPSDConfig.from_dict({"data_kind": "terminal", "objective": "grpo", "kl_coef": 0.1, "teacher_mode": "live"})
+    with pytest.raises(ConfigError, match=r"train\.rl_pass_rate_low"):
+        OPSDConfig.from_dict({"rl_pass_rate_low": 0.5, "rl_pass_rate_high": 0.5})
+
+
+def test_calibrated_pool_band_and_fallback(tmp_path):
+    atomic_write_json(tmp_path / "passk.json", {"per_task": [
+        {"task_id": "a", "n": 4, "c": 0}, {"task_id": "b", "n": 4, "c": 1}, {"task_id": "c", "n": 4, "c": 3},
+        {"task_id": "d", "n": 4, "c": 4}]})
+    pool, report = calibrated_pool(["a", "b", "c", "d", "e"], str(tmp_path / "passk.json"), 0.0, 1.0, "all")
+    assert pool == ["b", "c"] and report["fallback"] is None
+    assert report["pool_by_band"] == {"easy": 1, "hard": 1}
+    assert report["candidates_by_band"] == {"easy": 2, "hard": 1, "not_solved_yet": 1, "unsolved": 1}
+    pool, report = calibrated_pool(["b", "c"], str(tmp_path / "passk.json"), 0.5, 1.0, "all")
+    assert pool == ["c"]
+    # The embedded weak model solves nothing: the band is empty, the fallback is said out loud.
+    pool, report = calibrated_pool(["a", "d"], str(tmp_path / "passk.json"), 0.0, 1.0, "all")
+    assert pool == ["a", "d"] and "no task in the band" in report["fallback"]
+    pool, report = calibrated_pool(["a", "d"], str(tmp_path / "passk.json"), 0.0, 1.0, "none")
+    assert pool == [] and "no GRPO part" in report["fallback"]
+
+
+@needs_bwrap
+def test_mixed_batch_composition_and_hint_only_in_the_teacher_view(tiny_model_dir, corpus, tmp_path):
+    from termforge.models.transformers_backend import load_causal_lm
+    from termforge.opsd.trainer import OPSDTrainer
+
+    root, tasks, hints = corpus
+    cfg = terminal_config(tiny_model_dir, root, prompts_per_step=2)
+    rows = load_terminal_tasks(cfg)
+    run = TerminalRun(cfg, rows, tmp_path)
+    assert [r.id for r in run.hinted] == [tasks[0].name, tasks[1].name]
+    assert run.pool == [tasks[1].name]  # only the sometimes-solved task is in the band
+    specs = run.step_specs(0)
+    opsd = [s for s in specs if s.part == "opsd"]
+    grpo = [s for s in specs if s.part == "grpo"]
+    assert sorted(s.task_id for s in opsd) == sorted([tasks[0].name, tasks[1].name])
+    assert len(grpo) == 2 * 2 and {s.task_id for s in grpo} == {tasks[1].name}
+    assert tasks[2].name not in {s.task_id for s in opsd}  # reward-only tasks never enter OPSD
+
+    model, tokenizer = load_causal_lm(tiny_model_dir, device="cpu", dtype="float32")
+    trainer = OPSDTrainer(cfg, model, tokenizer)
+    engine = run.engine(trainer)  # the real transformers engine on the tiny student
+    generate, calls = engine.generate, []
+
+    def spy(prompts, caps, seed):
+        samples = generate(prompts, caps, seed)
+        calls.append([(list(p), list(s.token_ids)) for p, s in zip(prompts, samples)])
+        return samples
+
+    engine.generate = spy
+    episodes, _ = run.run_episodes(trainer, opsd, seed=1)
+    for ep, hint in zip(episodes, hints[:2]):
+        assert ep.status == "graded" and ep.num_scored > 0
+        # scored ids = the ids the engine sampled for this episode, turn after turn
+        mine = [ids for call in calls for prompt, ids in call if ep.ids[: len(prompt)] == prompt]
+        assert [t for t, m in zip(ep.ids, ep.mask) if m] == [t for ids in mine for t in ids]
+        traj = run.opsd_trajectory(trainer, ep)
+        student = tokenizer.decode(traj.student_ids)
+        teacher = tokenizer.decode(traj.teacher_ids)
+        assert hint[:80] not in student and hint[:80] in teacher
+        assert [t for t, m in zip(traj.student_ids, traj.student_mask) if m] == \
+               [t for t, m in zip(traj.teacher_ids, traj.teacher_mask) if m]
+        # what follows the prompt is the same stream on both sides
+        assert traj.teacher_ids[-len(traj.student_ids) + ep.prompt_len:] == traj.student_ids[ep.prompt_len:]
+
+
+class HalfSolvingEngine:
+    """Scripted 'policy': even-numbered rows of each batch replay the oracle, odd ones only look,
+    so each GRPO group of two has rewards 1 and 0."""
+
+    def __init__(self, tokenizer, tasks):
+        self.tokenizer = tokenizer
+        self.stop_ids = [tokenizer.eos_token_id]
+        self.solutions = {(t / "instruction.md").read_text(): (t / "solution" / "solve.sh").read_text() for t in tasks}
+
+    def generate(self, prompts, max_new_tokens, seed):
+        out = []
+        for row, prompt in enumerate(prompts):
+            text = self.tokenizer.decode(prompt)
+            if text.count("<|im_start|>assistant") > 1:
+                reply = f"```bash\necho {SUBMIT_MARKER}\n```"
+            elif row % 2 == 0:
+                solution = next(s for i, s in self.solutions.items() if i in text)
+                reply = f"```bash\nbash <<'TF_EOF'\n{solution}\nTF_EOF\n```"
+            else:
+                reply = "```bash\nls\n```"
+            ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"] + self.stop_ids
+            out.append(Sample(ids, [-1.0] * len(ids), "stop"))
+        return out
+
+
+@needs_bwrap
+def test_grpo_groups_with_signal_train_and_zero_variance_is_reported(tiny_model_dir, corpus, tmp_path):
+    from termforge.models.transformers_backend import load_causal_lm
+    from termforge.opsd.trainer import OPSDTrainer
+
+    root, tasks, _ = corpus
+    cfg = terminal_config(tiny_model_dir, root, objective="grpo", max_episode_tokens=4000, rl_loss="ppo_clip")
+    model, tokenizer = load_causal_lm(tiny_model_dir, device="cpu", dtype="float32")
+    trainer = OPSDTrainer(cfg, model, tokenizer)
+    run = TerminalRun(cfg, load_terminal_tasks(cfg), tmp_path)
+    run._engine = HalfSolvingEngine(tokenizer, tasks)
+    before = {n: p.detach().clone() for n, p in trainer.trainable}
+    record = run.train_step(trainer, 0)
+    assert record["episodes_graded"] == 2 and record["reward_mean_grpo"] == 0.5
+    assert record["groups_kept"] == 1 and record["grpo_sequences"] == 2 and record["grpo_tokens"] > 0
+    assert record["opsd_tokens"] == 0 and "grpo_no_signal_reason" not in record
+    assert any(not torch.equal(before[n], p) for n, p in trainer.trainable)
+    saved = read_json(tmp_path / "episodes" / "step-000001.json")
+    assert sorted(e["reward"] for e in saved) == [0.0, 1.0]
+
+    class NeverSolves(HalfSolvingEngine):
+        def generate(self, prompts, max_new_tokens, seed):
+            return super().generate(prompts[:0], max_new_tokens, seed) or [
+                Sample(self.tokenizer("no command", add_special_tokens=False)["input_ids"] + self.stop_ids,
+                       [-1.0] * 3, "stop") for _ in prompts]
+
+    run._engine = NeverSolves(tokenizer, tasks)
+    record = run.train_step(trainer, 1)
+    assert record["groups_kept"] == 0 and record["groups_all_failed"] == 1
+    assert "no advantage" in record["grpo_no_signal_reason"] and record["grad_norm"] == 0.0
+
+
+def _train_cmd(cfg: OPSDConfig, out_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "termforge.cli", "train", "--params", json.dumps({"train": cfg.to_dict()}),
+            "--out-dir", str(out_dir)]
+
+
+@needs_bwrap
+def test_kill_minus_nine_then_resume_equals_uninterrupted(tiny_model_dir, corpus, tmp_path):
+    from safetensors.torch import load_file
+
+    root, _, _ = corpus
+    cfg = terminal_config(tiny_model_dir, root, max_steps=3, probe_size=1, probe_max_new_tokens=6,
+                          rl_pass_rate_low=0.0)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    straight = tmp_path / "straight"
+    res = subprocess.run(_train_cmd(cfg, straight), capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(_train_cmd(cfg, killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, env=env)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (killed / "checkpoints" / "step-000001").exists():
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (killed / "checkpoints" / "step-000001").exists() and not (killed / "summary.json").exists()
+    res = subprocess.run(_train_cmd(cfg, killed), capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "resumed from" in res.stdout
+    a = load_file(str(straight / "checkpoints" / "step-000003" / "trainable.safetensors"))
+    b = load_file(str(killed / "checkpoints" / "step-000003" / "trainable.safetensors"))
+    assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
+    ma, mb = read_jsonl(straight / "metrics.jsonl"), read_jsonl(killed / "metrics.jsonl")
+    assert [m["step"] for m in mb] == [1, 2, 3]
+    assert [(m["loss"], m["reward_mean"]) for m in ma] == [(m["loss"], m["reward_mean"]) for m in mb]
+    summary = read_json(straight / "summary.json")
+    assert summary["objective"] == "mixed" and summary["rl_pool"]["pool"] >= 1
+    assert read_json(straight / "kl_probe.json")["num_tokens"] > 0
+
+
+@needs_bwrap
+def test_active_sampling_refills_the_batch_with_groups_that_carry_signal(tiny_model_dir, corpus, tmp_path):
+    from termforge.models.transformers_backend import load_causal_lm
+    from termforge.opsd.trainer import OPSDTrainer
+
+    root, tasks, _ = corpus
+
+    class SolvesOnlyWhenRefilling(HalfSolvingEngine):
+        """The first round fails everywhere (a reply without a command ends the episode, with
+        episode_max_format_errors 1, after one generate call); the refill round half-solves."""
+
+        def __init__(self, *a):
+            super().__init__(*a)
+            self.calls = 0
+
+        def generate(self, prompts, max_new_tokens, seed):
+            self.calls += 1
+            if self.calls == 1:
+                ids = self.tokenizer("no command", add_special_tokens=False)["input_ids"] + self.stop_ids
+                return [Sample(ids, [-1.0] * len(ids), "stop") for _ in prompts]
+            return super().generate(prompts, max_new_tokens, seed)
+
+    cfg = terminal_config(tiny_model_dir, root, objective="grpo", max_episode_tokens=4000, active_sampling_rounds=2,
+                          episode_max_format_errors=1)
+    model, tokenizer = load_causal_lm(tiny_model_dir, device="cpu", dtype="float32")
+    trainer = OPSDTrainer(cfg, model, tokenizer)
+    run = TerminalRun(cfg, load_terminal_tasks(cfg), tmp_path)
+    run._engine = SolvesOnlyWhenRefilling(tokenizer, tasks)
+    record = run.train_step(trainer, 0)
+    # round 0: one group, all failed; one refill round found a group with rewards 1 and 0; no third round
+    assert record["active_sampling_rounds"] == 1
+    assert record["groups_all_failed"] == 1 and record["groups_kept"] == 1
+    assert record["episodes"] == 4 and record["grpo_sequences"] == 2
