@@ -121,6 +121,8 @@ def ws(tmp_path_factory):
         "eval_record": put("runs/base/eval/aime.json", {"model": "base", "benchmark": "b", "kind": "aime",
                                                          "summary": {"num_problems": 1, "avg@1": 0.0}}),
         "train_summary": put("runs/a/train/summary.json", {"weights": str(r / "runs/a/train/weights")}),
+        "passk": put("solve/passk.json", {"tasks": 1, "overall": {"pass@1": 1.0},
+                                          "per_task": [{"task_id": ids[0], "n": 1, "c": 1}]}),
         "demos": r / "hints/demos.parquet",
         "dataset": r / "data/math/heldout.jsonl",
         "text": root / "README.md",

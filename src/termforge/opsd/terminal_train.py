@@ -32,6 +32,7 @@ from termforge.errors import ConfigError, TermforgeError
 from termforge.io import atomic_write_json, read_json, seed_from
 from termforge.opsd.config import OPSDConfig
 from termforge.opsd.data import PromptRow, step_row_indices, teacher_messages
+from termforge.opsd.loss import divergence_name
 from termforge.opsd.rollout import Trajectory, collate, prompt_token_ids, stop_token_ids
 
 __all__ = ["TerminalRun", "calibrated_pool", "load_terminal_tasks"]
@@ -404,6 +405,7 @@ class TerminalRun:
             rs = [e.reward for e in graded if e.spec.part == part]
             return sum(rs) / len(rs) if rs else None
 
+        divergence = divergence_name(cfg.loss_type, cfg.beta)
         weight_opsd = cfg.opsd_weight if cfg.objective == "mixed" else 1.0
         weight_rl = cfg.rl_weight if cfg.objective == "mixed" else 1.0
         scored = opsd["tokens"] + grpo["tokens"]
@@ -412,6 +414,10 @@ class TerminalRun:
             "step": step + 1,
             "objective": cfg.objective,
             "loss": weight_opsd * opsd["loss"] + weight_rl * grpo["loss"],
+            # The OPSD part's divergence, named after what it is (as the math trainer names it).
+            "divergence": divergence,
+            "divergence_mean": opsd["kl_mean"],
+            f"{divergence}_mean": opsd["kl_mean"],
             "kl_mean": opsd["kl_mean"],
             "clipped_fraction": opsd["clipped_fraction"],
             "grad_norm": grad_norm,
