@@ -3,6 +3,7 @@ import sys
 
 from snakemake.utils import validate
 
+from termforge.cluster import preflight
 from termforge.config import ablation_config, check_config, model_names, shard_ids
 from termforge.errors import ConfigError
 from termforge.params import stage_params_json
@@ -67,3 +68,9 @@ def eval_records():
     if config["eval"]["tbench"]["enabled"]:
         records += expand("results/runs/{model}/eval/tbench.json", model=MODELS)
     return records
+
+
+# With the Slurm executor: stop before the first sbatch when a rule asks for more than any node
+# of its partition has (such a job would pend forever); termforge.cluster names the key to change.
+onstart:
+    preflight(workflow)

@@ -75,3 +75,30 @@ def test_workflow_runs_on_slurm_in_the_right_partitions(slurm_cluster, tmp_path)
         assert filecmp.cmp(slurm_dir / rel, local_dir / rel, shallow=False), f"{rel} differs between Slurm and local"
     assert read_json(slurm_dir / "results/runs/base/eval/aime.json")["summary"]["num_problems"] == 1
     assert read_json(slurm_dir / "results/runs/fkl/train/summary.json")["steps"] == 1
+
+
+@pytest.mark.slow
+def test_a_request_no_node_can_run_stops_before_submitting(slurm_cluster, tmp_path):
+    """The stock `cluster:` block (8 CPUs per GPU, 64 GB) on the small test node: one line naming
+    the rules, their ask, the node and the keys, and not a single job submitted."""
+    work = _workdir(tmp_path / "stock")
+    before = len(slurm_cluster.records())
+    result = run_snakemake_on_slurm(REPO_ROOT / "Snakefile", work, timeout_s=300)
+    assert result.returncode != 0
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("termforge: cluster check:")]
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert re.search(r"rules eval_aime, eval_tbench, train_opsd ask 8 CPUs, 65536 MB, 1 GPU, 720 min in "
+                     r"partition 'gpu'; the largest node there \(\S+\) has \d+ CPUs, \d+ MB, 1 fake GPU; "
+                     r"change cluster.cpus_per_gpu, cluster.mem_mb_gpu$", lines[0]), lines[0]
+    assert "SLURM jobid" not in result.stdout + result.stderr
+    assert len(slurm_cluster.records()) == before
+    assert subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip() == ""
+
+    # `termforge check-cluster` says the same on demand, and passes the overlay that fits.
+    cli = [sys.executable, "-m", "termforge.cli", "check-cluster"]
+    stock = subprocess.run(cli, cwd=REPO_ROOT, capture_output=True, text=True)
+    assert stock.returncode == 1 and lines[0] in stock.stderr, stock.stderr
+    fits = subprocess.run([*cli, "--configfile", str(work / "small.yaml")], cwd=REPO_ROOT, capture_output=True,
+                          text=True)
+    assert fits.returncode == 0 and "NO:" not in fits.stdout, fits.stdout + fits.stderr
+    assert re.search(r"eval_aime, eval_tbench, train_opsd\s+gpu\s+1 CPU, 3000 MB, 1 GPU, 30 min", fits.stdout)

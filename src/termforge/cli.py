@@ -49,6 +49,17 @@ def cmd_check_config(args) -> int:
     return 0
 
 
+def cmd_check_cluster(args) -> int:
+    from termforge.cluster import check, format_table, read_inventory, rule_requests, workflow_rules
+
+    verdicts = check(rule_requests(*workflow_rules(Path(args.snakefile), args.configfile)), read_inventory())
+    print(format_table(verdicts))
+    for v in verdicts:
+        if not v.ok:
+            print(f"termforge: cluster check: {v.line()}", file=sys.stderr)
+    return 0 if all(v.ok for v in verdicts) else 1
+
+
 def cmd_sample_axes(args) -> int:
     from termforge.axes.sampler import axis_balance, sample_signatures, write_signatures, write_stats
     from termforge.axes.taxonomy import load_taxonomy
@@ -411,6 +422,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--params", help="stage options as JSON (what the Snakemake rule passes)")
         sp.add_argument("--configfile", nargs="+", help="config.yaml and overlays instead of --params")
         return sp
+
+    sp = sub.add_parser("check-cluster", help="can every Slurm rule run on this cluster's partitions? (a table)")
+    sp.add_argument("--configfile", nargs="*", default=[], help="overlays on config.yaml, as for snakemake")
+    sp.add_argument("--snakefile", default="Snakefile")
+    sp.set_defaults(func=cmd_check_cluster)
 
     sp = sub.add_parser("check-config", help="validate config.yaml and overlays")
     sp.add_argument("files", nargs="+")
