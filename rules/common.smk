@@ -3,7 +3,7 @@ import sys
 
 from snakemake.utils import validate
 
-from termforge.cluster import preflight
+from termforge.cluster import preflight, train_launcher, train_resources
 from termforge.config import ablation_config, check_config, model_names, shard_ids
 from termforge.errors import ConfigError
 from termforge.params import stage_params_json
@@ -29,6 +29,11 @@ GPUS = CLUSTER["gpus_per_job"]
 GPU_THREADS = CLUSTER["gpus_per_job"] * CLUSTER["cpus_per_gpu"]
 GPU_MEM = CLUSTER["mem_mb_gpu"]
 GPU_RUNTIME = CLUSTER["runtime_min_gpu"]
+# Training: one process per GPU, across cluster.train_nodes nodes (termforge.cluster).
+TRAIN_RESOURCES = train_resources(GPU_PARTITION, GPUS, CLUSTER["train_nodes"], GPU_MEM, GPU_RUNTIME,
+                                  CLUSTER["gpu_model"])
+TRAIN_LAUNCH = train_launcher(GPUS, CLUSTER["train_nodes"], cpus_per_task=GPU_THREADS,
+                              gres=TRAIN_RESOURCES.get("gres"))
 LIGHT_MEM = 1024
 LIGHT_RUNTIME = 30
 

@@ -10,18 +10,16 @@ rule train_opsd:
         summary="results/runs/{model}/train/summary.json",
     params:
         options=ablation_params_of("train"),
+        launch=TRAIN_LAUNCH,
     log:
         "results/logs/train/{model}.log",
     benchmark:
         "results/benchmarks/train/{model}.tsv"
     threads: GPU_THREADS
     resources:
-        slurm_partition=GPU_PARTITION,
-        gpu=GPUS,
-        mem_mb=GPU_MEM,
-        runtime=GPU_RUNTIME,
+        **TRAIN_RESOURCES,
     shell:
-        "termforge train --params {params.options:q} --dataset {input.math} --probe-dataset {input.probe} "
+        "{params.launch} -m termforge.cli train --params {params.options:q} --dataset {input.math} --probe-dataset {input.probe} "
         "--demos {input.demos} --tasks-dir results/tasks --out-dir results/runs/{wildcards.model}/train "
         "--restart-on-config-change "
         "2>&1 | tee {log}"

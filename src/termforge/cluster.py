@@ -5,13 +5,16 @@ than the partition allows, pends forever (`PENDING (PartitionConfig)`) or is rej
 a time; Snakemake then waits without end. `check` compares every rule's request with the nodes
 `scontrol` reports and names, per request that cannot run, the `cluster.*` key to change.
 
-Also here: the repository's `slurm` profile made reachable as `snakemake --profile slurm`.
+Also here: how the train rule starts one process per GPU (torchrun), on one node or across
+nodes through `srun`, and the repository's `slurm` profile made reachable as
+`snakemake --profile slurm`.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -315,11 +318,14 @@ def rule_requests(rules, localrules=frozenset()) -> list[Request]:
         if not partition:
             continue
         gpus = _value(res.get("gpu")) or 0
+        model = _value(res.get("gpu_model"))
         gres = _value(res.get("gres"))
-        if not gpus and gres:
-            gpus = sum(parse_gres(str(gres) if str(gres).startswith("gpu") else f"gpu:{gres}").values())
+        if not gpus and gres:  # --gres counts per node
+            by_type = parse_gres(str(gres))
+            gpus = sum(by_type.values())
+            model = model or next((t for t in by_type if t), None)
         key = (partition, int(_value(res.get("_cores")) or 1),
-               _value(res.get("mem_mb")), int(gpus), _value(res.get("gpu_model")),
+               _value(res.get("mem_mb")), int(gpus), model,
                _value(res.get("runtime")), int(_value(res.get("nodes")) or _value(res.get("_nodes")) or 1))
         grouped.setdefault(key, []).append(rule.name)
     return [Request(tuple(sorted(names)), *key) for key, names in grouped.items()]
@@ -360,6 +366,61 @@ def preflight(workflow) -> None:
     bad = [v for v in check(requests, inv) if not v.ok]
     if bad:
         sys.exit("\n".join(f"termforge: cluster check: {v.line()}" for v in bad))
+
+
+# ---------------------------------------------------------------------------------------------
+# One training process per GPU
+
+
+def train_launcher(procs_per_node: int, nodes: int = 1, cpus_per_task: int = 1, gres: str | None = None,
+                   tasks_per_node: int = 1) -> str:
+    """The command that starts a Python program (`-m termforge.cli train ...` follows it) with one
+    process per GPU. torchrun sets RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR, which accelerate's
+    Accelerator in the trainer reads; `--tee 3` prefixes every output line with the process's
+    role and local rank, so the rule's log shows each rank.
+
+    - one process: plain `python` (the embedded default pays no launcher start-up);
+    - one node: `torchrun --standalone` (a rendezvous on a free local port);
+    - `nodes` > 1: `srun` starts one torchrun per node inside the job's allocation, and each
+      finds the others through Slurm's variables: the main address is the allocation's first
+      host, the port derives from the job id (two jobs sharing a first node do not collide) and
+      the machine rank is the task's SLURM_PROCID. Snakemake's Slurm job step strips the job's
+      SLURM_* task settings from the rule's environment, so `srun` is told its geometry here.
+    """
+    if nodes <= 1 and procs_per_node <= 1:
+        return "python"
+    if nodes <= 1:
+        return f"torchrun --standalone --nproc-per-node={procs_per_node} --role=rank --tee=3"
+    rendezvous = (
+        'exec torchrun --nnodes="$SLURM_NTASKS" --node-rank="$SLURM_PROCID" '
+        '--master-addr="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)" '
+        '--master-port="$((20000 + SLURM_JOB_ID % 20000))" '
+        f'--nproc-per-node={procs_per_node} --role="node$SLURM_PROCID.gpu" --tee=3 "$@"'
+    )
+    step = [f"--ntasks={nodes}", f"--ntasks-per-node={tasks_per_node}", f"--cpus-per-task={cpus_per_task}",
+            "--kill-on-bad-exit=1"]
+    if gres:
+        step.append(f"--gres={gres}")
+    return f"srun {' '.join(step)} bash -c {shlex.quote(rendezvous)} torchrun"
+
+
+def train_resources(partition: str, gpus_per_node: int, nodes: int, mem_mb: int, runtime: int,
+                    gpu_model: str | None = None) -> dict:
+    """Snakemake resources of the train rule. One node: `gpu` (sbatch --gpus). Several: the
+    snakemake-executor-plugin-slurm's MPI form, so the job step runs the rule in the batch script
+    (not inside `srun -n1`) and the rule's own `srun` spreads over the nodes: `nodes`, one task
+    per node (`tasks`), GPUs per node as `gres` (`--gpus` would be a total Slurm may place
+    unevenly), and `tasks_per_gpu=0`, which keeps the plugin from turning `tasks` into
+    `--ntasks-per-gpu`."""
+    res = {"slurm_partition": partition, "mem_mb": mem_mb, "runtime": runtime}
+    if nodes <= 1:
+        res["gpu"] = gpus_per_node
+        if gpu_model:
+            res["gpu_model"] = gpu_model
+        return res
+    res.update(nodes=nodes, tasks=nodes, mpi="srun", tasks_per_gpu=0,
+               gres=f"gpu:{gpu_model}:{gpus_per_node}" if gpu_model else f"gpu:{gpus_per_node}")
+    return res
 
 
 # ---------------------------------------------------------------------------------------------
