@@ -38,6 +38,20 @@ LIGHT_MEM = 1024
 LIGHT_RUNTIME = 30
 
 
+# A served policy (config `serve`): one server job whose service output the solve shards read.
+SERVED = config["serve"]["enabled"] and config["solve"]["agent"] == "model"
+# A service runs in one group (one Slurm job) with its consumers, whose partitions must agree.
+SOLVE_PARTITION = GPU_PARTITION if SERVED else CPU_PARTITION
+
+
+def served_policy(wildcards):
+    return ["results/serve/policy.json"] if SERVED else []
+
+
+def server_flag(wildcards, input):
+    return f"--server {input.server}" if input.server else ""
+
+
 def params_of(stage):
     """The JSON of the config keys a stage reads (termforge.params.STAGE_KEYS)."""
     return stage_params_json(config, stage)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from slurm_helpers import REPO_ROOT, run_snakemake_on_slurm, slurm_cluster  # noqa: F401
 
-from termforge.io import read_json
+from termforge.io import read_json, read_jsonl
 
 SUBMITTED_RE = re.compile(r"SLURM jobid (\d+) \(log: \S*/slurm_logs/rule_([A-Za-z0-9_]+)/")
 GPU_RULES = {"train_opsd", "eval_aime", "eval_tbench"}
@@ -64,17 +64,25 @@ def test_workflow_runs_on_slurm_in_the_right_partitions(slurm_cluster, tmp_path)
         rules_seen.add(rule)
     assert {"generate", "validate", "solve", "hints", "train_opsd", "eval_aime"} <= rules_seen
 
-    # The same config run locally gives the same outputs.
+    # The same config run locally (plain `snakemake`: the workflow profile) gives the same outputs;
+    # here the training job has gpus_per_job: 2, so two CPU processes train, one rank each.
     local_dir = _workdir(tmp_path / "local")
+    (local_dir / "two.yaml").write_text("cluster: {gpus_per_job: 2}\n")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    local = subprocess.run([sys.executable, "-m", "snakemake", "--profile", str(REPO_ROOT / "profiles" / "local"),
-                            "--cores", "2", "-s", str(REPO_ROOT / "Snakefile"), "--directory", str(local_dir),
-                            "--configfile", str(local_dir / "small.yaml")], capture_output=True, text=True, env=env)
+    local = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "-s", str(REPO_ROOT / "Snakefile"),
+                            "--directory", str(local_dir), "--configfile", str(local_dir / "small.yaml"),
+                            str(local_dir / "two.yaml")], cwd=REPO_ROOT, capture_output=True, text=True, env=env)
     assert local.returncode == 0, local.stderr[-4000:]
     for rel in COMPARED:
         assert filecmp.cmp(slurm_dir / rel, local_dir / rel, shallow=False), f"{rel} differs between Slurm and local"
     assert read_json(slurm_dir / "results/runs/base/eval/aime.json")["summary"]["num_problems"] == 1
     assert read_json(slurm_dir / "results/runs/fkl/train/summary.json")["steps"] == 1
+    train_log = (local_dir / "results/logs/train/fkl.log").read_text()
+    assert "[rank0]:" in train_log and "[rank1]:" in train_log and "[rank2]:" not in train_log, train_log[-2000:]
+    assert "[rank0]:" not in (slurm_dir / "results/logs/train/fkl.log").read_text()  # one GPU, one process
+    # Two ranks split the step's prompts: the step scores as many sequences as one process does.
+    one, two = (read_jsonl(d / "results/runs/fkl/train/metrics.jsonl") for d in (slurm_dir, local_dir))
+    assert [m["sequences"] for m in one] == [m["sequences"] for m in two] == [2]
 
 
 @pytest.mark.slow

@@ -60,6 +60,29 @@ def cmd_check_cluster(args) -> int:
     return 0 if all(v.ok for v in verdicts) else 1
 
 
+def cmd_serve_policy(args) -> int:
+    from termforge.params import resolve_flat
+    from termforge.serve import run_policy_server
+
+    o = _stage_options(args, "serve_policy")
+    key = resolve_flat(o, "models.{solve.model}")
+    sv = o["serve"]
+    log_fh = open(args.log, "a", encoding="utf-8") if args.log else None
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+        if log_fh:
+            print(line, file=log_fh, flush=True)
+
+    try:
+        run_policy_server(dict(o[key]), key, sv["engine"], Path(args.out), host=sv["host"], port=sv["port"],
+                          vllm_args=tuple(sv["vllm_args"]), health_timeout_s=sv["health_timeout_s"], log=log)
+    finally:
+        if log_fh:
+            log_fh.close()
+    return 0
+
+
 def cmd_sample_axes(args) -> int:
     from termforge.axes.sampler import axis_balance, sample_signatures, write_signatures, write_stats
     from termforge.axes.taxonomy import load_taxonomy
@@ -193,7 +216,13 @@ def cmd_solve(args) -> int:
     s = o["solve"]
     shard = read_json(args.manifest)
     tasks_dir = Path(shard["tasks_dir"])
-    model = _model_for(o, "solve.model", "models.{solve.model}", s["agent"], tasks_dir)
+    if args.server and s["agent"] == "model":  # the workflow's policy server (termforge.serve)
+        from termforge.models.base import make_model
+        from termforge.serve import served_model_spec
+
+        model = make_model(served_model_spec(args.server, s["concurrency"]), where=f"{args.server}")
+    else:
+        model = _model_for(o, "solve.model", "models.{solve.model}", s["agent"], tasks_dir)
     if s["agent"] == "model" and s.get("cache_dir") and not isinstance(model, CachedChatModel):
         model = CachedChatModel(model, s["cache_dir"])
     harness = HarnessConfig(turn_cap=s["turn_cap"], max_format_errors=s["max_format_errors"],
@@ -473,7 +502,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--images-dir", required=True)
     sp.add_argument("--trajectories", required=True, help="directory for per-rollout trajectories")
     sp.add_argument("--out", required=True, help="rollouts JSON of the shard")
+    sp.add_argument("--server", help="policy server JSON from serve-policy: solve through that server")
     sp.set_defaults(func=cmd_solve)
+
+    sp = stage("serve-policy", "serve the solve model over the OpenAI protocol until SIGTERM (a service job)")
+    sp.add_argument("--out", required=True, help="JSON written once healthy: base_url, model, engine, pid")
+    sp.add_argument("--log", help="also append the server's own lines here")
+    sp.set_defaults(func=cmd_serve_policy)
 
     sp = sub.add_parser("passk", help="pass@k tables from the solve stage, and the SFT set of successes")
     sp.add_argument("--solved", nargs="+", required=True)

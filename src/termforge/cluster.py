@@ -30,6 +30,11 @@ KEYS = {
             "nodes": "cluster.train_nodes"},
     "cpu": {"partition": "cluster.cpu_partition", "cpus": "cluster.cpu_threads", "mem_mb": "cluster.mem_mb_cpu",
             "runtime": "cluster.runtime_min_cpu"},
+    # A group job (the policy server with every solve shard it serves) asks for the sum of its
+    # members: fewer, larger shards or smaller per-job requests bring it down.
+    "group": {"partition": "cluster.gpu_partition", "cpus": "cluster.cpu_threads",
+              "mem_mb": "cluster.mem_mb_cpu", "gpus": "cluster.gpus_per_job", "runtime": "cluster.runtime_min_gpu",
+              "nodes": "cluster.train_nodes", "group": "corpus.shard_size"},
 }
 UNLIMITED = None
 
@@ -78,10 +83,11 @@ class Request:
     gpu_model: str | None = None
     runtime: int | None = None
     nodes: int = 1
+    group: bool = False  # one Slurm job running all of `rules` at once
 
     @property
     def kind(self) -> str:
-        return "gpu" if self.gpus else "cpu"
+        return "group" if self.group else "gpu" if self.gpus else "cpu"
 
     def describe(self) -> str:
         parts = [f"{self.cpus} CPU{'s' if self.cpus != 1 else ''}"]
@@ -116,12 +122,16 @@ class Verdict:
                 key = keys["gpu_model"]  # GPUs exist, just not of that model
             if key and key not in out:
                 out.append(key)
+        if self.request.group and "corpus.shard_size" not in out:
+            out.append(KEYS["group"]["group"])
         return out
 
     def line(self) -> str:
         """The one-line message for a request that cannot run."""
         r = self.request
         who = f"rule{'s' if len(r.rules) > 1 else ''} {', '.join(r.rules)} ask{'' if len(r.rules) > 1 else 's'}"
+        if r.group:
+            who = f"the group job of {', '.join(r.rules)} (one Slurm job, all at once) asks"
         keys = ", ".join(self.keys()) or "the rule's resources"
         if "partition" in self.problems:
             return (f"{who} for partition '{r.partition}', which has no nodes or does not exist; "
@@ -346,6 +356,18 @@ def workflow_rules(snakefile: Path, configfiles: list[str] | None = None):
         return list(workflow.rules), frozenset(workflow._localrules)
 
 
+def group_request(group) -> Request:
+    """The Request of a Snakemake group job (its merged resources, as the executor submits them)."""
+    res = group.resources
+    counts: dict[str, int] = {}
+    for job in group.jobs:
+        counts[job.rule.name] = counts.get(job.rule.name, 0) + 1
+    names = tuple(f"{n} x{c}" if c > 1 else n for n, c in sorted(counts.items()))
+    return Request(names, res.get("slurm_partition"), int(res.get("_cores") or 1), res.get("mem_mb"),
+                   int(res.get("gpu") or 0), res.get("gpu_model"), res.get("runtime"),
+                   int(res.get("nodes") or 1), group=True)
+
+
 def preflight(workflow) -> None:
     """Snakefile `onstart` hook: with the Slurm executor, stop before the first submission when a
     rule of this run asks for what its partition cannot give."""
@@ -354,8 +376,16 @@ def preflight(workflow) -> None:
     plugin = getattr(workflow, "executor_plugin", None)
     if plugin is None or getattr(plugin, "name", "") != "slurm":
         return
-    rules = {job.rule.name: job.rule for job in workflow.dag.needrun_jobs()}
+    needrun = list(workflow.dag.needrun_jobs())
+    rules = {job.rule.name: job.rule for job in needrun}
     requests = rule_requests(rules.values(), workflow._localrules)
+    groups = {id(g): g for g in (workflow.dag.get_job_group(j) for j in needrun if j.group is not None) if g}
+    for group in groups.values():
+        try:
+            requests.append(group_request(group))
+        except Exception as exc:  # a group Snakemake itself cannot size (e.g. partitions differ)
+            sys.exit(f"termforge: cluster check: group of {', '.join(sorted({j.rule.name for j in group.jobs}))}: "
+                     f"{exc}")
     if not requests:
         return
     try:
