@@ -8,10 +8,10 @@ rule serve_policy:
         info=service("results/serve/policy.json"),
     params:
         options=params_of("serve_policy"),
+    # No benchmark: Snakemake writes one when a job ends, and a service does not end, it is
+    # terminated (its benchmark would be missing and fail the job).
     log:
         "results/logs/serve_policy.log",
-    benchmark:
-        "results/benchmarks/serve_policy.tsv"
     threads: GPU_THREADS
     resources:
         slurm_partition=GPU_PARTITION,

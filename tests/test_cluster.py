@@ -130,3 +130,11 @@ def test_plain_snakemake_uses_the_workflow_profile_and_profile_slurm_resolves(tm
                      cwd=checkout)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "Using profiles slurm and workflow specific profile" in res.stderr
+
+
+def test_a_group_job_is_checked_as_one_request(inv):
+    """The policy server and the solve shards it serves run as one Slurm job asking for the sum."""
+    v = check_request(Request(("serve_policy", "solve x40"), "gpu", 48, 100000, gpus=1, runtime=720, group=True),
+                      inv)
+    assert v.problems == ("cpus",) and v.keys() == ["cluster.cpu_threads", "corpus.shard_size"]
+    assert v.line().startswith("the group job of serve_policy, solve x40 (one Slurm job, all at once) asks 48 CPUs")

@@ -110,3 +110,26 @@ def test_a_request_no_node_can_run_stops_before_submitting(slurm_cluster, tmp_pa
                           text=True)
     assert fits.returncode == 0 and "NO:" not in fits.stdout, fits.stdout + fits.stderr
     assert re.search(r"eval_aime, eval_tbench, train_opsd\s+gpu\s+1 CPU, 3000 MB, 1 GPU, 30 min", fits.stdout)
+
+
+@pytest.mark.slow
+def test_a_served_policy_group_that_no_node_fits_stops_before_submitting(slurm_cluster, tmp_path):
+    """Each rule fits the 2-CPU node, but the server and both solve shards run as one job (a
+    Snakemake service group) asking for 3 CPUs: named as a group, with the keys that shrink it."""
+    work = _workdir(tmp_path / "served")
+    (work / "served.yaml").write_text(
+        "corpus: {n_tasks: 4, shard_size: 2}\nserve: {enabled: true}\n"
+        "cluster: {cpu_threads: 1, cpus_per_gpu: 1, mem_mb_cpu: 2000, mem_mb_gpu: 3000, runtime_min_cpu: 30,"
+        " runtime_min_gpu: 30}\n")
+    # --cores also bounds a group job under the Slurm executor; the workflow profile's `cores: all`
+    # would stop this group at this 2-core machine before the node check.
+    result = run_snakemake_on_slurm(REPO_ROOT / "Snakefile", work, "--cores", "64", "results/solve/passk.json",
+                                    "--configfile", str(work / "served.yaml"), timeout_s=300)
+    assert result.returncode != 0
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("termforge: cluster check:")]
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert re.fullmatch(r"termforge: cluster check: the group job of serve_policy, solve x2 \(one Slurm job, all at "
+                        r"once\) asks 3 CPUs, 7000 MB, 1 GPU, 30 min in partition 'gpu'; the largest node there "
+                        r"\(\S+\) has 2 CPUs, \d+ MB, 1 fake GPU; change cluster.cpu_threads, corpus.shard_size",
+                        lines[0]), lines[0]
+    assert "SLURM jobid" not in result.stdout + result.stderr

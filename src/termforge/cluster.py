@@ -383,9 +383,10 @@ def preflight(workflow) -> None:
     for group in groups.values():
         try:
             requests.append(group_request(group))
-        except Exception as exc:  # a group Snakemake itself cannot size (e.g. partitions differ)
+        except Exception as exc:  # a group Snakemake itself cannot size (partitions differ, or
+            # more cores than --cores, which also bounds group jobs under the Slurm executor)
             sys.exit(f"termforge: cluster check: group of {', '.join(sorted({j.rule.name for j in group.jobs}))}: "
-                     f"{exc}")
+                     f"{' '.join(str(exc).split())} (raise --cores to at least the group's CPUs)")
     if not requests:
         return
     try:
