@@ -108,6 +108,7 @@ cluster: {cpu_threads: 1, cpus_per_gpu: 1}
 """
 
 
+@pytest.mark.slow
 def test_workflow_serves_the_policy_to_the_solve_jobs_and_stops_it(tmp_path):
     (tmp_path / "config.yaml").write_text((REPO / "config.yaml").read_text())
     (tmp_path / "served.yaml").write_text(SERVED)
