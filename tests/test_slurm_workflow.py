@@ -135,3 +135,28 @@ def test_a_served_policy_group_that_no_node_fits_stops_before_submitting(slurm_c
                         r"\(\S+\) has 2 CPUs, \d+ MB, 1 fake GPU; change cluster.cpu_threads, corpus.shard_size",
                         lines[0]), lines[0]
     assert "SLURM jobid" not in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_served_policy_runs_as_one_slurm_job_with_its_solve_shards(slurm_cluster, tmp_path):
+    """serve.enabled on Slurm: the server and the solve shard it serves are one group job in the
+    GPU partition; the shard's rollouts went through the server, which was stopped afterwards."""
+    work = _workdir(tmp_path / "served")
+    (work / "served.yaml").write_text(
+        "corpus: {n_tasks: 2, shard_size: 2}\nserve: {enabled: true}\n"
+        "solve: {agent: model, k: 1, turn_cap: 1, concurrency: 1,"
+        " sampling: {temperature: 0.7, top_p: 0.95, top_k: 0, max_new_tokens: 8}}\n"
+        "cluster: {cpu_threads: 1, cpus_per_gpu: 1, mem_mb_cpu: 2000, mem_mb_gpu: 3000, runtime_min_cpu: 30,"
+        " runtime_min_gpu: 30}\n")
+    result = run_snakemake_on_slurm(REPO_ROOT / "Snakefile", work, "results/solve/passk.json", "--configfile",
+                                    str(work / "served.yaml"), timeout_s=900)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}{result.stderr[-5000:]}"
+    group = re.search(r"SLURM jobid (\d+) \(log: \S*/slurm_logs/group_\S+_serve_policy_solve/", result.stderr)
+    assert group, result.stderr[-3000:]
+    record = slurm_cluster.records_for([group.group(1)], timeout_s=60)[group.group(1)]
+    assert (record["JobState"], record["Partition"]) == ("COMPLETED", "gpu")
+    log = (work / "results/logs/serve_policy.log").read_text()
+    pid = int(re.search(r"\(pid (\d+)\)", log).group(1))
+    assert int(re.search(r"stopped after (\d+) chat requests", log).group(1)) >= 1
+    assert read_json(work / "results/solve/00000.json")["model"] == "openai:smollm2-135m-instruct"
+    assert not Path(f"/proc/{pid}").exists(), "the policy server outlived its job"
