@@ -119,7 +119,7 @@ class Verdict:
         for problem in self.problems:
             key = keys.get(problem)
             if problem == "gpus" and self.request.gpu_model and self.largest and self.largest.gpu_count() >= self.request.gpus:
-                key = keys["gpu_model"]  # GPUs exist, just not of that model
+                key = keys.get("gpu_model", key)  # GPUs exist, just not of that model
             if key and key not in out:
                 out.append(key)
         if self.request.group and "corpus.shard_size" not in out:
