@@ -11,13 +11,13 @@ setup:
 	bash scripts/setup.sh
 
 run: setup
-	snakemake --profile profiles/local --cores $(CORES)
+	snakemake --cores $(CORES)
 
 test: setup
 	python -m pytest -q -p no:cacheprovider tests
 
 dryrun: setup
-	snakemake -n --profile profiles/local --cores $(CORES)
+	snakemake -n --cores $(CORES)
 
 clean:
 	rm -rf results .snakemake

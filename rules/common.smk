@@ -3,6 +3,7 @@ import sys
 
 from snakemake.utils import validate
 
+from termforge.cluster import preflight, train_launcher, train_resources
 from termforge.config import ablation_config, check_config, model_names, shard_ids
 from termforge.errors import ConfigError
 from termforge.params import stage_params_json
@@ -28,8 +29,27 @@ GPUS = CLUSTER["gpus_per_job"]
 GPU_THREADS = CLUSTER["gpus_per_job"] * CLUSTER["cpus_per_gpu"]
 GPU_MEM = CLUSTER["mem_mb_gpu"]
 GPU_RUNTIME = CLUSTER["runtime_min_gpu"]
+# Training: one process per GPU, across cluster.train_nodes nodes (termforge.cluster).
+TRAIN_RESOURCES = train_resources(GPU_PARTITION, GPUS, CLUSTER["train_nodes"], GPU_MEM, GPU_RUNTIME,
+                                  CLUSTER["gpu_model"])
+TRAIN_LAUNCH = train_launcher(GPUS, CLUSTER["train_nodes"], cpus_per_task=GPU_THREADS,
+                              gres=TRAIN_RESOURCES.get("gres"))
 LIGHT_MEM = 1024
 LIGHT_RUNTIME = 30
+
+
+# A served policy (config `serve`): one server job whose service output the solve shards read.
+SERVED = config["serve"]["enabled"] and config["solve"]["agent"] == "model"
+# A service runs in one group (one Slurm job) with its consumers, whose partitions must agree.
+SOLVE_PARTITION = GPU_PARTITION if SERVED else CPU_PARTITION
+
+
+def served_policy(wildcards):
+    return ["results/serve/policy.json"] if SERVED else []
+
+
+def server_flag(wildcards, input):
+    return f"--server {input.server}" if input.server else ""
 
 
 def params_of(stage):
@@ -67,3 +87,9 @@ def eval_records():
     if config["eval"]["tbench"]["enabled"]:
         records += expand("results/runs/{model}/eval/tbench.json", model=MODELS)
     return records
+
+
+# With the Slurm executor: stop before the first sbatch when a rule asks for more than any node
+# of its partition has (such a job would pend forever); termforge.cluster names the key to change.
+onstart:
+    preflight(workflow)

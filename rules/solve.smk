@@ -6,21 +6,23 @@ rule solve:
         manifest="results/tasks/manifests/{shard}.json",
         corpus="results/corpus/manifest.json",
         builds="results/images/manifests/{shard}.json",
+        server=served_policy,
     output:
         rollouts="results/solve/{shard}.json",
     params:
         options=params_of("solve"),
+        server=server_flag,
     log:
         "results/logs/solve/{shard}.log",
     benchmark:
         "results/benchmarks/solve/{shard}.tsv"
     threads: CPU_THREADS
     resources:
-        slurm_partition=CPU_PARTITION,
+        slurm_partition=SOLVE_PARTITION,
         mem_mb=CPU_MEM,
         runtime=CPU_RUNTIME,
     shell:
-        "termforge solve --params {params.options:q} --manifest {input.manifest} --corpus {input.corpus} "
+        "termforge solve --params {params.options:q} {params.server} --manifest {input.manifest} --corpus {input.corpus} "
         "--images-dir results/images --trajectories results/solve/trajectories --out {output.rollouts} "
         "2>&1 | tee {log}"
 

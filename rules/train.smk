@@ -44,18 +44,16 @@ rule train_opsd:
         options=ablation_params_of("train"),
         math_data=offline_math_flags,
         terminal=terminal_train_flags,
+        launch=TRAIN_LAUNCH,
     log:
         "results/logs/train/{model}.log",
     benchmark:
         "results/benchmarks/train/{model}.tsv"
     threads: GPU_THREADS
     resources:
-        slurm_partition=GPU_PARTITION,
-        gpu=GPUS,
-        mem_mb=GPU_MEM,
-        runtime=GPU_RUNTIME,
+        **TRAIN_RESOURCES,
     shell:
-        "termforge train --params {params.options:q} {params.math_data} "
+        "{params.launch} -m termforge.cli train --params {params.options:q} {params.math_data} "
         "--demos {input.demos} --tasks-dir results/tasks {params.terminal} "
         "--out-dir results/runs/{wildcards.model}/train "
         "--restart-on-config-change "

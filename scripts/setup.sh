@@ -36,4 +36,8 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -c "import termforge, snakemake, torch, transformers, datasets" 
   touch "$stamp"
 fi
+# `snakemake --profile slurm` as users type it: Snakemake looks a profile name up in the working
+# directory first, so a git-ignored link ./slurm -> profiles/slurm serves it from the repository
+# (a user's or site's own `slurm` profile is left alone; the message says how to use ours).
+echo "setup: $(.venv/bin/python -c 'from termforge.cluster import link_slurm_profile; print(link_slurm_profile("."))')"
 echo "setup: ready (.venv, $(.venv/bin/python -c 'import termforge; print("termforge", termforge.__version__)'))"

@@ -103,6 +103,40 @@ def cmd_check_config(args) -> int:
     return 0
 
 
+def cmd_check_cluster(args) -> int:
+    from termforge.cluster import check, format_table, read_inventory, rule_requests, workflow_rules
+
+    verdicts = check(rule_requests(*workflow_rules(Path(args.snakefile), args.configfile)), read_inventory())
+    print(format_table(verdicts))
+    for v in verdicts:
+        if not v.ok:
+            print(f"termforge: cluster check: {v.line()}", file=sys.stderr)
+    return 0 if all(v.ok for v in verdicts) else 1
+
+
+def cmd_serve_policy(args) -> int:
+    from termforge.params import resolve_flat
+    from termforge.serve import run_policy_server
+
+    o = _stage_options(args, "serve_policy")
+    key = resolve_flat(o, "models.{solve.model}")
+    sv = o["serve"]
+    log_fh = open(args.log, "a", encoding="utf-8") if args.log else None
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+        if log_fh:
+            print(line, file=log_fh, flush=True)
+
+    try:
+        run_policy_server(dict(o[key]), key, sv["engine"], Path(args.out), host=sv["host"], port=sv["port"],
+                          vllm_args=tuple(sv["vllm_args"]), health_timeout_s=sv["health_timeout_s"], log=log)
+    finally:
+        if log_fh:
+            log_fh.close()
+    return 0
+
+
 def cmd_sample_axes(args) -> int:
     from termforge.axes.sampler import axis_balance, sample_signatures, write_signatures, write_stats
     from termforge.axes.taxonomy import load_taxonomy
@@ -244,7 +278,13 @@ def cmd_solve(args) -> int:
     from termforge.schemas import read
 
     tasks_dir = Path(read("shard_manifest", args.manifest)["tasks_dir"])
-    model = _model_for(o, "solve.model", "models.{solve.model}", s["agent"], tasks_dir)
+    if args.server and s["agent"] == "model":  # the workflow's policy server (termforge.serve)
+        from termforge.models.base import make_model
+        from termforge.serve import served_model_spec
+
+        model = make_model(served_model_spec(args.server, s["concurrency"]), where=f"{args.server}")
+    else:
+        model = _model_for(o, "solve.model", "models.{solve.model}", s["agent"], tasks_dir)
     if s["agent"] == "model" and s.get("cache_dir") and not isinstance(model, CachedChatModel):
         model = CachedChatModel(model, s["cache_dir"])
     harness = HarnessConfig(turn_cap=s["turn_cap"], max_format_errors=s["max_format_errors"],
@@ -508,6 +548,11 @@ def build_parser() -> argparse.ArgumentParser:
         input_arg(sp, "--configfile", kind="config", nargs="+", help="config.yaml and overlays instead of --params")
         return sp
 
+    sp = sub.add_parser("check-cluster", help="can every Slurm rule run on this cluster's partitions? (a table)")
+    input_arg(sp, "--configfile", kind="config", nargs="*", default=[], help="overlays on config.yaml, as for snakemake")
+    input_arg(sp, "--snakefile", kind="text", default="Snakefile")
+    sp.set_defaults(func=cmd_check_cluster)
+
     sp = sub.add_parser("check-config", help="validate config.yaml and overlays")
     input_arg(sp, "files", kind="config", nargs="+")
     sp.set_defaults(func=cmd_check_config)
@@ -556,7 +601,13 @@ def build_parser() -> argparse.ArgumentParser:
     output_arg(sp, "--images-dir", dir=True, required=True)
     output_arg(sp, "--trajectories", dir=True, required=True, help="directory for per-rollout trajectories")
     output_arg(sp, "--out", required=True, help="rollouts JSON of the shard")
+    sp.add_argument("--server", help="policy server JSON from serve-policy: solve through that server")
     sp.set_defaults(func=cmd_solve)
+
+    sp = stage("serve-policy", "serve the solve model over the OpenAI protocol until SIGTERM (a service job)")
+    output_arg(sp, "--out", required=True, help="JSON written once healthy: base_url, model, engine, pid")
+    output_arg(sp, "--log", help="also append the server's own lines here")
+    sp.set_defaults(func=cmd_serve_policy)
 
     sp = sub.add_parser("passk", help="pass@k tables from the solve stage, and the SFT set of successes")
     input_arg(sp, "--solved", kind="solve_records", nargs="+", required=True)

@@ -22,7 +22,8 @@ DVC_STAGES: dict[str, dict] = {
     "quality": {"rules": ["build_images", "decontaminate", "validate", "corpus_manifest"],
                 "code": ["quality", "runtime", "verifier.py", "images.py"], "upstream": ["data"],
                 "extra_deps": ["benchmarks/tb-mini"]},
-    "solve": {"rules": ["solve", "passk"], "code": ["solve.py", "harness.py", "passk.py", "models"],
+    "solve": {"rules": ["serve_policy", "solve", "passk"],
+              "code": ["solve.py", "harness.py", "passk.py", "models", "serve.py"],
               "upstream": ["quality"]},
     "hints": {"rules": ["hints", "export"], "code": ["hints", "export.py"], "upstream": ["quality"]},
     "train": {"rules": ["train_opsd"], "code": ["opsd"], "upstream": ["data", "hints", "solve"]},  # solve: passk (terminal)

@@ -19,6 +19,7 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
                  "validate.oracle_repeats", "validate.workers"),
     "solve": ("seed", "solve", "models.{solve.model}", "runtime.backend", "runtime.exec_timeout_sec", "runtime.cpu_sec",
               "runtime.memory_mb"),
+    "serve_policy": ("serve", "solve.model", "models.{solve.model}"),
     "math_data": ("seed", "math_data"),
     "train": ("train",),
     "eval_aime": ("seed", "eval.aime", "eval.model", "models.{eval.model}"),
