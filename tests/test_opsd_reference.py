@@ -47,8 +47,9 @@ def _dry_run(tmp_path: Path, *overlays: Path, targets: tuple[str, ...]) -> dict[
     commands = {}
     for line in (res.stdout + res.stderr).splitlines():
         line = line.strip().removeprefix("Shell command:").strip()
-        if line.startswith("termforge train "):
+        if " -m termforge.cli train " in line:  # the launcher (python, torchrun) runs the train command
             argv = shlex.split(line.split(" 2>&1")[0])
+            argv = argv[argv.index("train"):]
             out_dir = argv[argv.index("--out-dir") + 1]
             commands[out_dir.split("/")[2]] = argv
     return commands
