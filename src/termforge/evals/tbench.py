@@ -2,7 +2,10 @@
 
 Native runner. For every task x attempt: a fresh session over the task's built layer, the agent
 acts in it, the agent stops, then the clean verifier runs tests/test.sh in a new sandbox
-(termforge.verifier.run_verifier) and reads /logs/verifier/reward.txt. Each trial writes a
+(termforge.verifier.run_verifier). When test.sh runs the grader (/verifier/run-tests, as every
+tb-mini task does) the grader's own verdict, sent over its private channel, is the reward and
+/logs/verifier/reward.txt is only cross-checked; otherwise the reward file is read on the host
+with nothing followed (termforge.reward_file). Each trial writes a
 result.json shaped like Harbor's TrialResult (task_name, trial_name, verifier_result.rewards.reward,
 exception_info, agent_info, agent_result token counts, started_at/finished_at per phase:
 environment_setup, agent_execution, verifier), so native and Harbor jobs aggregate the same way.
@@ -388,7 +391,7 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
 
         try:
             verdict = run_verifier(session, task.path, timeout=task.verifier_timeout_sec,
-                                   cwd=session.task_workdir, reward_file_proof=True,
+                                   cwd=session.task_workdir, harbor=True,
                                    env={"PATH": verifier_path(session.image_env)})
         except Exception as exc:  # the harness failed to grade: an error, never a reward
             verifier_phase["finished_at"] = _now()
