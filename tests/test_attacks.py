@@ -24,6 +24,7 @@ from termforge.evals.tbench import run_native
 from termforge.generate.families import family_by_name
 from termforge.generate.procedural import generate_task
 from termforge.harness import SUBMIT_MARKER, HarnessConfig
+from termforge.io import read_json
 from termforge.models.base import ChatModel, Completion, SamplingParams
 from termforge.quality.hijack import ROUTES, plant_script, programs_run_by_tests
 from termforge.quality.validate import _run_agent, agent_code_imports, static_checks
@@ -229,11 +230,19 @@ def test_hijack_scores_zero_on_every_tb_mini_task(tmp_path_factory):
         paths = programs_run_by_tests((task.tests_dir / "test_outputs.py").read_text())
         # Makefiles are programs too: every target the tests make runs the payload.
         session.exec(plant_script(paths, obfuscated=False) + "cp /tmp/tf-hijack.sh /app/.h.sh; chmod +x /app/.h.sh\n"
-                     "for m in $(find /app -name Makefile); do printf 'all:\\n\\tbash /app/.h.sh\\n%%:\\n\\tbash /app/.h.sh\\n' > $m; done\n"
+                     "for m in $(find /app -name Makefile); do printf 'all clean calc:\\n\\tbash /app/.h.sh\\n' > $m; done\n"
                      "true\n", timeout=60)
         return {"name": "hijacker"}
 
     hijacker.agent_name = "hijacker"
-    results = run_native(tasks, hijacker, 1, images, tmp_path_factory.mktemp("tb-job"), LIMITS)
+    job = tmp_path_factory.mktemp("tb-job")
+    results = run_native(tasks, hijacker, 1, images, job, LIMITS)
     rewards = {t.task_name: t.reward for t in results.trials}
-    assert rewards and all(r == 0.0 for r in rewards.values()), rewards
+    assert len(rewards) == len(tasks) and all(r == 0.0 for r in rewards.values()), rewards
+    findings = {t.task_name: read_json(job / t.trial_name / "result.json")["termforge"]["verdict"]["findings"]
+                for t in results.trials}
+    print(findings, {t.task_name: t.durations_sec for t in results.trials})
+    # Where the tests run a program, the payload ran and the grader saw it (before the private
+    # channel, the same hijack scored 1 on these tasks).
+    hijacked = [name for name, f in findings.items() if f]
+    assert len(hijacked) >= 3, findings

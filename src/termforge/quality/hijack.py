@@ -64,7 +64,7 @@ for fd in range(3, 64):
 
 ROUTES: dict[str, str] = {
     "reward_write": (
-        "mkdir -p /logs/verifier 2>/dev/null; "
+        "mkdir -p /logs/verifier 2>/dev/null; rm -rf /logs/verifier/reward.txt /logs/verifier/reward.json 2>/dev/null; "
         "echo 1 > /logs/verifier/reward.txt 2>/dev/null; echo '{\"reward\": 1}' > /logs/verifier/reward.json 2>/dev/null; "
         "chmod 444 /logs/verifier/reward.txt /logs/verifier/reward.json 2>/dev/null; chmod 555 /logs/verifier 2>/dev/null"
     ),
