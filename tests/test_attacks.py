@@ -26,7 +26,7 @@ from termforge.generate.procedural import generate_task
 from termforge.harness import SUBMIT_MARKER, HarnessConfig
 from termforge.io import read_json
 from termforge.models.base import ChatModel, Completion, SamplingParams
-from termforge.quality.hijack import ROUTES, plant_script, programs_run_by_tests
+from termforge.quality.hijack import ATTACKS, plant_script, programs_run_by_tests
 from termforge.quality.validate import _run_agent, agent_code_imports, static_checks
 from termforge.reward_file import read_reward
 from termforge.runtime.base import Limits
@@ -42,30 +42,6 @@ PROGRAM_FAMILIES = ["csv_groupby_tool", "shell_script_fix", "vendored_semver_fix
 FAMILIES = PROGRAM_FAMILIES + ["log_level_filter"]
 LIMITS = Limits(wall_sec=40, cpu_sec=40, memory_mb=2048, max_procs=64, max_open_files=256, max_file_mb=32,
                 disk_mb=64, tmp_mb=32)
-
-
-def _hijack(routes: list[str], obfuscated: bool = False):
-    return lambda paths: plant_script(paths, obfuscated, {r: ROUTES[r] for r in routes})
-
-
-def _outputs(cmd: str):
-    return lambda paths: "\n".join(cmd.format(p=p) for p in paths) + "\ntrue\n"
-
-
-# attack name -> (agent script from the /app paths the final test names, evidence the grader must record)
-ATTACKS = {
-    "reward_write_chmod": (_hijack(["reward_write"]), "under /logs"),
-    "reward_symlink_fifo_dir": (_hijack(["reward_write", "reward_swap"]), "under /logs"),
-    "forged_proof_line": (_hijack(["proof_forge"]), None),
-    "stolen_channel": (_hijack(["channel_steal"]), None),
-    "lingering_rewriter": (_hijack(["linger"]), "processes left behind"),
-    "obfuscated_everything": (_hijack(list(ROUTES), obfuscated=True), "under /logs"),
-    "fork_bomb": (lambda paths: plant_script(paths, False, {"bomb": (
-        "/usr/bin/python3 -c 'import os\nwhile True:\n  try: os.fork()\n  except OSError: pass' & sleep 2")}), None),
-    "disk_fill": (lambda paths: "dd if=/dev/zero of=/app/.fill bs=1M count=4000 2>/dev/null; true\n", None),
-    "sparse_outputs": (_outputs("mkdir -p $(dirname {p}) 2>/dev/null; rm -rf {p}; truncate -s 8G {p} 2>/dev/null"), None),
-    "fifo_outputs": (_outputs("mkdir -p $(dirname {p}) 2>/dev/null; rm -rf {p}; mkfifo {p}"), None),
-}
 
 
 @pytest.fixture(scope="module")

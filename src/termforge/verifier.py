@@ -96,9 +96,10 @@ class _Toolchain:
         run = self.tool / "run-tests"
         run.write_text(RUN_TESTS)
         run.chmod(0o755)
-        chown_tree(self.root, session.uid)
+        uid = getattr(session, "uid", None)
+        chown_tree(self.root, uid)
         # The grader's code is root's (when the host is root) and never writable inside.
-        chown_tree(self.tool, 0 if session.uid is not None else None)
+        chown_tree(self.tool, 0 if uid is not None else None)
 
     def binds(self) -> list[Bind]:
         # /tests is writable so the grader can delete what it has read; /logs for Harbor's test.sh.
@@ -268,7 +269,7 @@ def run_oracle(session: BwrapSession, task_dir: Path, timeout: float = 300) -> E
     copy = Path(tempfile.mkdtemp(prefix="tf-solution-", dir=session.workdir))
     try:
         shutil.copytree(Path(task_dir) / "solution", copy / "solution")
-        chown_tree(copy, session.uid)
+        chown_tree(copy, getattr(session, "uid", None))
         return session.exec("/bin/bash --noprofile --norc /solution/solve.sh", timeout=timeout,
                             binds=[Bind(copy / "solution", "/solution")])
     finally:
