@@ -3,7 +3,8 @@ tells right from wrong.
 
 Generic over tasks (procedural or LLM-written): given a task directory and the oracle's output
 files, `mutants()` produces named mutants, each with what the verifier must say:
-  expect 0 (answer-changing): a number +1 / -1, NaN, inf; a line dropped or duplicated; lines
+  expect 0 (answer-changing): a number +1 / -1 (for metric-threshold verifiers, every number
+    moved far off instead: one step may stay within the tolerance), NaN, inf; a line dropped or duplicated; lines
     reordered where the instruction says order matters; the file truncated; the wrong case where
     the instruction specifies one; for a program the agent had to fix, the planted bug restored
     (the untouched version of the file);
@@ -48,7 +49,21 @@ def _is_program(path: str, data: bytes) -> bool:
     return path.endswith(PROGRAM_SUFFIXES) or data.startswith(b"#!")
 
 
-def _number_mutants(path: str, data: bytes, rng: random.Random) -> list[Mutant]:
+def _scaled(data: bytes) -> bytes:
+    """Every number moved well off its value (x * 1.5 + 1)."""
+    def move(m: re.Match) -> bytes:
+        token = m.group().decode()
+        if "." in token:
+            return f"{float(token) * 1.5 + 1:.{len(token.split('.')[1])}f}".encode()
+        return str(int(token) * 3 // 2 + 1).encode()
+
+    return NUMBER_RE.sub(move, data)
+
+
+def _number_mutants(path: str, data: bytes, rng: random.Random, tolerant: bool = False) -> list[Mutant]:
+    """One number of the file changed. Where the verifier grades a metric within a tolerance
+    (`tolerant`), a single step may legitimately stay inside it: those are reported only, and
+    every number moved far off is the answer-changing mutant instead."""
     lines = data.split(b"\n")
     candidates = [i for i, ln in enumerate(lines) if NUMBER_RE.search(ln)]
     if not candidates:
@@ -70,7 +85,10 @@ def _number_mutants(path: str, data: bytes, rng: random.Random) -> list[Mutant]:
     else:
         plus, minus = str(int(token) + 1), str(int(token) - 1)
     for name, new in (("number_plus_1", plus), ("number_minus_1", minus), ("nan", "nan"), ("inf", "inf")):
-        out.append(Mutant(f"{name}@{path}:{i + 1}", path, with_token(new), 0.0))
+        expect = None if tolerant and name.startswith("number") else 0.0
+        out.append(Mutant(f"{name}@{path}:{i + 1}", path, with_token(new), expect))
+    if tolerant:
+        out.append(Mutant(f"numbers_scaled@{path}", path, _scaled(data), 0.0))
     return out
 
 
@@ -104,6 +122,9 @@ def mutants(task_dir: Path, outputs: dict[str, bytes], originals: dict[str, byte
     task_dir = Path(task_dir)
     instruction = (task_dir / "instruction.md").read_text()
     originals = originals or {}
+    task = read_json(task_dir / "task.json") if (task_dir / "task.json").is_file() else {}
+    kind = {**task.get("signature", {}), **task.get("actual", {})}.get("verifier_kind")
+    tolerant = kind == "metric_threshold"
     rng = random.Random(f"mutation:{task_dir.name}:{seed}")
     out: list[Mutant] = []
     for path, data in sorted(outputs.items()):
@@ -114,7 +135,7 @@ def mutants(task_dir: Path, outputs: dict[str, bytes], originals: dict[str, byte
             if original is not None and original != data:
                 out.append(Mutant(f"bug_restored@{path}", path, original, 0.0))
             continue
-        out += _number_mutants(path, data, rng)
+        out += _number_mutants(path, data, rng, tolerant)
         out += _line_mutants(path, data, rng, instruction)
         if CASE_WORDS.search(instruction) and data.upper() != data and data.lower() != data.upper():
             out.append(Mutant(f"wrong_case@{path}", path, data.upper(), 0.0))
