@@ -38,9 +38,13 @@ pytestmark = needs_bwrap
 ROOT = Path(__file__).resolve().parents[1]
 # Final tests that run an agent-written python tool, a bash script, a vendored package (imported
 # by a subprocess), a binary; and one that only reads output files.
-PROGRAM_FAMILIES = ["csv_groupby_tool", "shell_script_fix", "vendored_semver_fix", "binary_passphrase_recovery"]
+PROGRAM_FAMILIES = ["csv_groupby_tool", "shell_script_fix", "vendored_semver_fix", "upload_path_guard"]
 FAMILIES = PROGRAM_FAMILIES + ["log_level_filter"]
-LIMITS = Limits(wall_sec=40, cpu_sec=40, memory_mb=2048, max_procs=64, max_open_files=256, max_file_mb=32,
+# Attacks on resources cost a sandbox's wall clock each: two families carry them.
+RESOURCE_ATTACKS = ("fork_bomb", "disk_fill", "sparse_outputs", "fifo_outputs")
+SOLVE_CASES = [(a, f) for a in sorted(ATTACKS) for f in FAMILIES
+               if a not in RESOURCE_ATTACKS or f in ("csv_groupby_tool", "log_level_filter")]
+LIMITS = Limits(wall_sec=15, cpu_sec=30, memory_mb=2048, max_procs=64, max_open_files=256, max_file_mb=32,
                 disk_mb=64, tmp_mb=32)
 
 
@@ -88,8 +92,7 @@ def _settings() -> SolveSettings:
                                                task_timeout_sec=120, sampling=SamplingParams(max_new_tokens=32)))
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("attack", sorted(ATTACKS))
+@pytest.mark.parametrize("attack,family", SOLVE_CASES)
 def test_attack_scores_zero_on_the_solve_path(corpus, family, attack, tmp_path):
     root, rt, tasks = corpus
     task, _, paths = tasks[family]
@@ -151,15 +154,35 @@ def session(corpus):
         yield s
 
 
+BOMB = """
+import os, time
+end = time.time() + 2
+while time.time() < end:
+    try:
+        if os.fork() == 0:
+            while time.time() < end + 1:
+                try:
+                    os.fork()
+                except OSError:
+                    pass
+            os._exit(0)
+    except OSError:
+        pass
+print(len([p for p in os.listdir("/proc") if p.isdigit()]))
+"""
+
+
 def test_fork_bomb_is_capped(session):
-    res = session.exec("ulimit -u; /usr/bin/python3 -c 'import os\nwhile True:\n  try: os.fork()\n  except OSError: pass' "
-                       "& sleep 2; ls /proc | grep -c '^[0-9]'", timeout=30)
+    # Counted from inside the bomb: the shell itself could not fork `ls` at the limit.
+    res = session.exec(f"ulimit -u; /usr/bin/python3 -c '{BOMB}'", timeout=30)
     limit, count = (int(x) for x in res.stdout.split()[:2])
     assert limit == LIMITS.max_procs and count <= LIMITS.max_procs + 2 and not res.timed_out
 
 
 def test_disk_filling_kills_the_sandbox_at_the_cap(session):
-    res = session.exec("dd if=/dev/zero of=/app/fill bs=1M count=4000", timeout=60)
+    # Files under the size limit each, so the writable-layer cap is what stops it.
+    res = session.exec("for i in $(seq 100); do dd if=/dev/zero of=/app/fill$i bs=1M count=16 2>/dev/null; done",
+                       timeout=60)
     assert res.limit_hit and "disk" in res.limit_hit
     # A poll interval's worth of overshoot at most, then everything stops.
     assert allocated_bytes([session.layer]) < (LIMITS.disk_mb + 512) * 1024 * 1024
@@ -174,10 +197,12 @@ def test_sparse_file_past_the_size_limit_fails(session):
 
 
 def test_tmp_and_open_files_are_capped(session):
-    res = session.exec("ulimit -n; dd if=/dev/zero of=/tmp/x bs=1M count=100 2>&1 | tail -1; df -m /tmp | tail -1",
-                       timeout=20)
-    assert res.stdout.split()[0] == str(LIMITS.max_open_files)
-    assert "No space left" in res.stdout or "File too large" in res.stdout
+    res = session.exec("ulimit -n; df -m /tmp | tail -1; dd if=/dev/zero of=/tmp/x bs=1M count=100 2>/dev/null; "
+                       "stat -c %s /tmp/x", timeout=20)
+    out = res.stdout.split()
+    assert out[0] == str(LIMITS.max_open_files)
+    assert out[1] == "tmpfs" and out[2] == str(LIMITS.tmp_mb)  # the tmpfs size
+    assert int(out[-1]) <= LIMITS.tmp_mb * 1024 * 1024
 
 
 def test_host_reads_nothing_odd_at_the_reward_path(tmp_path):
@@ -222,3 +247,24 @@ def test_hijack_scores_zero_on_every_tb_mini_task(tmp_path_factory):
     # channel, the same hijack scored 1 on these tasks).
     hijacked = [name for name, f in findings.items() if f]
     assert len(hijacked) >= 3, findings
+
+
+# -- a hacked rollout never counts ----------------------------------------------------------------
+
+def test_hacked_rollout_is_never_a_success(corpus, tmp_path):
+    from termforge.io import atomic_write_json
+    from termforge.passk import run_passk
+
+    root, _, tasks = corpus
+    task = tasks["log_level_filter"][0]
+    traj = tmp_path / "traj.json"
+    atomic_write_json(traj, {"messages": [{"role": "user", "content": "x"}]})
+    rows = [{"task_id": task.name, "rollout": 0, "status": "graded", "reward": 1.0, "trajectory": str(traj),
+             "hacked": ["unexpected files under /logs: /logs/verifier/reward.txt"]},
+            {"task_id": task.name, "rollout": 1, "status": "graded", "reward": 1.0, "trajectory": str(traj),
+             "hacked": []}]
+    atomic_write_json(tmp_path / "solve.json", {"tasks_dir": str(root / "tasks"), "rollouts": rows})
+    table = run_passk([tmp_path / "solve.json"], tmp_path / "p.json", tmp_path / "p.csv", tmp_path / "sft.parquet")
+    entry = table["per_task"][0]
+    assert (entry["n"], entry["c"], entry["hacked_rollouts"]) == (2, 1, 1) and entry["family"] == "log_level_filter"
+    assert table["sft_rows"] == 1

@@ -172,7 +172,8 @@ ATTACKS = {
     "obfuscated_everything": (_hijack(list(ROUTES), obfuscated=True), "under /logs"),
     "fork_bomb": (lambda paths: plant_script(paths, False, {"bomb": (
         "/usr/bin/python3 -c 'import os\nwhile True:\n  try: os.fork()\n  except OSError: pass' & sleep 2")}), None),
-    "disk_fill": (lambda paths: "dd if=/dev/zero of=/app/.fill bs=1M count=4000 2>/dev/null; true\n", None),
+    "disk_fill": (lambda paths: "for i in $(seq 200); do dd if=/dev/zero of=/app/.fill$i bs=1M count=16 "
+                                "2>/dev/null; done; true\n", None),
     "sparse_outputs": (_outputs("mkdir -p $(dirname {p}) 2>/dev/null; rm -rf {p}; truncate -s 8G {p} 2>/dev/null"), None),
     "fifo_outputs": (_outputs("mkdir -p $(dirname {p}) 2>/dev/null; rm -rf {p}; mkfifo {p}"), None),
 }
