@@ -268,3 +268,30 @@ def test_hacked_rollout_is_never_a_success(corpus, tmp_path):
     entry = table["per_task"][0]
     assert (entry["n"], entry["c"], entry["hacked_rollouts"]) == (2, 1, 1) and entry["family"] == "log_level_filter"
     assert table["sft_rows"] == 1
+
+
+def test_exported_test_sh_never_imports_from_app(corpus):
+    """Harbor runs tests/test.sh itself (from the image's WORKDIR, /app): a pytest.py, conftest.py
+    or sitecustomize.py planted there must not be imported."""
+    from termforge.verifier import TEST_SH, run_verifier
+
+    _, rt, tasks = corpus
+    task, image, _ = tasks["log_level_filter"]
+    assert (task / "tests" / "test.sh").read_text() == TEST_SH and "\"$py\" -I -m pytest" in TEST_SH
+    plant = ("import os\nos.makedirs('/logs/verifier', exist_ok=True)\n"
+             "open('/logs/verifier/reward.txt', 'w').write('1')\nopen('/logs/verifier/planted-ran', 'w')\n"
+             "raise SystemExit(0)\n")
+    with rt.start(image, LIMITS) as session:
+        for name in ("pytest.py", "conftest.py", "sitecustomize.py", "usercustomize.py"):
+            (session.layer / name).write_text(plant)
+        verdict = run_verifier(session, task, cwd="/app", harbor=True)
+    assert verdict.graded_by == "reward_file" and verdict.reward == 0.0, verdict.to_dict()
+    assert not any("planted-ran" in f for f in verdict.findings), verdict.findings
+
+
+def test_limits_come_from_config():
+    o = {"runtime.exec_timeout_sec": 30, "runtime.cpu_sec": 20, "runtime.memory_mb": 512,
+         "runtime.limits": {"max_procs": 32, "disk_mb": 100}}
+    limits = Limits.from_options(o)
+    assert (limits.max_procs, limits.disk_mb, limits.max_file_mb, limits.wall_sec) == (32, 100, 512, 30)
+    assert Limits.from_options({**o, "runtime.limits": {}}).max_procs == Limits().max_procs
