@@ -295,3 +295,11 @@ def test_limits_come_from_config():
     limits = Limits.from_options(o)
     assert (limits.max_procs, limits.disk_mb, limits.max_file_mb, limits.wall_sec) == (32, 100, 512, 30)
     assert Limits.from_options({**o, "runtime.limits": {}}).max_procs == Limits().max_procs
+
+
+def test_endless_output_costs_the_host_a_bounded_buffer(session):
+    from termforge.runtime.bwrap import OUTPUT_CAP
+
+    res = session.exec("echo first; timeout 2 yes flood; echo last", timeout=20)
+    assert len(res.stdout) <= OUTPUT_CAP + 100
+    assert res.stdout.startswith("first") and res.stdout.rstrip().endswith("last") and "truncated" in res.stdout

@@ -174,6 +174,50 @@ def limit_reason(code: int, limits: Limits, disk_hit: bool) -> str | None:
     return None
 
 
+class _CappedReader:
+    """Drains a pipe in a thread, keeping its first and last OUTPUT_CAP/2 bytes."""
+
+    def __init__(self, stream):
+        self.stream, self.head, self.tail, self.dropped = stream, bytearray(), bytearray(), False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        half = OUTPUT_CAP // 2
+        fd = self.stream.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            room = half - len(self.head)
+            if room > 0:
+                self.head += chunk[:room]
+                chunk = chunk[room:]
+            if chunk:
+                self.tail += chunk
+                if len(self.tail) > half:
+                    del self.tail[: len(self.tail) - half]
+                    self.dropped = True
+
+    def result(self) -> bytes:
+        # Processes outside the pid namespace cannot hold the pipe: it closes when the sandbox dies.
+        self.thread.join(timeout=10)
+        self.stream.close()
+        mark = b"\n[... output truncated ...]\n" if self.dropped else b""
+        return bytes(self.head) + mark + bytes(self.tail)
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+        pipe.close()
+    except (BrokenPipeError, OSError):
+        pass
+
+
 def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes | None = None, *,
                   uid: int | None = None, watch: list[Path] = (), pass_fds: tuple[int, ...] = ()) -> ExecResult:
     """Run a bwrap command line; on timeout kill the sandbox (its pid namespace dies with it)."""
@@ -188,23 +232,29 @@ def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes 
         pass_fds=pass_fds,
     )
     disk = DiskWatch(list(watch), limits.disk_mb, proc.pid)
+    # Bounded readers: a sandboxed program printing without end costs the host at most OUTPUT_CAP
+    # per stream (head and tail kept), never its memory.
+    readers = [_CappedReader(proc.stdout), _CappedReader(proc.stderr)]
+    if stdin is not None:
+        threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
     timed_out = False
     try:
-        out, err = proc.communicate(input=stdin, timeout=timeout)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
         os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        proc.wait()
     finally:
         disk.stop()
+    out, err = (r.result() for r in readers)
     code = 124 if timed_out else proc.returncode
     if code is not None and code < 0:
         # Killed by a signal: report it the way a shell would (128 + signal number).
         code = 128 - code
     return ExecResult(
         exit_code=code,
-        stdout=out[:OUTPUT_CAP].decode(errors="replace"),
-        stderr=err[:OUTPUT_CAP].decode(errors="replace"),
+        stdout=out.decode(errors="replace"),
+        stderr=err.decode(errors="replace"),
         duration_sec=time.monotonic() - start,
         timed_out=timed_out,
         limit_hit=limit_reason(code, limits, disk.hit),
@@ -275,7 +325,7 @@ class BwrapSession(Session):
             tmp_mb=self.limits.tmp_mb,
         )
         return run_sandboxed(argv, timeout or self.limits.wall_sec, self.limits, stdin=stdin, uid=self.uid,
-                             watch=self.writable_roots(), pass_fds=pass_fds)
+                             watch=self.writable_roots() + [b.host for b in binds if b.writable], pass_fds=pass_fds)
 
     def open_shell(self, env: dict | None = None):
         """A persistent bash in this session's sandbox (the agent's shell)."""
