@@ -266,6 +266,10 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
                 raise _Fail("collection", "the final test collects different tests after the oracle than on the "
                                           "untouched environment (its test set depends on the agent's files)",
                             {"verifier": _verdict_evidence(verdict), "collected_untouched": collected})
+            if verdict.findings:
+                # An honest solution must leave no evidence: otherwise every good rollout is "hacked".
+                raise _Fail("oracle", f"the oracle's grading left integrity findings: {'; '.join(verdict.findings)}",
+                            {"verifier": _verdict_evidence(verdict), "oracle": log})
             if verdict.reward != 1.0:
                 stage = "proof_of_run" if not verdict.tests_ran else ("flaky_verifier" if i else "oracle")
                 why = (f"oracle scored {verdict.reward} on repeat {i + 1} after scoring 1 (flaky verifier)"
