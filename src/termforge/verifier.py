@@ -253,7 +253,7 @@ def run_verifier(session: BwrapSession, task_dir: Path, timeout: float = 300, *,
                 if reading.reward != grader_reward:
                     findings.append(f"reward file says {reading.reward:g}, the grader {grader_reward:g}")
             why = (f"tests/test.sh wrote reward {reading.reward:g} to {reading.source} (no grader ran: unverified)"
-                   if reading.reward is not None else f"no reward: {reading.error}")
+                   if reading.reward is not None else f"tests/test.sh wrote no numeric reward: {reading.error}")
             return _grade(res, verdict, findings, expected, fallback=(reading.reward, why))
         res, verdict, findings = _run_grader(session, tc, [*GRADER_ARGV, "/tests/test_final_state.py"], "",
                                              timeout, cwd, env)
