@@ -116,16 +116,16 @@ def test_every_probe_scores_zero_on_every_family(fam, tmp_path):
 
 
 def test_hijackable_tests_are_dropped_with_the_stage_named(tmp_path):
-    """A final test whose grade a program can forge (here: it trusts a file under /app that the
-    agent's program writes) is dropped at the hijack stage."""
+    """A final test whose grade a program can forge (here: it also accepts a reward file the
+    program it runs could write) is dropped at the hijack stage."""
     task = _good_task(tmp_path)
     (task / "tests" / "test_final_state.py").write_text(
         "import subprocess\n\n"
         "def test_tool_says_ok():\n"
         "    subprocess.run(['/bin/bash', '/app/check.sh'], capture_output=True)\n"
         "    import os\n"
-        "    assert os.path.exists('/logs/verifier/reward.txt')\n")
-    (task / "solution" / "solve.sh").write_text("#!/bin/bash\nmkdir -p /app\nprintf 'mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\\n' > /app/check.sh\ntouch /app/errors.txt\n")
+        "    assert os.path.exists('/logs/verifier/reward.txt') or os.path.exists('/tmp/tool-ok')\n")
+    (task / "solution" / "solve.sh").write_text("#!/bin/bash\nmkdir -p /app\nprintf 'touch /tmp/tool-ok\\n' > /app/check.sh\ntouch /app/errors.txt\n")
     v = _validate(task, tmp_path)
     assert not v.kept and v.stage == "hijack" and "hijack_direct" in v.reason, (v.stage, v.reason)
 

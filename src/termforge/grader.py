@@ -119,6 +119,9 @@ def leftovers():
     for name in os.listdir("/proc"):
         if name.isdigit() and int(name) not in mine:
             try:
+                with open(f"/proc/{name}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] in "ZX":
+                        continue  # exited, not yet reaped by the sandbox's init
                 with open(f"/proc/{name}/comm") as f:
                     found.append(f.read().strip()[:40])
                 os.kill(int(name), signal.SIGKILL)
