@@ -38,8 +38,9 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="tf-bench-attacks-"))
     rt = BwrapRuntime()
     rows, forged, t0 = [], 0, time.monotonic()
-    for fam in fams:
-        sig = make_signature(args.seed, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
+    for i, fam in enumerate(fams):
+        # Distinct indexes: families of one domain would otherwise share a task id.
+        sig = make_signature(args.seed * 100 + i, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
         task = generate_task(sig, root / "tasks", families=[fam])
         built = rt.build(task, root / "images")
         if not built.ok:

@@ -33,10 +33,11 @@ def main() -> int:
     total_wrong = total_killed = total_allowed = total_ok = 0
     t0 = time.monotonic()
     print(f"{'family':32} {'killed/wrong':>13} {'allowed ok':>11}  survivors / rejected allowed")
-    for fam in fams:
+    for i, fam in enumerate(fams):
         results = []
         for seed in range(args.seeds):
-            sig = make_signature(100 + seed, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
+            # Distinct indexes: families of one domain would otherwise share a task id.
+            sig = make_signature(1000 * (seed + 1) + i, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
             task = generate_task(sig, root / "tasks", families=[fam])
             results += run_mutants(task, rt, root / "images", limits, seed=seed)
         k = kill_rate(results)
