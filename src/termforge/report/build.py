@@ -363,7 +363,7 @@ class _Builder:
                                       [[b, n] for b, n in sorted(bands.items())], "Tasks per difficulty band"))
         fam: dict[str, list[int]] = {}
         for t in pk.get("per_task", []):
-            counts = fam.setdefault(str(t.get("family")), [0, 0])
+            counts = fam.setdefault(t.get("family") or "(not recorded)", [0, 0])
             counts[0] += t.get("n", 0)
             counts[1] += t.get("hacked_rollouts", 0)
         if fam:
