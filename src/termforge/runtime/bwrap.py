@@ -116,11 +116,20 @@ def _limit_preexec(limits: Limits, uid: int | None = None):
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
-        # Set after dropping root: the user namespace bwrap creates records this value as the
-        # ceiling for the sandbox uid's process count.
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_procs, limits.max_procs))
+            # Set after dropping root; the session's uid is its own, so the count is the sandbox's.
+            # (Without a uid of its own, `nproc_prefix` sets it inside the sandbox instead: there
+            # it counts the sandbox's processes, not every process of the caller.)
+            resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_procs, limits.max_procs))
 
     return apply
+
+
+def nproc_prefix(limits: Limits, uid: int | None) -> list[str]:
+    """The process-count limit set inside the sandbox (after bwrap made its user namespace), for
+    sessions that share the caller's uid."""
+    if uid is not None or not os.path.exists("/usr/bin/prlimit"):
+        return []
+    return ["/usr/bin/prlimit", f"--nproc={limits.max_procs}", "--"]
 
 
 def allocated_bytes(roots: list[Path]) -> int:
@@ -316,7 +325,7 @@ class BwrapSession(Session):
             raise TermforgeError(f"task {self.image.task_id}: session already stopped")
         argv = sandbox_argv(
             self.layer,
-            argv or ["/bin/bash", "--noprofile", "--norc", "-c", command],
+            nproc_prefix(self.limits, self.uid) + (argv or ["/bin/bash", "--noprofile", "--norc", "-c", command]),
             binds=[*self.binds, *binds],
             env=env,
             cwd=cwd,
@@ -332,7 +341,8 @@ class BwrapSession(Session):
         from termforge.runtime.shell import PersistentShell
 
         def argv() -> list[str]:
-            return sandbox_argv(self.layer, ["/bin/bash", "--noprofile", "--norc", "-s"], binds=self.binds,
+            return sandbox_argv(self.layer, nproc_prefix(self.limits, self.uid) + ["/bin/bash", "--noprofile", "--norc", "-s"],
+                                binds=self.binds,
                                 env=env, cwd="/app", allow_network=self.image.allow_network, home_dir=self.home,
                                 tmp_mb=self.limits.tmp_mb)
 
