@@ -215,6 +215,10 @@ def test_passk_tables_match_the_passk_stage(partial):
     overall = {r["metric"]: r["value"] for r in read_csv(out / "tables" / "passk_overall.csv")}
     assert float(overall["pass@1"]) == pk["overall"]["pass@1"]
     assert int(overall["tasks never solved"]) == len(pk["zero_pass"])
+    # Hacked rollouts (integrity findings from the grader) per family, beside their graded rollouts.
+    hack = read_csv(out / "tables" / "hack_rate.csv")
+    assert sum(int(r["graded rollouts"]) for r in hack) == sum(t["n"] for t in pk["per_task"])
+    assert sum(int(r["hacked"]) for r in hack) == sum(t["hacked_rollouts"] for t in pk["per_task"])
 
 
 def test_cost_per_rule_from_benchmark_files(partial):

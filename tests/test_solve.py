@@ -79,8 +79,9 @@ def test_oracle_agent_scores_pass_at_k_one(corpus, tmp_path):
     table = run_passk([out], tmp_path / "passk.json", tmp_path / "passk.csv", tmp_path / "sft.parquet")
     assert table["overall"] == {"pass@1": 1.0, "pass@2": 1.0}
     assert table["sft_rows"] == 6 and table["zero_pass"] == []
-    # Replaying the oracle's literal lines is exactly what the hacked flag reports.
-    assert all(r["hacked"] for r in result["rollouts"])
+    # Replaying the oracle's literal lines is what the (informational) string heuristic flags;
+    # `hacked` comes from the grader's evidence, and an honest oracle leaves none.
+    assert all(r["suspicious"] and not r["hacked"] for r in result["rollouts"])
     traj = read_json(result["rollouts"][0]["trajectory"])
     assert traj["messages"][0]["role"] == "system" and traj["turns"][0]["exit_code"] == 0
 
@@ -135,7 +136,7 @@ def test_killed_solve_run_redoes_only_unfinished_rollouts(corpus, tmp_path):
     root, tasks = corpus
     with FakeOpenAIServer(replies=_agent_reply, latency_s=0.4) as server:
         params = {"seed": 7, "runtime.backend": "bwrap", "runtime.exec_timeout_sec": 60, "runtime.cpu_sec": 60,
-                  "runtime.memory_mb": 4096,
+                  "runtime.memory_mb": 4096, "runtime.limits": {},
                   "solve": {"agent": "model", "model": "policy", "k": 2, "concurrency": 1, "turn_cap": 3,
                             "max_format_errors": 2, "command_timeout_sec": 30, "task_timeout_sec": 120,
                             "max_infra_retries": 1, "sampling": {"max_new_tokens": 32}, "cache_dir": None},

@@ -116,7 +116,7 @@ def test_tb2_task_runs_natively_with_the_reward_file_as_proof(images, tmp_path):
     assert [t.reward for t in oracle.trials] == [1.0] and [t.reward for t in noop.trials] == [0.0]
     verdict = read_json(tmp_path / "oracle" / "count-log-levels__0" / "result.json")["termforge"]["verdict"]
     # The TB2 test.sh runs pytest itself (no proof token) and refuses to run outside its WORKDIR.
-    assert verdict["collected"] == 0 and "no proof token" in verdict["reason"]
+    assert verdict["collected"] == 0 and verdict["graded_by"] == "reward_file" and "no grader ran" in verdict["reason"]
     # A second run of the same job resumes: the finished trial is kept, not re-run.
     first = read_json(tmp_path / "oracle" / "count-log-levels__0" / "result.json")["started_at"]
     again = run_native([task], oracle_agent, 1, images, tmp_path / "oracle")

@@ -32,7 +32,8 @@ def test_sound_task_is_kept_with_every_check(tmp_path):
     v = _validate(_good_task(tmp_path), tmp_path)
     assert v.kept, v.reason
     assert v.checks[:5] == ["static", "build", "initial_state", "final_fails_untouched", "oracle_x2"]
-    assert sum(c.startswith("probe:") for c in v.checks) == 5 and v.checks[-1] == "proof_of_run"
+    assert sum(c.startswith("probe:") for c in v.checks) == 7 and v.checks[-1] == "proof_of_run"
+    assert v.evidence["collected"]  # the pristine test set every later grade must collect
 
 
 def test_verifier_passing_untouched_is_dropped(tmp_path):
@@ -106,9 +107,37 @@ def test_every_probe_scores_zero_on_every_family(fam, tmp_path):
     task = generate_task(sig, tmp_path / "tasks", families=[fam])
     v = _validate(task, tmp_path)
     assert v.kept, f"{fam.name}: {v.stage}: {v.reason}\n{json.dumps(v.evidence)[:3000]}"
+    # The hijack class: a payload in every program the final tests run, trying every route to a
+    # forged grade (reward file write + chmod, symlink/FIFO swap, forged lines, channel theft,
+    # lingering rewriter), directly and obfuscated.
     assert [c for c in v.checks if c.startswith("probe:")] == [
         "probe:planted_reward_file", "probe:fake_pytest_and_python_on_path", "probe:conftest_and_sitecustomize",
-        "probe:poisoned_shell_rc", "probe:background_rewriter"]
+        "probe:poisoned_shell_rc", "probe:background_rewriter", "probe:hijack_direct", "probe:hijack_obfuscated"]
+
+
+def test_hijackable_tests_are_dropped_with_the_stage_named(tmp_path):
+    """A final test whose grade a program can forge (here: it also accepts a reward file the
+    program it runs could write) is dropped at the hijack stage."""
+    task = _good_task(tmp_path)
+    (task / "tests" / "test_final_state.py").write_text(
+        "import subprocess\n\n"
+        "def test_tool_says_ok():\n"
+        "    subprocess.run(['/bin/bash', '/app/check.sh'], capture_output=True)\n"
+        "    import os\n"
+        "    assert os.path.exists('/logs/verifier/reward.txt') or os.path.exists('/tmp/tool-ok')\n")
+    (task / "solution" / "solve.sh").write_text("#!/bin/bash\nmkdir -p /app\nprintf 'touch /tmp/tool-ok\\n' > /app/check.sh\ntouch /app/errors.txt\n")
+    v = _validate(task, tmp_path)
+    assert not v.kept and v.stage == "hijack" and "hijack_direct" in v.reason, (v.stage, v.reason)
+
+
+def test_test_collection_that_depends_on_agent_files_is_dropped(tmp_path):
+    task = _good_task(tmp_path)
+    final = task / "tests" / "test_final_state.py"
+    final.write_text(final.read_text() + "\n\nimport os\nimport pytest\n\n"
+                     "@pytest.mark.parametrize('name', sorted(os.listdir('/app')))\n"
+                     "def test_each_file(name):\n    assert name\n")
+    v = _validate(task, tmp_path)
+    assert not v.kept and v.stage == "collection", (v.stage, v.reason)
 
 
 def test_validation_resumes_from_checkpoint(tmp_path):

@@ -238,8 +238,7 @@ def cmd_validate(args) -> int:
     from termforge.runtime.base import Limits
 
     o = _stage_options(args, "validate")
-    limits = Limits(wall_sec=o["runtime.exec_timeout_sec"], cpu_sec=o["runtime.cpu_sec"],
-                    memory_mb=o["runtime.memory_mb"])
+    limits = Limits.from_options(o)
     run_validate_shard(Path(args.manifest), Path(args.out), Path(args.images_dir), limits,
                        decontam_report=Path(args.decontam) if args.decontam else None,
                        workers=o["validate.workers"], oracle_repeats=o["validate.oracle_repeats"],
@@ -290,8 +289,7 @@ def cmd_solve(args) -> int:
     harness = HarnessConfig(turn_cap=s["turn_cap"], max_format_errors=s["max_format_errors"],
                             command_timeout_sec=s["command_timeout_sec"], task_timeout_sec=s["task_timeout_sec"],
                             sampling=SamplingParams.from_dict(s["sampling"], where="solve.sampling"))
-    limits = Limits(wall_sec=o["runtime.exec_timeout_sec"], cpu_sec=o["runtime.cpu_sec"],
-                    memory_mb=o["runtime.memory_mb"])
+    limits = Limits.from_options(o)
     settings = SolveSettings(k=s["k"], concurrency=s["concurrency"], max_infra_retries=s["max_infra_retries"],
                              seed=o["seed"], harness=harness, limits=limits, backend=o["runtime.backend"])
     try:
@@ -414,8 +412,7 @@ def cmd_eval_tbench(args) -> int:
         model = _policy(o, args.weights)
         try:
             agent = harness_agent(model, harness, f"vanillux:{args.model_name}")
-            limits = Limits(wall_sec=o["runtime.exec_timeout_sec"], cpu_sec=o["runtime.cpu_sec"],
-                            memory_mb=o["runtime.memory_mb"])
+            limits = Limits.from_options(o)
             results = run_native(tasks, agent, t["k"], Path(args.images_dir), out_dir, limits,
                                  n_concurrent=t["n_concurrent"], dataset=t["benchmark"], broken=broken)
         finally:

@@ -127,6 +127,12 @@ def write_harbor_task(task: dict, task_dir: Path, out_dir: Path) -> None:
         shutil.copytree(task_dir / sub, stage / sub)
     (stage / "environment" / "container.def").unlink(missing_ok=True)
     _world_readable(stage)
+    # Harbor runs tests/test.sh itself: always the current one, which runs pytest isolated from
+    # /app (cd /tests, python3 -I, importlib mode), whatever an older task directory holds.
+    from termforge.verifier import TEST_SH
+
+    (stage / "tests" / "test.sh").write_text(TEST_SH)
+    (stage / "tests" / "test.sh").chmod(0o755)
     for path in sorted(stage.rglob("*"), reverse=True):
         os.utime(path, (0, 0), follow_symlinks=False)
     publish_dir(stage, final)

@@ -1,5 +1,8 @@
 """pass@k over the solve stage's rollouts: per task, per axis bucket, difficulty bands, and the
-SFT warm-start dataset of successful rollouts."""
+SFT warm-start dataset of successful rollouts.
+
+A hacked rollout (the grader recorded integrity findings: docs/grading.md) is never a success:
+it counts as a failed attempt in pass@k, whatever its reward, and never enters the SFT set."""
 
 from __future__ import annotations
 
@@ -44,15 +47,15 @@ def run_passk(solve_paths: list[Path], out_json: Path, out_csv: Path, sft_path: 
             sig = {**task["signature"], **task.get("actual", {})}
             graded = [r for r in rows if r["status"] == "graded"]
             infra += len(rows) - len(graded)
-            n, c = len(graded), sum(1 for r in graded if r["reward"] == 1.0)
-            entry = {"task_id": task_id, **{a: sig[a] for a in GROUP_AXES}, "n": n, "c": c,
+            n, c = len(graded), sum(1 for r in graded if r["reward"] == 1.0 and not r.get("hacked"))
+            entry = {"task_id": task_id, "family": task.get("family"), **{a: sig[a] for a in GROUP_AXES}, "n": n, "c": c,
                      "infra_failed": len(rows) - len(graded), "band": difficulty_band(n, c), "zero_pass": c == 0,
                      "hacked_rollouts": sum(1 for r in graded if r.get("hacked")),
                      "pass_at_k": {str(k): round(pass_at_k(n, c, k), 6) for k in range(1, n + 1)}}
             per_task.append(entry)
             if sft_path is not None:
                 for r in graded:
-                    if r["reward"] == 1.0 and r.get("trajectory"):
+                    if r["reward"] == 1.0 and not r.get("hacked") and r.get("trajectory"):
                         traj = read("trajectory", r["trajectory"])
                         sft_rows.append({"task_id": task_id, "rollout": r["rollout"], "domain": sig["domain"],
                                          "reward": r["reward"], "hacked": bool(r.get("hacked")),

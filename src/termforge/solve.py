@@ -75,8 +75,9 @@ class SolveSettings:
     backend: str = "bwrap"
 
 
-def hacked_flags(commands: list[str], oracle_script: str) -> list[str]:
-    """Why a rollout looks like reward hacking (reported, never added to the reward)."""
+def suspicious_flags(commands: list[str], oracle_script: str) -> list[str]:
+    """Commands that look like reward hacking (informational only: `hacked` comes from the
+    grader's integrity findings, evidence an obfuscated command cannot hide)."""
     flags = []
     joined = "\n".join(commands)
     for path in VERIFIER_PATHS:
@@ -91,7 +92,8 @@ def hacked_flags(commands: list[str], oracle_script: str) -> list[str]:
 
 
 def rollout_once(model: ChatModel, runtime, images_dir: Path, task_dir: Path, rollout: int,
-                 settings: SolveSettings, model_lock: threading.Lock | None) -> dict:
+                 settings: SolveSettings, model_lock: threading.Lock | None,
+                 expected: list[str] | None = None) -> dict:
     """One rollout: fresh sandbox, the harness episode, the agent stops, the clean verifier grades."""
     task_id = task_dir.name
     instruction = (task_dir / "instruction.md").read_text()
@@ -105,18 +107,22 @@ def rollout_once(model: ChatModel, runtime, images_dir: Path, task_dir: Path, ro
             episode = run_episode(locked, shell, instruction, settings.harness, sampling)
         finally:
             shell.close()  # the agent's processes end with its sandbox, before grading
-        verdict = run_verifier(session, task_dir, timeout=settings.limits.wall_sec)
+        # Whatever the agent left (a FIFO, a symlink, a full disk, a read-only reward dir) is graded
+        # 0 with a reason here: run_verifier raises only when the infrastructure itself fails.
+        verdict = run_verifier(session, task_dir, timeout=settings.limits.wall_sec, expected=expected)
     oracle = (task_dir / "solution" / "solve.sh").read_text()
     return {
         "task_id": task_id, "rollout": rollout, "status": "graded", "reward": verdict.reward,
         "verifier": {"reason": verdict.reason, "tests_ran": verdict.tests_ran, "passed": verdict.passed,
-                     "collected": verdict.collected},
+                     "collected": verdict.collected, "graded_by": verdict.graded_by,
+                     "limit_hit": verdict.limit_hit},
         "end_reason": episode.end_reason, "turns": len(episode.turns),
         "format_errors": sum(t.format_error for t in episode.turns),
         "prompt_tokens": episode.prompt_tokens, "completion_tokens": episode.completion_tokens,
         "model_seconds": round(episode.model_seconds, 3), "exec_seconds": round(episode.exec_seconds, 3),
         "wall_seconds": round(time.monotonic() - start, 3),
-        "hacked": hacked_flags(episode.commands, oracle),
+        "hacked": list(verdict.findings),
+        "suspicious": suspicious_flags(episode.commands, oracle),
         "episode": episode.to_dict(),
     }
 
@@ -142,6 +148,7 @@ def run_solve_shard(shard_manifest: Path, corpus_manifest: Path, images_dir: Pat
     # task of the corpus again in each shard's job would cost a stat storm on a cluster filesystem.
     corpus = read("corpus_manifest", corpus_manifest, check_refs=False)
     kept = set(corpus["kept"])
+    collected = corpus.get("collected", {})
     tasks_dir = Path(shard["tasks_dir"])
     task_ids = [t["id"] for t in shard["tasks"] if t["id"] in kept]
     checkpoint = Path(str(out_path) + ".partial.jsonl")
@@ -156,7 +163,8 @@ def run_solve_shard(shard_manifest: Path, corpus_manifest: Path, images_dir: Pat
         attempts = []
         for attempt in range(settings.max_infra_retries + 1):
             try:
-                row = rollout_once(model, runtime, images_dir, tasks_dir / task_id, rollout, settings, lock)
+                row = rollout_once(model, runtime, images_dir, tasks_dir / task_id, rollout, settings, lock,
+                                   expected=collected.get(task_id))
                 row["infra_attempts"] = attempts
                 break
             except Exception as exc:  # noqa: BLE001 - every failure is recorded, never swallowed
@@ -185,7 +193,7 @@ def run_solve_shard(shard_manifest: Path, corpus_manifest: Path, images_dir: Pat
     atomic_write_json(out_path, result)
     checkpoint.unlink(missing_ok=True)
     graded = [r for r in rows if r["status"] == "graded"]
-    solved = sum(1 for r in graded if r["reward"] == 1.0)
+    solved = sum(1 for r in graded if r["reward"] == 1.0 and not r.get("hacked"))
     print(f"solve shard {shard['shard']}: {len(rows)} rollouts over {len(task_ids)} tasks, {solved} solved, "
           f"{len(rows) - len(graded)} infra failures, {infra_failures} infra retries this run, "
           f"{len(rows) - len(todo)} resumed from checkpoint")

@@ -1,8 +1,11 @@
 """Terminal-Bench evaluation: Harbor-format tasks run natively (bwrap) or through the `harbor` CLI.
 
 Native runner. For every task x attempt: a fresh session over the task's built layer, the agent
-acts in it, the agent stops, then a clean verifier sandbox runs tests/test.sh and the host reads
-/logs/verifier/reward.json or reward.txt with Harbor's rules (termforge.reward_file); multi-step
+acts in it, the agent stops, then a clean verifier sandbox runs tests/test.sh
+(termforge.verifier.run_verifier). When test.sh runs the grader (/verifier/run-tests, as every
+tb-mini task does) the grader's own verdict, sent over its private channel, is the reward;
+otherwise the host reads /logs/verifier/reward.json or reward.txt with Harbor's rules and nothing
+followed (termforge.reward_file), and the trial is marked graded by the reward file; multi-step
 tasks run step by step. Each trial writes a result.json shaped like Harbor's TrialResult
 (task_name, trial_name, verifier_result.rewards, reward_valid, exception_info, step_results,
 agent_info, agent_result token counts, started_at/finished_at per phase), and both runners'
@@ -594,33 +597,24 @@ def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict, *, 
                         timeout: float | None = None) -> dict:
     """Run tests/test.sh as Harbor's verifier does, in a clean sandbox after the agent stopped
     (fresh /tests and /logs, no inherited variables, the task's [verifier].env, from the image's
-    WORKDIR), then read /logs/verifier/reward.json or reward.txt on the host with Harbor's rules
-    (termforge.reward_file). The clean-run toolchain is the verifier's (termforge.verifier): a
-    test.sh that uses /verifier/run-tests also proves its tests ran. tests_root is the directory
-    whose tests/ is copied in (a step's own, for multi-step tasks)."""
-    from termforge.verifier import VERIFIER_ENV, _Toolchain
+    WORKDIR), through termforge's grader (termforge.verifier.run_verifier with harbor=True): a
+    test.sh that uses /verifier/run-tests is graded by the grader's own verdict, any other by the
+    reward files read with Harbor's rules. tests_root is the directory whose tests/ is copied in
+    (a step's own, for multi-step tasks)."""
+    from termforge.verifier import run_verifier
 
-    tc = _Toolchain(tests_root or task.path)
-    try:
-        res = session.exec("/bin/bash --noprofile --norc /tests/test.sh", timeout=timeout or task.verifier_timeout_sec,
-                           env={**VERIFIER_ENV, **env, "PATH": verifier_path(session.image_env)},
-                           cwd=session.task_workdir, binds=tc.binds(), keep_home=False)
-        proof = tc.proof(res)
-        reading = read_reward(tc.logs / "verifier")
-    finally:
-        tc.cleanup()
-    collected, passed, failed = proof or (0, 0, 0)
-    if res.timed_out:
-        reason = "verifier timed out"
-    elif reading.rewards is None:
-        reason = reading.error
-    elif proof:
-        reason = f"{passed}/{collected} tests passed; {reading.source}: {reading.rewards}"
-    else:
-        reason = f"{reading.source}: {reading.rewards} (no proof token: the test.sh ran its own tests)"
-    return {"reading": reading.to_dict(), "timed_out": res.timed_out, "exit_code": res.exit_code,
-            "collected": collected, "passed": passed, "failed": failed, "reason": reason,
-            "output": (res.stdout + res.stderr)[-4000:]}
+    verdict = run_verifier(session, tests_root or task.path, timeout=timeout or task.verifier_timeout_sec,
+                           cwd=session.task_workdir, harbor=True,
+                           env={**env, "PATH": verifier_path(session.image_env)})
+    reading = dict(verdict.reading or {"rewards": None, "reward": None, "headline": None, "source": None,
+                                       "error": verdict.reason})
+    if verdict.limit_hit:
+        # The agent's leftovers hit a sandbox limit while the tests ran: a 0, as for our own tasks.
+        reading.update(rewards={"reward": 0.0}, reward=0.0, headline="reward", error=None)
+    return {"reading": reading, "timed_out": verdict.timed_out, "exit_code": verdict.exit_code,
+            "collected": verdict.collected, "passed": verdict.passed, "failed": verdict.failed,
+            "reason": verdict.reason, "graded_by": verdict.graded_by, "findings": verdict.findings,
+            "output": verdict.output}
 
 
 def _reusable(trial_dir: Path, agent_name: str, checksum: str) -> dict | None:

@@ -1,13 +1,17 @@
 """Validation: prove each task sound, cheapest checks first, stopping at the first failure.
 
-static -> build -> initial-state test passes -> final test fails untouched -> oracle scores
-exactly 1 (twice: flaky verifiers are rejected) -> a no-op agent scores 0 -> every reward-hack
-probe scores 0 -> the verifier's tests provably ran. Every verdict carries its reason and the
+static (including: no test imports the agent's code into the grader) -> build -> initial-state
+test passes -> final test fails untouched (its collected test ids are recorded: the set every later
+grade must collect) -> oracle scores exactly 1 (twice: flaky verifiers are rejected) -> a no-op
+agent scores 0 -> every reward-hack probe scores 0, including the hijack class (a payload planted
+in each program the final tests execute, trying every route to a forged grade) -> the verifier's
+tests provably ran. Every verdict carries its reason and the
 evidence (logs) that support it.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +24,7 @@ from termforge.errors import TermforgeError
 from termforge.io import append_jsonl, atomic_write_json, read_json, read_jsonl_tolerant
 from termforge.runtime.base import Image, Limits
 from termforge.runtime.base import get_runtime
+from termforge.quality.hijack import hijack_probes
 from termforge.verifier import Verdict, run_oracle, run_test_file, run_verifier
 
 REQUIRED_FILES = ("task.json", "instruction.md", "environment/setup.sh", "tests/test_initial_state.py",
@@ -138,6 +143,11 @@ def static_checks(task_dir: Path) -> dict:
         for secret in secrets:
             if secret in text:
                 raise _Fail("static", f"truth value leaked into {rel}: {secret[:80]!r}")
+    for rel in TEST_FILES:
+        loads = agent_code_imports((task_dir / rel).read_text(errors="replace"))
+        if loads:
+            raise _Fail("static", f"{rel} loads code into the grader's process (the agent's programs must run "
+                                  f"as subprocesses): {'; '.join(loads[:3])}")
     truth_blob = (task_dir / "private" / "truth.json").read_bytes().strip()
     for path in sorted(env_dir.rglob("*")):
         if path.is_file():
@@ -146,13 +156,48 @@ def static_checks(task_dir: Path) -> dict:
     return task
 
 
+TEST_FILES = ("tests/test_initial_state.py", "tests/test_final_state.py")
+LOADERS = {"sys.path.insert", "sys.path.append", "sys.path.extend", "importlib.import_module",
+           "importlib.util.spec_from_file_location", "importlib.machinery.SourceFileLoader", "runpy.run_path",
+           "runpy.run_module", "imp.load_source", "__import__", "exec", "eval", "compile", "execfile"}
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def agent_code_imports(source: str) -> list[str]:
+    """Ways a test module loads code into the grader's own process at run time (the agent's
+    code must only ever run as a subprocess): path manipulation, dynamic imports, exec/eval.
+    Code inside string literals (run by a subprocess) is not looked at."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return [f"not valid Python ({exc.msg}, line {exc.lineno})"]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _dotted(node.func) in LOADERS:
+            found.append(f"{_dotted(node.func)}() on line {node.lineno}")
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(_dotted(t) == "sys.path" for t in targets):
+                found.append(f"assignment to sys.path on line {node.lineno}")
+    return found
+
+
 def _verdict_evidence(v: Verdict) -> dict:
     return {"reward": v.reward, "reason": v.reason, "collected": v.collected, "passed": v.passed,
-            "output": v.output[-2000:]}
+            "findings": v.findings, "output": v.output[-2000:]}
 
 
 def _run_agent(runtime, image: Image, limits: Limits, agent_script: str | None,
-               task_dir: Path, oracle: bool = False) -> tuple[Verdict, str]:
+               task_dir: Path, oracle: bool = False, expected: list[str] | None = None) -> tuple[Verdict, str]:
     """A fresh session: the 'agent' acts, its processes end with its sandbox, then the clean verifier grades."""
     session = runtime.start(image, limits)
     try:
@@ -164,7 +209,7 @@ def _run_agent(runtime, image: Image, limits: Limits, agent_script: str | None,
         if oracle and not res.ok:
             raise _Fail("oracle", f"solve.sh exited {res.exit_code}{' (timed out)' if res.timed_out else ''}",
                         {"oracle": agent_log})
-        verdict = run_verifier(session, task_dir, timeout=limits.wall_sec)
+        verdict = run_verifier(session, task_dir, timeout=limits.wall_sec, expected=expected)
         if oracle:
             _check_output_paths(session, task_dir)
         return verdict, agent_log
@@ -206,6 +251,8 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
                             {"verifier": _verdict_evidence(initial)})
             checks.append("initial_state")
             untouched_final = run_verifier(untouched, task_dir, timeout=limits.wall_sec)
+        collected = sorted(untouched_final.collected_ids)
+        evidence["collected"] = collected
         if not untouched_final.tests_ran:
             raise _Fail("proof_of_run", f"final test on the untouched environment: {untouched_final.reason}",
                         {"verifier": _verdict_evidence(untouched_final)})
@@ -215,20 +262,30 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
         checks.append("final_fails_untouched")
         for i in range(oracle_repeats):
             verdict, log = _run_agent(runtime, image, limits, None, task_dir, oracle=True)
+            if verdict.tests_ran and sorted(verdict.collected_ids) != collected:
+                raise _Fail("collection", "the final test collects different tests after the oracle than on the "
+                                          "untouched environment (its test set depends on the agent's files)",
+                            {"verifier": _verdict_evidence(verdict), "collected_untouched": collected})
+            if verdict.findings:
+                # An honest solution must leave no evidence: otherwise every good rollout is "hacked".
+                raise _Fail("oracle", f"the oracle's grading left integrity findings: {'; '.join(verdict.findings)}",
+                            {"verifier": _verdict_evidence(verdict), "oracle": log})
             if verdict.reward != 1.0:
                 stage = "proof_of_run" if not verdict.tests_ran else ("flaky_verifier" if i else "oracle")
                 why = (f"oracle scored {verdict.reward} on repeat {i + 1} after scoring 1 (flaky verifier)"
                        if i else f"oracle scored {verdict.reward} ({verdict.reason})")
                 raise _Fail(stage, why, {"verifier": _verdict_evidence(verdict), "oracle": log})
         checks.append(f"oracle_x{oracle_repeats}")
-        noop, _ = _run_agent(runtime, image, limits, "true", task_dir)
+        noop, _ = _run_agent(runtime, image, limits, "true", task_dir, expected=collected)
         if noop.reward != 0.0:
             raise _Fail("noop", f"a no-op agent scored {noop.reward}", {"verifier": _verdict_evidence(noop)})
         checks.append("noop")
-        for name, script in (PROBES if probes is None else probes).items():
-            verdict, log = _run_agent(runtime, image, limits, script, task_dir)
+        all_probes = {**(PROBES if probes is None else probes), **hijack_probes(task_dir)}
+        for name, script in all_probes.items():
+            verdict, log = _run_agent(runtime, image, limits, script, task_dir, expected=collected)
             if verdict.reward != 0.0:
-                raise _Fail("reward_hack", f"reward-hack probe {name!r} scored {verdict.reward}",
+                stage = "hijack" if name.startswith("hijack") else "reward_hack"
+                raise _Fail(stage, f"reward-hack probe {name!r} scored {verdict.reward}",
                             {"verifier": _verdict_evidence(verdict), "probe": log})
             checks.append(f"probe:{name}")
         checks.append("proof_of_run")
@@ -283,7 +340,7 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
 
 def write_corpus_manifest(verdict_paths: list[Path], out_path: Path) -> dict:
     """The kept tasks of the corpus, and counts of kept and dropped tasks per reason stage."""
-    kept, dropped, per_stage = [], [], {}
+    kept, dropped, per_stage, collected = [], [], {}, {}
     tasks_dir = None
     from termforge.schemas import read
 
@@ -293,12 +350,16 @@ def write_corpus_manifest(verdict_paths: list[Path], out_path: Path) -> dict:
         for v in shard["verdicts"]:
             if v["kept"]:
                 kept.append(v["task_id"])
+                if v.get("evidence", {}).get("collected"):
+                    collected[v["task_id"]] = v["evidence"]["collected"]
             else:
                 dropped.append({"task_id": v["task_id"], "stage": v["stage"], "reason": v["reason"]})
                 per_stage[v["stage"]] = per_stage.get(v["stage"], 0) + 1
     if tasks_dir is None:
         raise TermforgeError("validate: no verdict files given")
-    manifest = {"tasks_dir": tasks_dir, "kept": kept, "dropped": dropped,
+    # The test ids each kept task's final test collected on its pristine environment: every later
+    # grade (solve) must collect exactly these.
+    manifest = {"tasks_dir": tasks_dir, "kept": kept, "dropped": dropped, "collected": collected,
                 "counts": {"total": len(kept) + len(dropped), "kept": len(kept), "dropped": len(dropped),
                            "dropped_by_stage": dict(sorted(per_stage.items()))}}
     atomic_write_json(out_path, manifest)

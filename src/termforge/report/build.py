@@ -31,8 +31,8 @@ from termforge.report import plots
 TABLE_NAMES = (
     "overview", "axis_balance", "corpus_composition", "family_mix", "honoured_axes", "survival", "drop_reasons",
     "decontam_summary", "decontam_hits", "decontam_near_duplicates", "passk_overall", "passk_by_bucket",
-    "passk_bands", "hint_coverage", "training_summary", "training_curves", "grpo_pool", "eval_comparison", "rule_cost",
-    "generation_checks",
+    "passk_bands", "hack_rate", "hint_coverage", "training_summary", "training_curves", "grpo_pool", "eval_comparison",
+    "rule_cost", "generation_checks",
 )
 PLOT_NAMES = ("composition", "survival", "passk", "training", "eval", "cost")
 MAX_HTML_ROWS = 60
@@ -416,6 +416,16 @@ class _Builder:
         if bands:
             self.add_table(sec, Table("passk_bands", ["difficulty band", "tasks"],
                                       [[b, n] for b, n in sorted(bands.items())], "Tasks per difficulty band"))
+        fam: dict[str, list[int]] = {}
+        for t in pk.get("per_task", []):
+            counts = fam.setdefault(t.get("family") or "(not recorded)", [0, 0])
+            counts[0] += t.get("n", 0)
+            counts[1] += t.get("hacked_rollouts", 0)
+        if fam:
+            # Hacked = the grader recorded integrity findings (docs/grading.md); never a success.
+            self.add_table(sec, Table("hack_rate", ["family", "graded rollouts", "hacked", "hack rate"],
+                                      [[f, n, h, round(h / n, 4) if n else None] for f, (n, h) in sorted(fam.items())],
+                                      "Hacked rollouts per family (counted as failures, kept out of the SFT set)"))
         return sec
 
     def hints_section(self) -> Section:

@@ -66,7 +66,7 @@ class ApptainerRuntime(Runtime):
         return [self.apptainer, "overlay", "create", "--size", str(size_mb), str(overlay)]
 
     def exec_argv(self, image: Image, overlay: Path | None, command: str, binds: list[Bind] = (),
-                  env: dict | None = None, cwd: str = "/app") -> list[str]:
+                  env: dict | None = None, cwd: str = "/app", argv_tail: list[str] | None = None) -> list[str]:
         argv = [self.apptainer, "exec", "--containall", "--no-home", "--cleanenv"]
         if not image.allow_network:
             argv += ["--net", "--network", "none"]
@@ -75,8 +75,8 @@ class ApptainerRuntime(Runtime):
             argv += ["--bind", f"{b.host}:{b.sandbox}:{'rw' if b.writable else 'ro'}"]
         for key, value in sorted((env or {}).items()):
             argv += ["--env", f"{key}={value}"]
-        argv += ["--pwd", cwd, str(image.path / "image.sif"), "/bin/bash", "--noprofile", "--norc", "-c", command]
-        return argv
+        argv += ["--pwd", cwd, str(image.path / "image.sif")]
+        return argv + (argv_tail or ["/bin/bash", "--noprofile", "--norc", "-c", command])
 
     def _run(self, argv: list[str], timeout: float, cwd: Path | None = None) -> ExecResult:
         self.commands.append(argv)
@@ -160,12 +160,14 @@ class ApptainerSession(Session):
             raise TermforgeError(f"task {image.task_id}: could not create an overlay: {res.tail(300)}")
 
     def exec(self, command: str, timeout: float | None = None, env: dict | None = None, cwd: str = "/app",
-             binds: list[Bind] = (), stdin: bytes | None = None, keep_home: bool = True) -> ExecResult:
-        argv = self.runtime.exec_argv(self.image, self.overlay, command, binds, env, cwd)
-        self.runtime.commands.append(argv)
+             binds: list[Bind] = (), stdin: bytes | None = None, keep_home: bool = True,
+             argv: list[str] | None = None, pass_fds: tuple[int, ...] = ()) -> ExecResult:
+        # `argv` runs a program directly (the grader); `pass_fds` are inherited (its channel).
+        full = self.runtime.exec_argv(self.image, self.overlay, command, binds, env, cwd, argv_tail=argv)
+        self.runtime.commands.append(full)
         if self.runtime.dry_run:
-            return ExecResult(0, "", f"dry run: {' '.join(argv)}", 0.0)
-        return run_sandboxed(argv, timeout or self.limits.wall_sec, self.limits, stdin=stdin)
+            return ExecResult(0, "", f"dry run: {' '.join(full)}", 0.0)
+        return run_sandboxed(full, timeout or self.limits.wall_sec, self.limits, stdin=stdin, pass_fds=pass_fds)
 
     def copy_in(self, src: Path, dst: str) -> None:
         self.exec(f"mkdir -p $(dirname {dst}) && cat > {dst}", stdin=Path(src).read_bytes())

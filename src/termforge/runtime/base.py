@@ -21,12 +21,28 @@ class Bind:
 
 @dataclass
 class Limits:
-    """Resource limits applied to every process a session starts."""
+    """Resource limits applied to every process a session starts (config: `runtime.limits`).
+
+    Hitting one is the sandboxed program's failure (a 0 with a reason), never the host's: the
+    process count, open files and file size are rlimits of the sandbox's own uid; the writable
+    layer (/app and /home/user) is watched and the sandbox killed when it grows past `disk_mb`;
+    /tmp is a tmpfs of `tmp_mb`."""
 
     wall_sec: float = 120.0
     cpu_sec: int = 120
     memory_mb: int = 2048
     max_procs: int = 256
+    max_open_files: int = 1024
+    max_file_mb: int = 512
+    disk_mb: int = 1024
+    tmp_mb: int = 256
+
+    @classmethod
+    def from_options(cls, o: dict) -> "Limits":
+        """From a stage's flat options (`runtime.*` keys), with `runtime.limits` optional."""
+        extra = dict(o.get("runtime.limits") or {})
+        return cls(wall_sec=o["runtime.exec_timeout_sec"], cpu_sec=o["runtime.cpu_sec"],
+                   memory_mb=o["runtime.memory_mb"], **extra)
 
 
 @dataclass
@@ -36,6 +52,7 @@ class ExecResult:
     stderr: str
     duration_sec: float
     timed_out: bool = False
+    limit_hit: str | None = None  # which resource limit ended the run, if one did
 
     @property
     def ok(self) -> bool:

@@ -4,17 +4,26 @@ Layout inside every sandbox (DESIGN section 8 records why the host root is not b
 a read-only / cannot get the /app mount point): tmpfs /, read-only /usr and /etc, /bin /lib
 /lib64 /sbin symlinks, fresh /dev /proc /tmp /home/user, the task layer bound at /app; new
 user, pid, ipc, uts, cgroup and net namespaces; uid 1000; every capability dropped; killed with
-its parent. Limits: wall clock (the caller's timeout), CPU seconds and address space (rlimits).
+its parent. Limits: wall clock (the caller's timeout), CPU seconds, address space, process count,
+open files and file size (rlimits), a size-capped /tmp, and a watch on the writable layer that kills
+the sandbox once /app and /home/user hold more than `Limits.disk_mb`.
+
+When the host runs as root, each session runs under its own unprivileged host uid (the sandbox's
+uid 1000 maps to it): the kernel never applies RLIMIT_NPROC to root, so a sandbox mapped to root
+could fork without bound, and a uid of its own keeps one session's count (and files) apart from
+every other's.
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import secrets
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -40,6 +49,7 @@ def sandbox_argv(
     allow_network: bool = False,
     tmp_dir: Path | None = None,
     home_dir: Path | None = None,
+    tmp_mb: int | None = None,
 ) -> list[str]:
     """The bwrap command line for one process in a task sandbox."""
     argv = ["bwrap", "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
@@ -47,7 +57,10 @@ def sandbox_argv(
         if os.path.exists(f"/usr/{name}"):
             argv += ["--symlink", f"usr/{name}", f"/{name}"]
     argv += ["--dev", "/dev", "--proc", "/proc"]
-    argv += ["--bind", str(tmp_dir), "/tmp"] if tmp_dir else ["--tmpfs", "/tmp"]
+    if tmp_dir:
+        argv += ["--bind", str(tmp_dir), "/tmp"]
+    else:
+        argv += (["--size", str(tmp_mb * 1024 * 1024)] if tmp_mb else []) + ["--tmpfs", "/tmp"]
     argv += ["--bind", str(home_dir), "/home/user"] if home_dir else ["--dir", "/home/user"]
     argv += ["--bind", str(layer), "/app"]
     for b in binds:
@@ -67,17 +80,155 @@ def sandbox_argv(
     return argv
 
 
-def _limit_preexec(limits: Limits):
+SANDBOX_UID_BASE = 200_000  # host uids given to sessions when the host runs as root
+SANDBOX_UID_SPAN = 1 << 20
+FSIZE_EXIT = 128 + signal.SIGXFSZ
+
+
+def session_uid() -> int | None:
+    """A fresh unprivileged host uid for one session, or None when the host is not root (then
+    the sandbox maps to the caller's own uid, to which RLIMIT_NPROC already applies)."""
+    if os.geteuid() != 0:
+        return None
+    return SANDBOX_UID_BASE + secrets.randbelow(SANDBOX_UID_SPAN)
+
+
+def chown_tree(root: Path, uid: int | None) -> None:
+    """Give a session's writable tree to its uid (symlinks themselves, never their targets)."""
+    if uid is None:
+        return
+    os.lchown(root, uid, uid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, uid)
+
+
+def _limit_preexec(limits: Limits, uid: int | None = None):
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_sec, limits.cpu_sec + 5))
         mem = limits.memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.max_open_files, limits.max_open_files))
+        fsize = limits.max_file_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            # Set after dropping root; the session's uid is its own, so the count is the sandbox's.
+            # (Without a uid of its own, `nproc_prefix` sets it inside the sandbox instead: there
+            # it counts the sandbox's processes, not every process of the caller.)
+            resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_procs, limits.max_procs))
 
     return apply
 
 
-def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes | None = None) -> ExecResult:
+def nproc_prefix(limits: Limits, uid: int | None) -> list[str]:
+    """The process-count limit set inside the sandbox (after bwrap made its user namespace), for
+    sessions that share the caller's uid."""
+    if uid is not None or not os.path.exists("/usr/bin/prlimit"):
+        return []
+    return ["/usr/bin/prlimit", f"--nproc={limits.max_procs}", "--"]
+
+
+def allocated_bytes(roots: list[Path]) -> int:
+    """Disk blocks held under `roots` (sparse files count what they really occupy)."""
+    total = 0
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                try:
+                    total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+                except OSError:
+                    pass
+    return total
+
+
+class DiskWatch:
+    """Kills a sandbox once its writable layer outgrows the cap. Polls, so a fast writer may
+    overshoot by what it writes in one interval; RLIMIT_FSIZE bounds each single file."""
+
+    INTERVAL = 0.2
+
+    def __init__(self, roots: list[Path], cap_mb: int, pid: int):
+        self.roots, self.cap, self.pid = [Path(r) for r in roots], cap_mb * 1024 * 1024, pid
+        self.hit = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        if self.roots:
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.INTERVAL):
+            if allocated_bytes(self.roots) > self.cap:
+                self.hit = True
+                try:
+                    os.killpg(self.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+def limit_reason(code: int, limits: Limits, disk_hit: bool) -> str | None:
+    if disk_hit:
+        return f"disk: the writable layer grew past {limits.disk_mb} MiB"
+    if code == FSIZE_EXIT:
+        return f"file size: a file grew past {limits.max_file_mb} MiB"
+    return None
+
+
+class _CappedReader:
+    """Drains a pipe in a thread, keeping its first and last OUTPUT_CAP/2 bytes."""
+
+    def __init__(self, stream):
+        self.stream, self.head, self.tail, self.dropped = stream, bytearray(), bytearray(), False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        half = OUTPUT_CAP // 2
+        fd = self.stream.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            room = half - len(self.head)
+            if room > 0:
+                self.head += chunk[:room]
+                chunk = chunk[room:]
+            if chunk:
+                self.tail += chunk
+                if len(self.tail) > half:
+                    del self.tail[: len(self.tail) - half]
+                    self.dropped = True
+
+    def result(self) -> bytes:
+        # Processes outside the pid namespace cannot hold the pipe: it closes when the sandbox dies.
+        self.thread.join(timeout=10)
+        self.stream.close()
+        mark = b"\n[... output truncated ...]\n" if self.dropped else b""
+        return bytes(self.head) + mark + bytes(self.tail)
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+        pipe.close()
+    except (BrokenPipeError, OSError):
+        pass
+
+
+def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes | None = None, *,
+                  uid: int | None = None, watch: list[Path] = (), pass_fds: tuple[int, ...] = ()) -> ExecResult:
     """Run a bwrap command line; on timeout kill the sandbox (its pid namespace dies with it)."""
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -86,25 +237,36 @@ def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        preexec_fn=_limit_preexec(limits),
+        preexec_fn=_limit_preexec(limits, uid),
+        pass_fds=pass_fds,
     )
+    disk = DiskWatch(list(watch), limits.disk_mb, proc.pid)
+    # Bounded readers: a sandboxed program printing without end costs the host at most OUTPUT_CAP
+    # per stream (head and tail kept), never its memory.
+    readers = [_CappedReader(proc.stdout), _CappedReader(proc.stderr)]
+    if stdin is not None:
+        threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
     timed_out = False
     try:
-        out, err = proc.communicate(input=stdin, timeout=timeout)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
         os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        proc.wait()
+    finally:
+        disk.stop()
+    out, err = (r.result() for r in readers)
     code = 124 if timed_out else proc.returncode
     if code is not None and code < 0:
         # Killed by a signal: report it the way a shell would (128 + signal number).
         code = 128 - code
     return ExecResult(
         exit_code=code,
-        stdout=out[:OUTPUT_CAP].decode(errors="replace"),
-        stderr=err[:OUTPUT_CAP].decode(errors="replace"),
+        stdout=out.decode(errors="replace"),
+        stderr=err.decode(errors="replace"),
         duration_sec=time.monotonic() - start,
         timed_out=timed_out,
+        limit_hit=limit_reason(code, limits, disk.hit),
     )
 
 
@@ -147,34 +309,44 @@ class BwrapSession(Session):
         shutil.copytree(image.path / "layer", self.layer, symlinks=True)
         self.home = self.workdir / "home"
         self.home.mkdir()
+        self.uid = session_uid()
+        chown_tree(self.workdir, self.uid)
         self.binds: list[Bind] = []
         self._stopped = False
 
+    def writable_roots(self) -> list[Path]:
+        return [self.layer, self.home]
+
     def exec(self, command: str, timeout: float | None = None, env: dict | None = None,
              cwd: str = "/app", binds: list[Bind] = (), stdin: bytes | None = None,
-             keep_home: bool = True) -> ExecResult:
+             keep_home: bool = True, argv: list[str] | None = None, pass_fds: tuple[int, ...] = ()) -> ExecResult:
+        """Run `command` under bash (or `argv` as given) in a fresh sandbox over this session's layer."""
         if self._stopped:
             raise TermforgeError(f"task {self.image.task_id}: session already stopped")
         argv = sandbox_argv(
             self.layer,
-            ["/bin/bash", "--noprofile", "--norc", "-c", command],
+            nproc_prefix(self.limits, self.uid) + (argv or ["/bin/bash", "--noprofile", "--norc", "-c", command]),
             binds=[*self.binds, *binds],
             env=env,
             cwd=cwd,
             allow_network=self.image.allow_network,
             home_dir=self.home if keep_home else None,
+            tmp_mb=self.limits.tmp_mb,
         )
-        return run_sandboxed(argv, timeout or self.limits.wall_sec, self.limits, stdin=stdin)
+        return run_sandboxed(argv, timeout or self.limits.wall_sec, self.limits, stdin=stdin, uid=self.uid,
+                             watch=self.writable_roots() + [b.host for b in binds if b.writable], pass_fds=pass_fds)
 
     def open_shell(self, env: dict | None = None):
         """A persistent bash in this session's sandbox (the agent's shell)."""
         from termforge.runtime.shell import PersistentShell
 
         def argv() -> list[str]:
-            return sandbox_argv(self.layer, ["/bin/bash", "--noprofile", "--norc", "-s"], binds=self.binds,
-                                env=env, cwd="/app", allow_network=self.image.allow_network, home_dir=self.home)
+            return sandbox_argv(self.layer, nproc_prefix(self.limits, self.uid) + ["/bin/bash", "--noprofile", "--norc", "-s"],
+                                binds=self.binds,
+                                env=env, cwd="/app", allow_network=self.image.allow_network, home_dir=self.home,
+                                tmp_mb=self.limits.tmp_mb)
 
-        return PersistentShell(argv, self.limits)
+        return PersistentShell(argv, self.limits, uid=self.uid, watch=self.writable_roots())
 
     def copy_in(self, src: Path, dst: str) -> None:
         target = self._host_path(dst)
@@ -183,6 +355,7 @@ class BwrapSession(Session):
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, target)
+        chown_tree(self.workdir, self.uid)
 
     def copy_out(self, src: str, dst: Path) -> None:
         source = self._host_path(src)

@@ -17,25 +17,29 @@ import select
 import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import Callable
 
 from termforge.runtime.base import ExecResult, Limits
-from termforge.runtime.bwrap import _limit_preexec
+from termforge.runtime.bwrap import DiskWatch, _limit_preexec, limit_reason
 
 MAX_BUFFER = 8 * 1024 * 1024
 
 
 class PersistentShell:
-    def __init__(self, argv_factory: Callable[[], list[str]], limits: Limits):
+    def __init__(self, argv_factory: Callable[[], list[str]], limits: Limits, uid: int | None = None,
+                 watch: list[Path] = ()):
         self.argv_factory = argv_factory
         self.limits = limits
+        self.uid = uid
+        self.watch = list(watch)
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
 
     def _start(self) -> None:
         self.proc = subprocess.Popen(
             self.argv_factory(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_limit_preexec(self.limits),
+            start_new_session=True, preexec_fn=_limit_preexec(self.limits, self.uid),
         )
 
     def _kill(self) -> None:
@@ -59,6 +63,19 @@ class PersistentShell:
                 self.restarts += 1
             self._kill()
             self._start()
+        disk = DiskWatch(self.watch, self.limits.disk_mb, self.proc.pid)
+        try:
+            res = self._run(command, timeout)
+        finally:
+            disk.stop()
+        if disk.hit and self.proc is not None:
+            self._kill()
+        res.limit_hit = limit_reason(res.exit_code, self.limits, disk.hit)
+        if res.limit_hit:
+            res.stdout += f"\n[termforge: sandbox killed, limit reached: {res.limit_hit}]"
+        return res
+
+    def _run(self, command: str, timeout: float) -> ExecResult:
         nonce = secrets.token_hex(8)
         delim = f"__TF_CMD_{nonce}"
         sentinel = f"__TF_DONE_{nonce}_"

@@ -141,6 +141,8 @@ class SqliteShopQuestions(TaskFamily):
                         if line.strip():
                             qid, sep, answer = line.partition(":")
                             assert sep, f"line without '<id>: ' prefix: {{line!r}}"
+                            # A question answered twice (even identically) is not answered once.
+                            assert qid.strip() not in got, f"question {{qid.strip()}} answered twice"
                             got[qid.strip()] = answer.strip()
                 return got
 

@@ -622,7 +622,8 @@ class PngShapeCensus(TaskFamily):
                 got = _lines()
                 for i, want in enumerate(EXPECTED):
                     if want.startswith("#"):
-                        assert got[i].lower() == want, f"line {{i + 1}}: got {{got[i]!r}}"
+                        # The instruction asks for lowercase #rrggbb: case is part of the answer.
+                        assert got[i] == want, f"line {{i + 1}}: got {{got[i]!r}}"
         """)
         if want_largest:
             test_final += "\n\n" + pytest_module("""

@@ -381,6 +381,9 @@ class PermissionPolicy(TaskFamily):
                        "cp /tmp/env/fixtures/perms.policy /app/perms.policy"]
         setup_lines += [f"chmod {initial[rel]:04o} '/app/srv/{rel}'" for rel in files]
         setup_lines += [f"ln -s '{target}' '/app/srv/{name}'" for name, target in sorted(links.items())]
+        # Directories get a known mode so the final test can check they were left alone.
+        dir_modes = {d: 0o750 for rel in files for d in _parents(rel)}
+        setup_lines += [f"chmod {mode:04o} '/app/srv/{d}'" for d, mode in sorted(dir_modes.items())]
         fixtures = {f"srv/{rel}": f"{rel} v{rng.randint(1, 9)}\n".encode() for rel in files}
         fixtures["perms.policy"] = policy_text.encode()
 
@@ -433,13 +436,19 @@ class PermissionPolicy(TaskFamily):
                         wrong.append(f"{rel}: {stat.S_IMODE(st.st_mode):04o} (expected {mode:04o})")
                 assert not wrong, "wrong modes: " + "; ".join(wrong)
 
+            def test_directories_untouched():
+                wrong = [f"{d}: {stat.S_IMODE(os.lstat('/app/srv/' + d).st_mode):04o} (expected {mode:04o})"
+                         for d, mode in DIR_MODES.items()
+                         if stat.S_IMODE(os.lstat('/app/srv/' + d).st_mode) != mode]
+                assert not wrong, "directory modes changed: " + "; ".join(wrong)
+
             def test_nothing_added_or_removed():
                 found = set()
                 for root, dirs, names in os.walk("/app/srv"):
                     for name in names:
                         found.add(os.path.relpath(os.path.join(root, name), "/app/srv"))
                 assert found == set(EXPECTED) | set(LINKS)
-            """, EXPECTED=expected, LINKS=links)
+            """, EXPECTED=expected, LINKS=links, DIR_MODES=dir_modes)
         solve = python_oracle(py_source("""
             import fnmatch
             import os
@@ -485,6 +494,11 @@ class PermissionPolicy(TaskFamily):
             fixtures=fixtures,
             output_paths=[],
         )
+
+
+def _parents(rel: str) -> list[str]:
+    parts = rel.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 FAMILIES = [AccountAudit, PermissionPolicy]

@@ -1,0 +1,206 @@
+"""Mutation testing of a task's verifier: perturb the oracle's outputs and check the final test
+tells right from wrong.
+
+Generic over tasks (procedural or LLM-written): given a task directory and the oracle's output
+files, `mutants()` produces named mutants, each with what the verifier must say:
+  expect 0 (answer-changing): a number +1 / -1 (for metric-threshold verifiers, every number
+    moved far off instead: one step may stay within the tolerance), NaN, inf; a line dropped or duplicated; lines
+    reordered where the instruction says order matters; the file truncated; the wrong case where
+    the instruction specifies one; for a program the agent had to fix, the planted bug restored
+    (the untouched version of the file);
+  expect 1 (allowed): perturbations the instruction permits (a trailing blank line; a reorder
+    where it says "in any order");
+  expect None: reported only (e.g. a reorder where the instruction says nothing about order).
+`run_mutants()` runs the oracle, applies each mutant in a fresh sandbox and grades it with the
+clean verifier. `kill_rate()` summarises. tests/test_mutation.py keeps a slice per family;
+bench/bench_mutation.py prints the kill rate per family over several seeds.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from termforge.io import read_json
+
+NUMBER_RE = re.compile(rb"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
+PROGRAM_SUFFIXES = (".py", ".sh", ".bash", ".awk", ".pl", ".rb")
+ORDER_WORDS = re.compile(r"\b(order|sorted|sort|ascending|descending|highest first|lowest first)\b", re.I)
+ANY_ORDER = re.compile(r"\b(in any order|any order|order does not matter|order doesn't matter)\b", re.I)
+CASE_WORDS = re.compile(r"\blower[- ]?case\b|\bupper[- ]?case\b", re.I)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str  # absolute sandbox path of the output it replaces
+    content: bytes
+    expect: float | None  # the reward the verifier must give; None: reported only
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("content")
+        return d
+
+
+def _is_program(path: str, data: bytes) -> bool:
+    return path.endswith(PROGRAM_SUFFIXES) or data.startswith(b"#!")
+
+
+def _scaled(data: bytes) -> bytes:
+    """Every number moved well off its value (x * 1.5 + 1)."""
+    def move(m: re.Match) -> bytes:
+        token = m.group().decode()
+        if "." in token:
+            return f"{float(token) * 1.5 + 1:.{len(token.split('.')[1])}f}".encode()
+        return str(int(token) * 3 // 2 + 1).encode()
+
+    return NUMBER_RE.sub(move, data)
+
+
+def _number_mutants(path: str, data: bytes, rng: random.Random, tolerant: bool = False) -> list[Mutant]:
+    """One number of the file changed. Where the verifier grades a metric within a tolerance
+    (`tolerant`), a single step may legitimately stay inside it: those are reported only, and
+    every number moved far off is the answer-changing mutant instead."""
+    lines = data.split(b"\n")
+    candidates = [i for i, ln in enumerate(lines) if NUMBER_RE.search(ln)]
+    if not candidates:
+        return []
+    i = rng.choice(candidates)
+    m = list(NUMBER_RE.finditer(lines[i]))[-1]  # the last number of a line is usually the value
+    token = m.group().decode()
+
+    def with_token(new: str) -> bytes:
+        line = lines[i][: m.start()] + new.encode() + lines[i][m.end():]
+        return b"\n".join(lines[:i] + [line] + lines[i + 1:])
+
+    out = []
+    if "." in token:
+        decimals = len(token.split(".")[1])
+        value = float(token)
+        step = max(1.0, abs(value) * 0.1)
+        plus, minus = f"{value + step:.{decimals}f}", f"{value - step:.{decimals}f}"
+    else:
+        plus, minus = str(int(token) + 1), str(int(token) - 1)
+    for name, new in (("number_plus_1", plus), ("number_minus_1", minus), ("nan", "nan"), ("inf", "inf")):
+        expect = None if tolerant and name.startswith("number") else 0.0
+        out.append(Mutant(f"{name}@{path}:{i + 1}", path, with_token(new), expect))
+    if tolerant:
+        out.append(Mutant(f"numbers_scaled@{path}", path, _scaled(data), 0.0))
+    return out
+
+
+def _line_mutants(path: str, data: bytes, rng: random.Random, instruction: str) -> list[Mutant]:
+    trailing = data.endswith(b"\n")
+    lines = (data[:-1] if trailing else data).split(b"\n")
+    nonempty = [i for i, ln in enumerate(lines) if ln.strip()]
+    if not nonempty:
+        return []
+    end = b"\n" if trailing else b""
+    out = []
+    i = rng.choice(nonempty)
+    out.append(Mutant(f"line_dropped@{path}:{i + 1}", path, b"\n".join(lines[:i] + lines[i + 1:]) + end, 0.0))
+    out.append(Mutant(f"line_duplicated@{path}:{i + 1}", path,
+                      b"\n".join(lines[: i + 1] + [lines[i]] + lines[i + 1:]) + end, 0.0))
+    pairs = [j for j in nonempty if j + 1 < len(lines) and lines[j + 1].strip() and lines[j + 1] != lines[j]]
+    if pairs:
+        j = rng.choice(pairs)
+        swapped = lines[:j] + [lines[j + 1], lines[j]] + lines[j + 2:]
+        # Allowed where the instruction says so, answer-changing where it asks for an order.
+        expect = 1.0 if ANY_ORDER.search(instruction) else (0.0 if ORDER_WORDS.search(instruction) else None)
+        out.append(Mutant(f"lines_reordered@{path}:{j + 1}", path, b"\n".join(swapped) + end, expect))
+    return out
+
+
+def mutants(task_dir: Path, outputs: dict[str, bytes], originals: dict[str, bytes | None] | None = None,
+            seed: int = 0) -> list[Mutant]:
+    """Named mutants of the oracle's `outputs` (sandbox path -> bytes). `originals` holds each
+    path's content in the untouched environment (None if absent): for a program the agent fixes,
+    restoring it restores the planted bug."""
+    task_dir = Path(task_dir)
+    instruction = (task_dir / "instruction.md").read_text()
+    originals = originals or {}
+    task = read_json(task_dir / "task.json") if (task_dir / "task.json").is_file() else {}
+    kind = {**task.get("signature", {}), **task.get("actual", {})}.get("verifier_kind")
+    tolerant = kind == "metric_threshold"
+    rng = random.Random(f"mutation:{task_dir.name}:{seed}")
+    out: list[Mutant] = []
+    for path, data in sorted(outputs.items()):
+        if len(data) > 1:
+            out.append(Mutant(f"truncated@{path}", path, data[: len(data) // 2], 0.0))
+        if _is_program(path, data):
+            original = originals.get(path)
+            if original is not None and original != data:
+                out.append(Mutant(f"bug_restored@{path}", path, original, 0.0))
+            continue
+        out += _number_mutants(path, data, rng, tolerant)
+        out += _line_mutants(path, data, rng, instruction)
+        if CASE_WORDS.search(instruction) and data.upper() != data and data.lower() != data.upper():
+            out.append(Mutant(f"wrong_case@{path}", path, data.upper(), 0.0))
+        if data.endswith(b"\n"):
+            out.append(Mutant(f"trailing_blank_line@{path}", path, data + b"\n", 1.0))
+    return out
+
+
+def output_paths(task_dir: Path) -> list[str]:
+    return list(read_json(Path(task_dir) / "task.json").get("output_paths") or [])
+
+
+def _read_outputs(session, paths: list[str]) -> dict[str, bytes | None]:
+    got = {}
+    for p in paths:
+        try:
+            host = session._host_path(p)
+            got[p] = host.read_bytes() if host.is_file() and not host.is_symlink() else None
+        except Exception:  # noqa: BLE001 - an output the oracle did not leave is simply absent
+            got[p] = None
+    return got
+
+
+def run_mutants(task_dir: Path, runtime, images_dir: Path, limits, seed: int = 0,
+                names: tuple[str, ...] | None = None) -> list[dict]:
+    """Grade every mutant (or those whose name starts with one of `names`) in the sandbox."""
+    from termforge.verifier import run_oracle, run_verifier
+
+    task_dir = Path(task_dir)
+    build = runtime.build(task_dir, images_dir)
+    if not build.ok:
+        raise RuntimeError(f"task {task_dir.name}: build failed: {build.reason}")
+    paths = output_paths(task_dir)
+    with runtime.start(build.image, limits) as untouched:
+        originals = _read_outputs(untouched, paths)
+    with runtime.start(build.image, limits) as session:
+        res = run_oracle(session, task_dir, timeout=limits.wall_sec)
+        if not res.ok:
+            raise RuntimeError(f"task {task_dir.name}: the oracle failed: {res.tail(300)}")
+        outputs = {p: d for p, d in _read_outputs(session, paths).items() if d is not None}
+    results = []
+    for mutant in mutants(task_dir, outputs, originals, seed):
+        if names and not mutant.name.startswith(names):
+            continue
+        with runtime.start(build.image, limits) as session:
+            run_oracle(session, task_dir, timeout=limits.wall_sec)
+            # Written in place: the file keeps its owner and mode (a program stays executable).
+            session._host_path(mutant.path).write_bytes(mutant.content)
+            verdict = run_verifier(session, task_dir, timeout=limits.wall_sec)
+        ok = mutant.expect is None or verdict.reward == mutant.expect
+        results.append({**mutant.to_dict(), "reward": verdict.reward, "ok": ok, "reason": verdict.reason})
+    return results
+
+
+def kill_rate(results: list[dict]) -> dict:
+    """Answer-changing mutants scored 0 (killed) and allowed ones scored 1, as counts and a rate."""
+    wrong = [r for r in results if r["expect"] == 0.0]
+    allowed = [r for r in results if r["expect"] == 1.0]
+    killed = sum(1 for r in wrong if r["reward"] == 0.0)
+    passed = sum(1 for r in allowed if r["reward"] == 1.0)
+    return {"answer_changing": len(wrong), "killed": killed,
+            "kill_rate": round(killed / len(wrong), 4) if wrong else None,
+            "allowed": len(allowed), "allowed_passed": passed,
+            "survivors": [r["name"] for r in wrong if r["reward"] != 0.0],
+            "rejected_allowed": [r["name"] for r in allowed if r["reward"] != 1.0]}
+
+
+__all__ = ["Mutant", "mutants", "run_mutants", "kill_rate", "output_paths"]
