@@ -67,7 +67,7 @@ from termforge.evals.harbor_tasks import (NATIVE_MEMORY_MB, BrokenTask, HarborSe
                                           build_harbor_image, resolve_env)
 from termforge.io import atomic_write_json, atomic_write_text, read_json
 from termforge.metrics import pass_at_k
-from termforge.reward_file import HEADLINE_KEY, RewardReading, read_reward
+from termforge.reward_file import HEADLINE_KEY, RewardReading
 from termforge.runtime.base import Bind, BuildResult, Limits
 from termforge.runtime.bwrap import SANDBOX_PATH, tree_digest
 
