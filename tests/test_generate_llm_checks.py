@@ -27,6 +27,7 @@ PERSONAS = {
     "an optimistic intern": "lazy",     # final test: passes untouched, then repaired
     "a careful surveyor": "survey",     # every reply right the first time
     "a long-winded analyst": "huge",    # task prompt rejected with HTTP 400
+    "a hasty grader": "loose",          # final test: accepts any census with the right line count
 }
 HIDDEN_RULE = "ignore the white background and count each rectangle once"
 
@@ -75,6 +76,13 @@ def author(messages: list[dict]):
             if "finish_reason: length" in messages[-1]["content"]:
                 return good.rsplit("```", 1)[0]  # the closing fence is missing
             return good
+        if root == "loose" and not rounds:
+            # Fails untouched and passes the oracle, but a census with a wrong count also passes.
+            n_lines = json.loads(good.split("```json expected\n")[1].split("```")[0])["census"].count("\n")
+            return ("```python test_final_state.py\nimport os\n\n\ndef test_census_shape():\n"
+                    "    assert os.path.isfile('/app/out/census.txt')\n"
+                    f"    assert len(open('/app/out/census.txt').read().splitlines()) == {n_lines}\n```\n\n"
+                    "```json expected\n{}\n```")
         if root == "lazy" and not rounds:
             return "```python test_final_state.py\ndef test_ok():\n    assert True\n```\n\n```json expected\n{}\n```"
         return good
@@ -139,6 +147,17 @@ def test_a_final_test_that_passes_untouched_is_sent_back_to_its_author(tmp_path)
         repair = [b for b in server.chat_bodies() if P.step_of(b["messages"]) == "final_test"][1]
     assert _triggers(task_dir) == [("final_test", "final_fails_untouched")]
     assert "passes on the untouched environment" in repair["messages"][-1]["content"]
+
+
+@needs_bwrap
+def test_a_final_test_that_accepts_a_wrong_answer_is_never_published(tmp_path):
+    with FakeOpenAIServer(replies=author) as server:
+        task_dir = generate_task_llm(_sig(15, "a hasty grader"), tmp_path / "tasks", _model(server, tmp_path / "c"),
+                                     max_repair_rounds=2, images_dir=tmp_path / "images", limits=LIMITS)
+    # The mutation probe (an oracle output with a count off by one scored 1) sent it back.
+    assert _triggers(task_dir) == [("final_test", "mutation")]
+    assert "def test_census_shape" not in (task_dir / "tests" / "test_final_state.py").read_text()
+    assert any(c.startswith("mutation:") for c in read_json(task_dir / "task.json")["provenance"]["checks"])
 
 
 @needs_bwrap

@@ -16,7 +16,7 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
                       "decontam.near_dups", "decontam.near_dup_threshold",
                       "decontam.harbor_dirs", "decontam.hf_datasets", "decontam.jsonl"),
     "validate": ("runtime.backend", "runtime.exec_timeout_sec", "runtime.cpu_sec", "runtime.memory_mb",
-                 "runtime.limits", "validate.oracle_repeats", "validate.workers"),
+                 "runtime.limits", "validate.oracle_repeats", "validate.workers", "validate.mutants"),
     "solve": ("seed", "solve", "models.{solve.model}", "runtime.backend", "runtime.exec_timeout_sec", "runtime.cpu_sec",
               "runtime.memory_mb", "runtime.limits"),
     "serve_policy": ("serve", "solve.model", "models.{solve.model}"),

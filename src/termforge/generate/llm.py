@@ -674,6 +674,11 @@ class _Chain:
             "reward_hack": "an agent that only cheats scored 1: the final test must check real outputs and trust "
                            "nothing the agent can plant (reward files, conftest.py, programs on PATH)",
             "proof_of_run": "the final test did not provably run (collection failed or it exits early)",
+            "mutation": "the final test grades perturbed copies of the oracle's output wrongly: it must reject "
+                        "every wrong answer (a value off by one, a missing or repeated line, a non-finite "
+                        "number, the wrong case) and accept what the instruction allows",
+            "hijack": "a program the final test runs could forge the grade: run agent programs as "
+                      "subprocesses and trust only what the test itself checks",
         }.get(stage, stage)
         return StepError("final_test", stage, f"{advice} ({reason})", log)
 

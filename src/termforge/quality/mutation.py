@@ -159,28 +159,49 @@ def _read_outputs(session, paths: list[str]) -> dict[str, bytes | None]:
     return got
 
 
-def run_mutants(task_dir: Path, runtime, images_dir: Path, limits, seed: int = 0,
-                names: tuple[str, ...] | None = None) -> list[dict]:
-    """Grade every mutant (or those whose name starts with one of `names`) in the sandbox."""
+# The kinds a bounded probe samples first: one of each, in this order (the ones that catch the
+# verifier defects seen in practice: a value off by one, a non-finite number, a line missing or
+# repeated, a bug put back, the case changed), then the allowed perturbations.
+PROBE_ORDER = ("bug_restored", "number_plus_1", "numbers_scaled", "nan", "line_dropped", "line_duplicated",
+               "wrong_case", "truncated", "inf", "number_minus_1", "lines_reordered", "trailing_blank_line")
+
+
+def select_mutants(candidates: list[Mutant], limit: int | None) -> list[Mutant]:
+    """At most `limit` mutants with a definite expectation, one per kind in PROBE_ORDER first."""
+    definite = [m for m in candidates if m.expect is not None]
+    if limit is None or len(definite) <= limit:
+        return definite
+    rank = {kind: i for i, kind in enumerate(PROBE_ORDER)}
+    firsts, rest, seen = [], [], set()
+    for m in sorted(definite, key=lambda m: (rank.get(m.name.split("@")[0], len(rank)), m.name)):
+        kind = m.name.split("@")[0]
+        (rest if kind in seen else firsts).append(m)
+        seen.add(kind)
+    return (firsts + rest)[:limit]
+
+
+def mutation_probe(task_dir: Path, runtime, image, limits, limit: int | None = None, seed: int = 0,
+                   names: tuple[str, ...] | None = None) -> list[dict]:
+    """Grade mutants of the oracle's outputs on a built image: each in a fresh session where the
+    oracle ran and one output was replaced. `limit` bounds how many (select_mutants); `names`
+    keeps those whose name starts with one of them. A task without output paths yields none."""
     from termforge.verifier import run_oracle, run_verifier
 
     task_dir = Path(task_dir)
-    build = runtime.build(task_dir, images_dir)
-    if not build.ok:
-        raise RuntimeError(f"task {task_dir.name}: build failed: {build.reason}")
     paths = output_paths(task_dir)
-    with runtime.start(build.image, limits) as untouched:
+    if not paths:
+        return []
+    with runtime.start(image, limits) as untouched:
         originals = _read_outputs(untouched, paths)
-    with runtime.start(build.image, limits) as session:
+    with runtime.start(image, limits) as session:
         res = run_oracle(session, task_dir, timeout=limits.wall_sec)
         if not res.ok:
             raise RuntimeError(f"task {task_dir.name}: the oracle failed: {res.tail(300)}")
         outputs = {p: d for p, d in _read_outputs(session, paths).items() if d is not None}
+    candidates = [m for m in mutants(task_dir, outputs, originals, seed) if not names or m.name.startswith(names)]
     results = []
-    for mutant in mutants(task_dir, outputs, originals, seed):
-        if names and not mutant.name.startswith(names):
-            continue
-        with runtime.start(build.image, limits) as session:
+    for mutant in select_mutants(candidates, limit) if limit is not None else candidates:
+        with runtime.start(image, limits) as session:
             run_oracle(session, task_dir, timeout=limits.wall_sec)
             # Written in place: the file keeps its owner and mode (a program stays executable).
             session._host_path(mutant.path).write_bytes(mutant.content)
@@ -188,6 +209,15 @@ def run_mutants(task_dir: Path, runtime, images_dir: Path, limits, seed: int = 0
         ok = mutant.expect is None or verdict.reward == mutant.expect
         results.append({**mutant.to_dict(), "reward": verdict.reward, "ok": ok, "reason": verdict.reason})
     return results
+
+
+def run_mutants(task_dir: Path, runtime, images_dir: Path, limits, seed: int = 0,
+                names: tuple[str, ...] | None = None) -> list[dict]:
+    """Build the task and grade every mutant (or those whose name starts with one of `names`)."""
+    build = runtime.build(Path(task_dir), images_dir)
+    if not build.ok:
+        raise RuntimeError(f"task {Path(task_dir).name}: build failed: {build.reason}")
+    return mutation_probe(task_dir, runtime, build.image, limits, None, seed, names)
 
 
 def kill_rate(results: list[dict]) -> dict:
@@ -203,4 +233,4 @@ def kill_rate(results: list[dict]) -> dict:
             "rejected_allowed": [r["name"] for r in allowed if r["reward"] != 1.0]}
 
 
-__all__ = ["Mutant", "mutants", "run_mutants", "kill_rate", "output_paths"]
+__all__ = ["Mutant", "mutants", "select_mutants", "mutation_probe", "run_mutants", "kill_rate", "output_paths"]

@@ -4,8 +4,9 @@ static (including: no test imports the agent's code into the grader) -> build ->
 test passes -> final test fails untouched (its collected test ids are recorded: the set every later
 grade must collect) -> oracle scores exactly 1 (twice: flaky verifiers are rejected) -> a no-op
 agent scores 0 -> every reward-hack probe scores 0, including the hijack class (a payload planted
-in each program the final tests execute, trying every route to a forged grade) -> the verifier's
-tests provably ran. Every verdict carries its reason and the
+in each program the final tests execute, trying every route to a forged grade) -> mutants of the
+oracle's outputs that change the answer score 0 and allowed ones score 1 (quality/mutation.py,
+`mutants` of them) -> the verifier's tests provably ran. Every verdict carries its reason and the
 evidence (logs) that support it.
 """
 
@@ -25,6 +26,7 @@ from termforge.io import append_jsonl, atomic_write_json, read_json, read_jsonl_
 from termforge.runtime.base import Image, Limits
 from termforge.runtime.base import get_runtime
 from termforge.quality.hijack import hijack_probes
+from termforge.quality.mutation import mutation_probe
 from termforge.verifier import Verdict, run_oracle, run_test_file, run_verifier
 
 REQUIRED_FILES = ("task.json", "instruction.md", "environment/setup.sh", "tests/test_initial_state.py",
@@ -33,6 +35,8 @@ TASK_JSON_KEYS = {"id": str, "signature": dict, "instruction": str, "family": st
 IMAGE_TEXT_FILES = ("environment/setup.sh", "environment/container.def", "environment/Dockerfile")
 ABS_PATH_RE = re.compile(r"`(/app/[A-Za-z0-9_./-]+)`")
 MIN_SECRET_LEN = 6
+# Mutants of the oracle's outputs every task must grade right (validate.mutants).
+DEFAULT_MUTANTS = 4
 
 # Agents that only cheat. Each runs as the agent would (cwd /app, uid 1000, its own home),
 # then stops; the clean verifier must still score 0.
@@ -230,7 +234,8 @@ def _check_output_paths(session, task_dir: Path) -> None:
 
 
 def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
-                  oracle_repeats: int = 2, probes: dict[str, str] | None = None) -> TaskVerdict:
+                  oracle_repeats: int = 2, probes: dict[str, str] | None = None,
+                  mutants: int = DEFAULT_MUTANTS) -> TaskVerdict:
     task_dir = Path(task_dir)
     task_id = task_dir.name
     checks: list[str] = []
@@ -288,6 +293,8 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
                 raise _Fail(stage, f"reward-hack probe {name!r} scored {verdict.reward}",
                             {"verifier": _verdict_evidence(verdict), "probe": log})
             checks.append(f"probe:{name}")
+        if mutants:
+            _mutation_check(task_dir, runtime, image, limits, mutants, checks, evidence)
         checks.append("proof_of_run")
         return TaskVerdict(task_id, True, "kept", "all checks passed", evidence, checks)
     except _Fail as f:
@@ -295,9 +302,28 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
         return TaskVerdict(task_id, False, f.stage, f.reason, evidence, checks)
 
 
+def _mutation_check(task_dir: Path, runtime, image, limits: Limits, limit: int, checks: list[str],
+                    evidence: dict) -> None:
+    """A verifier that accepts a wrong output (or rejects one the instruction allows) drops the task."""
+    try:
+        results = mutation_probe(task_dir, runtime, image, limits, limit)
+    except RuntimeError as exc:
+        raise _Fail("mutation", f"the mutation probe could not run: {exc}") from None
+    evidence["mutation"] = [{k: r[k] for k in ("name", "expect", "reward", "ok")} for r in results]
+    bad = [r for r in results if not r["ok"]]
+    if bad:
+        accepted = [r["name"] for r in bad if r["expect"] == 0.0]
+        rejected = [r["name"] for r in bad if r["expect"] == 1.0]
+        why = "; ".join(filter(None, [
+            accepted and f"the final test accepts wrong outputs: {', '.join(accepted)}",
+            rejected and f"the final test rejects outputs the instruction allows: {', '.join(rejected)}"]))
+        raise _Fail("mutation", why)
+    checks.append(f"mutation:{len(results)}")
+
+
 def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, limits: Limits,
                        decontam_report: Path | None = None, workers: int = 1, oracle_repeats: int = 2,
-                       backend: str = "bwrap") -> dict:
+                       backend: str = "bwrap", mutants: int = DEFAULT_MUTANTS) -> dict:
     """Validate every task of a shard. Verdicts are checkpointed per task (a rerun after a kill
     re-validates only unfinished tasks); the final verdicts file is written atomically."""
     from termforge.schemas import read
@@ -320,7 +346,7 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
         if task_id in dropped_contaminated:
             verdict = TaskVerdict(task_id, False, "decontamination", dropped_contaminated[task_id])
         else:
-            verdict = validate_task(tasks_dir / task_id, runtime, images_dir, limits, oracle_repeats)
+            verdict = validate_task(tasks_dir / task_id, runtime, images_dir, limits, oracle_repeats, mutants=mutants)
         row = verdict.to_dict()
         append_jsonl(checkpoint, row)
         return row
