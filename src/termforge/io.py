@@ -228,6 +228,6 @@ def clean_stale_staging(root: Path) -> int:
 
 
 def make_task_id(corpus_seed: int, index: int, signature: dict) -> str:
-    """Deterministic task id from (corpus seed, index, signature hash) (DESIGN section 2)."""
+    """Deterministic task id from (corpus seed, index, signature hash)."""
     axes = {k: v for k, v in signature.items() if k not in ("id", "index")}
     return f"tf-{stable_hash([corpus_seed, index, stable_hash(axes, 16)], 12)}"

@@ -1,6 +1,6 @@
 """Math problems with worked solutions: an offline generator and loaders for real data sets.
 
-OPSD on math (DESIGN section 6) needs problems whose teacher context is a reference solution and
+OPSD on math (docs/opsd.md) needs problems whose teacher context is a reference solution and
 whose answers grade like AIME's (an integer in the last `\\boxed{}`). The generator makes such
 problems offline from a seed, so the embedded run and the tests need no download; the loaders
 read a real set (a Hub id or a local file) into the same row shape {id, problem, solution, answer}.

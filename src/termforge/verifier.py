@@ -1,4 +1,4 @@
-"""The clean verifier: grading that the agent cannot influence (DESIGN section 4, docs/grading.md).
+"""The clean verifier: grading that the agent cannot influence (docs/grading.md).
 
 After the agent's processes are gone (its sandbox, and with it its pid namespace, is killed), a
 fresh sandbox over the same task layer runs the task's tests with: a fresh environment (no

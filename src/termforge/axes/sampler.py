@@ -1,6 +1,6 @@
 """Sampling task signatures from the taxonomy, and measuring how balanced a sample is.
 
-A signature fixes every axis of one task (DESIGN section 6). Two rules shape this module:
+A signature fixes every axis of one task . Two rules shape this module:
 
 * Signature i depends only on (seed, i, its corpus kind, the taxonomy): every draw comes from one
   RNG seeded from (seed, i), and each draw consumes the same amount of that RNG whatever the

@@ -1,4 +1,4 @@
-"""Loading and checking the task taxonomy (DESIGN section 6, Axes).
+"""Loading and checking the task taxonomy (the axes of a signature).
 
 The package ships its own taxonomy (taxonomy.yaml next to this module); a user may point the run at
 their own file. Both must be structurally valid and use only the fixed domain names of
@@ -32,7 +32,7 @@ from termforge.io import stable_hash
 
 PACKAGE_FILE = "taxonomy.yaml"
 
-# House counts for the package taxonomy (DESIGN section 6).
+# House counts for the package taxonomy (per domain).
 SKILL_TYPES_PER_DOMAIN = (4, 7)
 SKILLS_PER_DOMAIN = (20, 40)
 MIN_SKILLS_PER_SKILL_TYPE = 5
@@ -190,7 +190,7 @@ def _validate_domain(body: Any, key: str, fail) -> dict:
 
 
 def check_house_counts(tax: dict, source: str = "<taxonomy>") -> None:
-    """The counts DESIGN section 6 asks of the shipped taxonomy."""
+    """The per-domain counts above, which the shipped taxonomy must meet."""
 
     def fail(key: str, msg: str) -> ConfigError:
         return ConfigError(f"{source}: {key}: {msg}")

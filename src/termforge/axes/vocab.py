@@ -1,4 +1,4 @@
-"""The fixed axis vocabularies (DESIGN section 6). Domain contents live in taxonomy.yaml."""
+"""The fixed axis vocabularies of the task signature. Domain contents live in taxonomy.yaml."""
 
 DOMAINS = (
     "security", "software_engineering", "file_operations", "data_querying", "data_science",

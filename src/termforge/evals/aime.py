@@ -1,6 +1,6 @@
 """AIME evaluation: prompt, sample n answers per problem, grade the last box, report avg@n and friends.
 
-Grading follows the reference protocol (DESIGN section 6, Evals): the answer is the content of the
+Grading follows the reference protocol (docs/terminal-bench.md for Terminal-Bench): the answer is the content of the
 LAST `\\boxed{}` anywhere in the output (thinking included), compared with math-verify. Only when
 math-verify cannot parse one side does a normalised string comparison decide, and every verdict
 records which of the two decided it, so a report can show how much rests on the weaker path.

@@ -1,5 +1,5 @@
 """`termforge import-harbor`: a folder of Harbor tasks (or a Harbor dataset id, fetched with the
-harbor CLI) brought into the canonical task-directory contract (DESIGN section 3), as a corpus the
+harbor CLI) brought into the canonical task-directory contract (README, "What you get"), as a corpus the
 later stages take like a generated shard: decontamination, validation, solving and export.
 
 What a Harbor task becomes:

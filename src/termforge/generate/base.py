@@ -1,6 +1,6 @@
 """The task contract: what a procedural family returns and how a task directory is laid out.
 
-A task directory (DESIGN section 3)::
+A task directory (README, "What you get")::
 
     task.json                id, signature, instruction, family, mismatch record, provenance
     instruction.md           what the agent sees, and nothing else

@@ -1,6 +1,6 @@
 """Prompts for the llm generation backend, and the parsers for the replies they ask for.
 
-The chain is four steps, each one chat call (DESIGN section 6, Generate):
+The chain is four steps, each one chat call (docs/generation.md):
 
     task          instruction (title, body, deliverables), fixture spec, truth, method note, solve.sh
     initial_test  tests/test_initial_state.py: the untouched environment is as the task describes

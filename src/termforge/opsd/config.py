@@ -4,7 +4,7 @@ One flat dataclass in the style of TRL's trainer configs: each field has a defau
 text (``field(metadata={"help": ...})``), and the same table gives the JSON schema of the
 ``train:`` section of config.yaml (``config_schema()``). The defaults are the embedded run
 (SmolLM2-135M on two CPU cores, a few minutes); configs/opsd-reference.yaml holds the reference
-recipe (Qwen3-1.7B, DESIGN section 6), and docs/opsd.md maps one onto the other.
+recipe (Qwen3-1.7B), and docs/opsd.md maps one onto the other.
 
 ``OPSDConfig.from_dict`` is the only way in from user input: unknown keys, wrong types, values
 out of range and contradictory combinations raise ConfigError naming the key path.

@@ -1,5 +1,5 @@
 """Multi-turn terminal episodes for training: the policy's own vanillux episodes in the task's
-sandbox, kept as exact token ids (DESIGN section 6, "Terminal OPSD and RL").
+sandbox, kept as exact token ids (docs/opsd.md, "Terminal episodes, GRPO and mixed batches").
 
 Every episode follows the harness's rules through `harness.EpisodeDriver` (the code `solve` runs:
 submit marker, 10k observation truncation, format nudges, turn cap, per-command timeout) in a

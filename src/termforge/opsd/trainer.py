@@ -1,4 +1,4 @@
-"""The OPSD training loop (DESIGN section 6): on-policy rollouts, a privileged teacher, and a
+"""The OPSD training loop (docs/opsd.md): on-policy rollouts, a privileged teacher, and a
 full-vocabulary distillation loss, on accelerate (plain python on CPU, or `accelerate launch`).
 
 One optimizer step:

@@ -1,4 +1,4 @@
-"""The runtime interface (DESIGN section 4): where untrusted task code runs.
+"""The runtime interface (README, "Sandboxing and grading"): where untrusted task code runs.
 
 build(task_dir) -> image; start(image) -> Session; Session.exec(cmd, timeout) with the real exit
 code; copy_in/copy_out; stop(). Backends: bwrap (default, CI), apptainer (clusters), docker.

@@ -1,6 +1,6 @@
 """Bubblewrap runtime: the host's /usr and /etc read-only, a private writable task layer at /app.
 
-Layout inside every sandbox (DESIGN section 8 records why the host root is not bound whole:
+Layout inside every sandbox (the host root is not bound whole because
 a read-only / cannot get the /app mount point): tmpfs /, read-only /usr and /etc, /bin /lib
 /lib64 /sbin symlinks, fresh /dev /proc /tmp /home/user, the task layer bound at /app; new
 user, pid, ipc, uts, cgroup and net namespaces; uid 1000; every capability dropped; killed with
