@@ -30,7 +30,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from termforge.errors import ConfigError, TermforgeError
-from termforge.io import read_json
+from termforge.io import atomic_write_bytes, read_json
 
 DEFAULT_N = 13
 DEFAULT_SHINGLE = 5
@@ -127,22 +127,56 @@ def _unfolded(text: str) -> bytes:
     return _unfolded_many([text])[0]
 
 
-def _as_unfolded(texts: Sequence[str | bytes]) -> list[bytes]:
-    """_unfolded for a batch of texts (str, or UTF-8 bytes as read from disk)."""
-    out: list[bytes | None] = []
-    slow: list[int] = []
-    for t in texts:
-        if t.isascii():
-            out.append(t if isinstance(t, bytes) else t.encode("ascii"))
-            continue
-        slow.append(len(out))
-        out.append(None)
-    if slow:
-        decoded = [texts[i] if isinstance(texts[i], str) else texts[i].decode("utf-8", errors="replace")
-                   for i in slow]
-        for i, b in zip(slow, _unfolded_many(decoded)):
-            out[i] = b
-    return out  # type: ignore[return-value]
+def _as_bytes(t: str | bytes) -> bytes:
+    """The text as UTF-8 bytes for the batch buffer; a str with lone surrogates (not UTF-8) is
+    folded whole here by the code-point path, which turns them into spaces."""
+    if isinstance(t, bytes):
+        return t
+    try:
+        return t.encode("utf-8")
+    except UnicodeEncodeError:
+        return _unfolded_many([t])[0]
+
+
+def _prefolded(t: bytes) -> bytes:
+    """A document holding a context-dependent lowercase (see _CONTEXT_LOWER), folded whole."""
+    if t.isascii() or not any(c.encode("utf-8") in t for c in _CONTEXT_LOWER):
+        return t
+    return _unfolded_many([t.decode("utf-8", errors="replace")])[0]
+
+
+def _fold_high_runs(data: bytes, lengths: np.ndarray) -> tuple[bytes, np.ndarray] | None:
+    """Fold every run of non-ASCII bytes of the batch buffer (documents joined by one space, with
+    these byte lengths) to the code-point table's bytes; returns the new buffer and lengths, or
+    None when a run holds a context-dependent lowercase (its document must be folded whole).
+
+    Folding is per code point and every ASCII byte decodes alone, so a run of bytes >= 0x80 between
+    ASCII bytes decodes to the same code points in isolation as in its text, and folding only the
+    runs gives the tokens that folding the whole text gives (ASCII bytes are lowered by _FOLD
+    later; re-folding already folded text changes nothing: the table is idempotent, which a test
+    checks). A document with one accented word thus costs what an ASCII one costs, plus its runs.
+    """
+    codes = np.frombuffer(data, dtype=np.uint8)
+    high = np.zeros(len(codes) + 2, dtype=bool)
+    np.greater_equal(codes, 0x80, out=high[1:-1])
+    edges = np.flatnonzero(high[1:] != high[:-1])
+    run_starts, run_ends = edges[0::2], edges[1::2]
+    spans = list(zip(run_starts.tolist(), run_ends.tolist()))
+    runs = [data[a:b].decode("utf-8", errors="replace") for a, b in spans]
+    joined = "".join(runs)
+    if any(c in joined for c in _CONTEXT_LOWER):
+        return None
+    folded = _unfolded_many(runs)
+    pieces, prev = [], 0
+    for (a, b), f in zip(spans, folded):
+        pieces += (data[prev:a], f)
+        prev = b
+    pieces.append(data[prev:])
+    delta = np.fromiter(map(len, folded), dtype=np.int64, count=len(folded)) - (run_ends - run_starts)
+    doc_starts = np.cumsum(lengths + 1) - (lengths + 1)
+    run_doc = np.searchsorted(doc_starts, run_starts, side="right") - 1
+    grown = np.bincount(run_doc, weights=delta, minlength=len(lengths)).astype(np.int64)
+    return b"".join(pieces), lengths + grown
 
 
 def _fold(text: str) -> bytes:
@@ -180,9 +214,18 @@ def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
     overlapping uint64 view of the buffer (one loop round per 8 bytes of the longest token, over
     only the tokens that long).
     """
-    parts = _as_unfolded(texts)
+    parts = [_as_bytes(t) for t in texts]
+    doc_lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    data = b" ".join(parts)
+    if not data.isascii():
+        folded = _fold_high_runs(data, doc_lengths)
+        if folded is None:  # rare: fold the documents with a context-dependent lowercase whole first
+            parts = [_prefolded(t) for t in parts]
+            doc_lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+            folded = _fold_high_runs(b" ".join(parts), doc_lengths)
+        data, doc_lengths = folded
     # Eight spaces of padding let the view read a full word at every byte position.
-    data = (b" ".join(parts) + b"        ").translate(_FOLD)
+    data = (data + b"        ").translate(_FOLD)
     size = len(data) - 8
     codes = np.frombuffer(data, dtype=np.uint8, count=size)
     in_token = np.zeros(size + 2, dtype=bool)
@@ -206,7 +249,7 @@ def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
     _fmix64(hashes)
     # Documents are joined by one space, so document i's tokens are those starting in its span.
     doc_starts = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)) + 1, out=doc_starts[1:])
+    np.cumsum(doc_lengths + 1, out=doc_starts[1:])
     offsets = np.searchsorted(starts, doc_starts)
     return _TokenBatch(data, starts, ends, hashes, offsets)
 
@@ -571,6 +614,97 @@ def task_document(task_dir: str | Path) -> str:
     return task_document_bytes(task_dir).decode("utf-8", errors="replace")
 
 
+def task_document_from_files(files: dict[str, bytes | tuple[bytes, int]]) -> bytes:
+    """task_document_bytes of the task directory these files (relative path -> bytes, or the
+    writer's (bytes, mode)) make: what generate records before the directory is even written."""
+    def data(rel: str) -> bytes:
+        value = files[rel]
+        return value[0] if isinstance(value, tuple) else value
+
+    parts = [data("instruction.md")]
+    parts += [data(rel) for rel in TASK_TEXT_FILES[1:] if rel in files]
+    tests = sorted(rel[len("tests/"):] for rel in files
+                   if rel.startswith("tests/") and rel.endswith(".py") and rel.count("/") == 1)
+    parts += [data(f"tests/{name}") for name in tests]
+    return b"\n".join(parts)
+
+
+# ----------------------------------------------------------------------------- shard documents
+#
+# Reading a task's text costs four small files (open, read, close each): at 15k tasks that is
+# 60k files and more CPU than the n-gram scan itself. generate, which holds each task's text in
+# memory when it writes the directory, also writes it once per shard next to the shard manifest
+# (a JSON header line, then the documents back to back). decontaminate uses a shard's documents
+# file only where it is fresh: same format, same tasks_dir and ids as the manifest, and each task
+# directory's ctime not after the file's mtime (a task directory replaced or re-published, or a
+# file inside it replaced by rename, since generate wrote the file makes that task stale). Stale
+# and missing entries (imported Harbor tasks, an llm-generated shard, a copied results tree) are
+# read from their task directories: the report is the same either way. In-place edits of a file
+# inside a task directory (which no termforge stage does: every write is atomic) are not seen.
+
+DOCUMENTS_FORMAT = "termforge-task-documents/1"
+
+
+def documents_path(manifest_path: str | Path) -> Path:
+    """The shard documents file that goes with a shard manifest."""
+    return Path(manifest_path).with_suffix(".docs")
+
+
+def write_task_documents(path: str | Path, tasks_dir: str | Path, documents: Sequence[tuple[str, bytes]]) -> None:
+    """Write a shard's (task id, task document bytes) atomically, in the given order."""
+    header = {"format": DOCUMENTS_FORMAT, "tasks_dir": os.fspath(tasks_dir),
+              "ids": [tid for tid, _ in documents], "lengths": [len(doc) for _, doc in documents]}
+    blob = json.dumps(header, separators=(",", ":")).encode() + b"\n" + b"".join(doc for _, doc in documents)
+    atomic_write_bytes(path, blob)
+
+
+def read_task_documents(path: str | Path, tasks_dir: str | Path, ids: Sequence[str]) -> dict[str, bytes]:
+    """Task id -> document bytes for the tasks whose entry in the documents file is fresh (see
+    above); {} when the file is missing, unreadable or written for other tasks."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            blob = fh.read()
+            mtime = os.fstat(fh.fileno()).st_mtime_ns
+        cut = blob.index(b"\n")
+        header = json.loads(blob[:cut])
+    except (OSError, ValueError):
+        return {}
+    base = os.fspath(tasks_dir)
+    if (not isinstance(header, dict) or header.get("format") != DOCUMENTS_FORMAT
+            or header.get("tasks_dir") != base or header.get("ids") != list(ids)):
+        return {}
+    lengths = header.get("lengths")
+    if not isinstance(lengths, list) or len(lengths) != len(ids) or cut + 1 + sum(lengths) != len(blob):
+        return {}
+    out: dict[str, bytes] = {}
+    pos = cut + 1
+    for tid, size in zip(ids, lengths):
+        try:
+            fresh = os.stat(f"{base}/{tid}").st_ctime_ns <= mtime
+        except OSError:
+            fresh = False  # missing: reading the directory reports it
+        if fresh:
+            out[tid] = blob[pos:pos + size]
+        pos += size
+    return out
+
+
+def manifest_tasks(manifest_paths: Sequence[str | Path]) -> tuple[list[tuple[str, Path]], dict[str, bytes]]:
+    """(task id, task dir) of every task the shard manifests name, and the fresh documents of
+    their shard documents files (what decontaminate_tasks takes as documents)."""
+    from termforge.schemas import read
+
+    tasks: list[tuple[str, Path]] = []
+    documents: dict[str, bytes] = {}
+    for m in manifest_paths:
+        manifest = read("shard_manifest", m)
+        ids = [e["id"] for e in manifest["tasks"]]
+        tasks += [(tid, Path(manifest["tasks_dir"]) / tid) for tid in ids]
+        documents.update(read_task_documents(documents_path(m), manifest["tasks_dir"], ids))
+    return tasks, documents
+
+
 # ----------------------------------------------------------------------------- near duplicates
 
 
@@ -824,20 +958,27 @@ def decontaminate_tasks(tasks: Sequence[tuple[str, str | Path]], references: Seq
                         n: int = DEFAULT_N, policy: str = "drop", near_dup_threshold: float = 0.8,
                         min_shared: int = 1, **options) -> dict:
     """decontaminate() for (task id, task directory) pairs the caller already knows (the shard
-    manifests list them): every file of a task is read exactly once."""
+    manifests list them): every file of a task is read exactly once. Option documents (task id ->
+    document bytes, from the shard documents files: manifest_tasks) spares reading those tasks'
+    directories; the report is the same."""
     by_id: dict[str, str | Path] = {}
     for tid, d in tasks:
         if tid in by_id:
             raise TermforgeError(f"task id {tid!r} appears twice: {by_id[tid]} and {d}")
         by_id[tid] = d
     workers = int(options.pop("workers", 1) or 1)
+    documents = options.pop("documents", None) or {}
     if workers > 1 and len(by_id) > WORKER_CHUNK:
-        ordered = [(tid, os.fspath(by_id[tid])) for tid in sorted(by_id)]
+        ordered = [(tid, os.fspath(by_id[tid]), documents.get(tid)) for tid in sorted(by_id)]
         return _report(_ParallelScan(ordered, workers), references, n, policy, near_dup_threshold, min_shared,
                        **options)
     # A generator: texts are read one batch at a time, so a large corpus never sits in memory whole.
-    docs = ((tid, task_document_bytes(by_id[tid])) for tid in sorted(by_id))
+    docs = ((tid, _document(by_id[tid], documents.get(tid))) for tid in sorted(by_id))
     return _report(docs, references, n, policy, near_dup_threshold, min_shared, **options)
+
+
+def _document(task_dir: str | Path, known: bytes | None) -> bytes:
+    return task_document_bytes(task_dir) if known is None else known
 
 
 WORKER_CHUNK = 512
@@ -850,11 +991,11 @@ def _worker_init(index: "ReferenceIndex", min_shared: int, near: tuple | None, s
                          batch_size=batch_size)
 
 
-def _worker_scan(chunk: list[tuple[str, str]]) -> tuple[list[dict], list[str], list[str], np.ndarray]:
+def _worker_scan(chunk: list[tuple[str, str, bytes | None]]) -> tuple[list[dict], list[str], list[str], np.ndarray]:
     """Read, tokenise, probe and sketch one chunk of tasks (in a worker process)."""
     st = _WORKER_STATE
     finder = NearDuplicateFinder(*st["near"]) if st["near"] else None
-    docs = ((tid, task_document_bytes(d)) for tid, d in chunk)
+    docs = ((tid, _document(d, known)) for tid, d, known in chunk)
     hits, seen = scan_documents(docs, st["index"], st["min_shared"], finder, st["shingle_size"], st["batch_size"])
     if finder is None:
         return hits, seen, [], np.empty((0, 0), dtype=np.uint32)
@@ -865,7 +1006,7 @@ class _ParallelScan:
     """Tasks to scan in worker processes (the stage's threads): contiguous chunks in id order, so
     hits, task order and near-duplicate sketches come back exactly as one process makes them."""
 
-    def __init__(self, tasks: list[tuple[str, str]], workers: int):
+    def __init__(self, tasks: list[tuple[str, str, bytes | None]], workers: int):
         self.tasks = tasks
         self.workers = workers
 
@@ -957,6 +1098,7 @@ def _report(sorted_docs: Iterable[tuple[str, str]], references: Sequence[RefDoc]
 __all__ = [
     "RefDoc", "ReferenceIndex", "NearDuplicateFinder", "word_tokens", "ngram_hashes",
     "load_harbor_references", "load_hf_references", "load_jsonl_references",
-    "task_document", "task_document_bytes", "task_id_of", "scan_documents", "decontaminate_documents",
+    "task_document", "task_document_bytes", "task_document_from_files", "task_id_of", "documents_path",
+    "write_task_documents", "read_task_documents", "manifest_tasks", "scan_documents", "decontaminate_documents",
     "decontaminate", "decontaminate_tasks",
 ]
