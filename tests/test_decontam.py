@@ -631,3 +631,31 @@ def test_generate_writes_fresh_documents_and_decontaminate_uses_them(tmp_path, m
     assert reads == []
     mod.documents_path(manifest).unlink()  # e.g. a shard written by another tool: read from the directories
     assert decontaminate(tmp_path / "b.json") == with_docs and len(reads) == 3
+
+
+def test_kgram_prefilter_gives_the_report_of_probing_every_window(monkeypatch):
+    # Windows are hashed only where the k-grams at both ends occur in a reference; probing every
+    # window (the prefilter off: k larger than every window) must give the same report.
+    from termforge.quality import decontam as mod
+
+    rng = random.Random(5)
+    refs = [RefDoc(f"r/{i}", "r", _vocab_text(300 + i, rng.randint(40, 200))) for i in range(6)]
+    refs.append(RefDoc("r/short", "r", _vocab_text(399, 9)))  # a short reference: windows of 9
+    docs = []
+    for i in range(60):
+        words = _vocab_text(500 + i, rng.randint(0, 120)).split()
+        ref_words = rng.choice(refs).text.split()
+        if i % 3 == 0 and len(ref_words) > 14:  # a span of a reference, sometimes with edits
+            a = rng.randrange(len(ref_words) - 13)
+            span = ref_words[a:a + rng.randint(9, 20)]
+            if i % 2:
+                span[rng.randrange(len(span))] = "édité"
+            words[rng.randint(0, len(words)):0] = span
+        if i % 7 == 0:
+            words = ref_words[:rng.randint(1, 12)]  # whole documents shorter than n
+        docs.append((f"t{i:03d}", " ".join(words)))
+    docs.append(("t999", _vocab_text(600, 30) + " " + refs[-1].text + " " + _vocab_text(601, 30)))
+    fast = mod.decontaminate_documents(docs, refs, batch_size=16)
+    assert fast["contamination"] and any(h["ref_id"] == "r/short" for h in fast["contamination"])
+    monkeypatch.setattr(mod, "PREFILTER_K", 10**6)
+    assert canonical_json(mod.decontaminate_documents(docs, refs, batch_size=16)) == canonical_json(fast)

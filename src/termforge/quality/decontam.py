@@ -36,6 +36,9 @@ DEFAULT_N = 13
 DEFAULT_SHINGLE = 5
 DEFAULT_NUM_PERM = 64
 DEFAULT_MINHASH_SEED = 1
+# Windows of at least this many tokens are only hashed where the k-grams at both of their ends
+# occur in some reference (ReferenceIndex.kgram_candidates).
+PREFILTER_K = 5
 POLICIES = ("drop", "flag")
 
 # Token hash: the token's bytes read as little-endian 8-byte words, folded word by word
@@ -53,8 +56,6 @@ _FMIX_M1 = np.uint64(0xFF51AFD7ED558CCD)
 _FMIX_M2 = np.uint64(0xC4CEB9FE1A85EC53)
 _LOW32 = np.uint64(0xFFFFFFFF)
 _SPACE = 32
-_THREE = np.uint64(3)
-_SEVEN = np.uint64(7)
 
 
 def _fold_table() -> bytes:
@@ -296,14 +297,15 @@ def _window_hashes(token_hashes: np.ndarray, n: int, blocks: dict | None = None)
 
 
 def _batch_windows(token_hashes: np.ndarray, offsets: np.ndarray, n: int,
-                   blocks: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   blocks: dict | None = None, raw: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Window hashes of a batch of documents laid end to end in one token-hash array.
 
     Returns (hashes, start position in the flat token array), in increasing start order. Windows
     that would run into the next document are discarded; a document with fewer than n tokens (but
-    at least one) contributes one hash of its whole token sequence.
+    at least one) contributes one hash of its whole token sequence. raw: _window_hashes(token_hashes,
+    n), when the caller has it already.
     """
-    hashes = _window_hashes(token_hashes, n, blocks)
+    hashes = _window_hashes(token_hashes, n, blocks) if raw is None else raw
     starts = np.empty(0, dtype=np.int64)
     if len(hashes):
         # The windows starting in the last n-1 tokens of each document run past its end. (For a
@@ -314,6 +316,50 @@ def _batch_windows(token_hashes: np.ndarray, offsets: np.ndarray, n: int,
         valid[tails[(tails >= 0) & (tails < len(hashes))]] = False
         starts = np.flatnonzero(valid)
         hashes = hashes[starts]
+    lengths = np.diff(offsets)
+    short = np.flatnonzero((lengths > 0) & (lengths < n))
+    if len(short):
+        extra_h = [_window_hashes(token_hashes[offsets[d]:offsets[d + 1]], int(lengths[d])) for d in short.tolist()]
+        hashes = np.concatenate([hashes, *extra_h])
+        starts = np.concatenate([starts, offsets[short]])
+        order = np.argsort(starts, kind="stable")
+        hashes, starts = hashes[order], starts[order]
+    return hashes, starts
+
+
+def _windows_at(blocks: dict, positions: np.ndarray, n: int) -> np.ndarray:
+    """_window_hashes(token_hashes, n)[positions] from the power-of-two blocks already built (any
+    chunking of Horner's rule gives the same polynomial mod 2**64): a few gathers per position
+    instead of a dozen passes over every position."""
+    sizes = sorted(blocks, reverse=True)
+    acc = np.full(len(positions), np.uint64(_START), dtype=np.uint64)
+    offset = 0
+    while offset < n:
+        size = next(sz for sz in sizes if sz <= n - offset)
+        acc *= np.uint64(pow(_POLY, size, 1 << 64))
+        acc += blocks[size].take(positions + offset)
+        offset += size
+    return _fmix64(acc)
+
+
+def _prefiltered_windows(token_hashes: np.ndarray, offsets: np.ndarray, n: int, blocks: dict,
+                         in_refs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """_batch_windows(token_hashes, offsets, n) restricted to windows that can occur in a reference.
+
+    in_refs[p] says whether the k-gram (k <= n) starting at token p may occur in some reference
+    (a superset: a table on hash bits). A window of n tokens that occurs in a reference starts and
+    ends with k-grams of that reference, so only positions where both hold are hashed, from the
+    blocks, and probed; every other window is certainly not shared. Documents shorter than n
+    tokens contribute their whole-sequence hash, as in _batch_windows.
+    """
+    size = len(token_hashes)
+    if size >= n:
+        cand = np.flatnonzero(in_refs[:size - n + 1] & in_refs[n - k:size - k + 1])
+        doc = np.searchsorted(offsets, cand, side="right") - 1
+        starts = cand[cand + n <= offsets[doc + 1]]
+        hashes = _windows_at(blocks, starts, n)
+    else:
+        starts, hashes = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.uint64)
     lengths = np.diff(offsets)
     short = np.flatnonzero((lengths > 0) & (lengths < n))
     if len(short):
@@ -459,14 +505,16 @@ class ReferenceIndex:
             seen.add(ref.ref_id)
         self.n = n
         self.refs: list[RefDoc] = list(references)
-        keys, vals = [], []
+        keys, vals, kgrams = [], [], []
         short_lengths: set[int] = set()
         for start in range(0, len(self.refs), batch_size):
             chunk = self.refs[start:start + batch_size]
             tokens = _tokenize([r.text for r in chunk])
             lengths = np.diff(tokens.offsets)
             short_lengths.update(lengths[(lengths >= short_min_tokens) & (lengths < n)].tolist())
-            h, p = _batch_windows(tokens.hashes, tokens.offsets, n)
+            blocks: dict = {}
+            kgrams.append(_batch_windows(tokens.hashes, tokens.offsets, PREFILTER_K, blocks)[0])
+            h, p = _batch_windows(tokens.hashes, tokens.offsets, n, blocks)
             keys.append(h)
             vals.append(np.searchsorted(tokens.offsets, p, side="right") - 1 + start)
         key = np.concatenate(keys) if keys else np.empty(0, dtype=np.uint64)
@@ -482,13 +530,24 @@ class ReferenceIndex:
         self.ref_of = val.astype(np.int32)
         self._ref_of_list: list[int] = self.ref_of.tolist()
         self.short_lengths: list[int] = sorted(short_lengths)
-        # A bit table on the top hash bits, about 64 bits per distinct n-gram (false candidates
-        # near 1.5%), packed 8 to a byte so that it stays in cache.
-        bits = int(min(30, max(16, np.ceil(np.log2(max(len(self.hashes), 1) * 64)))))
+        # A byte table on the top hash bits, about 64 entries per distinct n-gram (false candidates
+        # near 1.5%, which the binary search then rejects): one gather per probe (a packed bit
+        # table costs four more array passes than its cache misses save).
+        bits = int(min(26, max(16, np.ceil(np.log2(max(len(self.hashes), 1) * 64)))))
         self._filter_shift = np.uint64(64 - bits)
-        table = np.zeros(1 << bits, dtype=bool)
-        table[self.hashes >> self._filter_shift] = True
-        self._filter = np.packbits(table, bitorder="little")
+        self._filter = np.zeros(1 << bits, dtype=bool)
+        self._filter[self.hashes >> self._filter_shift] = True
+        # The same kind of table for the references' PREFILTER_K-grams: a window can only be shared
+        # if the k-grams it starts and ends with are (see _prefiltered_windows).
+        kgram = np.unique(np.concatenate(kgrams)) if kgrams else np.empty(0, dtype=np.uint64)
+        bits = int(min(26, max(16, np.ceil(np.log2(max(len(kgram), 1) * 64)))))
+        self._kgram_shift = np.uint64(64 - bits)
+        self._kgram_filter = np.zeros(1 << bits, dtype=bool)
+        self._kgram_filter[kgram >> self._kgram_shift] = True
+
+    def kgram_candidates(self, kgram_hashes: np.ndarray) -> np.ndarray:
+        """Boolean mask: which PREFILTER_K-gram hashes may occur in some reference (a superset)."""
+        return self._kgram_filter.take((kgram_hashes >> self._kgram_shift).astype(np.intp))
 
     def __len__(self) -> int:
         """Number of distinct reference n-grams."""
@@ -499,8 +558,7 @@ class ReferenceIndex:
         hashes = np.asarray(hashes, dtype=np.uint64)
         # Most probes miss: a direct-mapped bit table on the top hash bits rejects nearly all of
         # them with one lookup, and only the survivors pay for the binary search.
-        key = hashes >> self._filter_shift
-        candidates = np.flatnonzero((self._filter[key >> _THREE] >> (key & _SEVEN).astype(np.uint8)) & 1)
+        candidates = np.flatnonzero(self._filter.take((hashes >> self._filter_shift).astype(np.intp)))
         if len(candidates) == 0:
             empty = np.empty(0, dtype=np.int64)
             return empty, empty
@@ -690,17 +748,18 @@ def read_task_documents(path: str | Path, tasks_dir: str | Path, ids: Sequence[s
     return out
 
 
-def manifest_tasks(manifest_paths: Sequence[str | Path]) -> tuple[list[tuple[str, Path]], dict[str, bytes]]:
+def manifest_tasks(manifest_paths: Sequence[str | Path]) -> tuple[list[tuple[str, str]], dict[str, bytes]]:
     """(task id, task dir) of every task the shard manifests name, and the fresh documents of
     their shard documents files (what decontaminate_tasks takes as documents)."""
     from termforge.schemas import read
 
-    tasks: list[tuple[str, Path]] = []
+    tasks: list[tuple[str, str]] = []
     documents: dict[str, bytes] = {}
     for m in manifest_paths:
         manifest = read("shard_manifest", m)
         ids = [e["id"] for e in manifest["tasks"]]
-        tasks += [(tid, Path(manifest["tasks_dir"]) / tid) for tid in ids]
+        base = manifest["tasks_dir"]
+        tasks += [(tid, f"{base}/{tid}") for tid in ids]  # plain strings: a Path per task costs microseconds
         documents.update(read_task_documents(documents_path(m), manifest["tasks_dir"], ids))
     return tasks, documents
 
@@ -800,7 +859,10 @@ class NearDuplicateFinder:
             found.append(np.stack([group_first[at], order[at]], axis=1))
         if not found:
             return np.empty((0, 2), dtype=np.int64)
-        pairs = np.unique(np.concatenate(found), axis=0)
+        # Unique rows via one int64 key per pair (a row-wise unique sorts void records: slower).
+        found = np.concatenate(found)
+        key = np.unique(found[:, 0] * n + found[:, 1])
+        pairs = np.stack([key // n, key % n], axis=1)
         return pairs[pairs[:, 0] != pairs[:, 1]]
 
     @property
@@ -821,10 +883,11 @@ class NearDuplicateFinder:
     @staticmethod
     def estimates_pairwise(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Row-wise Jaccard estimates of two stacks of sketches."""
-        empty = np.uint32(0xFFFFFFFF)
-        used = (a != empty) | (b != empty)
-        n = used.sum(axis=1)
-        agree = ((a == b) & used).sum(axis=1)
+        # Bins empty in both sketches are not evidence: they count neither as used nor as agreeing.
+        same = a == b
+        both_empty = np.count_nonzero(same & (a == np.uint32(0xFFFFFFFF)), axis=1)
+        n = a.shape[1] - both_empty
+        agree = np.count_nonzero(same, axis=1) - both_empty
         return np.where(n > 0, agree / np.maximum(n, 1), 0.0)
 
     def estimate(self, a: np.ndarray, b: np.ndarray) -> float:
@@ -886,8 +949,14 @@ def scan_documents(docs: Iterable[tuple[str, str]], index: ReferenceIndex, min_s
         # windows arrive in text order, so the first one recorded is the earliest match.
         groups: dict[tuple[int, int], list] = {}
         blocks: dict = {}
-        for width in [n, *index.short_lengths]:
-            h, p = _batch_windows(flat, offsets, width, blocks)
+        widths = [n, *index.short_lengths]
+        kgrams = _window_hashes(flat, PREFILTER_K, blocks) if min(widths) >= PREFILTER_K else None
+        in_refs = index.kgram_candidates(kgrams) if kgrams is not None else None
+        for width in widths:
+            if in_refs is not None:
+                h, p = _prefiltered_windows(flat, offsets, width, blocks, in_refs, PREFILTER_K)
+            else:
+                h, p = _batch_windows(flat, offsets, width, blocks)
             found, slot = index.probe(h)
             p = p[found]
             d = np.searchsorted(offsets, p, side="right") - 1
@@ -912,7 +981,8 @@ def scan_documents(docs: Iterable[tuple[str, str]], index: ReferenceIndex, min_s
             })
 
         if near_dups is not None:
-            sh, sp = _batch_windows(flat, offsets, shingle_size, blocks)
+            sh, sp = _batch_windows(flat, offsets, shingle_size, blocks,
+                                    raw=kgrams if shingle_size == PREFILTER_K else None)
             bounds = np.searchsorted(sp, offsets)
             near_dups.add_sketches(ids, near_dups.sketches(sh, bounds), np.diff(bounds).tolist())
     hits.sort(key=lambda x: (x["task_id"], x["ref_id"]))
