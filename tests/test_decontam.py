@@ -655,6 +655,7 @@ def test_kgram_prefilter_gives_the_report_of_probing_every_window(monkeypatch):
             words = ref_words[:rng.randint(1, 12)]  # whole documents shorter than n
         docs.append((f"t{i:03d}", " ".join(words)))
     docs.append(("t999", _vocab_text(600, 30) + " " + refs[-1].text + " " + _vocab_text(601, 30)))
+    docs.append(("t998", _vocab_text(602, 20) + " " + " ".join(refs[0].text.split()[:13])))  # ends the text
     fast = mod.decontaminate_documents(docs, refs, batch_size=16)
     assert fast["contamination"] and any(h["ref_id"] == "r/short" for h in fast["contamination"])
     monkeypatch.setattr(mod, "PREFILTER_K", 10**6)
