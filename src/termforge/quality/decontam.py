@@ -54,7 +54,6 @@ _START = 0x27D4EB2F165667C5
 _FMIX_SHIFT = np.uint64(33)
 _FMIX_M1 = np.uint64(0xFF51AFD7ED558CCD)
 _FMIX_M2 = np.uint64(0xC4CEB9FE1A85EC53)
-_LOW32 = np.uint64(0xFFFFFFFF)
 _SPACE = 32
 
 
@@ -74,24 +73,31 @@ def _fold_table() -> bytes:
 _FOLD = _fold_table()
 
 
-_BMP_FOLD: np.ndarray | None = None
+_CP_FOLD: np.ndarray | None = None
+_UNKNOWN = 0xFFFFFFFF
 # Code points whose lowercase is not one fixed code point: U+0130 lowers to two characters, and
 # capital sigma lowers to final or medial sigma by context. Texts holding one take str.lower().
 _CONTEXT_LOWER = ("\u0130", "\u03a3")
 
 
-def _bmp_fold() -> np.ndarray:
-    """Code point -> its lowercase code point if that is alphanumeric, else a space, for the
-    Basic Multilingual Plane (built once per process, a few tens of ms)."""
-    global _BMP_FOLD
-    if _BMP_FOLD is None:
-        table = np.full(0x10000, _SPACE, dtype=np.uint32)
-        for c in range(0x10000):
+def _code_point_fold(cps: np.ndarray) -> np.ndarray:
+    """Each code point -> its lowercase code point if that is alphanumeric, else a space.
+
+    One table over all of Unicode, filled lazily for the code points met (a corpus uses a few
+    hundred): building it whole costs tens of milliseconds per process.
+    """
+    global _CP_FOLD
+    if _CP_FOLD is None:
+        _CP_FOLD = np.full(0x110000, _UNKNOWN, dtype=np.uint32)
+    table = _CP_FOLD
+    folded = table.take(cps)
+    unknown = folded == _UNKNOWN
+    if unknown.any():
+        for c in np.unique(cps[unknown]).tolist():
             low = chr(c).lower()
-            if len(low) == 1 and low.isalnum():
-                table[c] = ord(low)
-        _BMP_FOLD = table
-    return _BMP_FOLD
+            table[c] = ord(low) if len(low) == 1 and low.isalnum() else _SPACE
+        folded = table.take(cps)
+    return folded
 
 
 def _unfolded_many(texts: Sequence[str]) -> list[bytes]:
@@ -108,11 +114,7 @@ def _unfolded_many(texts: Sequence[str]) -> list[bytes]:
     texts = [t.lower() if any(c in t for c in _CONTEXT_LOWER) else t for t in texts]
     # surrogatepass: a lone surrogate is not alphanumeric, so the table turns it into a space.
     cps = np.frombuffer("\0".join(texts).encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
-    folded = np.take(_bmp_fold(), cps, mode="clip")  # astral code points clip to 0xFFFF, fixed below
-    astral = np.flatnonzero(cps > 0xFFFF)
-    if len(astral):  # rare (emoji, historic scripts): folded one by one
-        chars = [chr(c).lower() for c in cps[astral].tolist()]
-        folded[astral] = [ord(ch) if len(ch) == 1 and ch.isalnum() else _SPACE for ch in chars]
+    folded = _code_point_fold(cps)
     if len(texts) > 1:
         lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
         folded[np.cumsum(lengths[:-1] + 1) - 1] = 0
@@ -237,7 +239,7 @@ def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
     starts, ends = changes[0::2], changes[1::2]
     lengths = ends - starts
     words = np.ndarray((max(size, 1),), dtype="<u8", buffer=data, strides=(1,))
-    hashes = lengths.astype(np.uint64) * _LEN_MIX
+    hashes = lengths.view(np.uint64) * _LEN_MIX  # lengths are positive: the view is the value
     hashes ^= words[starts] & _WORD_MASKS[np.minimum(lengths, 8)]  # indexing reads the strided view in place
     longer = np.flatnonzero(lengths > 8)
     offset = 8
@@ -547,7 +549,7 @@ class ReferenceIndex:
 
     def kgram_candidates(self, kgram_hashes: np.ndarray) -> np.ndarray:
         """Boolean mask: which PREFILTER_K-gram hashes may occur in some reference (a superset)."""
-        return self._kgram_filter.take((kgram_hashes >> self._kgram_shift).astype(np.intp))
+        return self._kgram_filter.take((kgram_hashes >> self._kgram_shift).view(np.int64))
 
     def __len__(self) -> int:
         """Number of distinct reference n-grams."""
@@ -558,7 +560,8 @@ class ReferenceIndex:
         hashes = np.asarray(hashes, dtype=np.uint64)
         # Most probes miss: a direct-mapped bit table on the top hash bits rejects nearly all of
         # them with one lookup, and only the survivors pay for the binary search.
-        candidates = np.flatnonzero(self._filter.take((hashes >> self._filter_shift).astype(np.intp)))
+        # (a view, not a copy: the shifted values are below 2**26)
+        candidates = np.flatnonzero(self._filter.take((hashes >> self._filter_shift).view(np.int64)))
         if len(candidates) == 0:
             empty = np.empty(0, dtype=np.int64)
             return empty, empty
@@ -805,11 +808,13 @@ class NearDuplicateFinder:
         out = np.full((n_docs, self.num_perm), empty, dtype=np.uint32)
         if len(shingle_hashes):
             h = _fmix64(shingle_hashes ^ self._salt)
-            doc = np.repeat(np.arange(n_docs, dtype=np.int64), np.diff(doc_bounds))
             # Multiply-shift range reduction of the high 32 bits: any number of bins, no modulo bias.
-            bins = ((h >> np.uint64(32)) * np.uint64(self.num_perm)) >> np.uint64(32)
-            key = doc * self.num_perm + bins.astype(np.int64)
-            np.minimum.at(out.reshape(-1), key, (h & _LOW32).astype(np.uint32))
+            bins = h >> np.uint64(32)
+            bins *= np.uint64(self.num_perm)
+            bins >>= np.uint64(32)
+            key = np.repeat(np.arange(0, n_docs * self.num_perm, self.num_perm, dtype=np.int64), np.diff(doc_bounds))
+            key += bins.view(np.int64)  # below num_perm: the view is the value
+            np.minimum.at(out.reshape(-1), key, h.astype(np.uint32))  # the cast keeps the low 32 bits
         return out
 
     def add_sketches(self, task_ids: Sequence[str], sketches: np.ndarray, sizes: Sequence[int]) -> None:
