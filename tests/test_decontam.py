@@ -660,3 +660,29 @@ def test_kgram_prefilter_gives_the_report_of_probing_every_window(monkeypatch):
     assert fast["contamination"] and any(h["ref_id"] == "r/short" for h in fast["contamination"])
     monkeypatch.setattr(mod, "PREFILTER_K", 10**6)
     assert canonical_json(mod.decontaminate_documents(docs, refs, batch_size=16)) == canonical_json(fast)
+
+
+def test_non_ascii_runs_folded_alone_equal_the_whole_text_fold():
+    # Only the runs of bytes >= 0x80 are decoded and folded; that equals folding the whole text
+    # because the fold is per code point and idempotent, and ASCII bytes cut UTF-8 sequences.
+    import numpy as np
+
+    from termforge.quality.decontam import _code_point_fold, _tokenize
+
+    bmp = np.arange(0x10000, dtype=np.uint32)
+    once = _code_point_fold(bmp)
+    assert (_code_point_fold(once[once != 32]) == once[once != 32]).all()
+    rng = random.Random(23)
+    pieces = ["ab", "Ž", "ÉTÉ", "x9", "—", "Σ", "İ", "\u0301", "日本", "🙂", "½", " ", ".", "K", "ǅ"]
+    raw = [b"\xff", b"\xe2\x80", b"\xc3", b"\x80\x80"]  # invalid UTF-8: replaced, never a token
+    docs = []
+    for _ in range(200):
+        parts = [rng.choice(pieces).encode() if rng.random() < 0.85 else rng.choice(raw)
+                 for _ in range(rng.randint(0, 30))]
+        docs.append(b"".join(parts))
+    batch = _tokenize(docs)
+    expected = [w for d in docs for w in word_tokens(d.decode("utf-8", errors="replace"))]
+    assert [batch.words(i, i + 1) for i in range(len(expected))] == expected
+    assert batch.offsets.tolist()[-1] == len(expected)
+    one_by_one = [h for d in docs for h in _tokenize([d]).hashes.tolist()]
+    assert batch.hashes.tolist() == one_by_one
