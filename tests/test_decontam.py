@@ -686,3 +686,17 @@ def test_non_ascii_runs_folded_alone_equal_the_whole_text_fold():
     assert batch.offsets.tolist()[-1] == len(expected)
     one_by_one = [h for d in docs for h in _tokenize([d]).hashes.tolist()]
     assert batch.hashes.tolist() == one_by_one
+
+
+def test_chunked_atomic_write_survives_short_writes(tmp_path, monkeypatch):
+    # The documents file is written with gathered writes; a write that takes only part of the
+    # buffers (allowed by POSIX) must resume mid-chunk.
+    import os
+
+    from termforge.io import atomic_write_chunks
+
+    real = os.writev
+    monkeypatch.setattr(os, "writev", lambda fd, bufs: real(fd, [bytes(bufs[0][:7])]))
+    chunks = [b"header\n", b"", b"x" * 20, b"abc", b"\xff" * 9]
+    atomic_write_chunks(tmp_path / "f.docs", chunks)
+    assert (tmp_path / "f.docs").read_bytes() == b"".join(chunks)

@@ -30,7 +30,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from termforge.errors import ConfigError, TermforgeError
-from termforge.io import atomic_write_bytes, read_json
+from termforge.io import atomic_write_chunks, read_json
 
 DEFAULT_N = 13
 DEFAULT_SHINGLE = 5
@@ -148,10 +148,9 @@ def _prefolded(t: bytes) -> bytes:
     return _unfolded_many([t.decode("utf-8", errors="replace")])[0]
 
 
-def _fold_high_runs(data: bytes, lengths: np.ndarray) -> tuple[bytes, np.ndarray] | None:
-    """Fold every run of non-ASCII bytes of the batch buffer (documents joined by one space, with
-    these byte lengths) to the code-point table's bytes; returns the new buffer and lengths, or
-    None when a run holds a context-dependent lowercase (its document must be folded whole).
+def _fold_high_runs(docs: list[bytes]) -> list[bytes] | None:
+    """Each non-ASCII document with every run of bytes >= 0x80 folded by the code-point table, or
+    None when a run holds a context-dependent lowercase (such documents must be folded whole).
 
     Folding is per code point and every ASCII byte decodes alone, so a run of bytes >= 0x80 between
     ASCII bytes decodes to the same code points in isolation as in its text, and folding only the
@@ -159,27 +158,29 @@ def _fold_high_runs(data: bytes, lengths: np.ndarray) -> tuple[bytes, np.ndarray
     later; re-folding already folded text changes nothing: the table is idempotent, which a test
     checks). A document with one accented word thus costs what an ASCII one costs, plus its runs.
     """
-    codes = np.frombuffer(data, dtype=np.uint8)
+    blob = b"\n".join(docs)  # an ASCII separator: no run crosses documents
+    codes = np.frombuffer(blob, dtype=np.uint8)
     high = np.zeros(len(codes) + 2, dtype=bool)
     np.greater_equal(codes, 0x80, out=high[1:-1])
-    edges = np.flatnonzero(high[1:] != high[:-1])
+    edges = np.flatnonzero(high[1:] != high[:-1]).tolist()
     run_starts, run_ends = edges[0::2], edges[1::2]
-    spans = list(zip(run_starts.tolist(), run_ends.tolist()))
-    runs = [data[a:b].decode("utf-8", errors="replace") for a, b in spans]
-    joined = "".join(runs)
-    if any(c in joined for c in _CONTEXT_LOWER):
+    runs = [blob[a:b].decode("utf-8", errors="replace") for a, b in zip(run_starts, run_ends)]
+    if any(c in "".join(runs) for c in _CONTEXT_LOWER):
         return None
     folded = _unfolded_many(runs)
-    pieces, prev = [], 0
-    for (a, b), f in zip(spans, folded):
-        pieces += (data[prev:a], f)
-        prev = b
-    pieces.append(data[prev:])
-    delta = np.fromiter(map(len, folded), dtype=np.int64, count=len(folded)) - (run_ends - run_starts)
-    doc_starts = np.cumsum(lengths + 1) - (lengths + 1)
-    run_doc = np.searchsorted(doc_starts, run_starts, side="right") - 1
-    grown = np.bincount(run_doc, weights=delta, minlength=len(lengths)).astype(np.int64)
-    return b"".join(pieces), lengths + grown
+    out: list[bytes] = []
+    r, start = 0, 0
+    for doc in docs:
+        end = start + len(doc)
+        pieces, prev = [], start
+        while r < len(run_starts) and run_starts[r] < end:
+            pieces += (blob[prev:run_starts[r]], folded[r])
+            prev = run_ends[r]
+            r += 1
+        pieces.append(blob[prev:end])
+        out.append(b"".join(pieces))
+        start = end + 1
+    return out
 
 
 def _fold(text: str) -> bytes:
@@ -218,17 +219,17 @@ def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
     only the tokens that long).
     """
     parts = [_as_bytes(t) for t in texts]
-    doc_lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-    data = b" ".join(parts)
-    if not data.isascii():
-        folded = _fold_high_runs(data, doc_lengths)
+    wide = [i for i, p in enumerate(parts) if not p.isascii()]
+    if wide:
+        folded = _fold_high_runs([parts[i] for i in wide])
         if folded is None:  # rare: fold the documents with a context-dependent lowercase whole first
-            parts = [_prefolded(t) for t in parts]
-            doc_lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-            folded = _fold_high_runs(b" ".join(parts), doc_lengths)
-        data, doc_lengths = folded
-    # Eight spaces of padding let the view read a full word at every byte position.
-    data = (data + b"        ").translate(_FOLD)
+            folded = _fold_high_runs([_prefolded(parts[i]) for i in wide])
+        for i, doc in zip(wide, folded):
+            parts[i] = doc
+    doc_lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    # Seven spaces after the joining one: eight of padding let the view read a full word at every
+    # byte position.
+    data = b" ".join([*parts, b"       "]).translate(_FOLD)
     size = len(data) - 8
     codes = np.frombuffer(data, dtype=np.uint8, count=size)
     in_token = np.zeros(size + 2, dtype=bool)
@@ -542,7 +543,9 @@ class ReferenceIndex:
         # The same kind of table for the references' PREFILTER_K-grams: a window can only be shared
         # if the k-grams it starts and ends with are (see _prefiltered_windows).
         kgram = np.unique(np.concatenate(kgrams)) if kgrams else np.empty(0, dtype=np.uint64)
-        bits = int(min(26, max(16, np.ceil(np.log2(max(len(kgram), 1) * 64)))))
+        # Looked up at every token: 8 entries per k-gram keep the table in cache, and the ~12% false
+        # candidates at each end of a window leave ~1.5% of windows to hash and probe.
+        bits = int(min(24, max(16, np.ceil(np.log2(max(len(kgram), 1) * 8)))))
         self._kgram_shift = np.uint64(64 - bits)
         self._kgram_filter = np.zeros(1 << bits, dtype=bool)
         self._kgram_filter[kgram >> self._kgram_shift] = True
@@ -715,8 +718,8 @@ def write_task_documents(path: str | Path, tasks_dir: str | Path, documents: Seq
     """Write a shard's (task id, task document bytes) atomically, in the given order."""
     header = {"format": DOCUMENTS_FORMAT, "tasks_dir": os.fspath(tasks_dir),
               "ids": [tid for tid, _ in documents], "lengths": [len(doc) for _, doc in documents]}
-    blob = json.dumps(header, separators=(",", ":")).encode() + b"\n" + b"".join(doc for _, doc in documents)
-    atomic_write_bytes(path, blob)
+    atomic_write_chunks(path, [json.dumps(header, separators=(",", ":")).encode() + b"\n",
+                               *(doc for _, doc in documents)])
 
 
 def read_task_documents(path: str | Path, tasks_dir: str | Path, ids: Sequence[str]) -> dict[str, bytes]:
