@@ -111,9 +111,12 @@ def _unfolded_many(texts: Sequence[str]) -> list[bytes]:
     """
     if not texts:
         return []
-    texts = [t.lower() if any(c in t for c in _CONTEXT_LOWER) else t for t in texts]
+    joined = "\0".join(texts)
+    if any(c in joined for c in _CONTEXT_LOWER):  # rare: lowercase those texts whole, by context
+        texts = [t.lower() if any(c in t for c in _CONTEXT_LOWER) else t for t in texts]
+        joined = "\0".join(texts)
     # surrogatepass: a lone surrogate is not alphanumeric, so the table turns it into a space.
-    cps = np.frombuffer("\0".join(texts).encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
+    cps = np.frombuffer(joined.encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
     folded = _code_point_fold(cps)
     if len(texts) > 1:
         lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
