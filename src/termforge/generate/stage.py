@@ -10,8 +10,7 @@ from tqdm import tqdm
 from termforge.errors import InputError, TermforgeError
 from termforge.generate.procedural import write_task
 from termforge.io import atomic_write_json, clean_stale_staging, read_json
-from termforge.quality.decontam import (documents_path, task_document_bytes, task_document_from_files,
-                                        write_task_documents)
+from termforge.quality.decontam import documents_path, task_document_bytes, task_document_from_files, write_task_documents
 from termforge.schemas import read
 
 

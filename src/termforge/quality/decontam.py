@@ -684,16 +684,10 @@ def task_document(task_dir: str | Path) -> str:
 def task_document_from_files(files: dict[str, bytes | tuple[bytes, int]]) -> bytes:
     """task_document_bytes of the task directory these files (relative path -> bytes, or the
     writer's (bytes, mode)) make: what generate records before the directory is even written."""
-    def data(rel: str) -> bytes:
-        value = files[rel]
-        return value[0] if isinstance(value, tuple) else value
-
-    parts = [data("instruction.md")]
-    parts += [data(rel) for rel in TASK_TEXT_FILES[1:] if rel in files]
-    tests = sorted(rel[len("tests/"):] for rel in files
-                   if rel.startswith("tests/") and rel.endswith(".py") and rel.count("/") == 1)
-    parts += [data(f"tests/{name}") for name in tests]
-    return b"\n".join(parts)
+    rels = [TASK_TEXT_FILES[0], *(rel for rel in TASK_TEXT_FILES[1:] if rel in files)]  # instruction.md required
+    rels += sorted([rel for rel in files if rel[:6] == "tests/" and rel[-3:] == ".py" and rel.find("/", 6) < 0])
+    values = [files[rel] for rel in rels]
+    return b"\n".join([v[0] for v in values] if type(values[0]) is tuple else values)
 
 
 # ----------------------------------------------------------------------------- shard documents
