@@ -1,12 +1,22 @@
-"""Decontamination, the whole stage: `termforge decontaminate`'s library call end to end (read every
-task directory once, n-grams against the references, near-duplicate clusters, the report written
-as JSON) against a faithful re-implementation of TMax's rl_data/decontamination algorithm on the
-same task directories.
+"""Decontamination, the whole stage: what `termforge decontaminate` does end to end (read and check
+the shard manifests, take each shard's documents file where fresh and read the other task
+directories, n-grams against the references, near-duplicate clusters, the report written as JSON)
+against a faithful re-implementation of TMax's rl_data/decontamination algorithm on the same tasks.
 
-The baseline does what TMax's CLI does (rl_data/decontamination/{ngram,cli}.py): per benchmark a
-set of word 13-gram tuples, tokens = lowercase text split on runs of [^a-z0-9], every window of
-every document looked up in the set and counted; the document text is the same task document
-termforge scans (instruction, answer key, tests), read with ordinary file reads.
+The baseline does what TMax's CLI does (rl_data/decontamination/{ngram,cli}.py): load every
+document, per benchmark a set of word 13-gram tuples, tokens = lowercase text split on runs of
+[^a-z0-9], every window of every document looked up in the set and counted, then its aggregate
+report.json, table and CSV; the document text is the same task document termforge scans
+(instruction, answer key, tests), read with ordinary file reads (TMax reads one task.json per task
+because its document is the description alone).
+
+termforge's time includes the shard documents files' cost at generate time: generate holds each
+task's text in memory when it writes the directory, and writes it once more per shard next to the
+manifest; the bench times that (the text from the in-memory files, then one atomic write per shard)
+and adds it to every termforge run, although generate writes it once per corpus. (With
+generate.workers > 1 the texts also travel back from the worker processes, as the task ids
+already do.) It also times the stage without documents files (imported tasks, a copied results
+tree: every task directory is read) and checks that the report is the same.
 
 Input: --tasks task directories written like generated tasks, made from real procedural task
 specs (so siblings of one family share templates, as in a real corpus) with their numbers and
@@ -16,9 +26,10 @@ exact (a reference pasted whole into the instruction), edited (a reference with 
 punctuation, whitespace and one word in 40 replaced), span (a 13-to-30-word span of a reference
 inside otherwise clean text), each in ASCII and with non-ASCII characters around it. Recall is
 the share of planted tasks each implementation flags. Times are CPU seconds (best of --repeat
-interleaved runs; both sides single-threaded), so the ratio is per core; --workers N also times
-the stage as the workflow runs it (N worker processes, the rule's threads) against the baseline
-in wall-clock seconds, which only means something on an otherwise idle machine.
+interleaved runs, both sides single-threaded, in one process: interpreter start-up and imports are
+not counted on either side), so the ratio is per core; --workers N also times the stage as the
+workflow runs it (N worker processes, the rule's threads) against the baseline in wall-clock
+seconds, which only means something on an otherwise idle machine.
 
     .venv/bin/python bench/bench_decontam.py                 # 15,000 tasks, a few minutes
     .venv/bin/python bench/bench_decontam.py --tasks 2000 --repeat 1

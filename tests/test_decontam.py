@@ -546,6 +546,9 @@ def test_documents_file_present_or_absent_gives_the_same_report(tmp_path, corpus
     # With every document known, no task file is opened at all.
     monkeypatch.setattr(mod, "task_document_bytes", lambda d: pytest.fail(f"read {d} despite its document"))
     with_docs = mod.decontaminate_tasks(tasks, references, documents=documents)
+    monkeypatch.setattr(mod, "WORKER_CHUNK", 2)  # worker processes take the documents along
+    assert canonical_json(mod.decontaminate_tasks(tasks, references, documents=documents, workers=2)) == \
+        canonical_json(with_docs)
     monkeypatch.undo()
     mod.documents_path(manifest).unlink()
     tasks_again, none = mod.manifest_tasks([manifest])
