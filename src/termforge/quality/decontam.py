@@ -3,14 +3,17 @@
 A task document (instruction, answer key and tests) is cut into lowercase alphanumeric word
 tokens. A batch of documents is tokenised and hashed with numpy over its bytes: each token is
 hashed once from its 8-byte words, and no Python object is made per token or per n-gram. The
-hash of an n-gram is a polynomial in its n token hashes (mod 2**64) plus a 64-bit finaliser,
-computed for every window of the batch with about a dozen array passes. References are indexed
-once (sorted n-gram hashes -> reference ids, with a bit table in front that rejects most misses
-in one lookup). Non-ASCII documents take a vectorised path of the same shape (code-point arrays,
-one alphanumeric table lookup per character). Near duplicates inside the corpus come from
+hash of an n-gram is a polynomial in its n token hashes (mod 2**64) plus a 64-bit finaliser. The
+5-gram hashes (the near-duplicate shingles) are computed for every position; an n-gram is hashed
+and probed only where the 5-grams at both of its ends occur in some reference (a table lookup),
+which is a few windows in a hundred. References are indexed once (sorted n-gram hashes ->
+reference ids, with a byte table in front that rejects most misses in one lookup). In non-ASCII
+documents only the runs of non-ASCII bytes are decoded and folded (one table lookup per code
+point); the rest takes the ASCII path. Near duplicates inside the corpus come from
 one-permutation MinHash sketches of word shingles, computed per batch with array operations, and
 LSH bands whose candidates are confirmed by the sketch's Jaccard estimate; they are reported as
-clusters. Each task file is read once, as bytes.
+clusters. Each task file is read once, as bytes, and not at all where generate's shard documents
+file holds the task's text (see "shard documents" below).
 
 Everything is deterministic: token and n-gram hashes are seedless functions of the text, the
 sketch hash is salted by a fixed seed, tasks are visited in sorted id order and every list in the
@@ -564,7 +567,7 @@ class ReferenceIndex:
     def probe(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(positions in hashes that occur in some reference, their slots in self.hashes)."""
         hashes = np.asarray(hashes, dtype=np.uint64)
-        # Most probes miss: a direct-mapped bit table on the top hash bits rejects nearly all of
+        # Most probes miss: a direct-mapped byte table on the top hash bits rejects nearly all of
         # them with one lookup, and only the survivors pay for the binary search.
         # (a view, not a copy: the shifted values are below 2**26)
         candidates = np.flatnonzero(self._filter.take((hashes >> self._filter_shift).view(np.int64)))
