@@ -3,6 +3,7 @@ corpus are clustered, clean tasks pass, and the report is deterministic and expl
 
 import json
 import random
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -517,3 +518,188 @@ def test_worker_processes_give_the_same_report(tmp_path, references, monkeypatch
     many = mod.decontaminate_tasks(pairs, references, workers=3)
     assert canonical_json(one) == canonical_json(many)
     assert one["near_duplicate_clusters"] and [h["task_id"] for h in one["contamination"]] == ["tf-07"]
+
+
+# -- shard documents files: generate records each task's text; decontaminate reads it where fresh ---
+
+
+def _shard(tmp_path, corpus: dict[str, Path]) -> Path:
+    """A shard manifest for the corpus fixture and its documents file (as generate writes them)."""
+    from termforge.quality.decontam import documents_path, task_document_bytes, write_task_documents
+
+    tasks_dir = next(iter(corpus.values())).parent
+    ids = sorted(corpus)
+    manifest = tmp_path / "manifests" / "00000.json"
+    manifest.parent.mkdir()
+    manifest.write_text(json.dumps({"shard": "00000", "tasks_dir": str(tasks_dir),
+                                    "tasks": [{"id": tid} for tid in ids]}))
+    write_task_documents(documents_path(manifest), tasks_dir, [(tid, task_document_bytes(corpus[tid])) for tid in ids])
+    return manifest
+
+
+def test_documents_file_present_or_absent_gives_the_same_report(tmp_path, corpus, references, monkeypatch):
+    from termforge.quality import decontam as mod
+
+    manifest = _shard(tmp_path, corpus)
+    tasks, documents = mod.manifest_tasks([manifest])
+    assert sorted(documents) == sorted(corpus) == [tid for tid, _ in tasks]
+    # With every document known, no task file is opened at all.
+    monkeypatch.setattr(mod, "task_document_bytes", lambda d: pytest.fail(f"read {d} despite its document"))
+    with_docs = mod.decontaminate_tasks(tasks, references, documents=documents)
+    monkeypatch.setattr(mod, "WORKER_CHUNK", 2)  # worker processes take the documents along
+    assert canonical_json(mod.decontaminate_tasks(tasks, references, documents=documents, workers=2)) == \
+        canonical_json(with_docs)
+    monkeypatch.undo()
+    mod.documents_path(manifest).unlink()
+    tasks_again, none = mod.manifest_tasks([manifest])
+    assert none == {} and tasks_again == tasks
+    without = mod.decontaminate_tasks(tasks, references)
+    assert canonical_json(with_docs) == canonical_json(without)
+    assert [h["task_id"] for h in without["contamination"]] == ["tf-edited", "tf-exact"]
+
+
+def test_stale_or_foreign_documents_are_read_from_the_task_directories(tmp_path, corpus, references):
+    import os
+
+    from termforge.io import atomic_write_text
+    from termforge.quality import decontam as mod
+
+    manifest = _shard(tmp_path, corpus)
+    docs_file = mod.documents_path(manifest)
+    # The documents file was written right after the tasks; later one clean task's instruction was
+    # replaced (atomically, as every termforge write is) by a copy of a reference.
+    written = max(os.stat(d).st_ctime_ns for d in corpus.values())
+    os.utime(docs_file, ns=(written, written))
+    time.sleep(0.05)  # past the file system's coarse timestamp tick
+    atomic_write_text(corpus["tf-clean-0"] / "instruction.md", REF_CERT)
+    tasks, documents = mod.manifest_tasks([manifest])
+    assert "tf-clean-0" not in documents and len(documents) == len(corpus) - 1
+    report = mod.decontaminate_tasks(tasks, references, documents=documents)
+    assert "tf-clean-0" in {h["task_id"] for h in report["contamination"]}
+    assert canonical_json(report) == canonical_json(mod.decontaminate_tasks(tasks, references))
+    # A file written for other tasks, another tasks_dir, another format, or cut short: not used.
+    ids = sorted(corpus)
+    tasks_dir = str(corpus[ids[0]].parent)
+    good = docs_file.read_bytes()
+    assert mod.read_task_documents(docs_file, tasks_dir, ids[:-1]) == {}
+    assert mod.read_task_documents(docs_file, tasks_dir + "-elsewhere", ids) == {}
+    for bad in (good[:-1], good.replace(b"termforge-task-documents/1", b"termforge-task-documents/0"), b"junk"):
+        docs_file.write_bytes(bad)
+        assert mod.read_task_documents(docs_file, tasks_dir, ids) == {}
+
+
+def test_document_from_files_equals_the_document_read_back(tmp_path):
+    from termforge.generate.procedural import write_task
+    from termforge.quality.decontam import task_document_bytes, task_document_from_files
+
+    from termforge.axes.sampler import sample_signatures
+    from termforge.axes.taxonomy import load_taxonomy
+
+    sig = sample_signatures(1, 3, {"legacy": 1.0}, load_taxonomy())[0]
+    final, files = write_task(sig, tmp_path)
+    assert files is not None and task_document_from_files(files) == task_document_bytes(final)
+    again, kept = write_task(sig, tmp_path)
+    assert again == final and kept is None
+
+
+def test_generate_writes_fresh_documents_and_decontaminate_uses_them(tmp_path, monkeypatch):
+    from termforge import cli
+    from termforge.quality import decontam as mod
+
+    root = Path(__file__).resolve().parents[1]
+    r = tmp_path / "results"
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "instruction.md").write_text(REF_BACKUP)
+    overlay = tmp_path / "small.yaml"
+    overlay.write_text("corpus: {n_tasks: 3, shard_size: 3}\ngenerate: {workers: 1}\n"
+                       f"decontam: {{harbor_dirs: [{tmp_path / 'bench'}], hf_datasets: [], jsonl: []}}\n")
+    cfgs = [str(root / "config.yaml"), str(overlay)]
+    assert cli.main(["sample-axes", "--configfile", *cfgs, "--out", str(r / "axes/signatures.jsonl"),
+                     "--stats", str(r / "axes/stats.json")]) == 0
+    manifest = r / "tasks/manifests/00000.json"
+    assert cli.main(["generate", "--configfile", *cfgs, "--signatures", str(r / "axes/signatures.jsonl"),
+                     "--shard", "00000", "--tasks-dir", str(r / "tasks"), "--out", str(manifest)]) == 0
+    tasks, documents = mod.manifest_tasks([manifest])
+    assert len(tasks) == 3 and {tid: mod.task_document_bytes(d) for tid, d in tasks} == documents
+
+    def decontaminate(out: Path) -> bytes:
+        assert cli.main(["decontaminate", "--configfile", *cfgs, "--manifests", str(manifest),
+                         "--out", str(out)]) == 0
+        return out.read_bytes()
+
+    reads = []
+    real = mod.task_document_bytes
+    monkeypatch.setattr(mod, "task_document_bytes", lambda d: reads.append(d) or real(d))
+    with_docs = decontaminate(tmp_path / "a.json")
+    assert reads == []
+    mod.documents_path(manifest).unlink()  # e.g. a shard written by another tool: read from the directories
+    assert decontaminate(tmp_path / "b.json") == with_docs and len(reads) == 3
+
+
+def test_kgram_prefilter_gives_the_report_of_probing_every_window(monkeypatch):
+    # Windows are hashed only where the k-grams at both ends occur in a reference; probing every
+    # window (the prefilter off: k larger than every window) must give the same report.
+    from termforge.quality import decontam as mod
+
+    rng = random.Random(5)
+    refs = [RefDoc(f"r/{i}", "r", _vocab_text(300 + i, rng.randint(40, 200))) for i in range(6)]
+    refs.append(RefDoc("r/short", "r", _vocab_text(399, 9)))  # a short reference: windows of 9
+    docs = []
+    for i in range(60):
+        words = _vocab_text(500 + i, rng.randint(0, 120)).split()
+        ref_words = rng.choice(refs).text.split()
+        if i % 3 == 0 and len(ref_words) > 14:  # a span of a reference, sometimes with edits
+            a = rng.randrange(len(ref_words) - 13)
+            span = ref_words[a:a + rng.randint(9, 20)]
+            if i % 2:
+                span[rng.randrange(len(span))] = "édité"
+            words[rng.randint(0, len(words)):0] = span
+        if i % 7 == 0:
+            words = ref_words[:rng.randint(1, 12)]  # whole documents shorter than n
+        docs.append((f"t{i:03d}", " ".join(words)))
+    docs.append(("t999", _vocab_text(600, 30) + " " + refs[-1].text + " " + _vocab_text(601, 30)))
+    docs.append(("t998", _vocab_text(602, 20) + " " + " ".join(refs[0].text.split()[:13])))  # ends the text
+    fast = mod.decontaminate_documents(docs, refs, batch_size=16)
+    assert fast["contamination"] and any(h["ref_id"] == "r/short" for h in fast["contamination"])
+    monkeypatch.setattr(mod, "PREFILTER_K", 10**6)
+    assert canonical_json(mod.decontaminate_documents(docs, refs, batch_size=16)) == canonical_json(fast)
+
+
+def test_non_ascii_runs_folded_alone_equal_the_whole_text_fold():
+    # Only the runs of bytes >= 0x80 are decoded and folded; that equals folding the whole text
+    # because the fold is per code point and idempotent, and ASCII bytes cut UTF-8 sequences.
+    import numpy as np
+
+    from termforge.quality.decontam import _code_point_fold, _tokenize
+
+    bmp = np.arange(0x10000, dtype=np.uint32)
+    once = _code_point_fold(bmp)
+    assert (_code_point_fold(once[once != 32]) == once[once != 32]).all()
+    rng = random.Random(23)
+    pieces = ["ab", "Ž", "ÉTÉ", "x9", "—", "Σ", "İ", "\u0301", "日本", "🙂", "½", " ", ".", "K", "ǅ"]
+    raw = [b"\xff", b"\xe2\x80", b"\xc3", b"\x80\x80"]  # invalid UTF-8: replaced, never a token
+    docs = []
+    for _ in range(200):
+        parts = [rng.choice(pieces).encode() if rng.random() < 0.85 else rng.choice(raw)
+                 for _ in range(rng.randint(0, 30))]
+        docs.append(b"".join(parts))
+    batch = _tokenize(docs)
+    expected = [w for d in docs for w in word_tokens(d.decode("utf-8", errors="replace"))]
+    assert [batch.words(i, i + 1) for i in range(len(expected))] == expected
+    assert batch.offsets.tolist()[-1] == len(expected)
+    one_by_one = [h for d in docs for h in _tokenize([d]).hashes.tolist()]
+    assert batch.hashes.tolist() == one_by_one
+
+
+def test_chunked_atomic_write_survives_short_writes(tmp_path, monkeypatch):
+    # The documents file is written with gathered writes; a write that takes only part of the
+    # buffers (allowed by POSIX) must resume mid-chunk.
+    import os
+
+    from termforge.io import atomic_write_chunks
+
+    real = os.writev
+    monkeypatch.setattr(os, "writev", lambda fd, bufs: real(fd, [bytes(bufs[0][:7])]))
+    chunks = [b"header\n", b"", b"x" * 20, b"abc", b"\xff" * 9]
+    atomic_write_chunks(tmp_path / "f.docs", chunks)
+    assert (tmp_path / "f.docs").read_bytes() == b"".join(chunks)

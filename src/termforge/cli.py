@@ -205,8 +205,7 @@ def cmd_build_images(args) -> int:
 
 def cmd_decontaminate(args) -> int:
     from termforge.quality.decontam import (decontaminate_tasks, load_harbor_references, load_hf_references,
-                                            load_jsonl_references)
-    from termforge.schemas import read
+                                            load_jsonl_references, manifest_tasks)
 
     o = _stage_options(args, "decontaminate")
     refs = []
@@ -216,15 +215,13 @@ def cmd_decontaminate(args) -> int:
         refs += load_hf_references(ds["id"], ds["column"], ds.get("split", "test"))
     for j in o["decontam.jsonl"]:
         refs += load_jsonl_references(j["path"], j["column"])
-    # The shard manifests name every task: ids and directories without opening task.json.
-    tasks = []
-    for m in args.manifests:
-        manifest = read("shard_manifest", m)
-        tasks += [(e["id"], Path(manifest["tasks_dir"]) / e["id"]) for e in manifest["tasks"]]
+    # The shard manifests name every task (ids and directories without opening task.json), and
+    # the shard documents files generate wrote beside them hold their texts where still fresh.
+    tasks, documents = manifest_tasks(args.manifests)
     report = decontaminate_tasks(tasks, refs, n=o["decontam.n"], policy=o["decontam.policy"],
                                  near_dup_policy=o["decontam.near_dup_policy"], near_dups=o["decontam.near_dups"],
                                  near_dup_threshold=o["decontam.near_dup_threshold"],
-                                 min_shared=o["decontam.min_shared"], workers=args.workers)
+                                 min_shared=o["decontam.min_shared"], workers=args.workers, documents=documents)
     atomic_write_json(args.out, report)
     s = report["summary"]
     print(f"decontaminate: {s['tasks']} tasks against {s['references']} reference documents: "

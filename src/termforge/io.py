@@ -38,13 +38,26 @@ def seed_from(*parts: Any) -> int:
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    atomic_write_chunks(path, (data,))
+
+
+def atomic_write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
+    """atomic_write_bytes of the chunks' concatenation, without building it in memory first
+    (gathered writes straight from the chunks: no copy in user space)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
+        with os.fdopen(fd, "wb", buffering=0) as fh:
+            pending = [memoryview(c) for c in chunks if len(c)]
+            i = 0
+            while i < len(pending):
+                written = os.writev(fd, pending[i:i + 1024])  # IOV_MAX buffers per call
+                while written and i < len(pending):  # a short write resumes mid-chunk
+                    step = min(written, len(pending[i]))
+                    written -= step
+                    pending[i] = pending[i][step:]
+                    i += not len(pending[i])
             os.fsync(fh.fileno())
         # mkstemp makes the file private (0600); outputs are ordinary readable files.
         os.chmod(tmp, 0o644)

@@ -120,12 +120,18 @@ def task_json(sig: dict, built: BuiltTask, provenance: dict) -> dict:
 def generate_task(sig: dict, out_root: Path, base_image: str = "debian:bookworm-slim",
                   families: list[TaskFamily] | None = None) -> Path:
     """Write one task directory (atomically) and return its path; an existing one is kept."""
+    return write_task(sig, out_root, base_image, families)[0]
+
+
+def write_task(sig: dict, out_root: Path, base_image: str = "debian:bookworm-slim",
+               families: list[TaskFamily] | None = None) -> tuple[Path, dict | None]:
+    """generate_task, also returning the files it wrote (None when the directory was kept)."""
     final = Path(out_root) / sig["id"]
     if (final / "task.json").exists():
-        return final
+        return final, None
     built = build_task(sig, families)
     provenance = {"backend": "procedural", "family": built.family.name, "model": None,
                   "seeds": {"task": built.seed, "family": seed_from("family", sig["id"])}}
     files = task_files(task_json(sig, built, provenance), built.spec, base_image)
     write_task_dir(final, files)
-    return final
+    return final, files

@@ -8,8 +8,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from termforge.errors import InputError, TermforgeError
-from termforge.generate.procedural import generate_task
+from termforge.generate.procedural import write_task
 from termforge.io import atomic_write_json, clean_stale_staging, read_json
+from termforge.quality.decontam import documents_path, task_document_bytes, task_document_from_files, write_task_documents
 from termforge.schemas import read
 
 
@@ -22,13 +23,17 @@ def shard_signatures(signatures_path: Path, shard: int, shard_size: int) -> list
     return chunk
 
 
-def _one(args: tuple[dict, str, str, str]) -> tuple[str, bool]:
+def _one(args: tuple[dict, str, str, str]) -> tuple[str, bool, bytes]:
+    """Generate one task; returns its id, whether it was already there, and its text for the
+    shard documents file (from memory for a new task: reading it back would cost what
+    decontaminate saves)."""
     sig, tasks_dir, backend, base_image = args
     existed = (Path(tasks_dir) / sig["id"] / "task.json").exists()
     if backend != "procedural":
         raise TermforgeError(f"generate.backend: {backend!r} runs through the llm stage, not the procedural one")
-    generate_task(sig, Path(tasks_dir), base_image=base_image)
-    return sig["id"], existed
+    final, files = write_task(sig, Path(tasks_dir), base_image=base_image)
+    document = task_document_bytes(final) if files is None else task_document_from_files(files)
+    return sig["id"], existed, document
 
 
 def run_generate_shard(signatures_path: Path, shard: int, shard_size: int, tasks_dir: Path, manifest_path: Path,
@@ -47,7 +52,7 @@ def run_generate_shard(signatures_path: Path, shard: int, shard_size: int, tasks
             results = list(tqdm(pool.map(_one, jobs), total=len(jobs), desc=desc, unit="task"))
     else:
         results = [_one(j) for j in tqdm(jobs, desc=desc, unit="task")]
-    skipped = sum(1 for _, existed in results if existed)
+    skipped = sum(1 for _, existed, _ in results if existed)
     entries = []
     for sig in sigs:
         task = read_json(tasks_dir / sig["id"] / "task.json")
@@ -55,6 +60,10 @@ def run_generate_shard(signatures_path: Path, shard: int, shard_size: int, tasks
                         "mismatch": [m["axis"] for m in task["mismatch"]],
                         "fallback": bool((task.get("generation") or {}).get("fallback"))})
     manifest = {"shard": f"{shard:05d}", "tasks_dir": str(tasks_dir), "tasks": entries}
+    # The documents file first (after every task directory is published, so that they are all
+    # fresh against it), then the manifest: a manifest implies its documents file is complete.
+    write_task_documents(documents_path(manifest_path), manifest["tasks_dir"],
+                         [(tid, doc) for tid, _, doc in results])
     atomic_write_json(manifest_path, manifest)
     mismatched = sum(1 for e in entries if e["mismatch"])
     fallbacks = sum(1 for e in entries if e["fallback"])

@@ -3,14 +3,17 @@
 A task document (instruction, answer key and tests) is cut into lowercase alphanumeric word
 tokens. A batch of documents is tokenised and hashed with numpy over its bytes: each token is
 hashed once from its 8-byte words, and no Python object is made per token or per n-gram. The
-hash of an n-gram is a polynomial in its n token hashes (mod 2**64) plus a 64-bit finaliser,
-computed for every window of the batch with about a dozen array passes. References are indexed
-once (sorted n-gram hashes -> reference ids, with a bit table in front that rejects most misses
-in one lookup). Non-ASCII documents take a vectorised path of the same shape (code-point arrays,
-one alphanumeric table lookup per character). Near duplicates inside the corpus come from
+hash of an n-gram is a polynomial in its n token hashes (mod 2**64) plus a 64-bit finaliser. The
+5-gram hashes (the near-duplicate shingles) are computed for every position; an n-gram is hashed
+and probed only where the 5-grams at both of its ends occur in some reference (a table lookup),
+which is a few windows in a hundred. References are indexed once (sorted n-gram hashes ->
+reference ids, with a byte table in front that rejects most misses in one lookup). In non-ASCII
+documents only the runs of non-ASCII bytes are decoded and folded (one table lookup per code
+point); the rest takes the ASCII path. Near duplicates inside the corpus come from
 one-permutation MinHash sketches of word shingles, computed per batch with array operations, and
 LSH bands whose candidates are confirmed by the sketch's Jaccard estimate; they are reported as
-clusters. Each task file is read once, as bytes.
+clusters. Each task file is read once, as bytes, and not at all where generate's shard documents
+file holds the task's text (see "shard documents" below).
 
 Everything is deterministic: token and n-gram hashes are seedless functions of the text, the
 sketch hash is salted by a fixed seed, tasks are visited in sorted id order and every list in the
@@ -30,12 +33,15 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from termforge.errors import ConfigError, TermforgeError
-from termforge.io import read_json
+from termforge.io import atomic_write_chunks, read_json
 
 DEFAULT_N = 13
 DEFAULT_SHINGLE = 5
 DEFAULT_NUM_PERM = 64
 DEFAULT_MINHASH_SEED = 1
+# Windows of at least this many tokens are only hashed where the k-grams at both of their ends
+# occur in some reference (ReferenceIndex.kgram_candidates).
+PREFILTER_K = 5
 POLICIES = ("drop", "flag")
 
 # Token hash: the token's bytes read as little-endian 8-byte words, folded word by word
@@ -51,10 +57,7 @@ _START = 0x27D4EB2F165667C5
 _FMIX_SHIFT = np.uint64(33)
 _FMIX_M1 = np.uint64(0xFF51AFD7ED558CCD)
 _FMIX_M2 = np.uint64(0xC4CEB9FE1A85EC53)
-_LOW32 = np.uint64(0xFFFFFFFF)
 _SPACE = 32
-_THREE = np.uint64(3)
-_SEVEN = np.uint64(7)
 
 
 def _fold_table() -> bytes:
@@ -73,24 +76,31 @@ def _fold_table() -> bytes:
 _FOLD = _fold_table()
 
 
-_BMP_FOLD: np.ndarray | None = None
+_CP_FOLD: np.ndarray | None = None
+_UNKNOWN = 0xFFFFFFFF
 # Code points whose lowercase is not one fixed code point: U+0130 lowers to two characters, and
 # capital sigma lowers to final or medial sigma by context. Texts holding one take str.lower().
 _CONTEXT_LOWER = ("\u0130", "\u03a3")
 
 
-def _bmp_fold() -> np.ndarray:
-    """Code point -> its lowercase code point if that is alphanumeric, else a space, for the
-    Basic Multilingual Plane (built once per process, a few tens of ms)."""
-    global _BMP_FOLD
-    if _BMP_FOLD is None:
-        table = np.full(0x10000, _SPACE, dtype=np.uint32)
-        for c in range(0x10000):
+def _code_point_fold(cps: np.ndarray) -> np.ndarray:
+    """Each code point -> its lowercase code point if that is alphanumeric, else a space.
+
+    One table over all of Unicode, filled lazily for the code points met (a corpus uses a few
+    hundred): building it whole costs tens of milliseconds per process.
+    """
+    global _CP_FOLD
+    if _CP_FOLD is None:
+        _CP_FOLD = np.full(0x110000, _UNKNOWN, dtype=np.uint32)
+    table = _CP_FOLD
+    folded = table.take(cps)
+    unknown = folded == _UNKNOWN
+    if unknown.any():
+        for c in np.unique(cps[unknown]).tolist():
             low = chr(c).lower()
-            if len(low) == 1 and low.isalnum():
-                table[c] = ord(low)
-        _BMP_FOLD = table
-    return _BMP_FOLD
+            table[c] = ord(low) if len(low) == 1 and low.isalnum() else _SPACE
+        folded = table.take(cps)
+    return folded
 
 
 def _unfolded_many(texts: Sequence[str]) -> list[bytes]:
@@ -104,14 +114,13 @@ def _unfolded_many(texts: Sequence[str]) -> list[bytes]:
     """
     if not texts:
         return []
-    texts = [t.lower() if any(c in t for c in _CONTEXT_LOWER) else t for t in texts]
+    joined = "\0".join(texts)
+    if any(c in joined for c in _CONTEXT_LOWER):  # rare: lowercase those texts whole, by context
+        texts = [t.lower() if any(c in t for c in _CONTEXT_LOWER) else t for t in texts]
+        joined = "\0".join(texts)
     # surrogatepass: a lone surrogate is not alphanumeric, so the table turns it into a space.
-    cps = np.frombuffer("\0".join(texts).encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
-    folded = np.take(_bmp_fold(), cps, mode="clip")  # astral code points clip to 0xFFFF, fixed below
-    astral = np.flatnonzero(cps > 0xFFFF)
-    if len(astral):  # rare (emoji, historic scripts): folded one by one
-        chars = [chr(c).lower() for c in cps[astral].tolist()]
-        folded[astral] = [ord(ch) if len(ch) == 1 and ch.isalnum() else _SPACE for ch in chars]
+    cps = np.frombuffer(joined.encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
+    folded = _code_point_fold(cps)
     if len(texts) > 1:
         lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
         folded[np.cumsum(lengths[:-1] + 1) - 1] = 0
@@ -127,22 +136,57 @@ def _unfolded(text: str) -> bytes:
     return _unfolded_many([text])[0]
 
 
-def _as_unfolded(texts: Sequence[str | bytes]) -> list[bytes]:
-    """_unfolded for a batch of texts (str, or UTF-8 bytes as read from disk)."""
-    out: list[bytes | None] = []
-    slow: list[int] = []
-    for t in texts:
-        if t.isascii():
-            out.append(t if isinstance(t, bytes) else t.encode("ascii"))
-            continue
-        slow.append(len(out))
-        out.append(None)
-    if slow:
-        decoded = [texts[i] if isinstance(texts[i], str) else texts[i].decode("utf-8", errors="replace")
-                   for i in slow]
-        for i, b in zip(slow, _unfolded_many(decoded)):
-            out[i] = b
-    return out  # type: ignore[return-value]
+def _as_bytes(t: str | bytes) -> bytes:
+    """The text as UTF-8 bytes for the batch buffer; a str with lone surrogates (not UTF-8) is
+    folded whole here by the code-point path, which turns them into spaces."""
+    if isinstance(t, bytes):
+        return t
+    try:
+        return t.encode("utf-8")
+    except UnicodeEncodeError:
+        return _unfolded_many([t])[0]
+
+
+def _prefolded(t: bytes) -> bytes:
+    """A document holding a context-dependent lowercase (see _CONTEXT_LOWER), folded whole."""
+    if t.isascii() or not any(c.encode("utf-8") in t for c in _CONTEXT_LOWER):
+        return t
+    return _unfolded_many([t.decode("utf-8", errors="replace")])[0]
+
+
+def _fold_high_runs(docs: list[bytes]) -> list[bytes] | None:
+    """Each non-ASCII document with every run of bytes >= 0x80 folded by the code-point table, or
+    None when a run holds a context-dependent lowercase (such documents must be folded whole).
+
+    Folding is per code point and every ASCII byte decodes alone, so a run of bytes >= 0x80 between
+    ASCII bytes decodes to the same code points in isolation as in its text, and folding only the
+    runs gives the tokens that folding the whole text gives (ASCII bytes are lowered by _FOLD
+    later; re-folding already folded text changes nothing: the table is idempotent, which a test
+    checks). A document with one accented word thus costs what an ASCII one costs, plus its runs.
+    """
+    blob = b"\n".join(docs)  # an ASCII separator: no run crosses documents
+    codes = np.frombuffer(blob, dtype=np.uint8)
+    high = np.zeros(len(codes) + 2, dtype=bool)
+    np.greater_equal(codes, 0x80, out=high[1:-1])
+    edges = np.flatnonzero(high[1:] != high[:-1]).tolist()
+    run_starts, run_ends = edges[0::2], edges[1::2]
+    runs = [blob[a:b].decode("utf-8", errors="replace") for a, b in zip(run_starts, run_ends)]
+    if any(c in "".join(runs) for c in _CONTEXT_LOWER):
+        return None
+    folded = _unfolded_many(runs)
+    out: list[bytes] = []
+    r, start = 0, 0
+    for doc in docs:
+        end = start + len(doc)
+        pieces, prev = [], start
+        while r < len(run_starts) and run_starts[r] < end:
+            pieces += (blob[prev:run_starts[r]], folded[r])
+            prev = run_ends[r]
+            r += 1
+        pieces.append(blob[prev:end])
+        out.append(b"".join(pieces))
+        start = end + 1
+    return out
 
 
 def _fold(text: str) -> bytes:
@@ -180,9 +224,18 @@ def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
     overlapping uint64 view of the buffer (one loop round per 8 bytes of the longest token, over
     only the tokens that long).
     """
-    parts = _as_unfolded(texts)
-    # Eight spaces of padding let the view read a full word at every byte position.
-    data = (b" ".join(parts) + b"        ").translate(_FOLD)
+    parts = [_as_bytes(t) for t in texts]
+    wide = [i for i, p in enumerate(parts) if not p.isascii()]
+    if wide:
+        folded = _fold_high_runs([parts[i] for i in wide])
+        if folded is None:  # rare: fold the documents with a context-dependent lowercase whole first
+            folded = _fold_high_runs([_prefolded(parts[i]) for i in wide])
+        for i, doc in zip(wide, folded):
+            parts[i] = doc
+    doc_lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    # Seven spaces after the joining one: eight of padding let the view read a full word at every
+    # byte position.
+    data = b" ".join([*parts, b"       "]).translate(_FOLD)
     size = len(data) - 8
     codes = np.frombuffer(data, dtype=np.uint8, count=size)
     in_token = np.zeros(size + 2, dtype=bool)
@@ -193,7 +246,7 @@ def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
     starts, ends = changes[0::2], changes[1::2]
     lengths = ends - starts
     words = np.ndarray((max(size, 1),), dtype="<u8", buffer=data, strides=(1,))
-    hashes = lengths.astype(np.uint64) * _LEN_MIX
+    hashes = lengths.view(np.uint64) * _LEN_MIX  # lengths are positive: the view is the value
     hashes ^= words[starts] & _WORD_MASKS[np.minimum(lengths, 8)]  # indexing reads the strided view in place
     longer = np.flatnonzero(lengths > 8)
     offset = 8
@@ -206,7 +259,7 @@ def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
     _fmix64(hashes)
     # Documents are joined by one space, so document i's tokens are those starting in its span.
     doc_starts = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)) + 1, out=doc_starts[1:])
+    np.cumsum(doc_lengths + 1, out=doc_starts[1:])
     offsets = np.searchsorted(starts, doc_starts)
     return _TokenBatch(data, starts, ends, hashes, offsets)
 
@@ -253,14 +306,15 @@ def _window_hashes(token_hashes: np.ndarray, n: int, blocks: dict | None = None)
 
 
 def _batch_windows(token_hashes: np.ndarray, offsets: np.ndarray, n: int,
-                   blocks: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   blocks: dict | None = None, raw: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Window hashes of a batch of documents laid end to end in one token-hash array.
 
     Returns (hashes, start position in the flat token array), in increasing start order. Windows
     that would run into the next document are discarded; a document with fewer than n tokens (but
-    at least one) contributes one hash of its whole token sequence.
+    at least one) contributes one hash of its whole token sequence. raw: _window_hashes(token_hashes,
+    n), when the caller has it already.
     """
-    hashes = _window_hashes(token_hashes, n, blocks)
+    hashes = _window_hashes(token_hashes, n, blocks) if raw is None else raw
     starts = np.empty(0, dtype=np.int64)
     if len(hashes):
         # The windows starting in the last n-1 tokens of each document run past its end. (For a
@@ -271,6 +325,50 @@ def _batch_windows(token_hashes: np.ndarray, offsets: np.ndarray, n: int,
         valid[tails[(tails >= 0) & (tails < len(hashes))]] = False
         starts = np.flatnonzero(valid)
         hashes = hashes[starts]
+    lengths = np.diff(offsets)
+    short = np.flatnonzero((lengths > 0) & (lengths < n))
+    if len(short):
+        extra_h = [_window_hashes(token_hashes[offsets[d]:offsets[d + 1]], int(lengths[d])) for d in short.tolist()]
+        hashes = np.concatenate([hashes, *extra_h])
+        starts = np.concatenate([starts, offsets[short]])
+        order = np.argsort(starts, kind="stable")
+        hashes, starts = hashes[order], starts[order]
+    return hashes, starts
+
+
+def _windows_at(blocks: dict, positions: np.ndarray, n: int) -> np.ndarray:
+    """_window_hashes(token_hashes, n)[positions] from the power-of-two blocks already built (any
+    chunking of Horner's rule gives the same polynomial mod 2**64): a few gathers per position
+    instead of a dozen passes over every position."""
+    sizes = sorted(blocks, reverse=True)
+    acc = np.full(len(positions), np.uint64(_START), dtype=np.uint64)
+    offset = 0
+    while offset < n:
+        size = next(sz for sz in sizes if sz <= n - offset)
+        acc *= np.uint64(pow(_POLY, size, 1 << 64))
+        acc += blocks[size].take(positions + offset)
+        offset += size
+    return _fmix64(acc)
+
+
+def _prefiltered_windows(token_hashes: np.ndarray, offsets: np.ndarray, n: int, blocks: dict,
+                         in_refs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """_batch_windows(token_hashes, offsets, n) restricted to windows that can occur in a reference.
+
+    in_refs[p] says whether the k-gram (k <= n) starting at token p may occur in some reference
+    (a superset: a table on hash bits). A window of n tokens that occurs in a reference starts and
+    ends with k-grams of that reference, so only positions where both hold are hashed, from the
+    blocks, and probed; every other window is certainly not shared. Documents shorter than n
+    tokens contribute their whole-sequence hash, as in _batch_windows.
+    """
+    size = len(token_hashes)
+    if size >= n:
+        cand = np.flatnonzero(in_refs[:size - n + 1] & in_refs[n - k:size - k + 1])
+        doc = np.searchsorted(offsets, cand, side="right") - 1
+        starts = cand[cand + n <= offsets[doc + 1]]
+        hashes = _windows_at(blocks, starts, n)
+    else:
+        starts, hashes = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.uint64)
     lengths = np.diff(offsets)
     short = np.flatnonzero((lengths > 0) & (lengths < n))
     if len(short):
@@ -416,14 +514,16 @@ class ReferenceIndex:
             seen.add(ref.ref_id)
         self.n = n
         self.refs: list[RefDoc] = list(references)
-        keys, vals = [], []
+        keys, vals, kgrams = [], [], []
         short_lengths: set[int] = set()
         for start in range(0, len(self.refs), batch_size):
             chunk = self.refs[start:start + batch_size]
             tokens = _tokenize([r.text for r in chunk])
             lengths = np.diff(tokens.offsets)
             short_lengths.update(lengths[(lengths >= short_min_tokens) & (lengths < n)].tolist())
-            h, p = _batch_windows(tokens.hashes, tokens.offsets, n)
+            blocks: dict = {}
+            kgrams.append(_batch_windows(tokens.hashes, tokens.offsets, PREFILTER_K, blocks)[0])
+            h, p = _batch_windows(tokens.hashes, tokens.offsets, n, blocks)
             keys.append(h)
             vals.append(np.searchsorted(tokens.offsets, p, side="right") - 1 + start)
         key = np.concatenate(keys) if keys else np.empty(0, dtype=np.uint64)
@@ -439,13 +539,26 @@ class ReferenceIndex:
         self.ref_of = val.astype(np.int32)
         self._ref_of_list: list[int] = self.ref_of.tolist()
         self.short_lengths: list[int] = sorted(short_lengths)
-        # A bit table on the top hash bits, about 64 bits per distinct n-gram (false candidates
-        # near 1.5%), packed 8 to a byte so that it stays in cache.
-        bits = int(min(30, max(16, np.ceil(np.log2(max(len(self.hashes), 1) * 64)))))
+        # A byte table on the top hash bits, about 64 entries per distinct n-gram (false candidates
+        # near 1.5%, which the binary search then rejects): one gather per probe (a packed bit
+        # table costs four more array passes than its cache misses save).
+        bits = int(min(26, max(16, np.ceil(np.log2(max(len(self.hashes), 1) * 64)))))
         self._filter_shift = np.uint64(64 - bits)
-        table = np.zeros(1 << bits, dtype=bool)
-        table[self.hashes >> self._filter_shift] = True
-        self._filter = np.packbits(table, bitorder="little")
+        self._filter = np.zeros(1 << bits, dtype=bool)
+        self._filter[self.hashes >> self._filter_shift] = True
+        # The same kind of table for the references' PREFILTER_K-grams: a window can only be shared
+        # if the k-grams it starts and ends with are (see _prefiltered_windows).
+        kgram = np.unique(np.concatenate(kgrams)) if kgrams else np.empty(0, dtype=np.uint64)
+        # Looked up at every token: 8 entries per k-gram keep the table in cache, and the ~12% false
+        # candidates at each end of a window leave ~1.5% of windows to hash and probe.
+        bits = int(min(24, max(16, np.ceil(np.log2(max(len(kgram), 1) * 8)))))
+        self._kgram_shift = np.uint64(64 - bits)
+        self._kgram_filter = np.zeros(1 << bits, dtype=bool)
+        self._kgram_filter[kgram >> self._kgram_shift] = True
+
+    def kgram_candidates(self, kgram_hashes: np.ndarray) -> np.ndarray:
+        """Boolean mask: which PREFILTER_K-gram hashes may occur in some reference (a superset)."""
+        return self._kgram_filter.take((kgram_hashes >> self._kgram_shift).view(np.int64))
 
     def __len__(self) -> int:
         """Number of distinct reference n-grams."""
@@ -454,10 +567,10 @@ class ReferenceIndex:
     def probe(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(positions in hashes that occur in some reference, their slots in self.hashes)."""
         hashes = np.asarray(hashes, dtype=np.uint64)
-        # Most probes miss: a direct-mapped bit table on the top hash bits rejects nearly all of
+        # Most probes miss: a direct-mapped byte table on the top hash bits rejects nearly all of
         # them with one lookup, and only the survivors pay for the binary search.
-        key = hashes >> self._filter_shift
-        candidates = np.flatnonzero((self._filter[key >> _THREE] >> (key & _SEVEN).astype(np.uint8)) & 1)
+        # (a view, not a copy: the shifted values are below 2**26)
+        candidates = np.flatnonzero(self._filter.take((hashes >> self._filter_shift).view(np.int64)))
         if len(candidates) == 0:
             empty = np.empty(0, dtype=np.int64)
             return empty, empty
@@ -571,6 +684,92 @@ def task_document(task_dir: str | Path) -> str:
     return task_document_bytes(task_dir).decode("utf-8", errors="replace")
 
 
+def task_document_from_files(files: dict[str, bytes | tuple[bytes, int]]) -> bytes:
+    """task_document_bytes of the task directory these files (relative path -> bytes, or the
+    writer's (bytes, mode)) make: what generate records before the directory is even written."""
+    rels = [TASK_TEXT_FILES[0], *(rel for rel in TASK_TEXT_FILES[1:] if rel in files)]  # instruction.md required
+    rels += sorted([rel for rel in files if rel[:6] == "tests/" and rel[-3:] == ".py" and rel.find("/", 6) < 0])
+    values = [files[rel] for rel in rels]
+    return b"\n".join([v[0] for v in values] if type(values[0]) is tuple else values)
+
+
+# ----------------------------------------------------------------------------- shard documents
+#
+# Reading a task's text costs four small files (open, read, close each): at 15k tasks that is
+# 60k files and more CPU than the n-gram scan itself. generate, which holds each task's text in
+# memory when it writes the directory, also writes it once per shard next to the shard manifest
+# (a JSON header line, then the documents back to back). decontaminate uses a shard's documents
+# file only where it is fresh: same format, same tasks_dir and ids as the manifest, and each task
+# directory's ctime not after the file's mtime (a task directory replaced or re-published, or a
+# file inside it replaced by rename, since generate wrote the file makes that task stale). Stale
+# and missing entries (imported Harbor tasks, an llm-generated shard, a copied results tree) are
+# read from their task directories: the report is the same either way. In-place edits of a file
+# inside a task directory (which no termforge stage does: every write is atomic) are not seen.
+
+DOCUMENTS_FORMAT = "termforge-task-documents/1"
+
+
+def documents_path(manifest_path: str | Path) -> Path:
+    """The shard documents file that goes with a shard manifest."""
+    return Path(manifest_path).with_suffix(".docs")
+
+
+def write_task_documents(path: str | Path, tasks_dir: str | Path, documents: Sequence[tuple[str, bytes]]) -> None:
+    """Write a shard's (task id, task document bytes) atomically, in the given order."""
+    header = {"format": DOCUMENTS_FORMAT, "tasks_dir": os.fspath(tasks_dir),
+              "ids": [tid for tid, _ in documents], "lengths": [len(doc) for _, doc in documents]}
+    atomic_write_chunks(path, [json.dumps(header, separators=(",", ":")).encode() + b"\n",
+                               *(doc for _, doc in documents)])
+
+
+def read_task_documents(path: str | Path, tasks_dir: str | Path, ids: Sequence[str]) -> dict[str, bytes]:
+    """Task id -> document bytes for the tasks whose entry in the documents file is fresh (see
+    above); {} when the file is missing, unreadable or written for other tasks."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            blob = fh.read()
+            mtime = os.fstat(fh.fileno()).st_mtime_ns
+        cut = blob.index(b"\n")
+        header = json.loads(blob[:cut])
+    except (OSError, ValueError):
+        return {}
+    base = os.fspath(tasks_dir)
+    if (not isinstance(header, dict) or header.get("format") != DOCUMENTS_FORMAT
+            or header.get("tasks_dir") != base or header.get("ids") != list(ids)):
+        return {}
+    lengths = header.get("lengths")
+    if not isinstance(lengths, list) or len(lengths) != len(ids) or cut + 1 + sum(lengths) != len(blob):
+        return {}
+    out: dict[str, bytes] = {}
+    pos = cut + 1
+    for tid, size in zip(ids, lengths):
+        try:
+            fresh = os.stat(f"{base}/{tid}").st_ctime_ns <= mtime
+        except OSError:
+            fresh = False  # missing: reading the directory reports it
+        if fresh:
+            out[tid] = blob[pos:pos + size]
+        pos += size
+    return out
+
+
+def manifest_tasks(manifest_paths: Sequence[str | Path]) -> tuple[list[tuple[str, str]], dict[str, bytes]]:
+    """(task id, task dir) of every task the shard manifests name, and the fresh documents of
+    their shard documents files (what decontaminate_tasks takes as documents)."""
+    from termforge.schemas import read
+
+    tasks: list[tuple[str, str]] = []
+    documents: dict[str, bytes] = {}
+    for m in manifest_paths:
+        manifest = read("shard_manifest", m)
+        ids = [e["id"] for e in manifest["tasks"]]
+        base = manifest["tasks_dir"]
+        tasks += [(tid, f"{base}/{tid}") for tid in ids]  # plain strings: a Path per task costs microseconds
+        documents.update(read_task_documents(documents_path(m), manifest["tasks_dir"], ids))
+    return tasks, documents
+
+
 # ----------------------------------------------------------------------------- near duplicates
 
 
@@ -612,11 +811,13 @@ class NearDuplicateFinder:
         out = np.full((n_docs, self.num_perm), empty, dtype=np.uint32)
         if len(shingle_hashes):
             h = _fmix64(shingle_hashes ^ self._salt)
-            doc = np.repeat(np.arange(n_docs, dtype=np.int64), np.diff(doc_bounds))
             # Multiply-shift range reduction of the high 32 bits: any number of bins, no modulo bias.
-            bins = ((h >> np.uint64(32)) * np.uint64(self.num_perm)) >> np.uint64(32)
-            key = doc * self.num_perm + bins.astype(np.int64)
-            np.minimum.at(out.reshape(-1), key, (h & _LOW32).astype(np.uint32))
+            bins = h >> np.uint64(32)
+            bins *= np.uint64(self.num_perm)
+            bins >>= np.uint64(32)
+            key = np.repeat(np.arange(0, n_docs * self.num_perm, self.num_perm, dtype=np.int64), np.diff(doc_bounds))
+            key += bins.view(np.int64)  # below num_perm: the view is the value
+            np.minimum.at(out.reshape(-1), key, h.astype(np.uint32))  # the cast keeps the low 32 bits
         return out
 
     def add_sketches(self, task_ids: Sequence[str], sketches: np.ndarray, sizes: Sequence[int]) -> None:
@@ -666,7 +867,10 @@ class NearDuplicateFinder:
             found.append(np.stack([group_first[at], order[at]], axis=1))
         if not found:
             return np.empty((0, 2), dtype=np.int64)
-        pairs = np.unique(np.concatenate(found), axis=0)
+        # Unique rows via one int64 key per pair (a row-wise unique sorts void records: slower).
+        found = np.concatenate(found)
+        key = np.unique(found[:, 0] * n + found[:, 1])
+        pairs = np.stack([key // n, key % n], axis=1)
         return pairs[pairs[:, 0] != pairs[:, 1]]
 
     @property
@@ -687,10 +891,11 @@ class NearDuplicateFinder:
     @staticmethod
     def estimates_pairwise(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Row-wise Jaccard estimates of two stacks of sketches."""
-        empty = np.uint32(0xFFFFFFFF)
-        used = (a != empty) | (b != empty)
-        n = used.sum(axis=1)
-        agree = ((a == b) & used).sum(axis=1)
+        # Bins empty in both sketches are not evidence: they count neither as used nor as agreeing.
+        same = a == b
+        both_empty = np.count_nonzero(same & (a == np.uint32(0xFFFFFFFF)), axis=1)
+        n = a.shape[1] - both_empty
+        agree = np.count_nonzero(same, axis=1) - both_empty
         return np.where(n > 0, agree / np.maximum(n, 1), 0.0)
 
     def estimate(self, a: np.ndarray, b: np.ndarray) -> float:
@@ -752,8 +957,14 @@ def scan_documents(docs: Iterable[tuple[str, str]], index: ReferenceIndex, min_s
         # windows arrive in text order, so the first one recorded is the earliest match.
         groups: dict[tuple[int, int], list] = {}
         blocks: dict = {}
-        for width in [n, *index.short_lengths]:
-            h, p = _batch_windows(flat, offsets, width, blocks)
+        widths = [n, *index.short_lengths]
+        kgrams = _window_hashes(flat, PREFILTER_K, blocks) if min(widths) >= PREFILTER_K else None
+        in_refs = index.kgram_candidates(kgrams) if kgrams is not None else None
+        for width in widths:
+            if in_refs is not None:
+                h, p = _prefiltered_windows(flat, offsets, width, blocks, in_refs, PREFILTER_K)
+            else:
+                h, p = _batch_windows(flat, offsets, width, blocks)
             found, slot = index.probe(h)
             p = p[found]
             d = np.searchsorted(offsets, p, side="right") - 1
@@ -778,7 +989,8 @@ def scan_documents(docs: Iterable[tuple[str, str]], index: ReferenceIndex, min_s
             })
 
         if near_dups is not None:
-            sh, sp = _batch_windows(flat, offsets, shingle_size, blocks)
+            sh, sp = _batch_windows(flat, offsets, shingle_size, blocks,
+                                    raw=kgrams if shingle_size == PREFILTER_K else None)
             bounds = np.searchsorted(sp, offsets)
             near_dups.add_sketches(ids, near_dups.sketches(sh, bounds), np.diff(bounds).tolist())
     hits.sort(key=lambda x: (x["task_id"], x["ref_id"]))
@@ -824,20 +1036,27 @@ def decontaminate_tasks(tasks: Sequence[tuple[str, str | Path]], references: Seq
                         n: int = DEFAULT_N, policy: str = "drop", near_dup_threshold: float = 0.8,
                         min_shared: int = 1, **options) -> dict:
     """decontaminate() for (task id, task directory) pairs the caller already knows (the shard
-    manifests list them): every file of a task is read exactly once."""
+    manifests list them): every file of a task is read exactly once. Option documents (task id ->
+    document bytes, from the shard documents files: manifest_tasks) spares reading those tasks'
+    directories; the report is the same."""
     by_id: dict[str, str | Path] = {}
     for tid, d in tasks:
         if tid in by_id:
             raise TermforgeError(f"task id {tid!r} appears twice: {by_id[tid]} and {d}")
         by_id[tid] = d
     workers = int(options.pop("workers", 1) or 1)
+    documents = options.pop("documents", None) or {}
     if workers > 1 and len(by_id) > WORKER_CHUNK:
-        ordered = [(tid, os.fspath(by_id[tid])) for tid in sorted(by_id)]
+        ordered = [(tid, os.fspath(by_id[tid]), documents.get(tid)) for tid in sorted(by_id)]
         return _report(_ParallelScan(ordered, workers), references, n, policy, near_dup_threshold, min_shared,
                        **options)
     # A generator: texts are read one batch at a time, so a large corpus never sits in memory whole.
-    docs = ((tid, task_document_bytes(by_id[tid])) for tid in sorted(by_id))
+    docs = ((tid, _document(by_id[tid], documents.get(tid))) for tid in sorted(by_id))
     return _report(docs, references, n, policy, near_dup_threshold, min_shared, **options)
+
+
+def _document(task_dir: str | Path, known: bytes | None) -> bytes:
+    return task_document_bytes(task_dir) if known is None else known
 
 
 WORKER_CHUNK = 512
@@ -850,11 +1069,11 @@ def _worker_init(index: "ReferenceIndex", min_shared: int, near: tuple | None, s
                          batch_size=batch_size)
 
 
-def _worker_scan(chunk: list[tuple[str, str]]) -> tuple[list[dict], list[str], list[str], np.ndarray]:
+def _worker_scan(chunk: list[tuple[str, str, bytes | None]]) -> tuple[list[dict], list[str], list[str], np.ndarray]:
     """Read, tokenise, probe and sketch one chunk of tasks (in a worker process)."""
     st = _WORKER_STATE
     finder = NearDuplicateFinder(*st["near"]) if st["near"] else None
-    docs = ((tid, task_document_bytes(d)) for tid, d in chunk)
+    docs = ((tid, _document(d, known)) for tid, d, known in chunk)
     hits, seen = scan_documents(docs, st["index"], st["min_shared"], finder, st["shingle_size"], st["batch_size"])
     if finder is None:
         return hits, seen, [], np.empty((0, 0), dtype=np.uint32)
@@ -865,7 +1084,7 @@ class _ParallelScan:
     """Tasks to scan in worker processes (the stage's threads): contiguous chunks in id order, so
     hits, task order and near-duplicate sketches come back exactly as one process makes them."""
 
-    def __init__(self, tasks: list[tuple[str, str]], workers: int):
+    def __init__(self, tasks: list[tuple[str, str, bytes | None]], workers: int):
         self.tasks = tasks
         self.workers = workers
 
@@ -957,6 +1176,7 @@ def _report(sorted_docs: Iterable[tuple[str, str]], references: Sequence[RefDoc]
 __all__ = [
     "RefDoc", "ReferenceIndex", "NearDuplicateFinder", "word_tokens", "ngram_hashes",
     "load_harbor_references", "load_hf_references", "load_jsonl_references",
-    "task_document", "task_document_bytes", "task_id_of", "scan_documents", "decontaminate_documents",
+    "task_document", "task_document_bytes", "task_document_from_files", "task_id_of", "documents_path",
+    "write_task_documents", "read_task_documents", "manifest_tasks", "scan_documents", "decontaminate_documents",
     "decontaminate", "decontaminate_tasks",
 ]
