@@ -19,3 +19,55 @@ def make_signature(index: int, domain: str, verifier_kind: str, fixture_kind: st
     sig.update(extra)
     sig["id"] = make_task_id(1234, index, sig)
     return sig
+
+
+def smollm2_tokenizer():
+    """SmolLM2's tokenizer from the embedded GGUF (offline), with a pad token."""
+    from transformers import AutoTokenizer
+
+    from termforge.models.transformers_backend import DEFAULT_MODEL, embedded_gguf_path
+
+    gguf = embedded_gguf_path(DEFAULT_MODEL)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def save_tiny_llama(path, tok, max_positions: int = 2048) -> str:
+    """A 2-layer Llama with random weights and `tok`, saved like any local model."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    eos = tok.eos_token_id
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
+                         tie_word_embeddings=True, pad_token_id=eos, eos_token_id=eos, bos_token_id=1)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    # Larger-than-default weights give peaked, context-sensitive logits, so KL values are not ~0.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.2)
+    model.generation_config.eos_token_id = eos
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def built_family_tasks(root, families) -> list:
+    """One procedural task per named family under root/tasks, each built into root/images."""
+    from termforge.generate.families import family_by_name
+    from termforge.generate.procedural import generate_task
+    from termforge.runtime.bwrap import BwrapRuntime
+
+    tasks = []
+    for i, name in enumerate(families):
+        fam = family_by_name(name)
+        sig = make_signature(i, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
+        tasks.append(generate_task(sig, root / "tasks", families=[fam]))
+    rt = BwrapRuntime()
+    for t in tasks:
+        assert rt.build(t, root / "images").ok
+    return tasks

@@ -9,9 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import make_signature, needs_bwrap  # noqa: E402
-from termforge.generate.families import family_by_name  # noqa: E402
-from termforge.generate.procedural import generate_task  # noqa: E402
+from conftest import built_family_tasks, needs_bwrap, smollm2_tokenizer  # noqa: E402
 from termforge.harness import SUBMIT_MARKER, HarnessConfig  # noqa: E402
 from termforge.models.base import ChatModel, Completion, SamplingParams  # noqa: E402
 from termforge.opsd.terminal import EpisodeSpec, Sample, run_terminal_episodes  # noqa: E402
@@ -24,28 +22,13 @@ FAMILIES = ("log_level_filter", "account_audit")
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from transformers import AutoTokenizer
-
-    from termforge.models.transformers_backend import DEFAULT_MODEL, embedded_gguf_path
-
-    gguf = embedded_gguf_path(DEFAULT_MODEL)
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    return tok
+    return smollm2_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("terminal")
-    tasks = []
-    for i, name in enumerate(FAMILIES):
-        fam = family_by_name(name)
-        sig = make_signature(i, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
-        tasks.append(generate_task(sig, root / "tasks", families=[fam]))
-    rt = BwrapRuntime()
-    for t in tasks:
-        assert rt.build(t, root / "images").ok
+    tasks = built_family_tasks(root, FAMILIES)
     return root, tasks
 
 

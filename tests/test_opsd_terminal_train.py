@@ -17,47 +17,22 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from conftest import make_signature, needs_bwrap  # noqa: E402
+from conftest import built_family_tasks, needs_bwrap, save_tiny_llama, smollm2_tokenizer  # noqa: E402
 from termforge.errors import ConfigError  # noqa: E402
-from termforge.generate.families import family_by_name  # noqa: E402
-from termforge.generate.procedural import generate_task  # noqa: E402
 from termforge.harness import SUBMIT_MARKER  # noqa: E402
 from termforge.hints import procedural_hint  # noqa: E402
 from termforge.io import atomic_write_json, read_json, read_jsonl  # noqa: E402
 from termforge.opsd.config import OPSDConfig  # noqa: E402
 from termforge.opsd.terminal import Sample  # noqa: E402
 from termforge.opsd.terminal_train import TerminalRun, calibrated_pool, load_terminal_tasks  # noqa: E402
-from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
 
 FAMILIES = ("log_level_filter", "account_audit", "shell_script_fix")
 
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    """A 2-layer Llama with random weights and SmolLM2's tokenizer (as tests/test_opsd_trainer.py)."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from termforge.models.transformers_backend import DEFAULT_MODEL, embedded_gguf_path
-
-    gguf = embedded_gguf_path(DEFAULT_MODEL)
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    path = tmp_path_factory.mktemp("tiny-llama-terminal")
-    eos = tok.eos_token_id
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                         tie_word_embeddings=True, pad_token_id=eos, eos_token_id=eos, bos_token_id=1)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 0.2)
-    model.generation_config.eos_token_id = eos
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+    """A 2-layer Llama with random weights and SmolLM2's tokenizer; room for long episodes."""
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama-terminal"), smollm2_tokenizer(), max_positions=4096)
 
 
 @pytest.fixture(scope="module")
@@ -68,14 +43,7 @@ def corpus(tmp_path_factory):
     import pyarrow.parquet as pq
 
     root = tmp_path_factory.mktemp("terminal-train")
-    tasks = []
-    for i, name in enumerate(FAMILIES):
-        fam = family_by_name(name)
-        sig = make_signature(i, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
-        tasks.append(generate_task(sig, root / "tasks", families=[fam]))
-    rt = BwrapRuntime()
-    for t in tasks:
-        assert rt.build(t, root / "images").ok
+    tasks = built_family_tasks(root, FAMILIES)
     hints = [procedural_hint(tasks[0]), procedural_hint(tasks[1]), ""]
     # As the hints stage writes it: hinted tasks only; the corpus manifest lists every kept task.
     pq.write_table(pa.table({"task_id": [t.name for t in tasks[:2]], "demo": hints[:2]}), root / "demos.parquet")

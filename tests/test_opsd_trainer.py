@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
+from conftest import save_tiny_llama, smollm2_tokenizer  # noqa: E402
 from termforge.errors import ConfigError, TermforgeError  # noqa: E402
 from termforge.io import read_json, read_jsonl  # noqa: E402
 from termforge.opsd.config import OPSDConfig, config_schema  # noqa: E402
@@ -46,38 +47,13 @@ THINKING_TEMPLATE = (
 
 @pytest.fixture(scope="module")
 def smol_tokenizer():
-    from transformers import AutoTokenizer
-
-    from termforge.models.transformers_backend import DEFAULT_MODEL, embedded_gguf_path
-
-    gguf = embedded_gguf_path(DEFAULT_MODEL)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
+    return smollm2_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory, smol_tokenizer):
     """A 2-layer Llama with random weights and SmolLM2's tokenizer, saved like any local model."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    path = tmp_path_factory.mktemp("tiny-llama")
-    eos = smol_tokenizer.eos_token_id
-    config = LlamaConfig(vocab_size=len(smol_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                         tie_word_embeddings=True, pad_token_id=eos, eos_token_id=eos, bos_token_id=1)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    # Larger-than-default weights give peaked, context-sensitive logits, so KL values are not ~0.
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 0.2)
-    model.generation_config.eos_token_id = eos
-    model.save_pretrained(path)
-    smol_tokenizer.save_pretrained(path)
-    return str(path)
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), smol_tokenizer)
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_signature, needs_bwrap
+from conftest import built_family_tasks, needs_bwrap
 from fake_openai_server import FakeOpenAIServer
-from termforge.generate.families import family_by_name
-from termforge.generate.procedural import generate_task
 from termforge.hints import procedural_hint
 from termforge.harness import SUBMIT_MARKER, HarnessConfig, extract_commands, truncate_observation
 from termforge.io import atomic_write_json, read_json
@@ -23,7 +21,6 @@ from termforge.models.base import SamplingParams, make_model
 from termforge.passk import run_passk
 from termforge.quality.validate import hidden_truth_strings
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
 from termforge.solve import OracleReplayModel, SolveSettings, run_solve_shard
 
 FAMILIES = ("log_level_filter", "account_audit", "shell_script_fix")
@@ -47,14 +44,7 @@ def test_truncate_observation_keeps_head_and_tail():
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("solve")
-    tasks = []
-    for i, name in enumerate(FAMILIES):
-        fam = family_by_name(name)
-        sig = make_signature(i, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
-        tasks.append(generate_task(sig, root / "tasks", families=[fam]))
-    rt = BwrapRuntime()
-    for t in tasks:
-        assert rt.build(t, root / "images").ok
+    tasks = built_family_tasks(root, FAMILIES)
     atomic_write_json(root / "shard.json", {"shard": "00000", "tasks_dir": str(root / "tasks"),
                                             "tasks": [{"id": t.name} for t in tasks]})
     atomic_write_json(root / "corpus.json", {"tasks_dir": str(root / "tasks"), "kept": [t.name for t in tasks]})
