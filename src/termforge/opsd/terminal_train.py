@@ -311,10 +311,6 @@ class TerminalRun:
         return [trajectories[i: i + size] for i in range(0, len(trajectories), size)]
 
     def _opsd_part(self, trainer: Any, trajectories: list[Trajectory]) -> dict[str, Any]:
-        from termforge.opsd.loss import generalized_jsd_token_loss, sampled_token_loss, token_logprobs
-
-        import torch
-
         cfg = self.cfg
         tokens = sum(t.num_scored for t in trajectories)
         out = {"sequences": len(trajectories), "tokens": tokens, "loss": 0.0, "kl_mean": 0.0, "clipped_fraction": 0.0}
@@ -325,23 +321,9 @@ class TerminalRun:
         vocab = 1
         for micro in self._micro_batches(trajectories):
             student_side, teacher_side = collate(micro, trainer.pad_id, trainer.device)
-            if cfg.loss_type == "full_vocab":
-                t_logits = trainer.teacher_logits(teacher_side)
-                s_logits = trainer.student_logits(student_side)
-                vocab = s_logits.shape[-1]
-                loss_sum, stats = generalized_jsd_token_loss(
-                    s_logits, t_logits, student_side.token_mask, beta=cfg.beta, temperature=trainer.temperature,
-                    token_clip=cfg.token_clip, chunk_size=cfg.loss_chunk_size, reduction="sum")
-                del t_logits
-            else:
-                with torch.inference_mode():
-                    t_lp = token_logprobs(trainer.teacher_logits(teacher_side), teacher_side.target_ids,
-                                          temperature=trainer.temperature)
-                s_logits = trainer.student_logits(student_side)
-                s_lp = token_logprobs(s_logits, student_side.target_ids, temperature=trainer.temperature)
-                loss_sum, stats = sampled_token_loss(s_lp, t_lp.clone(), student_side.token_mask, reduction="sum")
+            loss_sum, stats, micro_vocab = trainer.micro_batch_loss(student_side, teacher_side)
+            vocab = micro_vocab or vocab
             trainer.accelerator.backward(loss_sum * scale)
-            del s_logits
             loss_total += float(loss_sum.detach())
             kl_total += stats.kl_mean * stats.num_tokens
             clipped_total += stats.clipped_fraction * stats.num_tokens * vocab

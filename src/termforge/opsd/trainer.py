@@ -280,11 +280,33 @@ class OPSDTrainer:
         tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
         return float(self.accelerator.gather(tensor).max())
 
+    def micro_batch_loss(self, student_side, teacher_side):
+        """The summed OPSD loss of one micro-batch (full-vocabulary divergence with the per-entry
+        clip, or the sampled-token variant), its stats, and the vocabulary size (None for the
+        sampled-token loss). The teacher's scores carry no gradient."""
+        torch = _torch()
+        from termforge.opsd.loss import generalized_jsd_token_loss, sampled_token_loss, token_logprobs
+
+        cfg = self.cfg
+        if cfg.loss_type == "full_vocab":
+            t_logits = self.teacher_logits(teacher_side)
+            s_logits = self.student_logits(student_side)
+            loss_sum, stats = generalized_jsd_token_loss(
+                s_logits, t_logits, student_side.token_mask, beta=cfg.beta, temperature=self.temperature,
+                token_clip=cfg.token_clip, chunk_size=cfg.loss_chunk_size, reduction="sum")
+            return loss_sum, stats, s_logits.shape[-1]
+        with torch.inference_mode():
+            t_lp = token_logprobs(self.teacher_logits(teacher_side), teacher_side.target_ids,
+                                  temperature=self.temperature)
+        s_logits = self.student_logits(student_side)
+        s_lp = token_logprobs(s_logits, student_side.target_ids, temperature=self.temperature)
+        loss_sum, stats = sampled_token_loss(s_lp, t_lp.clone(), student_side.token_mask, reduction="sum")
+        return loss_sum, stats, None
+
     def train_step(self, step: int, rows: Sequence[PromptRow], rollout_fn: RolloutFn | None = None) -> dict[str, Any]:
         """Roll out on `rows` (this process's share of the step), then one optimizer step."""
         torch = _torch()
-        from termforge.opsd.loss import (divergence_name, generalized_jsd_token_loss, sampled_token_loss,
-                                         token_logprobs)
+        from termforge.opsd.loss import divergence_name
 
         cfg = self.cfg
         if self.device.type == "cuda":
@@ -306,26 +328,11 @@ class OPSDTrainer:
             last = index == len(micro_batches) - 1
             sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.model)
             with sync:
-                if cfg.loss_type == "full_vocab":
-                    t_logits = self.teacher_logits(teacher_side)
-                    s_logits = self.student_logits(student_side)
-                    vocab = s_logits.shape[-1]
-                    loss_sum, stats = generalized_jsd_token_loss(
-                        s_logits, t_logits, student_side.token_mask, beta=cfg.beta, temperature=self.temperature,
-                        token_clip=cfg.token_clip, chunk_size=cfg.loss_chunk_size, reduction="sum")
-                    del t_logits
-                else:
-                    with torch.inference_mode():
-                        t_lp = token_logprobs(self.teacher_logits(teacher_side), teacher_side.target_ids,
-                                              temperature=self.temperature)
-                    s_logits = self.student_logits(student_side)
-                    s_lp = token_logprobs(s_logits, student_side.target_ids, temperature=self.temperature)
-                    loss_sum, stats = sampled_token_loss(s_lp, t_lp.clone(), student_side.token_mask,
-                                                         reduction="sum")
+                loss_sum, stats, micro_vocab = self.micro_batch_loss(student_side, teacher_side)
+                vocab = micro_vocab or vocab
                 scale = micro_batch_loss_scale(cfg.loss_reduction, stats.num_tokens, len(micro_batches),
                                                global_tokens, self.num_processes)
                 self.accelerator.backward(loss_sum * scale)
-            del s_logits
             objective_total += float(loss_sum.detach()) * scale
             divergence_total += stats.divergence_mean * stats.num_tokens
             clipped_total += stats.clipped_fraction * stats.num_tokens * (vocab or 1)
