@@ -325,6 +325,12 @@ def _batch_windows(token_hashes: np.ndarray, offsets: np.ndarray, n: int,
         valid[tails[(tails >= 0) & (tails < len(hashes))]] = False
         starts = np.flatnonzero(valid)
         hashes = hashes[starts]
+    return _with_short_documents(token_hashes, offsets, n, hashes, starts)
+
+
+def _with_short_documents(token_hashes: np.ndarray, offsets: np.ndarray, n: int, hashes: np.ndarray,
+                          starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Add each document shorter than n tokens as one whole-sequence hash, in start order."""
     lengths = np.diff(offsets)
     short = np.flatnonzero((lengths > 0) & (lengths < n))
     if len(short):
@@ -369,15 +375,7 @@ def _prefiltered_windows(token_hashes: np.ndarray, offsets: np.ndarray, n: int, 
         hashes = _windows_at(blocks, starts, n)
     else:
         starts, hashes = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.uint64)
-    lengths = np.diff(offsets)
-    short = np.flatnonzero((lengths > 0) & (lengths < n))
-    if len(short):
-        extra_h = [_window_hashes(token_hashes[offsets[d]:offsets[d + 1]], int(lengths[d])) for d in short.tolist()]
-        hashes = np.concatenate([hashes, *extra_h])
-        starts = np.concatenate([starts, offsets[short]])
-        order = np.argsort(starts, kind="stable")
-        hashes, starts = hashes[order], starts[order]
-    return hashes, starts
+    return _with_short_documents(token_hashes, offsets, n, hashes, starts)
 
 
 def ngram_hashes(text: str, n: int = DEFAULT_N) -> np.ndarray:
