@@ -263,7 +263,8 @@ def test_hacked_rollout_is_never_a_success(corpus, tmp_path):
              "hacked": ["unexpected files under /logs: /logs/verifier/reward.txt"]},
             {"task_id": task.name, "rollout": 1, "status": "graded", "reward": 1.0, "trajectory": str(traj),
              "hacked": []}]
-    atomic_write_json(tmp_path / "solve.json", {"tasks_dir": str(root / "tasks"), "rollouts": rows})
+    atomic_write_json(tmp_path / "solve.json", {"shard": "00000", "tasks_dir": str(root / "tasks"), "k": 2,
+                                                "model": "replay", "rollouts": rows})
     table = run_passk([tmp_path / "solve.json"], tmp_path / "p.json", tmp_path / "p.csv", tmp_path / "sft.parquet")
     entry = table["per_task"][0]
     assert (entry["n"], entry["c"], entry["hacked_rollouts"]) == (2, 1, 1) and entry["family"] == "log_level_filter"
