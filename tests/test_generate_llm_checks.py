@@ -167,14 +167,21 @@ def test_a_rejected_prompt_fails_only_its_task_and_the_shard_is_validated(tmp_pa
     sigs_path.write_text("".join(json.dumps(s) + "\n" for s in (bad, good)))
     tasks_dir, manifest_path = tmp_path / "tasks", tmp_path / "manifest.json"
     with FakeOpenAIServer(replies=author) as server:
+        cost_config = {"generate": {"backend": "llm", "model": "author", "max_repair_rounds": 2},
+                       "models": {"author": {"backend": "openai", "model": "fake-author"}},
+                       "prices": {"fake-author": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}}
         manifest = run_generate_shard_llm(sigs_path, 0, 2, tasks_dir, manifest_path, _model(server, tmp_path / "c"),
-                                          images_dir=tmp_path / "images", limits=LIMITS)
+                                          images_dir=tmp_path / "images", limits=LIMITS, cost_config=cost_config)
     assert [t["id"] for t in manifest["tasks"]] == [good["id"]]
     [failed] = manifest["failed"]
     assert failed["id"] == bad["id"] and failed["step"] == "task" and failed["stage"] == "request"
     assert "HTTP 400" in failed["reason"] and "maximum context length" in failed["reason"]
     assert read_json(failure_record_path(tasks_dir, bad["id"]))["stage"] == "request"
     assert manifest["summary"]["candidates"] == 2 and manifest["summary"]["requests"]["requests"] == 5
+    # What it cost, at the configured price, beside what `termforge plan` projects for two tasks.
+    usage, cost = manifest["summary"]["requests"], manifest["summary"]["cost"]
+    assert cost["actual"]["cost_usd"] == round((usage["prompt_tokens"] * 3 + usage["completion_tokens"] * 15) / 1e6, 4)
+    assert cost["planned"]["phase"] == "generate" and cost["planned"]["calls"] >= 8 and cost["planned"]["cost_usd"] > 0
     verdicts = run_validate_shard(manifest_path, tmp_path / "verdicts.json", tmp_path / "images", LIMITS)
     assert [(v["task_id"], v["kept"]) for v in verdicts["verdicts"]] == [(good["id"], True)]
 

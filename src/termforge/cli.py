@@ -172,6 +172,10 @@ def cmd_generate(args) -> int:
                                    Path(args.tasks_dir), Path(args.out), model,
                                    max_repair_rounds=o["generate.max_repair_rounds"],
                                    base_image=o["generate.base_image"], images_dir=Path(args.images_dir),
+                                   cost_config={"generate": {"backend": "llm", "model": o["generate.model"],
+                                                             "max_repair_rounds": o["generate.max_repair_rounds"]},
+                                                "models": {o["generate.model"]: dict(o[key])},
+                                                "prices": o["prices"], "planning": o["planning"]},
                                    workers=o["generate.workers"])
         finally:
             model.close()

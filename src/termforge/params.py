@@ -10,7 +10,7 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
     "sample_axes": ("seed", "corpus.n_tasks", "corpus.domains", "corpus.mix", "corpus.sft_v2_new_bucket_weight",
                     "corpus.anchor_prob", "corpus.taxonomy"),
     "generate": ("corpus.shard_size", "generate.backend", "generate.base_image", "generate.workers",
-                 "generate.model", "generate.max_repair_rounds", "models.{generate.model}"),
+                 "generate.model", "generate.max_repair_rounds", "models.{generate.model}", "prices", "planning"),
     "build_images": ("runtime.backend", "runtime.build_timeout_sec", "validate.workers"),
     "decontaminate": ("decontam.n", "decontam.min_shared", "decontam.policy", "decontam.near_dup_policy",
                       "decontam.near_dups", "decontam.near_dup_threshold",

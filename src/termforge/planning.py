@@ -250,6 +250,20 @@ class _Plan:
                      f"{rollouts} rollouts; tokens are local forward passes (student and teacher)", local=True)
 
 
+def generation_cost(cfg: dict, n_tasks: int, input_tokens: int, output_tokens: int) -> dict:
+    """What `termforge plan` projects for generating n_tasks with cfg's llm backend (its generate
+    phase), beside what the run really sent and received and what that cost at cfg's prices
+    (None without a price for the model)."""
+    merged = {**DEFAULT_ASSUMPTIONS, **((cfg.get("planning") or {}).get("assumptions") or {})}
+    plan = _Plan(cfg, merged)
+    plan.generate(n_tasks)
+    name = (cfg.get("generate") or {}).get("model")
+    price = plan.price(plan.model(name, "generate")[0], name)
+    cost = None if price is None else round((input_tokens * price["input"] + output_tokens * price["output"]) / 1e6, 4)
+    return {"planned": plan.phases[0] if plan.phases else None,
+            "actual": {"input_tokens": input_tokens, "output_tokens": output_tokens, "cost_usd": cost}}
+
+
 def estimate(cfg: dict, assumptions: Mapping[str, float] | None = None, root: str | Path | None = None) -> dict:
     """Project model calls, tokens and API cost of a run of `cfg` (a merged config dict).
 

@@ -737,6 +737,16 @@ def chain_summary(chains: list[dict], model_stats: dict) -> dict:
             "requests": {k: v for k, v in model_stats.items() if not isinstance(v, dict) or k == "failures"}}
 
 
+def _cost_line(cost: dict | None) -> str:
+    if not cost or not cost.get("planned"):
+        return ""
+    planned, actual = cost["planned"], cost["actual"]
+    money = (f", ${actual['cost_usd']:.4f} (plan: ${planned['cost_usd']:.4f})"
+             if actual["cost_usd"] is not None and planned.get("cost_usd") is not None else "")
+    return (f" (plan: {planned['input_tokens']} in / {planned['output_tokens']} out, at most "
+            f"{planned['max_input_tokens']} / {planned['max_output_tokens']}){money}")
+
+
 def failure_record_path(out_root: Path, task_id: str) -> Path:
     return Path(out_root) / FAILURES_DIRNAME / f"{task_id}.json"
 
@@ -797,8 +807,11 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
                            manifest_path: Path, model: ChatModel, max_repair_rounds: int = 2,
                            base_image: str = "debian:bookworm-slim", images_dir: Path | None = None,
                            workers: int = 1, *, runtime: Runtime | None = None, limits: Limits | None = None,
-                           sampling: SamplingParams | None = None) -> dict:
+                           sampling: SamplingParams | None = None, cost_config: dict | None = None) -> dict:
     """Generate every task of the shard with the llm chain and write the shard manifest.
+
+    cost_config (the generate, models, prices and planning sections): the summary then sets what
+    `termforge plan` projected for this shard beside what it really cost.
 
     Finished tasks are skipped; tasks that failed before are tried again (with a response cache that
     costs nothing and fails the same way). The manifest lists published tasks under "tasks" (the
@@ -848,6 +861,12 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
         entries.append({"id": sig["id"], "family": task["family"], "domain": sig["domain"],
                         "mismatch": [m["axis"] for m in task["mismatch"]]})
     summary = chain_summary(chains, model.stats())
+    if cost_config is not None:
+        from termforge.planning import generation_cost
+
+        usage = summary["requests"]
+        summary["cost"] = generation_cost(cost_config, len(sigs), int(usage.get("prompt_tokens", 0) or 0),
+                                          int(usage.get("completion_tokens", 0) or 0))
     manifest = {"shard": f"{shard:05d}", "tasks_dir": str(tasks_dir), "backend": BACKEND,
                 "model": model.model_id, "tasks": entries, "failed": failed, "summary": summary}
     atomic_write_json(manifest_path, manifest)
@@ -860,7 +879,7 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
           f"done), {len(failed)} failed after repairs, {removed} stale partial dirs removed{cache}; "
           f"candidates rejected by check: {rejected}; {summary['repaired']} repaired; requests "
           f"{stats.get('requests', 0)} (retries {stats.get('retries', 0)}), tokens {stats.get('prompt_tokens', 0)} in / "
-          f"{stats.get('completion_tokens', 0)} out")
+          f"{stats.get('completion_tokens', 0)} out{_cost_line(summary.get('cost'))}")
     return manifest
 
 

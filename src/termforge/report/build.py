@@ -342,6 +342,14 @@ class _Builder:
         rows += [["tasks published after a repair", totals["repaired"]],
                  ["replies cut at the token limit (discarded)", totals["truncated_replies"]]]
         rows += [[key.replace("_", " "), n] for key, n in usage.items()]
+        planned = [summ["cost"]["planned"] for summ in summaries if (summ.get("cost") or {}).get("planned")]
+        if planned:
+            rows += [["input tokens planned by termforge plan", sum(p["input_tokens"] for p in planned)],
+                     ["output tokens planned by termforge plan", sum(p["output_tokens"] for p in planned)]]
+            costs = [summ["cost"]["actual"]["cost_usd"] for summ in summaries if summ.get("cost")]
+            plan_costs = [p["cost_usd"] for p in planned]
+            if all(c is not None for c in costs + plan_costs):
+                rows += [["cost (USD)", round(sum(costs), 4)], ["cost planned (USD)", round(sum(plan_costs), 4)]]
         self.add_table(sec, Table("generation_checks", ["llm generation", "count"], rows,
                                   "LLM generation: candidates rejected by each check, repairs and model usage"))
 
