@@ -202,7 +202,7 @@ def test_a_wrong_key_stops_the_run_at_the_first_request(tmp_path, monkeypatch):
     assert not [p for p in (tmp_path / "tasks").iterdir() if not p.name.startswith(".")]
 
 
-def _spec(truth: dict, instruction: str, setup_sh: str = "#!/bin/bash\n") -> "TaskSpec":
+def _spec(truth: dict, instruction: str, setup_sh: str = "#!/bin/bash\n"):
     from termforge.generate.base import TaskSpec
 
     return TaskSpec(instruction=instruction, setup_sh=setup_sh, test_initial="", test_final="", solve_sh="",

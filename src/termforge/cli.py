@@ -506,7 +506,7 @@ def cmd_dag(args) -> int:
 
     from termforge.dag import dvc_dag_markdown, update_readme_dvc_dag
 
-    info = write_dag_pictures(REPO_ROOT, Path(args.out), configfiles=args.configfile)
+    write_dag_pictures(REPO_ROOT, Path(args.out), configfiles=args.configfile)
     if args.mermaid:
         atomic_write_text(
             args.mermaid, mermaid_rulegraph(REPO_ROOT, configfiles=args.configfile))

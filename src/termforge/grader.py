@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import array
 import json
-import os
 import selectors
 import socket
 import threading
