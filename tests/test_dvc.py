@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from termforge.config import deep_merge, load_config
-from termforge.dvcgen import DVC_STAGES, dvc_yaml, rule_keys, snakemake_rules
+from termforge.dvcgen import DVC_STAGES, dvc_yaml, missing_from_file, rule_keys, snakemake_rules
+from termforge.errors import ConfigError
 from termforge.params import STAGE_KEYS, resolve_key
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,6 +23,17 @@ def test_committed_dvc_yaml_is_current():
     cfg = load_config([ROOT / "config.yaml"])
     assert (ROOT / "dvc.yaml").read_text() == dvc_yaml(cfg, snakemake_rules(ROOT)), \
         "dvc.yaml is stale: run `termforge dvc-yaml > dvc.yaml`"
+
+
+def test_every_dvc_param_is_written_in_config_yaml():
+    # DVC reads params from the file itself; a key only the schema's default supplies fails `dvc repro`.
+    raw = yaml.safe_load((ROOT / "config.yaml").read_text())
+    dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    keys = sorted({k for stage in dvc.values() for k in stage["params"][0]["config.yaml"]})
+    assert keys and missing_from_file(raw, keys) == []
+    without = {k: v for k, v in raw.items() if k != "prices"}
+    with pytest.raises(ConfigError, match="prices"):
+        dvc_yaml(load_config([ROOT / "config.yaml"]), snakemake_rules(ROOT), without)
 
 
 def test_every_rule_is_in_one_dvc_stage_with_the_keys_it_reads():

@@ -483,8 +483,11 @@ def cmd_dvc_yaml(args) -> int:
     from termforge.config import REPO_ROOT, load_config
     from termforge.dvcgen import dvc_yaml, snakemake_rules
 
+    import yaml
+
     cfg = load_config(args.configfile)
-    sys.stdout.write(dvc_yaml(cfg, snakemake_rules(REPO_ROOT)))
+    raw = yaml.safe_load(Path(args.configfile[0]).read_text()) or {} if len(args.configfile) == 1 else None
+    sys.stdout.write(dvc_yaml(cfg, snakemake_rules(REPO_ROOT), raw))
     return 0
 
 

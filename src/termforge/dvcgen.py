@@ -83,8 +83,23 @@ def snakemake_rules(root) -> set[str]:
     return names
 
 
-def dvc_yaml(cfg: dict, present_rules: set[str]) -> str:
-    """The dvc.yaml text for the rules the Snakefile defines (stages with none are left out)."""
+def missing_from_file(raw: dict, keys: list[str]) -> list[str]:
+    """The dotted keys that the config file itself does not write out. DVC reads params from the
+    file, not from the schema's defaults, so a key only a default supplies makes `dvc repro` fail."""
+    missing = []
+    for key in keys:
+        node = raw
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                missing.append(key)
+                break
+            node = node[part]
+    return missing
+
+
+def dvc_yaml(cfg: dict, present_rules: set[str], raw: dict | None = None) -> str:
+    """The dvc.yaml text for the rules the Snakefile defines (stages with none are left out).
+    With `raw` (the config file as written), a param key the file lacks is an error."""
     stages = {}
     produced: dict[str, list[str]] = {}
     for name, spec in DVC_STAGES.items():
@@ -93,12 +108,18 @@ def dvc_yaml(cfg: dict, present_rules: set[str]) -> str:
         targets, outs = stage_outputs(cfg, name)
         if not outs:
             continue
+        params = stage_params(cfg, name)
+        if raw is not None and (missing := missing_from_file(raw, params)):
+            from termforge.errors import ConfigError
+
+            raise ConfigError(f"config.yaml: DVC stage {name} reads {', '.join(missing)}, which the file does not "
+                              "write out (DVC reads params from the file, not the schema defaults); add them")
         upstream = [o for u in spec["upstream"] for o in produced.get(u, [])]
         deps = [*WORKFLOW_DEPS, *(f"{CODE}/{c}" for c in spec["code"]), *spec.get("extra_deps", []), *upstream]
         stage = {
             "cmd": "snakemake --profile profiles/local --cores all " + " ".join(targets),
             "deps": deps,
-            "params": [{"config.yaml": stage_params(cfg, name)}],
+            "params": [{"config.yaml": params}],
             # persist: Snakemake keeps its own incremental state in these directories, DVC must not
             # wipe them. Only the deliverables (exports, trained weights, eval results) go to the
             # DVC cache, so `dvc push/pull` moves them; the intermediate trees are too large.
