@@ -85,6 +85,9 @@ class TaskFamily:
     task_complexities: ClassVar[tuple[str, ...]] = TASK_COMPLEXITIES
     """Levels that change the task's difficulty (fixture size, rules, noise, planted defects)."""
     command_complexities: ClassVar[tuple[str, ...]] = ("bash_only", "bash_code")
+    output_files: ClassVar[bool] = True
+    """Whether the task's deliverables are files (output_paths); False when the final test inspects
+    the tree itself. A verifier strategy that serves the deliverables needs them."""
     """bash_only: a shell pipeline can solve it; bash_code: it needs a program; services: a daemon."""
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:  # pragma: no cover - interface

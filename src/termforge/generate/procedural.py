@@ -13,6 +13,7 @@ from pathlib import Path
 
 from termforge.errors import TermforgeError
 from termforge.generate.base import TaskFamily, TaskSpec
+from termforge.generate.compose import compose, offered, plan
 from termforge.generate.families import all_families
 from termforge.generate.honour import (SHAPE_AXES, actual_axes, exercised_skills, honest_view, honoured_axes,
                                        mismatch_record)
@@ -25,9 +26,10 @@ ATTEMPTS_PER_FAMILY = 3
 
 
 def shape_mismatches(sig: dict, fam: TaskFamily) -> list[str]:
-    """The axes of (domain, verifier kind, fixture kind) the family does not offer."""
-    offered = {"domain": fam.domains, "verifier_kind": fam.verifier_kinds, "fixture_kind": fam.fixture_kinds}
-    return [a for a in SHAPE_AXES if sig[a] not in offered[a]]
+    """The axes of (domain, verifier kind, fixture kind) the family's task, composed with the
+    fixture and verifier strategies it can take (termforge.generate.compose), does not honour."""
+    honours = offered(sig, fam)
+    return [a for a in SHAPE_AXES if not honours[a]]
 
 
 def rank_families(sig: dict, families: list[TaskFamily]) -> list[TaskFamily]:
@@ -81,7 +83,8 @@ def build_task(sig: dict, families: list[TaskFamily] | None = None) -> BuiltTask
         view = honest_view(sig, fam)
         for seed in attempt_seeds(sig["id"]):
             try:
-                spec = fam.build(view, random.Random(seed))
+                rng = random.Random(seed)
+                spec = compose(fam.build(view, rng), plan(sig, fam), sig, rng)
             except Exception as exc:  # noqa: BLE001 - any failure of one draw is recorded, then retried
                 failed.append({"family": fam.name, "seed": seed, "error": f"{type(exc).__name__}: {exc}"})
                 continue

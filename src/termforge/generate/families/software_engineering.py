@@ -377,6 +377,7 @@ class VendoredSemverFix(TaskFamily):
     domains = ("software_engineering",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("vendored_package",)
+    output_files = False
     summary = "find and fix planted precedence/range bugs in a vendored pure-Python SemVer package"
     skill_types = ("testing",)
     skills = ("check invariants with generated inputs",)

@@ -321,6 +321,7 @@ class PermissionPolicy(TaskFamily):
     domains = ("system_administration",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
+    output_files = False
     summary = "apply an ordered glob-to-mode policy to a service tree with chmod (first match wins)"
     skill_types = ()
     skills = ()

@@ -1,0 +1,196 @@
+"""Fixture and verifier kinds as strategies any family combines with (termforge.generate.compose).
+
+A representative slice runs in real sandboxes: every container kind once and every verifier
+strategy at least once, each task sound (the oracle decodes the container and passes, the
+untouched environment fails) and each strategy's check failing a plausible but wrong program.
+bench/bench_generate.py --signatures prints the coverage this buys on all 15,000 signatures of
+configs/tmax15k.yaml; here a slice of them.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from conftest import make_signature, needs_bwrap
+from termforge.axes.vocab import DOMAINS, FIXTURE_KINDS, VERIFIER_KINDS
+from termforge.generate.bundles import CONTAINERS
+from termforge.generate.compose import plan
+from termforge.generate.families import all_families, family_by_name
+from termforge.generate.honour import SHAPE_AXES
+from termforge.generate.procedural import build_task, generate_task, shape_mismatches
+from termforge.io import read_json
+from termforge.runtime.base import Limits
+from termforge.runtime.bwrap import BwrapRuntime
+from termforge.taskcheck import check_soundness
+from termforge.verifier import run_oracle, run_verifier
+
+LIMITS = Limits(wall_sec=120, cpu_sec=120, memory_mb=4096)
+# (family, fixture kind, verifier kind, complexity): each container once, each strategy at least once.
+SLICE = [
+    ("regional_revenue_report", "image", "fuzz_equivalence", "moderate"),
+    ("log_level_filter", "audio", "metric_threshold", "complex"),
+    ("account_audit", "video", "adversarial_corpus", "intricate"),
+    ("csv_groupby_tool", "stripped_binary", "multi_protocol", "moderate"),
+    ("sqlite_shop_questions", "vendored_package", "fuzz_equivalence", "complex"),
+    ("regional_revenue_report", "multi_service_compose", "multi_protocol", "intricate"),
+]
+
+
+def _sig(fam, fixture_kind, verifier_kind, complexity, index=7):
+    sig = make_signature(index, fam.domains[0], verifier_kind, fixture_kind)
+    return {**sig, "task_complexity": complexity}
+
+
+def _task(tmp_path, name, fixture_kind, verifier_kind, complexity):
+    fam = family_by_name(name)
+    return generate_task(_sig(fam, fixture_kind, verifier_kind, complexity), tmp_path / "tasks", families=[fam])
+
+
+def test_every_domain_offers_every_verifier_kind_with_every_container():
+    families = all_families()
+    for domain in DOMAINS:
+        for vk in VERIFIER_KINDS:
+            for fk in FIXTURE_KINDS:
+                if fk == "text_only" and vk != "exact_text":
+                    continue  # the decoder strategies need a container; native families cover the rest
+                sig = {"id": f"tf-{domain}-{vk}-{fk}", "domain": domain, "verifier_kind": vk, "fixture_kind": fk}
+                best = min(len(shape_mismatches(sig, f)) for f in families if domain in f.domains)
+                assert best == 0, (domain, vk, fk)
+
+
+def test_a_kind_no_strategy_can_give_stays_the_familys_and_is_recorded():
+    fam = family_by_name("regional_revenue_report")
+    # A decoder check needs a container; with text-only inputs there is none, so the kind stays exact_text.
+    p = plan({"verifier_kind": "fuzz_equivalence", "fixture_kind": "text_only"}, fam)
+    assert (p.verifier_kind, p.fixture_kind, p.strategy, p.container) == ("exact_text", "text_only", None, None)
+    # A family whose final test inspects the tree has no deliverable files to serve.
+    p = plan({"verifier_kind": "multi_protocol", "fixture_kind": "image"}, family_by_name("permission_policy"))
+    assert p.verifier_kind == "exact_text" and p.container is CONTAINERS["image"]
+    built = build_task({**make_signature(3, "data_processing", "fuzz_equivalence", "text_only")},
+                       [fam])
+    assert built.spec.verifier_kind == "exact_text"
+
+
+def test_composed_tasks_record_what_they_are(tmp_path):
+    task_dir = _task(tmp_path, "log_level_filter", "video", "multi_protocol", "moderate")
+    task = read_json(task_dir / "task.json")
+    assert task["actual"]["fixture_kind"] == "video" and task["actual"]["verifier_kind"] == "multi_protocol"
+    assert all(task["honoured"][a] for a in SHAPE_AXES[1:])
+    assert "/app/bin/serve-results" in task["output_paths"]
+    instruction = (task_dir / "instruction.md").read_text()
+    assert "bundle.y4m" in instruction and "serve-results" in instruction
+    # The inputs are only in the container: the fixtures are the family's, packed at build time.
+    assert "TERMFORGE_PACK" in (task_dir / "environment" / "setup.sh").read_text()
+
+
+def test_composition_is_deterministic(tmp_path):
+    fam = family_by_name("account_audit")
+    a = generate_task(_sig(fam, "stripped_binary", "fuzz_equivalence", "complex"), tmp_path / "a", families=[fam])
+    b = generate_task(_sig(fam, "stripped_binary", "fuzz_equivalence", "complex"), tmp_path / "b", families=[fam])
+    for rel in ("environment/setup.sh", "tests/test_final_state.py", "solution/solve.sh", "instruction.md"):
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+
+
+def test_tmax15k_slice_is_honoured_on_the_shape_axes():
+    from test_generate_scale import _signatures
+
+    sigs = _signatures("configs/tmax15k.yaml")[::25]  # 600 of the 15,000, spread over every shard
+    families = all_families()
+    honoured = sum(not shape_mismatches(s, build_task(s, families).family) for s in sigs)
+    assert honoured / len(sigs) >= 0.9, honoured / len(sigs)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("name,fixture_kind,verifier_kind,complexity", SLICE, ids=lambda v: str(v))
+def test_composed_task_is_sound(name, fixture_kind, verifier_kind, complexity, tmp_path):
+    task_dir = _task(tmp_path, name, fixture_kind, verifier_kind, complexity)
+    report = check_soundness(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS)
+    assert report.ok, f"{report.failed_check}: {report.reason}\n{report.evidence}"
+
+
+# Plausible wrong programs, each put in place of the oracle's after it solved the task.
+NAIVE = {
+    # Extracting with tar follows the archive wherever it points.
+    "adversarial_corpus": ("/app/bin/safe-extract", "#!/bin/bash\nmkdir -p \"$2\" && tar -xzf \"$1\" -C \"$2\"\n"),
+    # Reading PNG rows as if no filter were used.
+    "fuzz_equivalence:image": ("/app/bin/decode-bundle", """#!/usr/bin/env python3
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+pos, idat, width = 8, b"", 0
+while pos < len(data):
+    n, tag = struct.unpack(">I4s", data[pos:pos + 8])
+    if tag == b"IHDR":
+        width = struct.unpack(">I", data[pos + 8:pos + 12])[0]
+    if tag == b"IDAT":
+        idat += data[pos + 8:pos + 8 + n]
+    pos += 12 + n
+raw = zlib.decompress(idat)
+pixels = b"".join(raw[y * (width + 1) + 1:(y + 1) * (width + 1)] for y in range(len(raw) // (width + 1)))
+n = struct.unpack(">I", pixels[:4])[0]
+open(sys.argv[2], "wb").write(pixels[4:4 + n])
+"""),
+    # Trusting the vendored reader, which drops the last frame from the complex level on.
+    "fuzz_equivalence:vendored_package": ("/app/bin/decode-bundle", """#!/usr/bin/env python3
+import sys
+sys.path.insert(0, "/app/vendor")
+from bundlefmt import read_bundle
+open(sys.argv[2], "wb").write(read_bundle(sys.argv[1]))
+"""),
+    # Serving a stale copy instead of the deliverable.
+    "multi_protocol": ("/app/bin/serve-results", """#!/usr/bin/env python3
+import sys
+if sys.argv[1] == "--print":
+    sys.stdout.write("stale\\n")
+"""),
+}
+
+
+@needs_bwrap
+@pytest.mark.parametrize("name,fixture_kind,verifier_kind,complexity,naive", [
+    ("account_audit", "video", "adversarial_corpus", "intricate", "adversarial_corpus"),
+    ("regional_revenue_report", "image", "fuzz_equivalence", "moderate", "fuzz_equivalence:image"),
+    ("sqlite_shop_questions", "vendored_package", "fuzz_equivalence", "complex", "fuzz_equivalence:vendored_package"),
+    ("csv_groupby_tool", "stripped_binary", "multi_protocol", "moderate", "multi_protocol"),
+], ids=lambda v: str(v))
+def test_a_plausible_wrong_program_scores_zero(name, fixture_kind, verifier_kind, complexity, naive, tmp_path):
+    task_dir = _task(tmp_path, name, fixture_kind, verifier_kind, complexity)
+    rt = BwrapRuntime()
+    image = rt.build(task_dir, tmp_path / "images").image
+    path, program = NAIVE[naive]
+    with rt.start(image, LIMITS) as session:
+        assert run_oracle(session, task_dir).ok
+        assert run_verifier(session, task_dir).reward == 1.0
+        host = session._host_path(path)
+        host.write_text(program)
+        verdict = run_verifier(session, task_dir)
+    assert verdict.reward == 0.0 and verdict.failed >= 1, verdict.output[-2000:]
+
+
+def test_every_container_round_trips_through_its_own_decoder(tmp_path):
+    # The reference pair the oracle and the tests share, outside any sandbox, on awkward sizes.
+    import subprocess
+    import sys
+
+    rng = random.Random(5)
+    for container in CONTAINERS.values():
+        if container.kind == "multi_service_compose":
+            continue  # its decoder starts services: covered in the sandbox above
+        for size in (0, 1, 255, 1031):
+            payload = bytes(rng.randrange(256) for _ in range(size))
+            params = {**container.params(rng, 3), **container.fuzz_params(container.params(rng, 3), rng, True)}
+            params.pop("package_dir", None)
+            path = tmp_path / f"{container.kind}-{size}"
+            program = "\n".join([container.encoder, container.decoder,
+                                 "import base64, json, sys",
+                                 "job = json.load(sys.stdin)",
+                                 "encode(base64.b64decode(job['p']), job['path'], job['params'])",
+                                 "sys.stdout.write(base64.b64encode(decode(job['path'])).decode())"])
+            import base64
+            import json
+
+            job = json.dumps({"p": base64.b64encode(payload).decode(), "path": str(path), "params": params})
+            res = subprocess.run([sys.executable, "-c", program], input=job, capture_output=True, text=True)
+            assert res.returncode == 0, (container.kind, size, res.stderr[-1000:])
+            assert base64.b64decode(res.stdout) == payload, (container.kind, size)
