@@ -18,7 +18,7 @@ from termforge.axes.vocab import DOMAINS, FIXTURE_KINDS, VERIFIER_KINDS
 from termforge.generate.bundles import CONTAINERS
 from termforge.generate.compose import plan
 from termforge.generate.families import all_families, family_by_name
-from termforge.generate.honour import SHAPE_AXES
+from termforge.generate.honour import SHAPE_AXES, actual_axes
 from termforge.generate.procedural import build_task, generate_task, shape_mismatches
 from termforge.io import read_json
 from termforge.runtime.base import Limits
@@ -81,6 +81,12 @@ def test_composed_tasks_record_what_they_are(tmp_path):
     assert "/app/bin/serve-results" in task["output_paths"]
     instruction = (task_dir / "instruction.md").read_text()
     assert "bundle.y4m" in instruction and "serve-results" in instruction
+    # Serving the deliverables over HTTP makes it a task with a service in it.
+    fam = family_by_name("log_level_filter")
+    assert actual_axes({"command_complexity": "bash_code_services"}, fam, "multi_protocol", "video")[
+        "command_complexity"] == "bash_code_services"
+    assert actual_axes({"command_complexity": "bash_code_services"}, fam, "exact_text", "text_only")[
+        "command_complexity"] != "bash_code_services"
     # The inputs are only in the container: the fixtures are the family's, packed at build time.
     assert "TERMFORGE_PACK" in (task_dir / "environment" / "setup.sh").read_text()
 

@@ -193,17 +193,17 @@ def test_instruction_drops_unexercised_skills_and_anchor_but_keeps_exercised_one
 
 def test_every_unhonoured_axis_is_recorded_and_exports_carry_what_the_task_is():
     fam = family_by_name("png_shape_census")
-    sig = make_signature(7, "data_science", "fuzz_equivalence", "audio", anchor="PyTorch", language="rust",
+    # Text-only inputs: no container strategy can turn the family's PNG back into text.
+    sig = make_signature(7, "data_science", "exact_text", "text_only", anchor="PyTorch", language="rust",
                          skill_type="reporting", skills=["plot a distribution with labelled axes"],
                          command_complexity="bash_code_services", task_complexity="intricate")
     meta = task_json(sig, build_task(sig, [fam]), {})
     missed = {m["axis"]: m for m in meta["mismatch"]}
-    assert set(missed) == {"skill_type", "skills", "anchor", "language", "command_complexity",
-                           "verifier_kind", "fixture_kind"}
-    assert missed["fixture_kind"] == {"axis": "fixture_kind", "requested": "audio", "actual": "image"}
+    assert set(missed) == {"skill_type", "skills", "anchor", "language", "command_complexity", "fixture_kind"}
+    assert missed["fixture_kind"] == {"axis": "fixture_kind", "requested": "text_only", "actual": "image"}
     assert meta["honoured"] == {a: a not in missed for a in AXES}
     row = policy_row(meta)
-    assert row["fixture_kind"] == "image" and row["requested_fixture_kind"] == "audio"
+    assert row["fixture_kind"] == "image" and row["requested_fixture_kind"] == "text_only"
     assert row["language"] == "python" and row["requested_language"] == "rust"
     assert row["anchor"] is None and row["requested_anchor"] == "PyTorch"
     assert row["honoured_all"] is False

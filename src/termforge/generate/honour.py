@@ -17,6 +17,8 @@ AXES = ("domain", "skill_type", "skills", "anchor", "language", "command_complex
         "verifier_kind", "fixture_kind")
 # The axes family choice weighs first (domain most): the shape of the task.
 SHAPE_AXES = ("domain", "verifier_kind", "fixture_kind")
+# Kinds whose tasks (termforge.generate.compose) make the agent run or write an HTTP service.
+SERVICE_KINDS = {"multi_service_compose", "multi_protocol"}
 
 
 def exercised_skills(sig: dict, fam: TaskFamily) -> list[str]:
@@ -40,13 +42,16 @@ def _pick(requested, offered: tuple, default=None):
 
 def actual_axes(sig: dict, fam: TaskFamily, verifier_kind: str, fixture_kind: str) -> dict:
     """What the task is on every axis (verifier and fixture kinds as the built spec reports them)."""
+    commands = fam.command_complexities
+    if SERVICE_KINDS & {verifier_kind, fixture_kind}:  # the composed task runs HTTP services
+        commands = (*commands, "bash_code_services")
     return {
         "domain": _pick(sig.get("domain"), fam.domains),
         "skill_type": _pick(sig.get("skill_type"), fam.skill_types),
         "skills": list(fam.skills),
         "anchor": sig.get("anchor") if sig.get("anchor") in fam.anchors else None,
         "language": _pick(sig.get("language"), fam.languages),
-        "command_complexity": _pick(sig.get("command_complexity"), fam.command_complexities),
+        "command_complexity": _pick(sig.get("command_complexity"), commands),
         "task_complexity": _pick(sig.get("task_complexity"), fam.task_complexities),
         "verifier_kind": verifier_kind,
         "fixture_kind": fixture_kind,
