@@ -200,3 +200,13 @@ def test_every_container_round_trips_through_its_own_decoder(tmp_path):
             res = subprocess.run([sys.executable, "-c", program], input=job, capture_output=True, text=True)
             assert res.returncode == 0, (container.kind, size, res.stderr[-1000:])
             assert base64.b64decode(res.stdout) == payload, (container.kind, size)
+
+
+def test_a_metric_family_under_another_strategy_keeps_its_tolerance_in_mutation(tmp_path):
+    from termforge.quality.mutation import mutants
+
+    task_dir = _task(tmp_path, "decay_half_life_fit", "audio", "fuzz_equivalence", "short")
+    assert read_json(task_dir / "task.json")["graded_as"] == ["fuzz_equivalence", "metric_threshold"]
+    got = {m.name.split("@")[0]: m.expect for m in mutants(task_dir, {"/app/fit.json": b'{"half_life": 12.5}\n'})}
+    # One step may stay within the family's tolerance: reported only; every number far off must fail.
+    assert got["number_plus_1"] is None and got["numbers_scaled"] == 0.0

@@ -67,6 +67,8 @@ class BuiltTask:
     spec: TaskSpec
     seed: int
     failed_attempts: list[dict] = field(default_factory=list)
+    graded_as: list[str] = field(default_factory=list)
+    """Every verifier kind the final test applies: the family's own and a strategy's."""
 
 
 def attempt_seeds(task_id: str) -> list[int]:
@@ -84,11 +86,12 @@ def build_task(sig: dict, families: list[TaskFamily] | None = None) -> BuiltTask
         for seed in attempt_seeds(sig["id"]):
             try:
                 rng = random.Random(seed)
-                spec = compose(fam.build(view, rng), plan(sig, fam), sig, rng)
+                own = fam.build(view, rng)
+                spec = compose(own, plan(sig, fam), sig, rng)
             except Exception as exc:  # noqa: BLE001 - any failure of one draw is recorded, then retried
                 failed.append({"family": fam.name, "seed": seed, "error": f"{type(exc).__name__}: {exc}"})
                 continue
-            return BuiltTask(fam, spec, seed, failed)
+            return BuiltTask(fam, spec, seed, failed, sorted({own.verifier_kind, spec.verifier_kind}))
     last = failed[-1]["error"] if failed else "no families"
     raise TermforgeError(f"task {sig['id']}: no family could realise the signature after {len(failed)} attempts "
                          f"(last: {last})")
@@ -111,6 +114,7 @@ def task_json(sig: dict, built: BuiltTask, provenance: dict) -> dict:
         "actual": actual,
         "honoured": honoured,
         "mismatch": mismatch_record(sig, actual, honoured),
+        "graded_as": built.graded_as or [spec.verifier_kind],
         "generation": {"family": fam.name, "seed": built.seed, "fallback": bool(built.failed_attempts),
                        "failed_attempts": built.failed_attempts},
         "output_paths": spec.output_paths,

@@ -124,7 +124,8 @@ def mutants(task_dir: Path, outputs: dict[str, bytes], originals: dict[str, byte
     originals = originals or {}
     task = read_json(task_dir / "task.json") if (task_dir / "task.json").is_file() else {}
     kind = {**task.get("signature", {}), **task.get("actual", {})}.get("verifier_kind")
-    tolerant = kind == "metric_threshold"
+    # A composed task keeps its family's own check beside a strategy's: graded_as lists both.
+    tolerant = "metric_threshold" in (task.get("graded_as") or [kind])
     rng = random.Random(f"mutation:{task_dir.name}:{seed}")
     out: list[Mutant] = []
     for path, data in sorted(outputs.items()):
