@@ -49,7 +49,6 @@ POLICIES = ("drop", "flag")
 # finalised. Most tokens fit one word, so hashing is a gather, a mask and an xor per token.
 _LEN_MIX = np.uint64(0xC2B2AE3D27D4EB4F)
 _WORD_MUL = np.uint64(0xD6E8FEB86659FD93)
-_WORD_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 # Window hash: the polynomial START * P**n + sum(t_k * P**(n - 1 - k)) over the n token hashes
 # (mod 2**64); the non-zero start keeps sequences of different lengths apart by construction.
 _POLY = 0x9E3779B97F4A7C15
@@ -58,6 +57,7 @@ _FMIX_SHIFT = np.uint64(33)
 _FMIX_M1 = np.uint64(0xFF51AFD7ED558CCD)
 _FMIX_M2 = np.uint64(0xC4CEB9FE1A85EC53)
 _SPACE = 32
+_EMPTY_BIN = np.uint32(0xFFFFFFFF)  # a MinHash bin no shingle fell into
 
 
 def _fold_table() -> bytes:
@@ -154,39 +154,40 @@ def _prefolded(t: bytes) -> bytes:
     return _unfolded_many([t.decode("utf-8", errors="replace")])[0]
 
 
-def _fold_high_runs(docs: list[bytes]) -> list[bytes] | None:
-    """Each non-ASCII document with every run of bytes >= 0x80 folded by the code-point table, or
-    None when a run holds a context-dependent lowercase (such documents must be folded whole).
+def _fold_high_runs(data: bytes, doc_starts: np.ndarray, parts: list[bytes]) -> tuple[bytes, np.ndarray]:
+    """The batch buffer with every run of bytes >= 0x80 folded by the code-point table, and the
+    documents' start offsets in it (a fold may change a run's byte length).
 
     Folding is per code point and every ASCII byte decodes alone, so a run of bytes >= 0x80 between
     ASCII bytes decodes to the same code points in isolation as in its text, and folding only the
-    runs gives the tokens that folding the whole text gives (ASCII bytes are lowered by _FOLD
-    later; re-folding already folded text changes nothing: the table is idempotent, which a test
-    checks). A document with one accented word thus costs what an ASCII one costs, plus its runs.
+    runs gives the tokens that folding the whole text gives (the fold is idempotent, which a test
+    checks, so text folded before is unchanged). A document with one accented word thus costs what
+    an ASCII one costs, plus its runs. Documents whose runs hold a context-dependent lowercase
+    (_CONTEXT_LOWER) are folded whole first, then the batch is folded again.
     """
-    blob = b"\n".join(docs)  # an ASCII separator: no run crosses documents
-    codes = np.frombuffer(blob, dtype=np.uint8)
+    codes = np.frombuffer(data, dtype=np.uint8)
     high = np.zeros(len(codes) + 2, dtype=bool)
     np.greater_equal(codes, 0x80, out=high[1:-1])
-    edges = np.flatnonzero(high[1:] != high[:-1]).tolist()
+    edges = np.flatnonzero(high[1:] != high[:-1])
     run_starts, run_ends = edges[0::2], edges[1::2]
-    runs = [blob[a:b].decode("utf-8", errors="replace") for a, b in zip(run_starts, run_ends)]
-    if any(c in "".join(runs) for c in _CONTEXT_LOWER):
-        return None
+    runs = [data[a:b].decode("utf-8", errors="replace") for a, b in zip(run_starts.tolist(), run_ends.tolist())]
+    if any(c in "".join(runs) for c in _CONTEXT_LOWER):  # rare: fold those documents whole, by context
+        parts = [_prefolded(p) for p in parts]
+        lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+        doc_starts = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum(lengths + 1, out=doc_starts[1:])
+        return _fold_high_runs(b" ".join([*parts, _PAD]), doc_starts, parts)
     folded = _unfolded_many(runs)
-    out: list[bytes] = []
-    r, start = 0, 0
-    for doc in docs:
-        end = start + len(doc)
-        pieces, prev = [], start
-        while r < len(run_starts) and run_starts[r] < end:
-            pieces += (blob[prev:run_starts[r]], folded[r])
-            prev = run_ends[r]
-            r += 1
-        pieces.append(blob[prev:end])
-        out.append(b"".join(pieces))
-        start = end + 1
-    return out
+    pieces, prev = [], 0
+    for a, b, piece in zip(run_starts.tolist(), run_ends.tolist(), folded):
+        pieces += (data[prev:a], piece)
+        prev = b
+    pieces.append(data[prev:])
+    # A document starts after every run before it: shift its start by their change in length.
+    growth = np.zeros(len(runs) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, folded), dtype=np.int64, count=len(folded)) - (run_ends - run_starts),
+              out=growth[1:])
+    return b"".join(pieces), doc_starts + growth[np.searchsorted(run_starts, doc_starts)]
 
 
 def _fold(text: str) -> bytes:
@@ -201,9 +202,10 @@ def word_tokens(text: str) -> list[str]:
 
 @dataclass
 class _TokenBatch:
-    """Documents tokenised together: token byte spans in `data`, token hashes, per-document offsets."""
+    """Documents tokenised together: token byte spans in `data` (the batch buffer with ASCII
+    lowercased, a uint8 array), token hashes, per-document offsets."""
 
-    data: bytes
+    data: np.ndarray
     starts: np.ndarray
     ends: np.ndarray
     hashes: np.ndarray
@@ -212,56 +214,75 @@ class _TokenBatch:
     def words(self, first: int, stop: int) -> str:
         """Tokens first..stop-1 of the batch, joined by single spaces."""
         data = self.data
-        return b" ".join(data[a:b] for a, b in zip(self.starts[first:stop].tolist(),
-                                                   self.ends[first:stop].tolist())).decode("utf-8")
+        return b" ".join(data[a:b].tobytes() for a, b in zip(self.starts[first:stop].tolist(),
+                                                             self.ends[first:stop].tolist())).decode("utf-8")
+
+
+# Eight spaces after the last document (one joining, seven more): the strided uint64 view can then
+# read a full word at every byte position of the batch.
+_PAD = b"       "
+_ALL_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
+_THREE = np.uint64(3)
 
 
 def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
     """Tokenise and hash a batch of texts with array operations over their bytes.
 
-    No Python object is made per token: token boundaries are where the folded bytes change
-    between space and non-space, and each token's 8-byte words are gathered through one
-    overlapping uint64 view of the buffer (one loop round per 8 bytes of the longest token, over
-    only the tokens that long).
+    No Python object is made per token. The texts are joined into one buffer (non-ASCII runs folded
+    first, see _fold_high_runs); a byte is part of a token when it is an ASCII letter or digit or a
+    byte >= 0x80 (folded runs hold only lowercase letters and digits there), which a few uint8
+    array operations decide; token boundaries are where that changes. ASCII is lowercased by
+    setting bit 5 of every byte below 0x80. Each token's first 8 bytes come from one overlapping
+    uint64 view of the buffer, masked to its length.
     """
     parts = [_as_bytes(t) for t in texts]
-    wide = [i for i, p in enumerate(parts) if not p.isascii()]
-    if wide:
-        folded = _fold_high_runs([parts[i] for i in wide])
-        if folded is None:  # rare: fold the documents with a context-dependent lowercase whole first
-            folded = _fold_high_runs([_prefolded(parts[i]) for i in wide])
-        for i, doc in zip(wide, folded):
-            parts[i] = doc
     doc_lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-    # Seven spaces after the joining one: eight of padding let the view read a full word at every
-    # byte position.
-    data = b" ".join([*parts, b"       "]).translate(_FOLD)
+    # Documents are joined by one space; doc_starts[i] is where document i starts in the buffer.
+    doc_starts = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum(doc_lengths + 1, out=doc_starts[1:])
+    data = b" ".join([*parts, _PAD])
+    if not data.isascii():
+        data, doc_starts = _fold_high_runs(data, doc_starts, parts)
     size = len(data) - 8
-    codes = np.frombuffer(data, dtype=np.uint8, count=size)
+    raw = np.frombuffer(data, dtype=np.uint8)
+    low = raw >> np.uint8(2)  # bit 7 -> bit 5: set for bytes >= 0x80, which stay as they are
+    np.invert(low, out=low)
+    low &= np.uint8(0x20)
+    low |= raw
+    codes = raw[:size]
     in_token = np.zeros(size + 2, dtype=bool)
-    np.not_equal(codes, _SPACE, out=in_token[1:-1])
+    flags = in_token[1:-1]
+    scratch = np.subtract(low[:size], np.uint8(0x61))
+    np.less(scratch, 26, out=flags)  # a-z after lowering (uint8 wraps below 'a')
+    np.subtract(codes, np.uint8(0x30), out=scratch)
+    flags |= scratch < 10
+    flags |= codes >= 0x80
     # Token runs begin and end exactly where the in-token flag changes, alternately. (nonzero on
     # a bool array is several times faster than on int8 differences.)
     changes = np.flatnonzero(in_token[1:] != in_token[:-1])
     starts, ends = changes[0::2], changes[1::2]
-    lengths = ends - starts
-    words = np.ndarray((max(size, 1),), dtype="<u8", buffer=data, strides=(1,))
-    hashes = lengths.view(np.uint64) * _LEN_MIX  # lengths are positive: the view is the value
-    hashes ^= words[starts] & _WORD_MASKS[np.minimum(lengths, 8)]  # indexing reads the strided view in place
+    lengths = (ends - starts).view(np.uint64)  # positive: the view is the value
+    words = np.ndarray((max(size, 1),), dtype="<u8", buffer=low, strides=(1,))
+    # A left shift by 64 or more gives 0 in numpy, so tokens of 8 bytes and more keep whole words.
+    mask = _ALL_ONES << (lengths << _THREE)
+    np.invert(mask, out=mask)
+    hashes = words[starts]  # indexing reads the overlapping view in place (take would copy it whole)
+    hashes &= mask
+    hashes ^= lengths * _LEN_MIX
+    # The rest of a longer token, 8 bytes per round: one round per word of the longest token, each
+    # over only the tokens that long (a few in a hundred), folded in by multiply and xor.
     longer = np.flatnonzero(lengths > 8)
     offset = 8
     while len(longer):
-        remaining = lengths[longer] - offset
-        word = words[starts[longer] + offset] & _WORD_MASKS[np.minimum(remaining, 8)]
+        remaining = lengths[longer] - np.uint64(offset)
+        word = words[starts[longer] + offset]
+        word &= ~(_ALL_ONES << (remaining << _THREE))
         hashes[longer] = (hashes[longer] * _WORD_MUL) ^ word
         longer = longer[remaining > 8]
         offset += 8
     _fmix64(hashes)
-    # Documents are joined by one space, so document i's tokens are those starting in its span.
-    doc_starts = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum(doc_lengths + 1, out=doc_starts[1:])
     offsets = np.searchsorted(starts, doc_starts)
-    return _TokenBatch(data, starts, ends, hashes, offsets)
+    return _TokenBatch(low, starts, ends, hashes, offsets)
 
 
 def _fmix64(h: np.ndarray) -> np.ndarray:
@@ -274,13 +295,16 @@ def _fmix64(h: np.ndarray) -> np.ndarray:
     return h
 
 
-def _window_hashes(token_hashes: np.ndarray, n: int, blocks: dict | None = None) -> np.ndarray:
+def _window_hashes(token_hashes: np.ndarray, n: int, blocks: dict | None = None,
+                   finalise: bool = True) -> np.ndarray:
     """Hash of every run of n consecutive token hashes (len - n + 1 values; empty if too short).
 
     The window polynomial is assembled from power-of-two blocks (block[2m] = block[m] * P**m +
     block[m] shifted by m), so n = 13 costs about a dozen array passes instead of 26. `blocks`
     (a dict kept by the caller for one token_hashes array) shares the blocks between window
-    lengths: the 5-word shingles reuse the blocks of the 13-grams.
+    lengths: the 5-word shingles reuse the blocks of the 13-grams. finalise=False leaves out the
+    finaliser: the polynomial of finalised token hashes is already uniform in its bits, which is
+    all a bit table or a MinHash sketch needs (only n-grams that must not collide are finalised).
     """
     width = len(token_hashes) - n + 1
     if width <= 0 or n <= 0:
@@ -292,50 +316,68 @@ def _window_hashes(token_hashes: np.ndarray, n: int, blocks: dict | None = None)
     while size * 2 <= n:
         if size * 2 not in blocks:
             prev = blocks[size]
-            blocks[size * 2] = prev[: len(prev) - size] * np.uint64(pow(_POLY, size, 1 << 64)) + prev[size:]
+            block = prev[: len(prev) - size] * np.uint64(pow(_POLY, size, 1 << 64))
+            block += prev[size:]
+            blocks[size * 2] = block
         size *= 2
-    acc = np.full(width, np.uint64(_START), dtype=np.uint64)
+    acc = None
     offset = 0
     while size:
         if n - offset >= size:
-            acc *= np.uint64(pow(_POLY, size, 1 << 64))
-            acc += blocks[size][offset:offset + width]
+            part = blocks[size][offset:offset + width]
+            if acc is None:  # START * P**size + the first block: one pass instead of three
+                acc = part + np.uint64(_START * pow(_POLY, size, 1 << 64) % (1 << 64))
+            else:
+                acc *= np.uint64(pow(_POLY, size, 1 << 64))
+                acc += part
             offset += size
         size //= 2
-    return _fmix64(acc)
+    return _fmix64(acc) if finalise else acc
 
 
 def _batch_windows(token_hashes: np.ndarray, offsets: np.ndarray, n: int,
-                   blocks: dict | None = None, raw: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   blocks: dict | None = None, finalise: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Window hashes of a batch of documents laid end to end in one token-hash array.
 
     Returns (hashes, start position in the flat token array), in increasing start order. Windows
     that would run into the next document are discarded; a document with fewer than n tokens (but
-    at least one) contributes one hash of its whole token sequence. raw: _window_hashes(token_hashes,
-    n), when the caller has it already.
+    at least one) contributes one hash of its whole token sequence.
     """
-    hashes = _window_hashes(token_hashes, n, blocks) if raw is None else raw
+    hashes = _window_hashes(token_hashes, n, blocks, finalise)
     starts = np.empty(0, dtype=np.int64)
     if len(hashes):
-        # The windows starting in the last n-1 tokens of each document run past its end. (For a
-        # document shorter than that, the positions reach back into the previous document's own
-        # last n-1 starts, which are invalid anyway.)
-        tails = (offsets[1:, None] - np.arange(1, n, dtype=np.int64)[None, :]).ravel()
         valid = np.ones(len(hashes), dtype=bool)
-        valid[tails[(tails >= 0) & (tails < len(hashes))]] = False
+        valid[_crossing_windows(offsets, n, len(hashes))] = False
         starts = np.flatnonzero(valid)
         hashes = hashes[starts]
-    return _with_short_documents(token_hashes, offsets, n, hashes, starts)
+    return _with_short_documents(token_hashes, offsets, n, hashes, starts, finalise)
+
+
+def _crossing_windows(offsets: np.ndarray, n: int, count: int) -> np.ndarray:
+    """Start positions (below count) of the windows of n tokens that run past their document."""
+    # The windows starting in the last n-1 tokens of each document run past its end. (For a
+    # document shorter than that, the positions reach back into the previous document's own
+    # last n-1 starts, which are invalid anyway.)
+    tails = (offsets[1:, None] - np.arange(1, n, dtype=np.int64)[None, :]).ravel()
+    return tails[(tails >= 0) & (tails < count)]
+
+
+def _short_documents(token_hashes: np.ndarray, offsets: np.ndarray, n: int,
+                     finalise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(documents with 1..n-1 tokens, the hash of each one's whole token sequence)."""
+    lengths = np.diff(offsets)
+    short = np.flatnonzero((lengths > 0) & (lengths < n))
+    hashes = [_window_hashes(token_hashes[offsets[d]:offsets[d + 1]], int(lengths[d]), finalise=finalise)
+              for d in short.tolist()]
+    return short, (np.concatenate(hashes) if hashes else np.empty(0, dtype=np.uint64))
 
 
 def _with_short_documents(token_hashes: np.ndarray, offsets: np.ndarray, n: int, hashes: np.ndarray,
-                          starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                          starts: np.ndarray, finalise: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Add each document shorter than n tokens as one whole-sequence hash, in start order."""
-    lengths = np.diff(offsets)
-    short = np.flatnonzero((lengths > 0) & (lengths < n))
+    short, extra = _short_documents(token_hashes, offsets, n, finalise)
     if len(short):
-        extra_h = [_window_hashes(token_hashes[offsets[d]:offsets[d + 1]], int(lengths[d])) for d in short.tolist()]
-        hashes = np.concatenate([hashes, *extra_h])
+        hashes = np.concatenate([hashes, extra])
         starts = np.concatenate([starts, offsets[short]])
         order = np.argsort(starts, kind="stable")
         hashes, starts = hashes[order], starts[order]
@@ -347,12 +389,17 @@ def _windows_at(blocks: dict, positions: np.ndarray, n: int) -> np.ndarray:
     chunking of Horner's rule gives the same polynomial mod 2**64): a few gathers per position
     instead of a dozen passes over every position."""
     sizes = sorted(blocks, reverse=True)
-    acc = np.full(len(positions), np.uint64(_START), dtype=np.uint64)
+    acc = None
     offset = 0
     while offset < n:
         size = next(sz for sz in sizes if sz <= n - offset)
-        acc *= np.uint64(pow(_POLY, size, 1 << 64))
-        acc += blocks[size].take(positions + offset)
+        part = blocks[size].take(positions + offset)
+        if acc is None:
+            acc = part
+            acc += np.uint64(_START * pow(_POLY, size, 1 << 64) % (1 << 64))
+        else:
+            acc *= np.uint64(pow(_POLY, size, 1 << 64))
+            acc += part
         offset += size
     return _fmix64(acc)
 
@@ -520,19 +567,23 @@ class ReferenceIndex:
             lengths = np.diff(tokens.offsets)
             short_lengths.update(lengths[(lengths >= short_min_tokens) & (lengths < n)].tolist())
             blocks: dict = {}
-            kgrams.append(_batch_windows(tokens.hashes, tokens.offsets, PREFILTER_K, blocks)[0])
+            kgrams.append(_batch_windows(tokens.hashes, tokens.offsets, PREFILTER_K, blocks, finalise=False)[0])
             h, p = _batch_windows(tokens.hashes, tokens.offsets, n, blocks)
             keys.append(h)
             vals.append(np.searchsorted(tokens.offsets, p, side="right") - 1 + start)
         key = np.concatenate(keys) if keys else np.empty(0, dtype=np.uint64)
         val = np.concatenate(vals) if vals else np.empty(0, dtype=np.int64)
-        order = np.lexsort((val, key))
+        # val (the reference) never decreases along the batches, so a stable sort on the hash
+        # alone orders by (hash, reference).
+        order = np.argsort(key, kind="stable")
         key, val = key[order], val[order]
-        if len(key):
-            distinct = np.ones(len(key), dtype=bool)
-            distinct[1:] = (key[1:] != key[:-1]) | (val[1:] != val[:-1])
-            key, val = key[distinct], val[distinct]
-        self.hashes, first = np.unique(key, return_index=True)
+        distinct = np.ones(len(key), dtype=bool)
+        distinct[1:] = (key[1:] != key[:-1]) | (val[1:] != val[:-1])
+        key, val = key[distinct], val[distinct]
+        first = np.ones(len(key), dtype=bool)
+        np.not_equal(key[1:], key[:-1], out=first[1:])
+        first = np.flatnonzero(first)
+        self.hashes = key[first]
         self.offsets = np.append(first, len(key)).astype(np.int64)
         self.ref_of = val.astype(np.int32)
         self._ref_of_list: list[int] = self.ref_of.tolist()
@@ -546,7 +597,8 @@ class ReferenceIndex:
         self._filter[self.hashes >> self._filter_shift] = True
         # The same kind of table for the references' PREFILTER_K-grams: a window can only be shared
         # if the k-grams it starts and ends with are (see _prefiltered_windows).
-        kgram = np.unique(np.concatenate(kgrams)) if kgrams else np.empty(0, dtype=np.uint64)
+        kgram = np.sort(np.concatenate(kgrams)) if kgrams else np.empty(0, dtype=np.uint64)
+        kgram = kgram[np.append(True, kgram[1:] != kgram[:-1])] if len(kgram) else kgram
         # Looked up at every token: 8 entries per k-gram keep the table in cache, and the ~12% false
         # candidates at each end of a window leave ~1.5% of windows to hash and probe.
         bits = int(min(24, max(16, np.ceil(np.log2(max(len(kgram), 1) * 8)))))
@@ -805,18 +857,52 @@ class NearDuplicateFinder:
     def sketches(self, shingle_hashes: np.ndarray, doc_bounds: np.ndarray) -> np.ndarray:
         """One sketch row per document; doc_bounds[i]:doc_bounds[i+1] are document i's shingles."""
         n_docs = len(doc_bounds) - 1
-        empty = np.uint32(0xFFFFFFFF)
-        out = np.full((n_docs, self.num_perm), empty, dtype=np.uint32)
+        out = np.full((n_docs, self.num_perm), _EMPTY_BIN, dtype=np.uint32)
         if len(shingle_hashes):
-            h = _fmix64(shingle_hashes ^ self._salt)
-            # Multiply-shift range reduction of the high 32 bits: any number of bins, no modulo bias.
-            bins = h >> np.uint64(32)
-            bins *= np.uint64(self.num_perm)
-            bins >>= np.uint64(32)
-            key = np.repeat(np.arange(0, n_docs * self.num_perm, self.num_perm, dtype=np.int64), np.diff(doc_bounds))
-            key += bins.view(np.int64)  # below num_perm: the view is the value
-            np.minimum.at(out.reshape(-1), key, h.astype(np.uint32))  # the cast keeps the low 32 bits
+            rows = np.repeat(np.arange(0, n_docs * self.num_perm, self.num_perm, dtype=np.int64), np.diff(doc_bounds))
+            self._lower_bins(out, rows, shingle_hashes)
         return out
+
+    def window_sketches(self, windows: np.ndarray, offsets: np.ndarray, width: int,
+                        token_hashes: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """Sketches of a batch of documents (tokens offsets[i]:offsets[i+1] of token_hashes) whose
+        shingles are windows of `width` tokens; windows[p] is the unfinalised hash of the window
+        starting at token p (_window_hashes(token_hashes, width, finalise=False)), whether or not it
+        runs into the next document. Those that do are left out by
+        giving them the empty value (cheaper than cutting them out of the array); a document
+        shorter than width has its whole token sequence as its one shingle, as in _batch_windows.
+        Returns (sketches, shingles per document)."""
+        n_docs = len(offsets) - 1
+        out = np.full((n_docs, self.num_perm), _EMPTY_BIN, dtype=np.uint32)
+        counts = np.diff(offsets)
+        if len(windows):
+            rows = np.repeat(np.arange(0, n_docs * self.num_perm, self.num_perm, dtype=np.int64), counts)
+            self._lower_bins(out, rows[:len(windows)], windows, _crossing_windows(offsets, width, len(windows)),
+                             uniform=True)
+        short, whole = _short_documents(token_hashes, offsets, width, finalise=False)
+        if len(short):
+            self._lower_bins(out, short * self.num_perm, whole, uniform=True)
+        sizes = np.where(counts >= width, counts - width + 1, np.minimum(counts, 1))
+        return out, sizes.tolist()
+
+    def _lower_bins(self, out: np.ndarray, rows: np.ndarray, shingle_hashes: np.ndarray,
+                    skip: np.ndarray | None = None, uniform: bool = False) -> None:
+        """Lower each shingle's bin in out to its value; rows[i] is the flat index of shingle i's
+        document row (updated in place), skip the shingles that do not count. uniform: the hashes
+        are already uniform in every bit (window polynomials of finalised token hashes), so the
+        salt alone permutes them; any other hashes (ids, counters) are finalised with the salt."""
+        h = shingle_hashes ^ self._salt
+        if not uniform:
+            _fmix64(h)
+        # Multiply-shift range reduction of the high 32 bits: any number of bins, no modulo bias.
+        bins = h >> np.uint64(32)
+        bins *= np.uint64(self.num_perm)
+        bins >>= np.uint64(32)
+        rows += bins.view(np.int64)  # below num_perm: the view is the value
+        values = h.astype(np.uint32)  # the cast keeps the low 32 bits
+        if skip is not None:
+            values[skip] = _EMPTY_BIN
+        np.minimum.at(out.reshape(-1), rows, values)
 
     def add_sketches(self, task_ids: Sequence[str], sketches: np.ndarray, sizes: Sequence[int]) -> None:
         """Add a batch of sketched tasks (a task with no shingles is not evidence of anything)."""
@@ -843,33 +929,37 @@ class NearDuplicateFinder:
 
     def _candidates(self) -> np.ndarray:
         """(earlier, later) task index pairs that share a band bucket with the bucket's first or
-        previous member; unique rows."""
+        previous member; unique rows, sorted."""
         n, rows = len(self._ids), self.BAND_ROWS
         n_bands = self.num_perm // rows
+        if n < 2:
+            return np.empty((0, 2), dtype=np.int64)
         cells = self._store[:, :n_bands * rows].reshape(n, n_bands, rows).astype(np.uint64)
         keys = cells[:, :, 0].copy()
         for k in range(1, rows):
-            keys = keys * self._BAND_MUL + cells[:, :, k]
-        index = np.arange(n, dtype=np.int64)
-        found = []
-        for band in range(n_bands):
-            order = np.lexsort((index, keys[:, band]))
-            sorted_keys = keys[order, band]
-            repeat = np.zeros(n, dtype=bool)
-            repeat[1:] = sorted_keys[1:] == sorted_keys[:-1]
-            at = np.flatnonzero(repeat)
-            if len(at) == 0:
-                continue
-            group_first = order[np.flatnonzero(~repeat)][np.cumsum(~repeat) - 1]
-            found.append(np.stack([order[at - 1], order[at]], axis=1))
-            found.append(np.stack([group_first[at], order[at]], axis=1))
-        if not found:
-            return np.empty((0, 2), dtype=np.int64)
-        # Unique rows via one int64 key per pair (a row-wise unique sorts void records: slower).
-        found = np.concatenate(found)
-        key = np.unique(found[:, 0] * n + found[:, 1])
-        pairs = np.stack([key // n, key % n], axis=1)
-        return pairs[pairs[:, 0] != pairs[:, 1]]
+            keys *= self._BAND_MUL
+            keys += cells[:, :, k]
+        # One row per band, each sorted on its own; stable, so a bucket lists its tasks in order.
+        keys = np.ascontiguousarray(keys.T)
+        order = np.argsort(keys, axis=1, kind="stable")
+        sorted_keys = np.take_along_axis(keys, order, axis=1)
+        repeat = np.zeros((n_bands, n), dtype=bool)
+        np.equal(sorted_keys[:, 1:], sorted_keys[:, :-1], out=repeat[:, 1:])
+        # Where each task's bucket begins in its band's order: the last bucket start at or before it.
+        first = np.where(repeat, 0, np.arange(n))
+        np.maximum.accumulate(first, axis=1, out=first)
+        band, at = np.nonzero(repeat)
+        later = order[band, at]
+        earlier = np.concatenate([order[band, at - 1], order[band, first[band, at]]])
+        # Unique rows via one int64 key per pair, sorted and deduplicated (np.unique hashes first:
+        # slower here; a row-wise unique sorts void records: slower still).
+        key = earlier * n + np.concatenate([later, later])
+        key = np.sort(key.astype(np.uint32) if n * n <= 1 << 32 else key)  # 32-bit keys sort faster
+        keep = np.ones(len(key), dtype=bool)
+        np.not_equal(key[1:], key[:-1], out=keep[1:])
+        key = key[keep]
+        key = key.astype(np.int64)
+        return np.stack([key // n, key % n], axis=1)
 
     @property
     def pairs(self) -> list[tuple[str, str, float]]:
@@ -878,9 +968,15 @@ class NearDuplicateFinder:
         if self._links is None:
             links = []
             cand = self._candidates()
+            store = self._store
+            # A pair at the threshold agrees in at least that share of its bins, and then so do the
+            # bins' low bytes: one byte per bin rules out most candidates at a quarter of the cost.
+            low = store.astype(np.uint8)
+            need = self.threshold * self.num_perm - 1e-9
             for lo in range(0, len(cand), 65536):
                 chunk = cand[lo:lo + 65536]
-                est = self.estimates_pairwise(self._store[chunk[:, 0]], self._store[chunk[:, 1]])
+                chunk = chunk[_row_counts(low[chunk[:, 0]] == low[chunk[:, 1]]) >= need]
+                est = self.estimates_pairwise(store[chunk[:, 0]], store[chunk[:, 1]])
                 for (a, b), e in zip(chunk[est >= self.threshold].tolist(), est[est >= self.threshold].tolist()):
                     links.append((self._ids[a], self._ids[b], e))
             self._links = sorted(links)
@@ -891,7 +987,7 @@ class NearDuplicateFinder:
         """Row-wise Jaccard estimates of two stacks of sketches."""
         # Bins empty in both sketches are not evidence: they count neither as used nor as agreeing.
         same = a == b
-        both_empty = np.count_nonzero(same & (a == np.uint32(0xFFFFFFFF)), axis=1)
+        both_empty = np.count_nonzero(same & (a == _EMPTY_BIN), axis=1)
         n = a.shape[1] - both_empty
         agree = np.count_nonzero(same, axis=1) - both_empty
         return np.where(n > 0, agree / np.maximum(n, 1), 0.0)
@@ -925,6 +1021,17 @@ class NearDuplicateFinder:
         return [{"kept": k, "duplicates": sorted(v), "size": len(v) + 1} for k, v in sorted(members.items())]
 
 
+def _row_counts(flags: np.ndarray) -> np.ndarray:
+    """True values per row of a 2-d bool array."""
+    rows, width = flags.shape
+    if width % 8 or width > 255 or not flags.flags.c_contiguous:
+        return np.count_nonzero(flags, axis=1)
+    # Eight bool bytes per uint64 word: summing the words adds each byte lane without carries (a
+    # lane gets at most width / 8), and one multiply adds the lanes into the top byte (width < 256).
+    lanes = flags.view(np.uint64).sum(axis=1)
+    return (lanes * np.uint64(0x0101010101010101)) >> np.uint64(56)
+
+
 # ----------------------------------------------------------------------------- the stage
 
 
@@ -956,7 +1063,7 @@ def scan_documents(docs: Iterable[tuple[str, str]], index: ReferenceIndex, min_s
         groups: dict[tuple[int, int], list] = {}
         blocks: dict = {}
         widths = [n, *index.short_lengths]
-        kgrams = _window_hashes(flat, PREFILTER_K, blocks) if min(widths) >= PREFILTER_K else None
+        kgrams = _window_hashes(flat, PREFILTER_K, blocks, finalise=False) if min(widths) >= PREFILTER_K else None
         in_refs = index.kgram_candidates(kgrams) if kgrams is not None else None
         for width in widths:
             if in_refs is not None:
@@ -987,10 +1094,9 @@ def scan_documents(docs: Iterable[tuple[str, str]], index: ReferenceIndex, min_s
             })
 
         if near_dups is not None:
-            sh, sp = _batch_windows(flat, offsets, shingle_size, blocks,
-                                    raw=kgrams if shingle_size == PREFILTER_K else None)
-            bounds = np.searchsorted(sp, offsets)
-            near_dups.add_sketches(ids, near_dups.sketches(sh, bounds), np.diff(bounds).tolist())
+            windows = kgrams if kgrams is not None and shingle_size == PREFILTER_K else \
+                _window_hashes(flat, shingle_size, blocks, finalise=False)
+            near_dups.add_sketches(ids, *near_dups.window_sketches(windows, offsets, shingle_size, flat))
     hits.sort(key=lambda x: (x["task_id"], x["ref_id"]))
     return hits, seen_ids
 
