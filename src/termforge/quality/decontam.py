@@ -44,9 +44,10 @@ DEFAULT_MINHASH_SEED = 1
 PREFILTER_K = 5
 POLICIES = ("drop", "flag")
 
-# Token hash: the token's bytes read as little-endian 8-byte words, folded word by word
-# (multiply by an odd constant, xor the next word) starting from a length-dependent value, then
-# finalised. Most tokens fit one word, so hashing is a gather, a mask and an xor per token.
+# Token hash: the token's first 8 bytes as a little-endian word (masked to the token) xor a
+# length-dependent value; longer tokens fold in more words (multiply by an odd constant, xor the
+# word; see _long_token_hashes); then finalised. Most tokens fit one word, so hashing is two
+# gathers, a mask and an xor per token.
 _LEN_MIX = np.uint64(0xC2B2AE3D27D4EB4F)
 _WORD_MUL = np.uint64(0xD6E8FEB86659FD93)
 # Window hash: the polynomial START * P**n + sum(t_k * P**(n - 1 - k)) over the n token hashes
@@ -154,7 +155,33 @@ def _prefolded(t: bytes) -> bytes:
     return _unfolded_many([t.decode("utf-8", errors="replace")])[0]
 
 
-def _fold_high_runs(data: bytes, doc_starts: np.ndarray, parts: list[bytes]) -> tuple[bytes, np.ndarray]:
+# Folded non-ASCII runs by their bytes: a corpus repeats a few hundred distinct runs (accented
+# letters, dashes, quotes), so most runs cost one dictionary lookup. Cleared when it grows large.
+_RUN_FOLDS: dict[bytes, bytes | None] = {}
+_RUN_FOLDS_MAX = 1 << 16
+
+
+def _folded_runs(runs: list[bytes]) -> list[bytes | None]:
+    """Each run of bytes >= 0x80 folded by the code-point table (invalid UTF-8 replaced: never a
+    token); a fold made only of separators is padded with spaces to the run's length (the same
+    tokens, and nothing after it moves); None for a run holding a context-dependent lowercase."""
+    cache = _RUN_FOLDS
+    if len(cache) > _RUN_FOLDS_MAX:
+        cache.clear()
+    missing = [r for r in dict.fromkeys(runs) if r not in cache]
+    if missing:
+        texts = [r.decode("utf-8", errors="replace") for r in missing]
+        for run, text, folded in zip(missing, texts, _unfolded_many(texts)):
+            if any(c in text for c in _CONTEXT_LOWER):
+                cache[run] = None
+            elif len(folded) < len(run) and not folded.strip(b" "):
+                cache[run] = b" " * len(run)
+            else:
+                cache[run] = folded
+    return [cache[r] for r in runs]
+
+
+def _fold_high_runs(data: bytes, doc_starts: np.ndarray, parts: list[bytes]) -> tuple[bytes | bytearray, np.ndarray]:
     """The batch buffer with every run of bytes >= 0x80 folded by the code-point table, and the
     documents' start offsets in it (a fold may change a run's byte length).
 
@@ -165,26 +192,33 @@ def _fold_high_runs(data: bytes, doc_starts: np.ndarray, parts: list[bytes]) -> 
     an ASCII one costs, plus its runs. Documents whose runs hold a context-dependent lowercase
     (_CONTEXT_LOWER) are folded whole first, then the batch is folded again.
     """
-    codes = np.frombuffer(data, dtype=np.uint8)
-    high = np.zeros(len(codes) + 2, dtype=bool)
-    np.greater_equal(codes, 0x80, out=high[1:-1])
-    edges = np.flatnonzero(high[1:] != high[:-1])
-    run_starts, run_ends = edges[0::2], edges[1::2]
-    runs = [data[a:b].decode("utf-8", errors="replace") for a, b in zip(run_starts.tolist(), run_ends.tolist())]
-    if any(c in "".join(runs) for c in _CONTEXT_LOWER):  # rare: fold those documents whole, by context
+    # The non-ASCII bytes are few: find them, then cut them into runs of consecutive positions.
+    at = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) >= 0x80)
+    if len(at) == 0:  # documents folded whole (below) can come back all ASCII
+        return data, doc_starts
+    breaks = np.flatnonzero(at[1:] != at[:-1] + 1)
+    run_starts = at[np.append(0, breaks + 1)]
+    run_ends = at[np.append(breaks, len(at) - 1)] + 1
+    starts, ends = run_starts.tolist(), run_ends.tolist()
+    folded = _folded_runs([data[a:b] for a, b in zip(starts, ends)])
+    if None in folded:  # rare: fold those documents whole, by context
         parts = [_prefolded(p) for p in parts]
         lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
         doc_starts = np.zeros(len(parts) + 1, dtype=np.int64)
         np.cumsum(lengths + 1, out=doc_starts[1:])
         return _fold_high_runs(b" ".join([*parts, _PAD]), doc_starts, parts)
-    folded = _unfolded_many(runs)
+    if all(len(piece) == b - a for a, b, piece in zip(starts, ends, folded)):
+        buffer = bytearray(data)  # the usual case: every fold fits its run, written in place
+        for a, b, piece in zip(starts, ends, folded):
+            buffer[a:b] = piece
+        return buffer, doc_starts
     pieces, prev = [], 0
-    for a, b, piece in zip(run_starts.tolist(), run_ends.tolist(), folded):
+    for a, b, piece in zip(starts, ends, folded):
         pieces += (data[prev:a], piece)
         prev = b
     pieces.append(data[prev:])
     # A document starts after every run before it: shift its start by their change in length.
-    growth = np.zeros(len(runs) + 1, dtype=np.int64)
+    growth = np.zeros(len(folded) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, folded), dtype=np.int64, count=len(folded)) - (run_ends - run_starts),
               out=growth[1:])
     return b"".join(pieces), doc_starts + growth[np.searchsorted(run_starts, doc_starts)]
@@ -232,8 +266,8 @@ def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
     first, see _fold_high_runs); a byte is part of a token when it is an ASCII letter or digit or a
     byte >= 0x80 (folded runs hold only lowercase letters and digits there), which a few uint8
     array operations decide; token boundaries are where that changes. ASCII is lowercased by
-    setting bit 5 of every byte below 0x80. Each token's first 8 bytes come from one overlapping
-    uint64 view of the buffer, masked to its length.
+    setting bit 5 of every byte below 0x80. Each token's first 8 bytes come from the aligned
+    words of the buffer, masked to its length.
     """
     parts = [_as_bytes(t) for t in texts]
     doc_lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
@@ -245,10 +279,16 @@ def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
         data, doc_starts = _fold_high_runs(data, doc_starts, parts)
     size = len(data) - 8
     raw = np.frombuffer(data, dtype=np.uint8)
-    low = raw >> np.uint8(2)  # bit 7 -> bit 5: set for bytes >= 0x80, which stay as they are
-    np.invert(low, out=low)
-    low &= np.uint8(0x20)
-    low |= raw
+    # The buffer with ASCII lowered (bit 7 -> bit 5, inverted: bit 5 set on bytes below 0x80,
+    # which lowers letters and keeps digits; bytes >= 0x80 stay as they are), 8-byte aligned and
+    # padded so that a uint64 array over it holds every word a token touches.
+    low = np.empty(len(data) + 16, dtype=np.uint8)
+    lowered = low[:len(data)]
+    np.right_shift(raw, np.uint8(2), out=lowered)
+    np.invert(lowered, out=lowered)
+    lowered &= np.uint8(0x20)
+    lowered |= raw
+    low[len(data):] = _SPACE
     codes = raw[:size]
     in_token = np.zeros(size + 2, dtype=bool)
     flags = in_token[1:-1]
@@ -261,28 +301,51 @@ def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
     # a bool array is several times faster than on int8 differences.)
     changes = np.flatnonzero(in_token[1:] != in_token[:-1])
     starts, ends = changes[0::2], changes[1::2]
-    lengths = (ends - starts).view(np.uint64)  # positive: the view is the value
-    words = np.ndarray((max(size, 1),), dtype="<u8", buffer=low, strides=(1,))
-    # A left shift by 64 or more gives 0 in numpy, so tokens of 8 bytes and more keep whole words.
+    token_lengths = ends - starts
+    lengths = token_lengths.view(np.uint64)  # positive: the view is the value
+    # Each token's first 8 bytes from the two aligned words they fall in: two gathers from a
+    # contiguous array cost less than one from an overlapping unaligned view. (A shift by 64 or
+    # more gives 0 in numpy: a token starting on a word boundary takes nothing from the next word,
+    # and tokens of 8 bytes and more keep whole words under the mask below.)
+    aligned = low[:len(low) // 8 * 8].view(np.uint64)
+    word_at = starts >> 3
+    shift = (starts & 7).view(np.uint64) << _THREE
+    hashes = aligned.take(word_at)
+    hashes >>= shift
+    word_at += 1
+    following = aligned.take(word_at)
+    np.subtract(np.uint64(64), shift, out=shift)
+    following <<= shift
+    hashes |= following
     mask = _ALL_ONES << (lengths << _THREE)
     np.invert(mask, out=mask)
-    hashes = words[starts]  # indexing reads the overlapping view in place (take would copy it whole)
     hashes &= mask
     hashes ^= lengths * _LEN_MIX
-    # The rest of a longer token, 8 bytes per round: one round per word of the longest token, each
-    # over only the tokens that long (a few in a hundred), folded in by multiply and xor.
-    longer = np.flatnonzero(lengths > 8)
-    offset = 8
-    while len(longer):
-        remaining = lengths[longer] - np.uint64(offset)
-        word = words[starts[longer] + offset]
-        word &= ~(_ALL_ONES << (remaining << _THREE))
-        hashes[longer] = (hashes[longer] * _WORD_MUL) ^ word
-        longer = longer[remaining > 8]
-        offset += 8
+    longer = np.flatnonzero(token_lengths > 8)
+    if len(longer):
+        words = np.ndarray((max(size, 1),), dtype="<u8", buffer=low, strides=(1,))
+        hashes[longer] = _long_token_hashes(words, hashes[longer], starts[longer], token_lengths[longer])
     _fmix64(hashes)
     offsets = np.searchsorted(starts, doc_starts)
     return _TokenBatch(low, starts, ends, hashes, offsets)
+
+
+def _long_token_hashes(words: np.ndarray, hashes: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Fold the rest of tokens longer than 8 bytes into their hashes: the 8-byte words at 8, 16,
+    ... that end before the token's last 8 bytes, then those last 8 bytes (a whole word, inside
+    the token). With the first word and the length they cover every byte of the token; most long
+    tokens are at most 16 bytes, so this is usually one gather and no loop. Indexing reads the
+    overlapping view in place (take would copy it whole first)."""
+    last = words[starts + (lengths - 8)]
+    middle = np.flatnonzero(lengths > 16)
+    offset = 8
+    while len(middle):
+        hashes[middle] = (hashes[middle] * _WORD_MUL) ^ words[starts[middle] + offset]
+        offset += 8
+        middle = middle[lengths[middle] > offset + 8]
+    hashes *= _WORD_MUL
+    hashes ^= last
+    return hashes
 
 
 def _fmix64(h: np.ndarray) -> np.ndarray:
