@@ -693,6 +693,16 @@ class ReferenceIndex:
         hit = self.hashes[slot] == wanted
         return candidates[hit], slot[hit]
 
+    def references_of(self, hashes: np.ndarray, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For probed hashes found at slots: (each hash once per reference holding it, that
+        reference's index, how many references each hash has)."""
+        counts = self.offsets[slots + 1] - self.offsets[slots]
+        total = int(counts.sum())
+        # Entry k of hash i is ref_of[offsets[slot_i] + k]: the slot's start, repeated, plus a
+        # count that restarts at 0 for every hash.
+        at = np.repeat(self.offsets[slots] - (np.cumsum(counts) - counts), counts) + np.arange(total)
+        return np.repeat(hashes, counts), self.ref_of[at], counts
+
     def contains(self, hashes: np.ndarray) -> np.ndarray:
         """Boolean mask: which of the given n-gram hashes occur in some reference."""
         mask = np.zeros(len(hashes), dtype=bool)
@@ -1104,6 +1114,36 @@ def _batches(docs: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[
         yield batch
 
 
+def _shared_windows(shared: list[tuple], offsets: np.ndarray, widths: list[int],
+                    n_refs: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """(document, reference, distinct shared n-grams, first shared window's start, its length) for
+    every document and reference of a batch that share a window, from scan_documents' probes: per
+    window length (in `widths` order), the shared hashes, the reference of each and the window
+    starts. The first window is the earliest of the first window length that has one, the order
+    in which the windows are probed. Array operations: a planted copy shares hundreds of windows."""
+    if not shared:
+        return
+    hashes = np.concatenate([h for h, _, _, _, _ in shared])
+    refs = np.concatenate([r for _, r, _, _, _ in shared])
+    starts = np.concatenate([np.repeat(p, c) for _, _, c, p, _ in shared])
+    ranks = np.concatenate([np.full(len(h), rank) for h, _, _, _, rank in shared])
+    group = (np.searchsorted(offsets, starts, side="right") - 1) * n_refs + refs
+    order = np.lexsort((starts, ranks, group))
+    group, hashes, starts, ranks = group[order], hashes[order], starts[order], ranks[order]
+    new = np.ones(len(group), dtype=bool)
+    np.not_equal(group[1:], group[:-1], out=new[1:])
+    firsts = np.flatnonzero(new)
+    # Distinct hashes per group: sorted by (group, hash), count where either changes.
+    by_hash = np.lexsort((hashes, group))
+    g, h = group[by_hash], hashes[by_hash]
+    distinct = np.ones(len(g), dtype=bool)
+    distinct[1:] = (g[1:] != g[:-1]) | (h[1:] != h[:-1])
+    counts = np.bincount(np.cumsum(new)[by_hash][distinct] - 1, minlength=len(firsts))
+    for key, count, first, rank in zip(group[firsts].tolist(), counts.tolist(), starts[firsts].tolist(),
+                                       ranks[firsts].tolist()):
+        yield key // n_refs, key % n_refs, count, first, widths[rank]
+
+
 def scan_documents(docs: Iterable[tuple[str, str]], index: ReferenceIndex, min_shared: int = 1,
                    near_dups: NearDuplicateFinder | None = None, shingle_size: int = DEFAULT_SHINGLE,
                    batch_size: int = 128) -> tuple[list[dict], list[str]]:
@@ -1121,37 +1161,27 @@ def scan_documents(docs: Iterable[tuple[str, str]], index: ReferenceIndex, min_s
         tokens = _tokenize([text for _, text in batch])
         flat, offsets = tokens.hashes, tokens.offsets
 
-        # (doc, ref) -> [distinct shared hashes, first matching window start, window length];
-        # windows arrive in text order, so the first one recorded is the earliest match.
-        groups: dict[tuple[int, int], list] = {}
         blocks: dict = {}
         widths = [n, *index.short_lengths]
         kgrams = _window_hashes(flat, PREFILTER_K, blocks, finalise=False) if min(widths) >= PREFILTER_K else None
         in_refs = index.kgram_candidates(kgrams) if kgrams is not None else None
-        for width in widths:
+        shared = []
+        for rank, width in enumerate(widths):
             if in_refs is not None:
                 h, p = _prefiltered_windows(flat, offsets, width, blocks, in_refs, PREFILTER_K)
             else:
                 h, p = _batch_windows(flat, offsets, width, blocks)
             found, slot = index.probe(h)
-            p = p[found]
-            d = np.searchsorted(offsets, p, side="right") - 1
-            lows, highs = index.offsets[slot].tolist(), index.offsets[slot + 1].tolist()
-            for hv, dv, pv, lo, hi in zip(h[found].tolist(), d.tolist(), p.tolist(), lows, highs):
-                for r in index._ref_of_list[lo:hi]:
-                    g = groups.get((dv, r))
-                    if g is None:
-                        groups[(dv, r)] = [{hv}, pv, width]
-                    else:
-                        g[0].add(hv)
-        for (dv, r), (shared, first, width) in groups.items():
-            if len(shared) < min_shared:
+            if len(found):
+                shared.append((*index.references_of(h[found], slot), p[found], rank))
+        for dv, r, count, first, width in _shared_windows(shared, offsets, widths, len(index.refs)):
+            if count < min_shared:
                 continue
             end = min(first + width, int(offsets[dv + 1]))
             ref = index.refs[r]
             hits.append({
                 "task_id": ids[dv], "ref_id": ref.ref_id, "source": ref.source,
-                "shared_ngrams": len(shared),
+                "shared_ngrams": count,
                 "example_ngram": tokens.words(first, end),
                 "example_token_offset": first - int(offsets[dv]),
             })
