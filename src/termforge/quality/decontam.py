@@ -865,15 +865,16 @@ def read_task_documents(path: str | Path, tasks_dir: str | Path, ids: Sequence[s
     if not isinstance(lengths, list) or len(lengths) != len(ids) or cut + 1 + sum(lengths) != len(blob):
         return {}
     out: dict[str, bytes] = {}
-    pos = cut + 1
-    for tid, size in zip(ids, lengths):
+    ends = itertools.accumulate(lengths, initial=cut + 1)
+    pos = next(ends)
+    stat_of, prefix = os.stat, base + "/"
+    for tid, end in zip(ids, ends):
         try:
-            fresh = os.stat(f"{base}/{tid}").st_ctime_ns <= mtime
+            if stat_of(prefix + tid).st_ctime_ns <= mtime:
+                out[tid] = blob[pos:end]
         except OSError:
-            fresh = False  # missing: reading the directory reports it
-        if fresh:
-            out[tid] = blob[pos:pos + size]
-        pos += size
+            pass  # missing: reading the directory reports it
+        pos = end
     return out
 
 
@@ -968,9 +969,13 @@ class NearDuplicateFinder:
         if not uniform:
             _fmix64(h)
         # Multiply-shift range reduction of the high 32 bits: any number of bins, no modulo bias.
-        bins = h >> np.uint64(32)
-        bins *= np.uint64(self.num_perm)
-        bins >>= np.uint64(32)
+        # For a power of two that is just the top bits.
+        if self.num_perm & (self.num_perm - 1):
+            bins = h >> np.uint64(32)
+            bins *= np.uint64(self.num_perm)
+            bins >>= np.uint64(32)
+        else:
+            bins = h >> np.uint64(64 - (self.num_perm.bit_length() - 1))
         rows += bins.view(np.int64)  # below num_perm: the view is the value
         values = h.astype(np.uint32)  # the cast keeps the low 32 bits
         if skip is not None:
