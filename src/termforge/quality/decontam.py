@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -810,10 +811,14 @@ def task_document(task_dir: str | Path) -> str:
 def task_document_from_files(files: dict[str, bytes | tuple[bytes, int]]) -> bytes:
     """task_document_bytes of the task directory these files (relative path -> bytes, or the
     writer's (bytes, mode)) make: what generate records before the directory is even written."""
-    rels = [TASK_TEXT_FILES[0], *(rel for rel in TASK_TEXT_FILES[1:] if rel in files)]  # instruction.md required
-    rels += sorted([rel for rel in files if rel[:6] == "tests/" and rel[-3:] == ".py" and rel.find("/", 6) < 0])
-    values = [files[rel] for rel in rels]
+    values = [files[TASK_TEXT_FILES[0]]]  # instruction.md is required
+    values += [files[rel] for rel in TASK_TEXT_FILES[1:] if rel in files]
+    values += map(files.__getitem__, sorted(filter(_TEST_SOURCE, files)))  # one C-level match per file
     return b"\n".join([v[0] for v in values] if type(values[0]) is tuple else values)
+
+
+# tests/*.py directly in tests/, as task_document_bytes lists them.
+_TEST_SOURCE = re.compile(r"tests/[^/]*\.py", re.DOTALL).fullmatch
 
 
 # ----------------------------------------------------------------------------- shard documents
