@@ -1119,6 +1119,10 @@ def _row_counts(flags: np.ndarray) -> np.ndarray:
 
 
 def _batches(docs: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
+    if isinstance(docs, list):  # slices: no per-document step through an iterator
+        for lo in range(0, len(docs), size):
+            yield docs[lo:lo + size]
+        return
     it = iter(docs)
     while batch := list(itertools.islice(it, size)):
         yield batch
@@ -1257,8 +1261,12 @@ def decontaminate_tasks(tasks: Sequence[tuple[str, str | Path]], references: Seq
         ordered = [(tid, os.fspath(by_id[tid]), documents.get(tid)) for tid in sorted(by_id)]
         return _report(_ParallelScan(ordered, workers), references, n, policy, near_dup_threshold, min_shared,
                        **options)
-    # A generator: texts are read one batch at a time, so a large corpus never sits in memory whole.
-    docs = ((tid, _document(by_id[tid], documents.get(tid))) for tid in sorted(by_id))
+    ids = sorted(by_id)
+    if all(tid in documents for tid in ids):  # every text already in memory (the documents files)
+        docs = [(tid, documents[tid]) for tid in ids]
+    else:
+        # A generator: texts are read one batch at a time, so a large corpus never sits in memory whole.
+        docs = ((tid, _document(by_id[tid], documents.get(tid))) for tid in ids)
     return _report(docs, references, n, policy, near_dup_threshold, min_shared, **options)
 
 
