@@ -45,10 +45,10 @@ DEFAULT_MINHASH_SEED = 1
 PREFILTER_K = 5
 POLICIES = ("drop", "flag")
 
-# Token hash: the token's first 8 bytes as a little-endian word (masked to the token) xor a
-# length-dependent value; longer tokens fold in more words (multiply by an odd constant, xor the
+# Token hash: the token's first 8 bytes as a little-endian word (masked to the token); longer
+# tokens fold in a length-dependent value and more words (multiply by an odd constant, xor the
 # word; see _long_token_hashes); then finalised. Most tokens fit one word, so hashing is two
-# gathers, a mask and an xor per token.
+# gathers and a mask per token.
 _LEN_MIX = np.uint64(0xC2B2AE3D27D4EB4F)
 _WORD_MUL = np.uint64(0xD6E8FEB86659FD93)
 # Window hash: the polynomial START * P**n + sum(t_k * P**(n - 1 - k)) over the n token hashes
@@ -270,7 +270,7 @@ def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
     setting bit 5 of every byte below 0x80. Each token's first 8 bytes come from the aligned
     words of the buffer, masked to its length.
     """
-    parts = [_as_bytes(t) for t in texts]
+    parts = [t if type(t) is bytes else _as_bytes(t) for t in texts]
     doc_lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
     # Documents are joined by one space; doc_starts[i] is where document i starts in the buffer.
     doc_starts = np.zeros(len(parts) + 1, dtype=np.int64)
@@ -320,8 +320,7 @@ def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
     hashes |= following
     mask = _ALL_ONES << (lengths << _THREE)
     np.invert(mask, out=mask)
-    hashes &= mask
-    hashes ^= lengths * _LEN_MIX
+    hashes &= mask  # a token of at most 8 bytes has no NUL: the masked word alone tells its length
     longer = np.flatnonzero(token_lengths > 8)
     if len(longer):
         words = np.ndarray((max(size, 1),), dtype="<u8", buffer=low, strides=(1,))
@@ -337,6 +336,7 @@ def _long_token_hashes(words: np.ndarray, hashes: np.ndarray, starts: np.ndarray
     the token). With the first word and the length they cover every byte of the token; most long
     tokens are at most 16 bytes, so this is usually one gather and no loop. Indexing reads the
     overlapping view in place (take would copy it whole first)."""
+    hashes ^= lengths.view(np.uint64) * _LEN_MIX  # 9 and 10 times "a" share their first and last words
     last = words[starts + (lengths - 8)]
     middle = np.flatnonzero(lengths > 16)
     offset = 8
@@ -1250,11 +1250,13 @@ def decontaminate_tasks(tasks: Sequence[tuple[str, str | Path]], references: Seq
     manifests list them): every file of a task is read exactly once. Option documents (task id ->
     document bytes, from the shard documents files: manifest_tasks) spares reading those tasks'
     directories; the report is the same."""
-    by_id: dict[str, str | Path] = {}
-    for tid, d in tasks:
-        if tid in by_id:
-            raise TermforgeError(f"task id {tid!r} appears twice: {by_id[tid]} and {d}")
-        by_id[tid] = d
+    by_id: dict[str, str | Path] = dict(tasks)
+    if len(by_id) < len(tasks):  # find the first repeated id to name it
+        seen: dict[str, str | Path] = {}
+        for tid, d in tasks:
+            if tid in seen:
+                raise TermforgeError(f"task id {tid!r} appears twice: {seen[tid]} and {d}")
+            seen[tid] = d
     workers = int(options.pop("workers", 1) or 1)
     documents = options.pop("documents", None) or {}
     if workers > 1 and len(by_id) > WORKER_CHUNK:
