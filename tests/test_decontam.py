@@ -734,6 +734,7 @@ def test_folded_runs_from_the_cache_and_padded_separators_give_the_regex_tokens(
     texts = ["a—b", "x…y½z", "Ωmega—ΩMEGA", "café—CAFÉ→naïve", "“q”", "KELVIN:\u212a1", "ǅx—ǅ", "\u00a0pad\u00a0"]
     expected = [w for t in texts for w in token_re.findall(t.lower())]
     mod._RUN_FOLDS.clear()
+    mod._CONTEXT_RUNS.clear()
     cold = mod._tokenize(texts)
     warm = mod._tokenize(texts)  # every run now comes from the cache
     assert [cold.words(i, i + 1) for i in range(len(expected))] == expected

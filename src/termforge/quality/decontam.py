@@ -158,29 +158,38 @@ def _prefolded(t: bytes) -> bytes:
 
 
 # Folded non-ASCII runs by their bytes: a corpus repeats a few hundred distinct runs (accented
-# letters, dashes, quotes), so most runs cost one dictionary lookup. Cleared when it grows large.
+# letters, dashes, quotes), so most runs cost one dictionary lookup. None: the run folds to
+# itself. Runs holding a context-dependent lowercase are also in _CONTEXT_RUNS. Both are cleared
+# when the cache grows large.
 _RUN_FOLDS: dict[bytes, bytes | None] = {}
+_CONTEXT_RUNS: set[bytes] = set()
 _RUN_FOLDS_MAX = 1 << 16
 
 
 def _folded_runs(runs: list[bytes]) -> list[bytes | None]:
     """Each run of bytes >= 0x80 folded by the code-point table (invalid UTF-8 replaced: never a
-    token); a fold made only of separators is padded with spaces to the run's length (the same
-    tokens, and nothing after it moves); None for a run holding a context-dependent lowercase."""
+    token), or None where the fold is the run itself; a fold made only of separators is padded
+    with spaces to the run's length (the same tokens, and nothing after it moves)."""
     cache = _RUN_FOLDS
+    try:
+        return list(map(cache.__getitem__, runs))
+    except KeyError:
+        pass
     if len(cache) > _RUN_FOLDS_MAX:
         cache.clear()
+        _CONTEXT_RUNS.clear()
     missing = [r for r in dict.fromkeys(runs) if r not in cache]
-    if missing:
-        texts = [r.decode("utf-8", errors="replace") for r in missing]
-        for run, text, folded in zip(missing, texts, _unfolded_many(texts)):
-            if any(c in text for c in _CONTEXT_LOWER):
-                cache[run] = None
-            elif len(folded) < len(run) and not folded.strip(b" "):
-                cache[run] = b" " * len(run)
-            else:
-                cache[run] = folded
-    return [cache[r] for r in runs]
+    texts = [r.decode("utf-8", errors="replace") for r in missing]
+    for run, text, folded in zip(missing, texts, _unfolded_many(texts)):
+        if any(c in text for c in _CONTEXT_LOWER):
+            _CONTEXT_RUNS.add(run)
+        if folded == run:
+            cache[run] = None
+        elif len(folded) < len(run) and not folded.strip(b" "):
+            cache[run] = b" " * len(run)
+        else:
+            cache[run] = folded
+    return list(map(cache.__getitem__, runs))
 
 
 def _fold_high_runs(data: bytes, doc_starts: np.ndarray, parts: list[bytes]) -> tuple[bytes | bytearray, np.ndarray]:
@@ -202,18 +211,23 @@ def _fold_high_runs(data: bytes, doc_starts: np.ndarray, parts: list[bytes]) -> 
     run_starts = at[np.append(0, breaks + 1)]
     run_ends = at[np.append(breaks, len(at) - 1)] + 1
     starts, ends = run_starts.tolist(), run_ends.tolist()
-    folded = _folded_runs([data[a:b] for a, b in zip(starts, ends)])
-    if None in folded:  # rare: fold those documents whole, by context
+    runs = [data[a:b] for a, b in zip(starts, ends)]
+    folded = _folded_runs(runs)
+    if _CONTEXT_RUNS and not _CONTEXT_RUNS.isdisjoint(runs):  # rare: fold those documents whole
         parts = [_prefolded(p) for p in parts]
         lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
         doc_starts = np.zeros(len(parts) + 1, dtype=np.int64)
         np.cumsum(lengths + 1, out=doc_starts[1:])
         return _fold_high_runs(b" ".join([*parts, _PAD]), doc_starts, parts)
-    if all(len(piece) == b - a for a, b, piece in zip(starts, ends, folded)):
+    edits = [(a, b, piece) for a, b, piece in zip(starts, ends, folded) if piece is not None]
+    if not edits:
+        return data, doc_starts
+    if all(len(piece) == b - a for a, b, piece in edits):
         buffer = bytearray(data)  # the usual case: every fold fits its run, written in place
-        for a, b, piece in zip(starts, ends, folded):
+        for a, b, piece in edits:
             buffer[a:b] = piece
         return buffer, doc_starts
+    folded = [run if piece is None else piece for run, piece in zip(runs, folded)]
     pieces, prev = [], 0
     for a, b, piece in zip(starts, ends, folded):
         pieces += (data[prev:a], piece)
@@ -653,19 +667,21 @@ class ReferenceIndex:
         self.ref_of = val.astype(np.int32)
         self._ref_of_list: list[int] = self.ref_of.tolist()
         self.short_lengths: list[int] = sorted(short_lengths)
-        # A byte table on the top hash bits, about 64 entries per distinct n-gram (false candidates
-        # near 1.5%, which the binary search then rejects): one gather per probe (a packed bit
-        # table costs four more array passes than its cache misses save).
-        bits = int(min(26, max(16, np.ceil(np.log2(max(len(self.hashes), 1) * 64)))))
+        # A byte table on the top hash bits, about 8 entries per distinct n-gram (false candidates
+        # near 12%, which the binary search then rejects): one gather per probe (a packed bit
+        # table costs four more array passes than its cache misses save). scan_documents probes
+        # only the windows the k-gram table lets through, so a small table that stays in cache
+        # beats a sparser one that rejects a few more.
+        bits = int(min(26, max(16, np.ceil(np.log2(max(len(self.hashes), 1) * 8)))))
         self._filter_shift = np.uint64(64 - bits)
         self._filter = np.zeros(1 << bits, dtype=bool)
         self._filter[self.hashes >> self._filter_shift] = True
         # The same kind of table for the references' PREFILTER_K-grams: a window can only be shared
         # if the k-grams it starts and ends with are (see _prefiltered_windows).
-        kgram = np.sort(np.concatenate(kgrams)) if kgrams else np.empty(0, dtype=np.uint64)
-        kgram = kgram[np.append(True, kgram[1:] != kgram[:-1])] if len(kgram) else kgram
-        # Looked up at every token: 8 entries per k-gram keep the table in cache, and the ~12% false
-        # candidates at each end of a window leave ~1.5% of windows to hash and probe.
+        kgram = np.concatenate(kgrams) if kgrams else np.empty(0, dtype=np.uint64)
+        # Looked up at every token: 8 entries per k-gram (repeats counted too: no sort to find the
+        # distinct ones) keep the table in cache, and the ~12% false candidates at each end of a
+        # window leave ~1.5% of windows to hash and probe.
         bits = int(min(24, max(16, np.ceil(np.log2(max(len(kgram), 1) * 8)))))
         self._kgram_shift = np.uint64(64 - bits)
         self._kgram_filter = np.zeros(1 << bits, dtype=bool)
