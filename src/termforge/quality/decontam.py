@@ -652,10 +652,19 @@ class ReferenceIndex:
             vals.append(np.searchsorted(tokens.offsets, p, side="right") - 1 + start)
         key = np.concatenate(keys) if keys else np.empty(0, dtype=np.uint64)
         val = np.concatenate(vals) if vals else np.empty(0, dtype=np.int64)
-        # val (the reference) never decreases along the batches, so a stable sort on the hash
-        # alone orders by (hash, reference).
-        order = np.argsort(key, kind="stable")
+        # Sort by (hash, reference): a quicksort on the hash, then the few runs of equal hashes (an
+        # n-gram repeated in a text or shared by references) sorted on the reference as well.
+        order = np.argsort(key)
         key, val = key[order], val[order]
+        tied = np.zeros(len(key), dtype=bool)
+        if len(key) > 1:
+            same = key[1:] == key[:-1]
+            tied[1:] = same
+            tied[:-1] |= same
+        if tied.any():
+            at = np.flatnonzero(tied)
+            resort = np.lexsort((val[at], key[at]))
+            val[at] = val[at][resort]
         distinct = np.ones(len(key), dtype=bool)
         distinct[1:] = (key[1:] != key[:-1]) | (val[1:] != val[:-1])
         key, val = key[distinct], val[distinct]
