@@ -1,19 +1,22 @@
 """Decontamination: hashed word n-grams against reference sets, MinHash near duplicates in the corpus.
 
 A task document (instruction, answer key and tests) is cut into lowercase alphanumeric word
-tokens. A batch of documents is tokenised and hashed with numpy over its bytes: each token is
-hashed once from its 8-byte words, and no Python object is made per token or per n-gram. The
-hash of an n-gram is a polynomial in its n token hashes (mod 2**64) plus a 64-bit finaliser. The
-5-gram hashes (the near-duplicate shingles) are computed for every position; an n-gram is hashed
-and probed only where the 5-grams at both of its ends occur in some reference (a table lookup),
-which is a few windows in a hundred. References are indexed once (sorted n-gram hashes ->
-reference ids, with a byte table in front that rejects most misses in one lookup). In non-ASCII
-documents only the runs of non-ASCII bytes are decoded and folded (one table lookup per code
-point); the rest takes the ASCII path. Near duplicates inside the corpus come from
-one-permutation MinHash sketches of word shingles, computed per batch with array operations, and
-LSH bands whose candidates are confirmed by the sketch's Jaccard estimate; they are reported as
-clusters. Each task file is read once, as bytes, and not at all where generate's shard documents
-file holds the task's text (see "shard documents" below).
+tokens. A batch of documents is tokenised and hashed with numpy over its bytes: a few uint8 array
+operations find the token bytes and lower ASCII, each token is hashed once from its 8-byte words,
+and no Python object is made per token or per n-gram. The hash of an n-gram is a polynomial in its
+n token hashes (mod 2**64) plus a 64-bit finaliser. The 5-gram polynomials (the near-duplicate
+shingles) are computed for every position, unfinalised (their bits are already uniform); an
+n-gram is hashed and probed only where the 5-grams at both of its ends occur in some reference (a
+table lookup), which is a few windows in a hundred, and the shared windows are grouped per
+document and reference with array operations. References are indexed once (sorted n-gram hashes
+-> reference ids, with a byte table in front that rejects most misses in one lookup). In
+non-ASCII documents only the runs of non-ASCII bytes are folded (one table lookup per code
+point, each distinct run once per process), in place where the fold keeps the run's length; the
+rest takes the ASCII path. Near duplicates inside the corpus come from one-permutation MinHash
+sketches of word shingles, computed per batch with array operations, and LSH bands whose
+candidates are confirmed by the sketch's Jaccard estimate (after one byte per bin rules most of
+them out); they are reported as clusters. Each task file is read once, as bytes, and not at all
+where generate's shard documents file holds the task's text (see "shard documents" below).
 
 Everything is deterministic: token and n-gram hashes are seedless functions of the text, the
 sketch hash is salted by a fixed seed, tasks are visited in sorted id order and every list in the
@@ -268,8 +271,8 @@ class _TokenBatch:
                                                              self.ends[first:stop].tolist())).decode("utf-8")
 
 
-# Eight spaces after the last document (one joining, seven more): the strided uint64 view can then
-# read a full word at every byte position of the batch.
+# Seven spaces after the one that follows the last document: the last token ends inside the
+# buffer and every 8-byte word a token touches lies within it.
 _PAD = b"       "
 _ALL_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
 _THREE = np.uint64(3)
@@ -973,10 +976,10 @@ class NearDuplicateFinder:
         """Sketches of a batch of documents (tokens offsets[i]:offsets[i+1] of token_hashes) whose
         shingles are windows of `width` tokens; windows[p] is the unfinalised hash of the window
         starting at token p (_window_hashes(token_hashes, width, finalise=False)), whether or not it
-        runs into the next document. Those that do are left out by
-        giving them the empty value (cheaper than cutting them out of the array); a document
-        shorter than width has its whole token sequence as its one shingle, as in _batch_windows.
-        Returns (sketches, shingles per document)."""
+        runs into the next document. Those that do are left out by giving them the empty value
+        (cheaper than cutting them out of the array); a document shorter than width has its whole
+        token sequence as its one shingle, as in _batch_windows. Returns (sketches, shingles per
+        document)."""
         n_docs = len(offsets) - 1
         out = np.full((n_docs, self.num_perm), _EMPTY_BIN, dtype=np.uint32)
         counts = np.diff(offsets)
@@ -1006,7 +1009,7 @@ class NearDuplicateFinder:
             bins *= np.uint64(self.num_perm)
             bins >>= np.uint64(32)
         else:
-            bins = h >> np.uint64(64 - (self.num_perm.bit_length() - 1))
+            bins = h >> np.uint64(64 - (int(self.num_perm).bit_length() - 1))
         rows += bins.view(np.int64)  # below num_perm: the view is the value
         values = h.astype(np.uint32)  # the cast keeps the low 32 bits
         if skip is not None:
@@ -1066,8 +1069,7 @@ class NearDuplicateFinder:
         key = np.sort(key.astype(np.uint32) if n * n <= 1 << 32 else key)  # 32-bit keys sort faster
         keep = np.ones(len(key), dtype=bool)
         np.not_equal(key[1:], key[:-1], out=keep[1:])
-        key = key[keep]
-        key = key.astype(np.int64)
+        key = key[keep].astype(np.int64)
         return np.stack([key // n, key % n], axis=1)
 
     @property
@@ -1132,7 +1134,7 @@ class NearDuplicateFinder:
 
 def _row_counts(flags: np.ndarray) -> np.ndarray:
     """True values per row of a 2-d bool array."""
-    rows, width = flags.shape
+    width = flags.shape[1]
     if width % 8 or width > 255 or not flags.flags.c_contiguous:
         return np.count_nonzero(flags, axis=1)
     # Eight bool bytes per uint64 word: summing the words adds each byte lane without carries (a
