@@ -677,7 +677,6 @@ class ReferenceIndex:
         self.hashes = key[first]
         self.offsets = np.append(first, len(key)).astype(np.int64)
         self.ref_of = val.astype(np.int32)
-        self._ref_of_list: list[int] = self.ref_of.tolist()
         self.short_lengths: list[int] = sorted(short_lengths)
         # A byte table on the top hash bits, about 8 entries per distinct n-gram (false candidates
         # near 12%, which the binary search then rejects): one gather per probe (a packed bit
@@ -744,7 +743,7 @@ class ReferenceIndex:
         slot = int(np.searchsorted(self.hashes, np.uint64(h)))
         if slot >= len(self.hashes) or int(self.hashes[slot]) != int(h):
             return []
-        return self._ref_of_list[self.offsets[slot]:self.offsets[slot + 1]]
+        return self.ref_of[self.offsets[slot]:self.offsets[slot + 1]].tolist()
 
     def lookup(self, h: int) -> list[str]:
         """Ids of the references containing n-gram hash h."""
