@@ -826,3 +826,23 @@ def test_shared_ngram_counts_equal_a_plain_set_intersection():
     assert {(h["task_id"], h["ref_id"]): h["shared_ngrams"] for h in hits} == want
     for h in hits:
         assert h["example_ngram"] in " ".join(word_tokens(dict(docs)[h["task_id"]]))
+
+
+def test_reference_index_lists_each_reference_once_per_ngram_in_order():
+    # n-grams repeated inside a reference and shared by several references: each hash lists the
+    # references holding it exactly once, in reference order, as the plain definition says.
+    import numpy as np
+
+    from termforge.quality.decontam import ngram_hashes
+
+    base = _vocab_text(41, 60)
+    texts = [base + " " + base, _vocab_text(42, 50), base, _vocab_text(43, 30) + " " + base[:200], base]
+    refs = [RefDoc(f"r/{i}", "r", t) for i, t in enumerate(texts)]
+    index = ReferenceIndex(refs, 13)
+    want: dict[int, list[int]] = {}
+    for i, ref in enumerate(refs):
+        for h in ngram_hashes(ref.text, 13).tolist():
+            want.setdefault(h, []).append(i)
+    assert sorted(want) == index.hashes.tolist()
+    assert {h: index.ref_indices(h) for h in want} == want
+    assert (np.diff(index.offsets) >= 1).all() and len(index.ref_of) == index.offsets[-1]
