@@ -703,3 +703,146 @@ def test_chunked_atomic_write_survives_short_writes(tmp_path, monkeypatch):
     chunks = [b"header\n", b"", b"x" * 20, b"abc", b"\xff" * 9]
     atomic_write_chunks(tmp_path / "f.docs", chunks)
     assert (tmp_path / "f.docs").read_bytes() == b"".join(chunks)
+
+
+def test_tokens_that_differ_anywhere_hash_apart():
+    # Tokens of 9 to 40 bytes differing in one byte (first word, middle words, last 8 bytes, or
+    # the bytes where the first and last words overlap) and tokens of 8/16/24 bytes: distinct
+    # tokens, distinct hashes; equal tokens at any alignment, equal hashes.
+    from termforge.quality.decontam import _tokenize
+
+    words = set()
+    for length in (7, 8, 9, 15, 16, 17, 23, 24, 25, 33, 40):
+        base = "a" * length
+        words.add(base)
+        for at in range(length):
+            words.add(base[:at] + "b" + base[at + 1:])
+    words = sorted(words)
+    texts = [" " * shift + " ".join(words) for shift in range(8)]  # every byte alignment
+    batch = _tokenize(texts)
+    per_text = batch.hashes.reshape(8, len(words))
+    assert (per_text == per_text[0]).all()
+    assert len(set(per_text[0].tolist())) == len(words)
+
+
+def test_folded_runs_from_the_cache_and_padded_separators_give_the_regex_tokens():
+    import re
+
+    from termforge.quality import decontam as mod
+
+    token_re = re.compile(r"[^\W_]+")
+    texts = ["a—b", "x…y½z", "Ωmega—ΩMEGA", "café—CAFÉ→naïve", "“q”", "KELVIN:\u212a1", "ǅx—ǅ", "\u00a0pad\u00a0"]
+    expected = [w for t in texts for w in token_re.findall(t.lower())]
+    mod._RUN_FOLDS.clear()
+    mod._CONTEXT_RUNS.clear()
+    cold = mod._tokenize(texts)
+    warm = mod._tokenize(texts)  # every run now comes from the cache
+    assert [cold.words(i, i + 1) for i in range(len(expected))] == expected
+    assert cold.hashes.tolist() == warm.hashes.tolist() and cold.offsets.tolist() == warm.offsets.tolist()
+    assert mod._RUN_FOLDS["—".encode()] == b"   "  # a separator fold padded to the run's length
+
+
+def test_sketches_of_uncut_windows_equal_sketches_of_each_document_alone():
+    # window_sketches leaves the windows that cross a document's end in the batch's array (as
+    # empty values); each document's sketch must equal its sketch scanned alone, where no window
+    # crosses anything, for windows longer and shorter than some documents.
+    import numpy as np
+
+    from termforge.quality.decontam import NearDuplicateFinder, _tokenize, _window_hashes
+
+    texts = ["", "one", "two words", "four words right here", "five words are right here",
+             _vocab_text(7, 300), _vocab_text(8, 40), "x y z", _vocab_text(9, 6)]
+    batch = _tokenize(texts)
+    finder = NearDuplicateFinder(num_perm=32, seed=3)
+    for width in (1, 3, 5, 8):
+        windows = _window_hashes(batch.hashes, width, finalise=False)
+        got, sizes = finder.window_sketches(windows, batch.offsets, width, batch.hashes)
+        for d, text in enumerate(texts):
+            alone = _tokenize([text])
+            one, size = finder.window_sketches(_window_hashes(alone.hashes, width, finalise=False), alone.offsets,
+                                               width, alone.hashes)
+            assert (got[d] == one[0]).all() and sizes[d] == size[0], (width, d)
+        assert sizes == [max(n - width + 1, min(n, 1)) for n in np.diff(batch.offsets).tolist()]
+
+
+def test_byte_prefilter_keeps_every_pair_the_full_estimate_confirms():
+    import numpy as np
+
+    from termforge.quality.decontam import NearDuplicateFinder, _row_counts
+
+    rng = np.random.default_rng(12)
+    for num_perm, threshold in ((64, 0.8), (256, 0.7), (12, 0.5)):
+        finder = NearDuplicateFinder(threshold=threshold, num_perm=num_perm)
+        base = rng.integers(0, 2**63, 400, dtype=np.uint64)
+        for i in range(120):
+            doc = base.copy()
+            doc[rng.integers(0, len(doc), rng.integers(0, 160))] = rng.integers(0, 2**63, 1)[0]
+            finder.add(f"t{i:03d}", doc if i % 4 else rng.integers(0, 2**63, 400, dtype=np.uint64))
+        cand = finder._candidates()
+        est = finder.estimates_pairwise(finder._store[cand[:, 0]], finder._store[cand[:, 1]])
+        ids = finder._ids
+        want = sorted((ids[a], ids[b], e) for (a, b), e in zip(cand.tolist(), est.tolist()) if e >= threshold)
+        assert finder.pairs == want and want, num_perm
+        flags = rng.random((50, num_perm)) < 0.6
+        assert _row_counts(flags).tolist() == np.count_nonzero(flags, axis=1).tolist()
+
+
+def test_shared_ngram_counts_equal_a_plain_set_intersection():
+    # The array grouping of shared windows per document and reference against the plain
+    # definition: distinct shared word n-grams, with references that share n-grams themselves,
+    # a short reference (windows of its own length) and documents with several references.
+    from termforge.quality.decontam import ReferenceIndex, scan_documents
+
+    rng = random.Random(31)
+    refs = [RefDoc(f"r/{i}", "r", _vocab_text(700 + i, rng.randint(20, 90))) for i in range(5)]
+    refs.append(RefDoc("r/copy", "r", refs[0].text + " " + refs[1].text[:200]))
+    refs.append(RefDoc("r/short", "r", _vocab_text(799, 10)))
+    docs = []
+    for i in range(40):
+        words = _vocab_text(800 + i, rng.randint(0, 80)).split()
+        for _ in range(rng.randint(0, 3)):
+            ref_words = rng.choice(refs).text.split()
+            a = rng.randrange(len(ref_words))
+            words[rng.randint(0, len(words)):0] = ref_words[a:a + rng.randint(5, 40)]
+        docs.append((f"d{i:02d}", " ".join(words)))
+    index = ReferenceIndex(refs, 13)
+    hits, _ = scan_documents(docs, index, batch_size=7)
+
+    def grams(tokens, n):
+        return {tuple(tokens[k:k + n]) for k in range(len(tokens) - n + 1)} if len(tokens) >= n else {tuple(tokens)}
+
+    # Documents are probed with windows of 13 and of each short reference's length; a text shorter
+    # than a window is one whole-sequence n-gram.
+    widths = [13, *index.short_lengths]
+    assert widths == [13, 10]
+    want = {}
+    for tid, text in docs:
+        tokens = word_tokens(text)
+        doc_grams = set().union(*(grams(tokens, w) for w in widths)) if tokens else set()
+        for ref in refs:
+            shared = doc_grams & grams(word_tokens(ref.text), 13)
+            if shared:
+                want[(tid, ref.ref_id)] = len(shared)
+    assert {(h["task_id"], h["ref_id"]): h["shared_ngrams"] for h in hits} == want
+    for h in hits:
+        assert h["example_ngram"] in " ".join(word_tokens(dict(docs)[h["task_id"]]))
+
+
+def test_reference_index_lists_each_reference_once_per_ngram_in_order():
+    # n-grams repeated inside a reference and shared by several references: each hash lists the
+    # references holding it exactly once, in reference order, as the plain definition says.
+    import numpy as np
+
+    from termforge.quality.decontam import ngram_hashes
+
+    base = _vocab_text(41, 60)
+    texts = [base + " " + base, _vocab_text(42, 50), base, _vocab_text(43, 30) + " " + base[:200], base]
+    refs = [RefDoc(f"r/{i}", "r", t) for i, t in enumerate(texts)]
+    index = ReferenceIndex(refs, 13)
+    want: dict[int, list[int]] = {}
+    for i, ref in enumerate(refs):
+        for h in ngram_hashes(ref.text, 13).tolist():
+            want.setdefault(h, []).append(i)
+    assert sorted(want) == index.hashes.tolist()
+    assert {h: index.ref_indices(h) for h in want} == want
+    assert (np.diff(index.offsets) >= 1).all() and len(index.ref_of) == index.offsets[-1]

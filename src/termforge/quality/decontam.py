@@ -1,19 +1,22 @@
 """Decontamination: hashed word n-grams against reference sets, MinHash near duplicates in the corpus.
 
 A task document (instruction, answer key and tests) is cut into lowercase alphanumeric word
-tokens. A batch of documents is tokenised and hashed with numpy over its bytes: each token is
-hashed once from its 8-byte words, and no Python object is made per token or per n-gram. The
-hash of an n-gram is a polynomial in its n token hashes (mod 2**64) plus a 64-bit finaliser. The
-5-gram hashes (the near-duplicate shingles) are computed for every position; an n-gram is hashed
-and probed only where the 5-grams at both of its ends occur in some reference (a table lookup),
-which is a few windows in a hundred. References are indexed once (sorted n-gram hashes ->
-reference ids, with a byte table in front that rejects most misses in one lookup). In non-ASCII
-documents only the runs of non-ASCII bytes are decoded and folded (one table lookup per code
-point); the rest takes the ASCII path. Near duplicates inside the corpus come from
-one-permutation MinHash sketches of word shingles, computed per batch with array operations, and
-LSH bands whose candidates are confirmed by the sketch's Jaccard estimate; they are reported as
-clusters. Each task file is read once, as bytes, and not at all where generate's shard documents
-file holds the task's text (see "shard documents" below).
+tokens. A batch of documents is tokenised and hashed with numpy over its bytes: a few uint8 array
+operations find the token bytes and lower ASCII, each token is hashed once from its 8-byte words,
+and no Python object is made per token or per n-gram. The hash of an n-gram is a polynomial in its
+n token hashes (mod 2**64) plus a 64-bit finaliser. The 5-gram polynomials (the near-duplicate
+shingles) are computed for every position, unfinalised (their bits are already uniform); an
+n-gram is hashed and probed only where the 5-grams at both of its ends occur in some reference (a
+table lookup), which is a few windows in a hundred, and the shared windows are grouped per
+document and reference with array operations. References are indexed once (sorted n-gram hashes
+-> reference ids, with a byte table in front that rejects most misses in one lookup). In
+non-ASCII documents only the runs of non-ASCII bytes are folded (one table lookup per code
+point, each distinct run once per process), in place where the fold keeps the run's length; the
+rest takes the ASCII path. Near duplicates inside the corpus come from one-permutation MinHash
+sketches of word shingles, computed per batch with array operations, and LSH bands whose
+candidates are confirmed by the sketch's Jaccard estimate (after one byte per bin rules most of
+them out); they are reported as clusters. Each task file is read once, as bytes, and not at all
+where generate's shard documents file holds the task's text (see "shard documents" below).
 
 Everything is deterministic: token and n-gram hashes are seedless functions of the text, the
 sketch hash is salted by a fixed seed, tasks are visited in sorted id order and every list in the
@@ -22,9 +25,11 @@ report is sorted.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import json
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,12 +49,12 @@ DEFAULT_MINHASH_SEED = 1
 PREFILTER_K = 5
 POLICIES = ("drop", "flag")
 
-# Token hash: the token's bytes read as little-endian 8-byte words, folded word by word
-# (multiply by an odd constant, xor the next word) starting from a length-dependent value, then
-# finalised. Most tokens fit one word, so hashing is a gather, a mask and an xor per token.
+# Token hash: the token's first 8 bytes as a little-endian word (masked to the token); longer
+# tokens fold in a length-dependent value and more words (multiply by an odd constant, xor the
+# word; see _long_token_hashes); then finalised. Most tokens fit one word, so hashing is two
+# gathers and a mask per token.
 _LEN_MIX = np.uint64(0xC2B2AE3D27D4EB4F)
 _WORD_MUL = np.uint64(0xD6E8FEB86659FD93)
-_WORD_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 # Window hash: the polynomial START * P**n + sum(t_k * P**(n - 1 - k)) over the n token hashes
 # (mod 2**64); the non-zero start keeps sequences of different lengths apart by construction.
 _POLY = 0x9E3779B97F4A7C15
@@ -58,6 +63,7 @@ _FMIX_SHIFT = np.uint64(33)
 _FMIX_M1 = np.uint64(0xFF51AFD7ED558CCD)
 _FMIX_M2 = np.uint64(0xC4CEB9FE1A85EC53)
 _SPACE = 32
+_EMPTY_BIN = np.uint32(0xFFFFFFFF)  # a MinHash bin no shingle fell into
 
 
 def _fold_table() -> bytes:
@@ -154,39 +160,87 @@ def _prefolded(t: bytes) -> bytes:
     return _unfolded_many([t.decode("utf-8", errors="replace")])[0]
 
 
-def _fold_high_runs(docs: list[bytes]) -> list[bytes] | None:
-    """Each non-ASCII document with every run of bytes >= 0x80 folded by the code-point table, or
-    None when a run holds a context-dependent lowercase (such documents must be folded whole).
+# Folded non-ASCII runs by their bytes: a corpus repeats a few hundred distinct runs (accented
+# letters, dashes, quotes), so most runs cost one dictionary lookup. None: the run folds to
+# itself. Runs holding a context-dependent lowercase are also in _CONTEXT_RUNS. Both are cleared
+# when the cache grows large.
+_RUN_FOLDS: dict[bytes, bytes | None] = {}
+_CONTEXT_RUNS: set[bytes] = set()
+_RUN_FOLDS_MAX = 1 << 16
+
+
+def _folded_runs(runs: list[bytes]) -> list[bytes | None]:
+    """Each run of bytes >= 0x80 folded by the code-point table (invalid UTF-8 replaced: never a
+    token), or None where the fold is the run itself; a fold made only of separators is padded
+    with spaces to the run's length (the same tokens, and nothing after it moves)."""
+    cache = _RUN_FOLDS
+    try:
+        return list(map(cache.__getitem__, runs))
+    except KeyError:
+        pass
+    if len(cache) > _RUN_FOLDS_MAX:
+        cache.clear()
+        _CONTEXT_RUNS.clear()
+    missing = [r for r in dict.fromkeys(runs) if r not in cache]
+    texts = [r.decode("utf-8", errors="replace") for r in missing]
+    for run, text, folded in zip(missing, texts, _unfolded_many(texts)):
+        if any(c in text for c in _CONTEXT_LOWER):
+            _CONTEXT_RUNS.add(run)
+        if folded == run:
+            cache[run] = None
+        elif len(folded) < len(run) and not folded.strip(b" "):
+            cache[run] = b" " * len(run)
+        else:
+            cache[run] = folded
+    return list(map(cache.__getitem__, runs))
+
+
+def _fold_high_runs(data: bytes, doc_starts: np.ndarray, parts: list[bytes]) -> tuple[bytes | bytearray, np.ndarray]:
+    """The batch buffer with every run of bytes >= 0x80 folded by the code-point table, and the
+    documents' start offsets in it (a fold may change a run's byte length).
 
     Folding is per code point and every ASCII byte decodes alone, so a run of bytes >= 0x80 between
     ASCII bytes decodes to the same code points in isolation as in its text, and folding only the
-    runs gives the tokens that folding the whole text gives (ASCII bytes are lowered by _FOLD
-    later; re-folding already folded text changes nothing: the table is idempotent, which a test
-    checks). A document with one accented word thus costs what an ASCII one costs, plus its runs.
+    runs gives the tokens that folding the whole text gives (the fold is idempotent, which a test
+    checks, so text folded before is unchanged). A document with one accented word thus costs what
+    an ASCII one costs, plus its runs. Documents whose runs hold a context-dependent lowercase
+    (_CONTEXT_LOWER) are folded whole first, then the batch is folded again.
     """
-    blob = b"\n".join(docs)  # an ASCII separator: no run crosses documents
-    codes = np.frombuffer(blob, dtype=np.uint8)
-    high = np.zeros(len(codes) + 2, dtype=bool)
-    np.greater_equal(codes, 0x80, out=high[1:-1])
-    edges = np.flatnonzero(high[1:] != high[:-1]).tolist()
-    run_starts, run_ends = edges[0::2], edges[1::2]
-    runs = [blob[a:b].decode("utf-8", errors="replace") for a, b in zip(run_starts, run_ends)]
-    if any(c in "".join(runs) for c in _CONTEXT_LOWER):
-        return None
-    folded = _unfolded_many(runs)
-    out: list[bytes] = []
-    r, start = 0, 0
-    for doc in docs:
-        end = start + len(doc)
-        pieces, prev = [], start
-        while r < len(run_starts) and run_starts[r] < end:
-            pieces += (blob[prev:run_starts[r]], folded[r])
-            prev = run_ends[r]
-            r += 1
-        pieces.append(blob[prev:end])
-        out.append(b"".join(pieces))
-        start = end + 1
-    return out
+    # The non-ASCII bytes are few: find them, then cut them into runs of consecutive positions.
+    at = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) >= 0x80)
+    if len(at) == 0:  # documents folded whole (below) can come back all ASCII
+        return data, doc_starts
+    breaks = np.flatnonzero(at[1:] != at[:-1] + 1)
+    run_starts = at[np.append(0, breaks + 1)]
+    run_ends = at[np.append(breaks, len(at) - 1)] + 1
+    starts, ends = run_starts.tolist(), run_ends.tolist()
+    runs = [data[a:b] for a, b in zip(starts, ends)]
+    folded = _folded_runs(runs)
+    if _CONTEXT_RUNS and not _CONTEXT_RUNS.isdisjoint(runs):  # rare: fold those documents whole
+        parts = [_prefolded(p) for p in parts]
+        lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+        doc_starts = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum(lengths + 1, out=doc_starts[1:])
+        return _fold_high_runs(b" ".join([*parts, _PAD]), doc_starts, parts)
+    edits = [(a, b, piece) for a, b, piece in zip(starts, ends, folded) if piece is not None]
+    if not edits:
+        return data, doc_starts
+    if all(len(piece) == b - a for a, b, piece in edits):
+        buffer = bytearray(data)  # the usual case: every fold fits its run, written in place
+        for a, b, piece in edits:
+            buffer[a:b] = piece
+        return buffer, doc_starts
+    folded = [run if piece is None else piece for run, piece in zip(runs, folded)]
+    pieces, prev = [], 0
+    for a, b, piece in zip(starts, ends, folded):
+        pieces += (data[prev:a], piece)
+        prev = b
+    pieces.append(data[prev:])
+    # A document starts after every run before it: shift its start by their change in length.
+    growth = np.zeros(len(folded) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, folded), dtype=np.int64, count=len(folded)) - (run_ends - run_starts),
+              out=growth[1:])
+    return b"".join(pieces), doc_starts + growth[np.searchsorted(run_starts, doc_starts)]
 
 
 def _fold(text: str) -> bytes:
@@ -201,9 +255,10 @@ def word_tokens(text: str) -> list[str]:
 
 @dataclass
 class _TokenBatch:
-    """Documents tokenised together: token byte spans in `data`, token hashes, per-document offsets."""
+    """Documents tokenised together: token byte spans in `data` (the batch buffer with ASCII
+    lowercased, a uint8 array), token hashes, per-document offsets."""
 
-    data: bytes
+    data: np.ndarray
     starts: np.ndarray
     ends: np.ndarray
     hashes: np.ndarray
@@ -212,56 +267,104 @@ class _TokenBatch:
     def words(self, first: int, stop: int) -> str:
         """Tokens first..stop-1 of the batch, joined by single spaces."""
         data = self.data
-        return b" ".join(data[a:b] for a, b in zip(self.starts[first:stop].tolist(),
-                                                   self.ends[first:stop].tolist())).decode("utf-8")
+        return b" ".join(data[a:b].tobytes() for a, b in zip(self.starts[first:stop].tolist(),
+                                                             self.ends[first:stop].tolist())).decode("utf-8")
+
+
+# Seven spaces after the one that follows the last document: the last token ends inside the
+# buffer and every 8-byte word a token touches lies within it.
+_PAD = b"       "
+_ALL_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
+_THREE = np.uint64(3)
 
 
 def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
     """Tokenise and hash a batch of texts with array operations over their bytes.
 
-    No Python object is made per token: token boundaries are where the folded bytes change
-    between space and non-space, and each token's 8-byte words are gathered through one
-    overlapping uint64 view of the buffer (one loop round per 8 bytes of the longest token, over
-    only the tokens that long).
+    No Python object is made per token. The texts are joined into one buffer (non-ASCII runs folded
+    first, see _fold_high_runs); a byte is part of a token when it is an ASCII letter or digit or a
+    byte >= 0x80 (folded runs hold only lowercase letters and digits there), which a few uint8
+    array operations decide; token boundaries are where that changes. ASCII is lowercased by
+    setting bit 5 of every byte below 0x80. Each token's first 8 bytes come from the aligned
+    words of the buffer, masked to its length.
     """
-    parts = [_as_bytes(t) for t in texts]
-    wide = [i for i, p in enumerate(parts) if not p.isascii()]
-    if wide:
-        folded = _fold_high_runs([parts[i] for i in wide])
-        if folded is None:  # rare: fold the documents with a context-dependent lowercase whole first
-            folded = _fold_high_runs([_prefolded(parts[i]) for i in wide])
-        for i, doc in zip(wide, folded):
-            parts[i] = doc
+    parts = [t if type(t) is bytes else _as_bytes(t) for t in texts]
     doc_lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-    # Seven spaces after the joining one: eight of padding let the view read a full word at every
-    # byte position.
-    data = b" ".join([*parts, b"       "]).translate(_FOLD)
+    # Documents are joined by one space; doc_starts[i] is where document i starts in the buffer.
+    doc_starts = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum(doc_lengths + 1, out=doc_starts[1:])
+    data = b" ".join([*parts, _PAD])
+    if not data.isascii():
+        data, doc_starts = _fold_high_runs(data, doc_starts, parts)
     size = len(data) - 8
-    codes = np.frombuffer(data, dtype=np.uint8, count=size)
+    raw = np.frombuffer(data, dtype=np.uint8)
+    # The buffer with ASCII lowered (bit 7 -> bit 5, inverted: bit 5 set on bytes below 0x80,
+    # which lowers letters and keeps digits; bytes >= 0x80 stay as they are), 8-byte aligned and
+    # padded so that a uint64 array over it holds every word a token touches.
+    low = np.empty(len(data) + 16, dtype=np.uint8)
+    lowered = low[:len(data)]
+    np.right_shift(raw, np.uint8(2), out=lowered)
+    np.invert(lowered, out=lowered)
+    lowered &= np.uint8(0x20)
+    lowered |= raw
+    low[len(data):] = _SPACE
+    codes = raw[:size]
     in_token = np.zeros(size + 2, dtype=bool)
-    np.not_equal(codes, _SPACE, out=in_token[1:-1])
+    flags = in_token[1:-1]
+    scratch = np.subtract(low[:size], np.uint8(0x61))
+    np.less(scratch, 26, out=flags)  # a-z after lowering (uint8 wraps below 'a')
+    np.subtract(codes, np.uint8(0x30), out=scratch)
+    flags |= scratch < 10
+    flags |= codes >= 0x80
     # Token runs begin and end exactly where the in-token flag changes, alternately. (nonzero on
     # a bool array is several times faster than on int8 differences.)
     changes = np.flatnonzero(in_token[1:] != in_token[:-1])
     starts, ends = changes[0::2], changes[1::2]
-    lengths = ends - starts
-    words = np.ndarray((max(size, 1),), dtype="<u8", buffer=data, strides=(1,))
-    hashes = lengths.view(np.uint64) * _LEN_MIX  # lengths are positive: the view is the value
-    hashes ^= words[starts] & _WORD_MASKS[np.minimum(lengths, 8)]  # indexing reads the strided view in place
-    longer = np.flatnonzero(lengths > 8)
-    offset = 8
-    while len(longer):
-        remaining = lengths[longer] - offset
-        word = words[starts[longer] + offset] & _WORD_MASKS[np.minimum(remaining, 8)]
-        hashes[longer] = (hashes[longer] * _WORD_MUL) ^ word
-        longer = longer[remaining > 8]
-        offset += 8
+    token_lengths = ends - starts
+    lengths = token_lengths.view(np.uint64)  # positive: the view is the value
+    # Each token's first 8 bytes from the two aligned words they fall in: two gathers from a
+    # contiguous array cost less than one from an overlapping unaligned view. (A shift by 64 or
+    # more gives 0 in numpy: a token starting on a word boundary takes nothing from the next word,
+    # and tokens of 8 bytes and more keep whole words under the mask below.)
+    aligned = low[:len(low) // 8 * 8].view(np.uint64)
+    word_at = starts >> 3
+    shift = (starts & 7).view(np.uint64) << _THREE
+    hashes = aligned.take(word_at)
+    hashes >>= shift
+    word_at += 1
+    following = aligned.take(word_at)
+    np.subtract(np.uint64(64), shift, out=shift)
+    following <<= shift
+    hashes |= following
+    mask = _ALL_ONES << (lengths << _THREE)
+    np.invert(mask, out=mask)
+    hashes &= mask  # a token of at most 8 bytes has no NUL: the masked word alone tells its length
+    longer = np.flatnonzero(token_lengths > 8)
+    if len(longer):
+        words = np.ndarray((max(size, 1),), dtype="<u8", buffer=low, strides=(1,))
+        hashes[longer] = _long_token_hashes(words, hashes[longer], starts[longer], token_lengths[longer])
     _fmix64(hashes)
-    # Documents are joined by one space, so document i's tokens are those starting in its span.
-    doc_starts = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum(doc_lengths + 1, out=doc_starts[1:])
     offsets = np.searchsorted(starts, doc_starts)
-    return _TokenBatch(data, starts, ends, hashes, offsets)
+    return _TokenBatch(low, starts, ends, hashes, offsets)
+
+
+def _long_token_hashes(words: np.ndarray, hashes: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Fold the rest of tokens longer than 8 bytes into their hashes: the 8-byte words at 8, 16,
+    ... that end before the token's last 8 bytes, then those last 8 bytes (a whole word, inside
+    the token). With the first word and the length they cover every byte of the token; most long
+    tokens are at most 16 bytes, so this is usually one gather and no loop. Indexing reads the
+    overlapping view in place (take would copy it whole first)."""
+    hashes ^= lengths.view(np.uint64) * _LEN_MIX  # 9 and 10 times "a" share their first and last words
+    last = words[starts + (lengths - 8)]
+    middle = np.flatnonzero(lengths > 16)
+    offset = 8
+    while len(middle):
+        hashes[middle] = (hashes[middle] * _WORD_MUL) ^ words[starts[middle] + offset]
+        offset += 8
+        middle = middle[lengths[middle] > offset + 8]
+    hashes *= _WORD_MUL
+    hashes ^= last
+    return hashes
 
 
 def _fmix64(h: np.ndarray) -> np.ndarray:
@@ -274,13 +377,16 @@ def _fmix64(h: np.ndarray) -> np.ndarray:
     return h
 
 
-def _window_hashes(token_hashes: np.ndarray, n: int, blocks: dict | None = None) -> np.ndarray:
+def _window_hashes(token_hashes: np.ndarray, n: int, blocks: dict | None = None,
+                   finalise: bool = True) -> np.ndarray:
     """Hash of every run of n consecutive token hashes (len - n + 1 values; empty if too short).
 
     The window polynomial is assembled from power-of-two blocks (block[2m] = block[m] * P**m +
     block[m] shifted by m), so n = 13 costs about a dozen array passes instead of 26. `blocks`
     (a dict kept by the caller for one token_hashes array) shares the blocks between window
-    lengths: the 5-word shingles reuse the blocks of the 13-grams.
+    lengths: the 5-word shingles reuse the blocks of the 13-grams. finalise=False leaves out the
+    finaliser: the polynomial of finalised token hashes is already uniform in its bits, which is
+    all a bit table or a MinHash sketch needs (only n-grams that must not collide are finalised).
     """
     width = len(token_hashes) - n + 1
     if width <= 0 or n <= 0:
@@ -292,50 +398,68 @@ def _window_hashes(token_hashes: np.ndarray, n: int, blocks: dict | None = None)
     while size * 2 <= n:
         if size * 2 not in blocks:
             prev = blocks[size]
-            blocks[size * 2] = prev[: len(prev) - size] * np.uint64(pow(_POLY, size, 1 << 64)) + prev[size:]
+            block = prev[: len(prev) - size] * np.uint64(pow(_POLY, size, 1 << 64))
+            block += prev[size:]
+            blocks[size * 2] = block
         size *= 2
-    acc = np.full(width, np.uint64(_START), dtype=np.uint64)
+    acc = None
     offset = 0
     while size:
         if n - offset >= size:
-            acc *= np.uint64(pow(_POLY, size, 1 << 64))
-            acc += blocks[size][offset:offset + width]
+            part = blocks[size][offset:offset + width]
+            if acc is None:  # START * P**size + the first block: one pass instead of three
+                acc = part + np.uint64(_START * pow(_POLY, size, 1 << 64) % (1 << 64))
+            else:
+                acc *= np.uint64(pow(_POLY, size, 1 << 64))
+                acc += part
             offset += size
         size //= 2
-    return _fmix64(acc)
+    return _fmix64(acc) if finalise else acc
 
 
 def _batch_windows(token_hashes: np.ndarray, offsets: np.ndarray, n: int,
-                   blocks: dict | None = None, raw: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   blocks: dict | None = None, finalise: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Window hashes of a batch of documents laid end to end in one token-hash array.
 
     Returns (hashes, start position in the flat token array), in increasing start order. Windows
     that would run into the next document are discarded; a document with fewer than n tokens (but
-    at least one) contributes one hash of its whole token sequence. raw: _window_hashes(token_hashes,
-    n), when the caller has it already.
+    at least one) contributes one hash of its whole token sequence.
     """
-    hashes = _window_hashes(token_hashes, n, blocks) if raw is None else raw
+    hashes = _window_hashes(token_hashes, n, blocks, finalise)
     starts = np.empty(0, dtype=np.int64)
     if len(hashes):
-        # The windows starting in the last n-1 tokens of each document run past its end. (For a
-        # document shorter than that, the positions reach back into the previous document's own
-        # last n-1 starts, which are invalid anyway.)
-        tails = (offsets[1:, None] - np.arange(1, n, dtype=np.int64)[None, :]).ravel()
         valid = np.ones(len(hashes), dtype=bool)
-        valid[tails[(tails >= 0) & (tails < len(hashes))]] = False
+        valid[_crossing_windows(offsets, n, len(hashes))] = False
         starts = np.flatnonzero(valid)
         hashes = hashes[starts]
-    return _with_short_documents(token_hashes, offsets, n, hashes, starts)
+    return _with_short_documents(token_hashes, offsets, n, hashes, starts, finalise)
+
+
+def _crossing_windows(offsets: np.ndarray, n: int, count: int) -> np.ndarray:
+    """Start positions (below count) of the windows of n tokens that run past their document."""
+    # The windows starting in the last n-1 tokens of each document run past its end. (For a
+    # document shorter than that, the positions reach back into the previous document's own
+    # last n-1 starts, which are invalid anyway.)
+    tails = (offsets[1:, None] - np.arange(1, n, dtype=np.int64)[None, :]).ravel()
+    return tails[(tails >= 0) & (tails < count)]
+
+
+def _short_documents(token_hashes: np.ndarray, offsets: np.ndarray, n: int,
+                     finalise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(documents with 1..n-1 tokens, the hash of each one's whole token sequence)."""
+    lengths = np.diff(offsets)
+    short = np.flatnonzero((lengths > 0) & (lengths < n))
+    hashes = [_window_hashes(token_hashes[offsets[d]:offsets[d + 1]], int(lengths[d]), finalise=finalise)
+              for d in short.tolist()]
+    return short, (np.concatenate(hashes) if hashes else np.empty(0, dtype=np.uint64))
 
 
 def _with_short_documents(token_hashes: np.ndarray, offsets: np.ndarray, n: int, hashes: np.ndarray,
-                          starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                          starts: np.ndarray, finalise: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Add each document shorter than n tokens as one whole-sequence hash, in start order."""
-    lengths = np.diff(offsets)
-    short = np.flatnonzero((lengths > 0) & (lengths < n))
+    short, extra = _short_documents(token_hashes, offsets, n, finalise)
     if len(short):
-        extra_h = [_window_hashes(token_hashes[offsets[d]:offsets[d + 1]], int(lengths[d])) for d in short.tolist()]
-        hashes = np.concatenate([hashes, *extra_h])
+        hashes = np.concatenate([hashes, extra])
         starts = np.concatenate([starts, offsets[short]])
         order = np.argsort(starts, kind="stable")
         hashes, starts = hashes[order], starts[order]
@@ -347,12 +471,17 @@ def _windows_at(blocks: dict, positions: np.ndarray, n: int) -> np.ndarray:
     chunking of Horner's rule gives the same polynomial mod 2**64): a few gathers per position
     instead of a dozen passes over every position."""
     sizes = sorted(blocks, reverse=True)
-    acc = np.full(len(positions), np.uint64(_START), dtype=np.uint64)
+    acc = None
     offset = 0
     while offset < n:
         size = next(sz for sz in sizes if sz <= n - offset)
-        acc *= np.uint64(pow(_POLY, size, 1 << 64))
-        acc += blocks[size].take(positions + offset)
+        part = blocks[size].take(positions + offset)
+        if acc is None:
+            acc = part
+            acc += np.uint64(_START * pow(_POLY, size, 1 << 64) % (1 << 64))
+        else:
+            acc *= np.uint64(pow(_POLY, size, 1 << 64))
+            acc += part
         offset += size
     return _fmix64(acc)
 
@@ -520,35 +649,50 @@ class ReferenceIndex:
             lengths = np.diff(tokens.offsets)
             short_lengths.update(lengths[(lengths >= short_min_tokens) & (lengths < n)].tolist())
             blocks: dict = {}
-            kgrams.append(_batch_windows(tokens.hashes, tokens.offsets, PREFILTER_K, blocks)[0])
+            kgrams.append(_batch_windows(tokens.hashes, tokens.offsets, PREFILTER_K, blocks, finalise=False)[0])
             h, p = _batch_windows(tokens.hashes, tokens.offsets, n, blocks)
             keys.append(h)
             vals.append(np.searchsorted(tokens.offsets, p, side="right") - 1 + start)
         key = np.concatenate(keys) if keys else np.empty(0, dtype=np.uint64)
         val = np.concatenate(vals) if vals else np.empty(0, dtype=np.int64)
-        order = np.lexsort((val, key))
+        # Sort by (hash, reference): a quicksort on the hash, then the few runs of equal hashes (an
+        # n-gram repeated in a text or shared by references) sorted on the reference as well.
+        order = np.argsort(key)
         key, val = key[order], val[order]
-        if len(key):
-            distinct = np.ones(len(key), dtype=bool)
-            distinct[1:] = (key[1:] != key[:-1]) | (val[1:] != val[:-1])
-            key, val = key[distinct], val[distinct]
-        self.hashes, first = np.unique(key, return_index=True)
+        tied = np.zeros(len(key), dtype=bool)
+        if len(key) > 1:
+            same = key[1:] == key[:-1]
+            tied[1:] = same
+            tied[:-1] |= same
+        if tied.any():
+            at = np.flatnonzero(tied)
+            resort = np.lexsort((val[at], key[at]))
+            val[at] = val[at][resort]
+        distinct = np.ones(len(key), dtype=bool)
+        distinct[1:] = (key[1:] != key[:-1]) | (val[1:] != val[:-1])
+        key, val = key[distinct], val[distinct]
+        first = np.ones(len(key), dtype=bool)
+        np.not_equal(key[1:], key[:-1], out=first[1:])
+        first = np.flatnonzero(first)
+        self.hashes = key[first]
         self.offsets = np.append(first, len(key)).astype(np.int64)
         self.ref_of = val.astype(np.int32)
-        self._ref_of_list: list[int] = self.ref_of.tolist()
         self.short_lengths: list[int] = sorted(short_lengths)
-        # A byte table on the top hash bits, about 64 entries per distinct n-gram (false candidates
-        # near 1.5%, which the binary search then rejects): one gather per probe (a packed bit
-        # table costs four more array passes than its cache misses save).
-        bits = int(min(26, max(16, np.ceil(np.log2(max(len(self.hashes), 1) * 64)))))
+        # A byte table on the top hash bits, about 8 entries per distinct n-gram (false candidates
+        # near 12%, which the binary search then rejects): one gather per probe (a packed bit
+        # table costs four more array passes than its cache misses save). scan_documents probes
+        # only the windows the k-gram table lets through, so a small table that stays in cache
+        # beats a sparser one that rejects a few more.
+        bits = int(min(26, max(16, np.ceil(np.log2(max(len(self.hashes), 1) * 8)))))
         self._filter_shift = np.uint64(64 - bits)
         self._filter = np.zeros(1 << bits, dtype=bool)
         self._filter[self.hashes >> self._filter_shift] = True
         # The same kind of table for the references' PREFILTER_K-grams: a window can only be shared
         # if the k-grams it starts and ends with are (see _prefiltered_windows).
-        kgram = np.unique(np.concatenate(kgrams)) if kgrams else np.empty(0, dtype=np.uint64)
-        # Looked up at every token: 8 entries per k-gram keep the table in cache, and the ~12% false
-        # candidates at each end of a window leave ~1.5% of windows to hash and probe.
+        kgram = np.concatenate(kgrams) if kgrams else np.empty(0, dtype=np.uint64)
+        # Looked up at every token: 8 entries per k-gram (repeats counted too: no sort to find the
+        # distinct ones) keep the table in cache, and the ~12% false candidates at each end of a
+        # window leave ~1.5% of windows to hash and probe.
         bits = int(min(24, max(16, np.ceil(np.log2(max(len(kgram), 1) * 8)))))
         self._kgram_shift = np.uint64(64 - bits)
         self._kgram_filter = np.zeros(1 << bits, dtype=bool)
@@ -578,6 +722,16 @@ class ReferenceIndex:
         hit = self.hashes[slot] == wanted
         return candidates[hit], slot[hit]
 
+    def references_of(self, hashes: np.ndarray, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For probed hashes found at slots: (each hash once per reference holding it, that
+        reference's index, how many references each hash has)."""
+        counts = self.offsets[slots + 1] - self.offsets[slots]
+        total = int(counts.sum())
+        # Entry k of hash i is ref_of[offsets[slot_i] + k]: the slot's start, repeated, plus a
+        # count that restarts at 0 for every hash.
+        at = np.repeat(self.offsets[slots] - (np.cumsum(counts) - counts), counts) + np.arange(total)
+        return np.repeat(hashes, counts), self.ref_of[at], counts
+
     def contains(self, hashes: np.ndarray) -> np.ndarray:
         """Boolean mask: which of the given n-gram hashes occur in some reference."""
         mask = np.zeros(len(hashes), dtype=bool)
@@ -589,7 +743,7 @@ class ReferenceIndex:
         slot = int(np.searchsorted(self.hashes, np.uint64(h)))
         if slot >= len(self.hashes) or int(self.hashes[slot]) != int(h):
             return []
-        return self._ref_of_list[self.offsets[slot]:self.offsets[slot + 1]]
+        return self.ref_of[self.offsets[slot]:self.offsets[slot + 1]].tolist()
 
     def lookup(self, h: int) -> list[str]:
         """Ids of the references containing n-gram hash h."""
@@ -685,10 +839,14 @@ def task_document(task_dir: str | Path) -> str:
 def task_document_from_files(files: dict[str, bytes | tuple[bytes, int]]) -> bytes:
     """task_document_bytes of the task directory these files (relative path -> bytes, or the
     writer's (bytes, mode)) make: what generate records before the directory is even written."""
-    rels = [TASK_TEXT_FILES[0], *(rel for rel in TASK_TEXT_FILES[1:] if rel in files)]  # instruction.md required
-    rels += sorted([rel for rel in files if rel[:6] == "tests/" and rel[-3:] == ".py" and rel.find("/", 6) < 0])
-    values = [files[rel] for rel in rels]
+    values = [files[TASK_TEXT_FILES[0]]]  # instruction.md is required
+    values += [files[rel] for rel in TASK_TEXT_FILES[1:] if rel in files]
+    values += map(files.__getitem__, sorted(filter(_TEST_SOURCE, files)))  # one C-level match per file
     return b"\n".join([v[0] for v in values] if type(values[0]) is tuple else values)
+
+
+# tests/*.py directly in tests/, as task_document_bytes lists them.
+_TEST_SOURCE = re.compile(r"tests/[^/]*\.py", re.DOTALL).fullmatch
 
 
 # ----------------------------------------------------------------------------- shard documents
@@ -740,15 +898,16 @@ def read_task_documents(path: str | Path, tasks_dir: str | Path, ids: Sequence[s
     if not isinstance(lengths, list) or len(lengths) != len(ids) or cut + 1 + sum(lengths) != len(blob):
         return {}
     out: dict[str, bytes] = {}
-    pos = cut + 1
-    for tid, size in zip(ids, lengths):
+    ends = itertools.accumulate(lengths, initial=cut + 1)
+    pos = next(ends)
+    stat_of, prefix = os.stat, base + "/"
+    for tid, end in zip(ids, ends):
         try:
-            fresh = os.stat(f"{base}/{tid}").st_ctime_ns <= mtime
+            if stat_of(prefix + tid).st_ctime_ns <= mtime:
+                out[tid] = blob[pos:end]
         except OSError:
-            fresh = False  # missing: reading the directory reports it
-        if fresh:
-            out[tid] = blob[pos:pos + size]
-        pos += size
+            pass  # missing: reading the directory reports it
+        pos = end
     return out
 
 
@@ -805,18 +964,56 @@ class NearDuplicateFinder:
     def sketches(self, shingle_hashes: np.ndarray, doc_bounds: np.ndarray) -> np.ndarray:
         """One sketch row per document; doc_bounds[i]:doc_bounds[i+1] are document i's shingles."""
         n_docs = len(doc_bounds) - 1
-        empty = np.uint32(0xFFFFFFFF)
-        out = np.full((n_docs, self.num_perm), empty, dtype=np.uint32)
+        out = np.full((n_docs, self.num_perm), _EMPTY_BIN, dtype=np.uint32)
         if len(shingle_hashes):
-            h = _fmix64(shingle_hashes ^ self._salt)
-            # Multiply-shift range reduction of the high 32 bits: any number of bins, no modulo bias.
+            rows = np.repeat(np.arange(0, n_docs * self.num_perm, self.num_perm, dtype=np.int64), np.diff(doc_bounds))
+            self._lower_bins(out, rows, shingle_hashes)
+        return out
+
+    def window_sketches(self, windows: np.ndarray, offsets: np.ndarray, width: int,
+                        token_hashes: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """Sketches of a batch of documents (tokens offsets[i]:offsets[i+1] of token_hashes) whose
+        shingles are windows of `width` tokens; windows[p] is the unfinalised hash of the window
+        starting at token p (_window_hashes(token_hashes, width, finalise=False)), whether or not it
+        runs into the next document. Those that do are left out by giving them the empty value
+        (cheaper than cutting them out of the array); a document shorter than width has its whole
+        token sequence as its one shingle, as in _batch_windows. Returns (sketches, shingles per
+        document)."""
+        n_docs = len(offsets) - 1
+        out = np.full((n_docs, self.num_perm), _EMPTY_BIN, dtype=np.uint32)
+        counts = np.diff(offsets)
+        if len(windows):
+            rows = np.repeat(np.arange(0, n_docs * self.num_perm, self.num_perm, dtype=np.int64), counts)
+            self._lower_bins(out, rows[:len(windows)], windows, _crossing_windows(offsets, width, len(windows)),
+                             uniform=True)
+        short, whole = _short_documents(token_hashes, offsets, width, finalise=False)
+        if len(short):
+            self._lower_bins(out, short * self.num_perm, whole, uniform=True)
+        sizes = np.where(counts >= width, counts - width + 1, np.minimum(counts, 1))
+        return out, sizes.tolist()
+
+    def _lower_bins(self, out: np.ndarray, rows: np.ndarray, shingle_hashes: np.ndarray,
+                    skip: np.ndarray | None = None, uniform: bool = False) -> None:
+        """Lower each shingle's bin in out to its value; rows[i] is the flat index of shingle i's
+        document row (updated in place), skip the shingles that do not count. uniform: the hashes
+        are already uniform in every bit (window polynomials of finalised token hashes), so the
+        salt alone permutes them; any other hashes (ids, counters) are finalised with the salt."""
+        h = shingle_hashes ^ self._salt
+        if not uniform:
+            _fmix64(h)
+        # Multiply-shift range reduction of the high 32 bits: any number of bins, no modulo bias.
+        # For a power of two that is just the top bits.
+        if self.num_perm & (self.num_perm - 1):
             bins = h >> np.uint64(32)
             bins *= np.uint64(self.num_perm)
             bins >>= np.uint64(32)
-            key = np.repeat(np.arange(0, n_docs * self.num_perm, self.num_perm, dtype=np.int64), np.diff(doc_bounds))
-            key += bins.view(np.int64)  # below num_perm: the view is the value
-            np.minimum.at(out.reshape(-1), key, h.astype(np.uint32))  # the cast keeps the low 32 bits
-        return out
+        else:
+            bins = h >> np.uint64(64 - (int(self.num_perm).bit_length() - 1))
+        rows += bins.view(np.int64)  # below num_perm: the view is the value
+        values = h.astype(np.uint32)  # the cast keeps the low 32 bits
+        if skip is not None:
+            values[skip] = _EMPTY_BIN
+        np.minimum.at(out.reshape(-1), rows, values)
 
     def add_sketches(self, task_ids: Sequence[str], sketches: np.ndarray, sizes: Sequence[int]) -> None:
         """Add a batch of sketched tasks (a task with no shingles is not evidence of anything)."""
@@ -843,33 +1040,36 @@ class NearDuplicateFinder:
 
     def _candidates(self) -> np.ndarray:
         """(earlier, later) task index pairs that share a band bucket with the bucket's first or
-        previous member; unique rows."""
+        previous member; unique rows, sorted."""
         n, rows = len(self._ids), self.BAND_ROWS
         n_bands = self.num_perm // rows
+        if n < 2:
+            return np.empty((0, 2), dtype=np.int64)
         cells = self._store[:, :n_bands * rows].reshape(n, n_bands, rows).astype(np.uint64)
         keys = cells[:, :, 0].copy()
         for k in range(1, rows):
-            keys = keys * self._BAND_MUL + cells[:, :, k]
-        index = np.arange(n, dtype=np.int64)
-        found = []
-        for band in range(n_bands):
-            order = np.lexsort((index, keys[:, band]))
-            sorted_keys = keys[order, band]
-            repeat = np.zeros(n, dtype=bool)
-            repeat[1:] = sorted_keys[1:] == sorted_keys[:-1]
-            at = np.flatnonzero(repeat)
-            if len(at) == 0:
-                continue
-            group_first = order[np.flatnonzero(~repeat)][np.cumsum(~repeat) - 1]
-            found.append(np.stack([order[at - 1], order[at]], axis=1))
-            found.append(np.stack([group_first[at], order[at]], axis=1))
-        if not found:
-            return np.empty((0, 2), dtype=np.int64)
-        # Unique rows via one int64 key per pair (a row-wise unique sorts void records: slower).
-        found = np.concatenate(found)
-        key = np.unique(found[:, 0] * n + found[:, 1])
-        pairs = np.stack([key // n, key % n], axis=1)
-        return pairs[pairs[:, 0] != pairs[:, 1]]
+            keys *= self._BAND_MUL
+            keys += cells[:, :, k]
+        # One row per band, each sorted on its own; stable, so a bucket lists its tasks in order.
+        keys = np.ascontiguousarray(keys.T)
+        order = np.argsort(keys, axis=1, kind="stable")
+        sorted_keys = np.take_along_axis(keys, order, axis=1)
+        repeat = np.zeros((n_bands, n), dtype=bool)
+        np.equal(sorted_keys[:, 1:], sorted_keys[:, :-1], out=repeat[:, 1:])
+        # Where each task's bucket begins in its band's order: the last bucket start at or before it.
+        first = np.where(repeat, 0, np.arange(n))
+        np.maximum.accumulate(first, axis=1, out=first)
+        band, at = np.nonzero(repeat)
+        later = order[band, at]
+        earlier = np.concatenate([order[band, at - 1], order[band, first[band, at]]])
+        # Unique rows via one int64 key per pair, sorted and deduplicated (np.unique hashes first:
+        # slower here; a row-wise unique sorts void records: slower still).
+        key = earlier * n + np.concatenate([later, later])
+        key = np.sort(key.astype(np.uint32) if n * n <= 1 << 32 else key)  # 32-bit keys sort faster
+        keep = np.ones(len(key), dtype=bool)
+        np.not_equal(key[1:], key[:-1], out=keep[1:])
+        key = key[keep].astype(np.int64)
+        return np.stack([key // n, key % n], axis=1)
 
     @property
     def pairs(self) -> list[tuple[str, str, float]]:
@@ -878,9 +1078,15 @@ class NearDuplicateFinder:
         if self._links is None:
             links = []
             cand = self._candidates()
+            store = self._store
+            # A pair at the threshold agrees in at least that share of its bins, and then so do the
+            # bins' low bytes: one byte per bin rules out most candidates at a quarter of the cost.
+            low = store.astype(np.uint8)
+            need = self.threshold * self.num_perm - 1e-9
             for lo in range(0, len(cand), 65536):
                 chunk = cand[lo:lo + 65536]
-                est = self.estimates_pairwise(self._store[chunk[:, 0]], self._store[chunk[:, 1]])
+                chunk = chunk[_row_counts(low[chunk[:, 0]] == low[chunk[:, 1]]) >= need]
+                est = self.estimates_pairwise(store[chunk[:, 0]], store[chunk[:, 1]])
                 for (a, b), e in zip(chunk[est >= self.threshold].tolist(), est[est >= self.threshold].tolist()):
                     links.append((self._ids[a], self._ids[b], e))
             self._links = sorted(links)
@@ -891,7 +1097,7 @@ class NearDuplicateFinder:
         """Row-wise Jaccard estimates of two stacks of sketches."""
         # Bins empty in both sketches are not evidence: they count neither as used nor as agreeing.
         same = a == b
-        both_empty = np.count_nonzero(same & (a == np.uint32(0xFFFFFFFF)), axis=1)
+        both_empty = np.count_nonzero(same & (a == _EMPTY_BIN), axis=1)
         n = a.shape[1] - both_empty
         agree = np.count_nonzero(same, axis=1) - both_empty
         return np.where(n > 0, agree / np.maximum(n, 1), 0.0)
@@ -925,13 +1131,79 @@ class NearDuplicateFinder:
         return [{"kept": k, "duplicates": sorted(v), "size": len(v) + 1} for k, v in sorted(members.items())]
 
 
+def _row_counts(flags: np.ndarray) -> np.ndarray:
+    """True values per row of a 2-d bool array."""
+    width = flags.shape[1]
+    if width % 8 or width > 255 or not flags.flags.c_contiguous:
+        return np.count_nonzero(flags, axis=1)
+    # Eight bool bytes per uint64 word: summing the words adds each byte lane without carries (a
+    # lane gets at most width / 8), and one multiply adds the lanes into the top byte (width < 256).
+    lanes = flags.view(np.uint64).sum(axis=1)
+    return (lanes * np.uint64(0x0101010101010101)) >> np.uint64(56)
+
+
 # ----------------------------------------------------------------------------- the stage
 
 
 def _batches(docs: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
+    if isinstance(docs, list):  # slices: no per-document step through an iterator
+        for lo in range(0, len(docs), size):
+            yield docs[lo:lo + size]
+        return
     it = iter(docs)
     while batch := list(itertools.islice(it, size)):
         yield batch
+
+
+def _shared_windows(shared: list[tuple], offsets: np.ndarray, widths: list[int],
+                    n_refs: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """(document, reference, distinct shared n-grams, first shared window's start, its length) for
+    every document and reference of a batch that share a window, from scan_documents' probes: per
+    window length (in `widths` order), the shared hashes, the reference of each and the window
+    starts. The first window is the earliest of the first window length that has one, the order
+    in which the windows are probed. Array operations: a planted copy shares hundreds of windows."""
+    if not shared:
+        return
+    hashes = np.concatenate([h for h, _, _, _, _ in shared])
+    refs = np.concatenate([r for _, r, _, _, _ in shared])
+    starts = np.concatenate([np.repeat(p, c) for _, _, c, p, _ in shared])
+    ranks = np.concatenate([np.full(len(h), rank) for h, _, _, _, rank in shared])
+    group = (np.searchsorted(offsets, starts, side="right") - 1) * n_refs + refs
+    order = np.lexsort((starts, ranks, group))
+    group, hashes, starts, ranks = group[order], hashes[order], starts[order], ranks[order]
+    new = np.ones(len(group), dtype=bool)
+    np.not_equal(group[1:], group[:-1], out=new[1:])
+    firsts = np.flatnonzero(new)
+    # Distinct hashes per group: sorted by (group, hash), count where either changes.
+    by_hash = np.lexsort((hashes, group))
+    g, h = group[by_hash], hashes[by_hash]
+    distinct = np.ones(len(g), dtype=bool)
+    distinct[1:] = (g[1:] != g[:-1]) | (h[1:] != h[:-1])
+    counts = np.bincount(np.cumsum(new)[by_hash][distinct] - 1, minlength=len(firsts))
+    for key, count, first, rank in zip(group[firsts].tolist(), counts.tolist(), starts[firsts].tolist(),
+                                       ranks[firsts].tolist()):
+        yield key // n_refs, key % n_refs, count, first, widths[rank]
+
+
+_HEAP_KEPT = False
+
+
+def _keep_freed_memory() -> None:
+    """Ask glibc to keep freed memory in the heap (up to 64 MiB) instead of handing it back to the
+    kernel: a batch allocates and frees about 10 MiB of arrays, and with the default thresholds
+    glibc trims the heap after each batch, so that the next one faults every page back in (about
+    a tenth of the stage's CPU time). Once per process; nothing where there is no mallopt (not
+    glibc). The thresholds stay for the process: a few tens of MiB kept, never more than 64."""
+    global _HEAP_KEPT
+    if _HEAP_KEPT:
+        return
+    _HEAP_KEPT = True
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: blocks below 32 MiB come from the heap
+    mallopt(-1, 64 << 20)  # M_TRIM_THRESHOLD: the heap's free top is kept up to 64 MiB
 
 
 def scan_documents(docs: Iterable[tuple[str, str]], index: ReferenceIndex, min_shared: int = 1,
@@ -942,6 +1214,7 @@ def scan_documents(docs: Iterable[tuple[str, str]], index: ReferenceIndex, min_s
     Tokenises and hashes each document once for both checks. Returns (hits sorted by task id then
     reference id, task ids in the order seen).
     """
+    _keep_freed_memory()
     n = index.n
     hits: list[dict] = []
     seen_ids: list[str] = []
@@ -951,46 +1224,35 @@ def scan_documents(docs: Iterable[tuple[str, str]], index: ReferenceIndex, min_s
         tokens = _tokenize([text for _, text in batch])
         flat, offsets = tokens.hashes, tokens.offsets
 
-        # (doc, ref) -> [distinct shared hashes, first matching window start, window length];
-        # windows arrive in text order, so the first one recorded is the earliest match.
-        groups: dict[tuple[int, int], list] = {}
         blocks: dict = {}
         widths = [n, *index.short_lengths]
-        kgrams = _window_hashes(flat, PREFILTER_K, blocks) if min(widths) >= PREFILTER_K else None
+        kgrams = _window_hashes(flat, PREFILTER_K, blocks, finalise=False) if min(widths) >= PREFILTER_K else None
         in_refs = index.kgram_candidates(kgrams) if kgrams is not None else None
-        for width in widths:
+        shared = []
+        for rank, width in enumerate(widths):
             if in_refs is not None:
                 h, p = _prefiltered_windows(flat, offsets, width, blocks, in_refs, PREFILTER_K)
             else:
                 h, p = _batch_windows(flat, offsets, width, blocks)
             found, slot = index.probe(h)
-            p = p[found]
-            d = np.searchsorted(offsets, p, side="right") - 1
-            lows, highs = index.offsets[slot].tolist(), index.offsets[slot + 1].tolist()
-            for hv, dv, pv, lo, hi in zip(h[found].tolist(), d.tolist(), p.tolist(), lows, highs):
-                for r in index._ref_of_list[lo:hi]:
-                    g = groups.get((dv, r))
-                    if g is None:
-                        groups[(dv, r)] = [{hv}, pv, width]
-                    else:
-                        g[0].add(hv)
-        for (dv, r), (shared, first, width) in groups.items():
-            if len(shared) < min_shared:
+            if len(found):
+                shared.append((*index.references_of(h[found], slot), p[found], rank))
+        for dv, r, count, first, width in _shared_windows(shared, offsets, widths, len(index.refs)):
+            if count < min_shared:
                 continue
             end = min(first + width, int(offsets[dv + 1]))
             ref = index.refs[r]
             hits.append({
                 "task_id": ids[dv], "ref_id": ref.ref_id, "source": ref.source,
-                "shared_ngrams": len(shared),
+                "shared_ngrams": count,
                 "example_ngram": tokens.words(first, end),
                 "example_token_offset": first - int(offsets[dv]),
             })
 
         if near_dups is not None:
-            sh, sp = _batch_windows(flat, offsets, shingle_size, blocks,
-                                    raw=kgrams if shingle_size == PREFILTER_K else None)
-            bounds = np.searchsorted(sp, offsets)
-            near_dups.add_sketches(ids, near_dups.sketches(sh, bounds), np.diff(bounds).tolist())
+            windows = kgrams if kgrams is not None and shingle_size == PREFILTER_K else \
+                _window_hashes(flat, shingle_size, blocks, finalise=False)
+            near_dups.add_sketches(ids, *near_dups.window_sketches(windows, offsets, shingle_size, flat))
     hits.sort(key=lambda x: (x["task_id"], x["ref_id"]))
     return hits, seen_ids
 
@@ -1037,19 +1299,25 @@ def decontaminate_tasks(tasks: Sequence[tuple[str, str | Path]], references: Seq
     manifests list them): every file of a task is read exactly once. Option documents (task id ->
     document bytes, from the shard documents files: manifest_tasks) spares reading those tasks'
     directories; the report is the same."""
-    by_id: dict[str, str | Path] = {}
-    for tid, d in tasks:
-        if tid in by_id:
-            raise TermforgeError(f"task id {tid!r} appears twice: {by_id[tid]} and {d}")
-        by_id[tid] = d
+    by_id: dict[str, str | Path] = dict(tasks)
+    if len(by_id) < len(tasks):  # find the first repeated id to name it
+        seen: dict[str, str | Path] = {}
+        for tid, d in tasks:
+            if tid in seen:
+                raise TermforgeError(f"task id {tid!r} appears twice: {seen[tid]} and {d}")
+            seen[tid] = d
     workers = int(options.pop("workers", 1) or 1)
     documents = options.pop("documents", None) or {}
     if workers > 1 and len(by_id) > WORKER_CHUNK:
         ordered = [(tid, os.fspath(by_id[tid]), documents.get(tid)) for tid in sorted(by_id)]
         return _report(_ParallelScan(ordered, workers), references, n, policy, near_dup_threshold, min_shared,
                        **options)
-    # A generator: texts are read one batch at a time, so a large corpus never sits in memory whole.
-    docs = ((tid, _document(by_id[tid], documents.get(tid))) for tid in sorted(by_id))
+    ids = sorted(by_id)
+    if all(tid in documents for tid in ids):  # every text already in memory (the documents files)
+        docs = [(tid, documents[tid]) for tid in ids]
+    else:
+        # A generator: texts are read one batch at a time, so a large corpus never sits in memory whole.
+        docs = ((tid, _document(by_id[tid], documents.get(tid))) for tid in ids)
     return _report(docs, references, n, policy, near_dup_threshold, min_shared, **options)
 
 
