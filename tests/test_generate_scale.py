@@ -208,3 +208,18 @@ def test_every_unhonoured_axis_is_recorded_and_exports_carry_what_the_task_is():
     assert row["anchor"] is None and row["requested_anchor"] == "PyTorch"
     assert row["honoured_all"] is False
     assert 'fixture_kind = "image"' in harbor_task_toml(meta)
+
+
+def test_tmax15k_overlay_plans_75_shards_per_stage(tmp_path):
+    import re
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    res = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "-s", str(root / "Snakefile"),
+                          "--directory", str(tmp_path), "--configfile", str(root / "configs" / "tmax15k.yaml")],
+                         capture_output=True, text=True, cwd=root)
+    assert res.returncode == 0, res.stderr[-2000:]
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout, flags=re.M))
+    assert {rule: counts.get(rule) for rule in ("generate", "build_images", "validate", "solve")} == \
+        {"generate": "75", "build_images": "75", "validate": "75", "solve": "75"}
