@@ -45,12 +45,17 @@ def _tf_run(argv, timeout=120, **kw):
     except _tf_subprocess.TimeoutExpired:
         out, err = b"", b"timed out"
     finally:
-        try:
-            _tf_os.killpg(proc.pid, _tf_signal.SIGKILL)
-        except OSError:
-            pass
-        proc.wait()
+        _tf_stop(proc)
     return proc.returncode, out, err
+
+
+def _tf_stop(proc):
+    """Kill the program's whole process group (whatever it started) and reap it."""
+    try:
+        _tf_os.killpg(proc.pid, _tf_signal.SIGKILL)
+    except OSError:
+        pass
+    proc.wait()
 
 
 def _tf_free_port():
@@ -441,11 +446,7 @@ class ServedResults(VerifierStrategy):
                     status, _ = _tf_get(f"http://127.0.0.1:{{port}}/results/not-a-deliverable", deadline)
                     assert status == 404, f"an unknown name answered {{status}}"
                 finally:
-                    try:
-                        _tf_os.killpg(server.pid, _tf_signal.SIGKILL)
-                    except OSError:
-                        pass
-                    server.wait()
+                    _tf_stop(server)
             ''').format(tool=self.tool, outputs=list(output_paths))
 
 

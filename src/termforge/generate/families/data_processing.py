@@ -9,7 +9,7 @@ import textwrap
 
 from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame
 from termforge.generate.base import complexity_level
-from termforge.generate.families.scientific_computing import py_source, python_oracle
+from termforge.generate.families.scientific_computing import csv_inputs_initial_test, py_source, python_oracle
 
 REGIONS = ("north", "south", "east", "west", "central", "coastal", "highlands", "metro", "harbor", "valley")
 COMPANY_WORDS = ("Acme", "Blue Fin", "Cobalt", "Dunmore", "Eastgate", "Foxglove", "Granite", "Helix",
@@ -151,21 +151,8 @@ class RegionalRevenue(TaskFamily):
         )
         instruction = instruction_frame(sig, "Paid revenue per region", body,
                                         [f"`{out}`: the report described above, with `\\n` line endings."])
-        test_initial = py_source("""
-            import csv
-            import os
-
-            __CONSTANTS__
-
-            def test_inputs_present():
-                for name, rows in ROW_COUNTS.items():
-                    with open(f"/app/data/{name}", newline="") as fh:
-                        assert sum(1 for _ in csv.reader(fh)) == rows + 1
-
-            def test_no_report_yet():
-                assert not os.path.exists(OUT)
-            """, ROW_COUNTS={"customers.csv": len(customers), "orders.csv": len(order_rows),
-                             **({"refunds.csv": len(refunds)} if lvl == 3 else {})}, OUT=out)
+        test_initial = csv_inputs_initial_test({"customers.csv": len(customers), "orders.csv": len(order_rows),
+                                                **({"refunds.csv": len(refunds)} if lvl == 3 else {})}, out)
         test_final = py_source("""
             __CONSTANTS__
 

@@ -12,7 +12,7 @@ from fractions import Fraction
 from termforge.generate.base import (TaskFamily, TaskSpec, bash_script, complexity_level, indent_block,
                                      instruction_frame, pytest_module)
 from termforge.generate.families.data_processing import _csv_text
-from termforge.generate.families.scientific_computing import py_source, python_oracle
+from termforge.generate.families.scientific_computing import csv_inputs_initial_test, py_source, python_oracle
 
 
 
@@ -902,20 +902,7 @@ class ClassifierReport(TaskFamily):
         if aliases:
             fixtures["labels.csv"] = _csv_text(["alias", "label"], sorted(aliases.items())).encode()
         row_counts = {"predictions.csv": len(rows), **({"labels.csv": len(aliases)} if aliases else {})}
-        test_initial = py_source("""
-            import csv
-            import os
-
-            __CONSTANTS__
-
-            def test_inputs_present():
-                for name, rows in ROW_COUNTS.items():
-                    with open(f"/app/data/{name}", newline="") as fh:
-                        assert sum(1 for _ in csv.reader(fh)) == rows + 1
-
-            def test_no_report_yet():
-                assert not os.path.exists(OUT)
-            """, ROW_COUNTS=row_counts, OUT=out)
+        test_initial = csv_inputs_initial_test(row_counts, out)
         test_final = py_source("""
             __CONSTANTS__
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from termforge.errors import TermforgeError
 from termforge.generate.base import (TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame,
                                      pytest_module)
-from termforge.generate.families.scientific_computing import py_source, python_oracle
+from termforge.generate.families.scientific_computing import lines_final_test, py_source, python_oracle
 
 # Fixed flags and a fixed source name make gcc's output depend on the source text alone (checked:
 # the same bytes from different working directories); -frandom-seed pins the one random input gcc has.
@@ -916,14 +916,7 @@ class SshBruteForceLogins(TaskFamily):
             def test_no_report_yet():
                 assert not os.path.exists(OUT)
             """, NAMES=sorted(n.split("/", 1)[1] for n in fixtures), OUT=out)
-        test_final = py_source("""
-            __CONSTANTS__
-
-            def test_findings_match():
-                with open(OUT) as fh:
-                    got = [line.rstrip("\\n") for line in fh if line.strip()]
-                assert got == EXPECTED
-            """, OUT=out, EXPECTED=expected)
+        test_final = lines_final_test("test_findings_match", out, expected)
         solve = python_oracle(py_source("""
             import glob
             import gzip

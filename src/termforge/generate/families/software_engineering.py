@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from termforge.errors import TermforgeError
 from termforge.generate.base import (TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame,
                                     pytest_module)
-from termforge.generate.families.scientific_computing import py_source, python_oracle
+from termforge.generate.families.scientific_computing import lines_final_test, py_source, python_oracle
 
 BUG_COUNT = {"short": 1, "moderate": 1, "complex": 2, "intricate": 3}
 
@@ -1320,14 +1320,7 @@ class MonorepoReleasePlan(TaskFamily):
             def test_no_plan_yet():
                 assert not os.path.exists(OUT)
             """, DIRS=sorted(dirs.values()), OUT=out)
-        test_final = py_source("""
-            __CONSTANTS__
-
-            def test_release_plan_matches():
-                with open(OUT) as fh:
-                    got = [line.rstrip("\\n") for line in fh if line.strip()]
-                assert got == EXPECTED
-            """, OUT=out, EXPECTED=expected)
+        test_final = lines_final_test("test_release_plan_matches", out, expected)
         solve = python_oracle(py_source(ORACLE_SOURCE, OUT=out))
         return TaskSpec(
             instruction=instruction,

@@ -9,7 +9,7 @@ import random
 
 from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame
 from termforge.generate.base import complexity_level
-from termforge.generate.families.scientific_computing import py_source, python_oracle
+from termforge.generate.families.scientific_computing import lines_final_test, py_source, python_oracle
 
 PEOPLE = ("ana", "anabel", "bruno", "chen", "dara", "eli", "elif", "farah", "goran", "hana", "ivo", "jin",
           "kofi", "lena", "lenart", "mila", "noor", "omar", "pia", "quinn", "rafa", "sana", "tomas", "uma",
@@ -204,14 +204,7 @@ class AccountAudit(TaskFamily):
                 assert not os.path.exists(OUT)
             """, LINE_COUNTS={"passwd": len(passwd_lines), "group": len(group_lines), "shadow": len(shadow_lines)},
             OUT=out)
-        test_final = py_source("""
-            __CONSTANTS__
-
-            def test_audit_matches():
-                with open(OUT) as fh:
-                    got = [line.rstrip("\\n") for line in fh if line.strip()]
-                assert got == EXPECTED
-            """, OUT=out, EXPECTED=expected_lines)
+        test_final = lines_final_test("test_audit_matches", out, expected_lines)
         solve = python_oracle(py_source("""
             __CONSTANTS__
 
