@@ -712,7 +712,7 @@ def test_tokens_that_differ_anywhere_hash_apart():
     from termforge.quality.decontam import _tokenize
 
     words = set()
-    for length in (7, 8, 9, 15, 16, 17, 23, 24, 25, 33, 40):
+    for length in (7, 8, 9, 15, 16, 17, 23, 24, 25, 33, 40, 64, 65, 200):  # > 64 bytes: one digest each
         base = "a" * length
         words.add(base)
         for at in range(length):

@@ -26,6 +26,7 @@ report is sorted.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import itertools
 import json
 import os
@@ -322,48 +323,64 @@ def _tokenize(texts: Sequence[str | bytes]) -> _TokenBatch:
     starts, ends = changes[0::2], changes[1::2]
     token_lengths = ends - starts
     lengths = token_lengths.view(np.uint64)  # positive: the view is the value
-    # Each token's first 8 bytes from the two aligned words they fall in: two gathers from a
-    # contiguous array cost less than one from an overlapping unaligned view. (A shift by 64 or
-    # more gives 0 in numpy: a token starting on a word boundary takes nothing from the next word,
-    # and tokens of 8 bytes and more keep whole words under the mask below.)
+    # Each token's first 8 bytes (_words_at); tokens of 8 bytes and more keep whole words under the mask.
     aligned = low[:len(low) // 8 * 8].view(np.uint64)
-    word_at = starts >> 3
-    shift = (starts & 7).view(np.uint64) << _THREE
-    hashes = aligned.take(word_at)
-    hashes >>= shift
-    word_at += 1
-    following = aligned.take(word_at)
-    np.subtract(np.uint64(64), shift, out=shift)
-    following <<= shift
-    hashes |= following
+    hashes = _words_at(aligned, starts)
     mask = _ALL_ONES << (lengths << _THREE)
     np.invert(mask, out=mask)
     hashes &= mask  # a token of at most 8 bytes has no NUL: the masked word alone tells its length
     longer = np.flatnonzero(token_lengths > 8)
     if len(longer):
-        words = np.ndarray((max(size, 1),), dtype="<u8", buffer=low, strides=(1,))
-        hashes[longer] = _long_token_hashes(words, hashes[longer], starts[longer], token_lengths[longer])
+        hashes[longer] = _long_token_hashes(aligned, hashes[longer], starts[longer], token_lengths[longer])
     _fmix64(hashes)
     offsets = np.searchsorted(starts, doc_starts)
     return _TokenBatch(low, starts, ends, hashes, offsets)
 
 
-def _long_token_hashes(words: np.ndarray, hashes: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+_WORDWISE_MAX = 64
+"""Tokens up to this many bytes are hashed word by word; longer ones by one digest each."""
+
+
+def _words_at(aligned: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """The 8 bytes starting at each byte position, as little-endian words, from two gathers of
+    the aligned words they fall in (gathers from a contiguous array are several times faster than
+    indexing an overlapping unaligned view)."""
+    word_at = positions >> 3
+    shift = (positions & 7).view(np.uint64) << _THREE
+    out = aligned.take(word_at)
+    out >>= shift
+    word_at += 1
+    following = aligned.take(word_at)
+    np.subtract(np.uint64(64), shift, out=shift)
+    following <<= shift  # numpy gives 0 for a shift of 64: a position on a word boundary takes one word
+    out |= following
+    return out
+
+
+def _long_token_hashes(aligned: np.ndarray, hashes: np.ndarray, starts: np.ndarray,
+                       lengths: np.ndarray) -> np.ndarray:
     """Fold the rest of tokens longer than 8 bytes into their hashes: the 8-byte words at 8, 16,
     ... that end before the token's last 8 bytes, then those last 8 bytes (a whole word, inside
     the token). With the first word and the length they cover every byte of the token; most long
-    tokens are at most 16 bytes, so this is usually one gather and no loop. Indexing reads the
-    overlapping view in place (take would copy it whole first)."""
+    tokens are at most 16 bytes, so this is usually one gather and no loop."""
     hashes ^= lengths.view(np.uint64) * _LEN_MIX  # 9 and 10 times "a" share their first and last words
-    last = words[starts + (lengths - 8)]
-    middle = np.flatnonzero(lengths > 16)
+    last = _words_at(aligned, starts + (lengths - 8))
+    middle = np.flatnonzero((lengths > 16) & (lengths <= _WORDWISE_MAX))
     offset = 8
     while len(middle):
-        hashes[middle] = (hashes[middle] * _WORD_MUL) ^ words[starts[middle] + offset]
+        hashes[middle] = (hashes[middle] * _WORD_MUL) ^ _words_at(aligned, starts[middle] + offset)
         offset += 8
         middle = middle[lengths[middle] > offset + 8]
     hashes *= _WORD_MUL
     hashes ^= last
+    # Very long tokens (encoded blobs, hex dumps) are rare but would cost one pass of the loop
+    # above per 8 bytes: they are hashed whole, one digest each.
+    very = np.flatnonzero(lengths > _WORDWISE_MAX)
+    if len(very):
+        buf = memoryview(aligned.view(np.uint8))
+        hashes[very] = np.fromiter(
+            (int.from_bytes(hashlib.blake2b(buf[s:s + n], digest_size=8).digest(), "little")
+             for s, n in zip(starts[very].tolist(), lengths[very].tolist())), dtype=np.uint64, count=len(very))
     return hashes
 
 
