@@ -9,7 +9,11 @@ configs/tmax15k.yaml; here a slice of them.
 
 from __future__ import annotations
 
+import base64
+import json
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -68,8 +72,7 @@ def test_a_kind_no_strategy_can_give_stays_the_familys_and_is_recorded():
     # A family whose final test inspects the tree has no deliverable files to serve.
     p = plan({"verifier_kind": "multi_protocol", "fixture_kind": "image"}, family_by_name("permission_policy"))
     assert p.verifier_kind == "exact_text" and p.container is CONTAINERS["image"]
-    built = build_task({**make_signature(3, "data_processing", "fuzz_equivalence", "text_only")},
-                       [fam])
+    built = build_task(make_signature(3, "data_processing", "fuzz_equivalence", "text_only"), [fam])
     assert built.spec.verifier_kind == "exact_text"
 
 
@@ -176,16 +179,14 @@ def test_a_plausible_wrong_program_scores_zero(name, fixture_kind, verifier_kind
 
 def test_every_container_round_trips_through_its_own_decoder(tmp_path):
     # The reference pair the oracle and the tests share, outside any sandbox, on awkward sizes.
-    import subprocess
-    import sys
-
     rng = random.Random(5)
     for container in CONTAINERS.values():
         if container.kind == "multi_service_compose":
             continue  # its decoder starts services: covered in the sandbox above
         for size in (0, 1, 255, 1031):
             payload = bytes(rng.randrange(256) for _ in range(size))
-            params = {**container.params(rng, 3), **container.fuzz_params(container.params(rng, 3), rng, True)}
+            params = container.params(rng, 3)
+            params = {**params, **container.fuzz_params(params, rng, True)}
             params.pop("package_dir", None)
             path = tmp_path / f"{container.kind}-{size}"
             program = "\n".join([container.encoder, container.decoder,
@@ -193,9 +194,6 @@ def test_every_container_round_trips_through_its_own_decoder(tmp_path):
                                  "job = json.load(sys.stdin)",
                                  "encode(base64.b64decode(job['p']), job['path'], job['params'])",
                                  "sys.stdout.write(base64.b64encode(decode(job['path'])).decode())"])
-            import base64
-            import json
-
             job = json.dumps({"p": base64.b64encode(payload).decode(), "path": str(path), "params": params})
             res = subprocess.run([sys.executable, "-c", program], input=job, capture_output=True, text=True)
             assert res.returncode == 0, (container.kind, size, res.stderr[-1000:])

@@ -486,7 +486,8 @@ def cmd_dvc_yaml(args) -> int:
     import yaml
 
     cfg = load_config(args.configfile)
-    raw = yaml.safe_load(Path(args.configfile[0]).read_text()) or {} if len(args.configfile) == 1 else None
+    # dvc.yaml names config.yaml's params: check them against the file when it is the only one given.
+    raw = (yaml.safe_load(Path(args.configfile[0]).read_text()) or {}) if len(args.configfile) == 1 else None
     sys.stdout.write(dvc_yaml(cfg, snakemake_rules(REPO_ROOT), raw))
     return 0
 

@@ -74,10 +74,6 @@ class Container:
     def describe(self, params: dict, level: int) -> str:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def fixtures(self) -> dict[str, bytes]:
-        """Extra build-time files (under environment/fixtures/.termforge-bundle/)."""
-        return {}
-
     def fuzz_params(self, params: dict, rng: random.Random, hard: bool) -> dict:
         """Parameters for a fresh container in the final tests, merged over the task's own (hard: the
         harshest settings the format allows)."""

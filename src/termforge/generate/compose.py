@@ -99,7 +99,7 @@ def compose(spec: TaskSpec, p: Plan, sig: dict, rng: random.Random) -> TaskSpec:
                                     "bundle, restore the files under /app from it, then solve the task as usual.")
     solve += _family_solve(spec.solve_sh)
     if strategy:
-        if why := strategy.applies(outputs) if not strategy.needs_container else None:
+        if why := strategy.applies(outputs):
             raise ValueError(f"{strategy.kind}: {why}")
         solve += strategy.oracle(container, list(spec.output_paths))
         instruction = (instruction.rstrip("\n") + "\n\n## Also deliver\n\n- "
