@@ -371,6 +371,9 @@ def test_answer_column_missing_is_one_line_listing_the_columns(tmp_path):
     """A set whose answer column is not the configured one (here `answer` where the trace reads
     `Answer`) stops before any model is loaded, with one line naming the key and listing the set's
     columns."""
+    defaults = OPSDConfig()
+    assert (defaults.problem_column, defaults.solution_column, defaults.answer_column,
+            defaults.generated_tokens_column) == ("problem", "solution", "Answer", "generated_token_count")
     data = _trace_table(tmp_path / "lower.parquet", [("42", 2500)], answer_column="answer")
     params = json.dumps({"train": {**_trace_config().to_dict(), "dataset": str(data)}})
     res = subprocess.run([sys.executable, "-m", "termforge.cli", "train", "--params", params,
