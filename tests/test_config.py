@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from termforge.config import check_config, load_config, shard_ids
+from termforge.config import ablation_config, check_config, load_config, model_names, run_ablations, shard_ids
 from termforge.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,4 +89,140 @@ def test_ablation_overrides_are_validated():
     cfg = _merged({"ablations": {"fast": {"train": {"learning_rate": -1}}}})
     with pytest.raises(ConfigError) as exc:
         check_config(cfg)
-    assert str(exc.value).startswith("ablations.fast: override train.learning_rate")
+    assert str(exc.value).startswith("ablations.fast: train.learning_rate: -1 is out of range")
+
+
+# -- plan-time validation of every job --------------------------------------------------------
+
+@pytest.mark.parametrize("ablation, message", [
+    # Valid for the schema, refused by the trainer when its job starts: now when planned.
+    ({"train": {"warmup_steps": 9, "max_steps": 5}}, "ablations.x: train.warmup_steps: 9 exceeds max_steps 5"),
+    ({"train": {"objective": "grpo"}}, "ablations.x: train.objective: grpo trains on the verifier's reward"),
+    ({"train": {"answer_pattern": "("}}, "ablations.x: train.answer_pattern: not a valid regular expression"),
+    ({"eval": {"aime": {"sampling": {"top_p": 1.5}}}}, "ablations.x: eval.aime.sampling.top_p:"),
+])
+def test_every_planned_job_is_checked_as_it_will_start(ablation, message):
+    with pytest.raises(ConfigError) as exc:
+        check_config(_merged({"ablations": {"x": ablation}}))
+    assert str(exc.value).startswith(message), str(exc.value)
+
+
+def test_an_inherited_key_that_breaks_an_ablation_is_named():
+    """The reference overlay's math prompt preset reaches config.yaml's terminal ablation."""
+    reference = yaml.safe_load((ROOT / "configs" / "opsd-reference.yaml").read_text())
+    merged = _merged({**reference, "ablations_only": None})
+    with pytest.raises(ConfigError, match=r"^ablations\.terminal: train\.prompt_preset: the reference preset"):
+        check_config(merged)
+    # With the overlay's ablations_only, terminal is neither planned nor checked.
+    assert model_names(check_config(_merged(reference))) == ["base", "fkl"]
+
+
+def test_trained_weights_need_a_backend_that_loads_them():
+    cfg = _merged({"models": {"policy": {"backend": "openai", "model": "m", "base_url": "http://h/v1"}}})
+    with pytest.raises(ConfigError, match=r"^ablations\.fkl: models\.policy\.backend: evaluating trained weights "
+                                          r"needs the transformers backend .*\(eval_aime of the trained weights\)"):
+        check_config(cfg)
+    cfg["ablations"] = {}  # the untrained base policy evaluates through any backend
+    check_config(cfg)
+
+
+# -- ablations an overlay can replace ---------------------------------------------------------
+
+def _snakemake_merge(*paths: Path) -> dict:
+    """The config `snakemake --configfile <paths>` gives the Snakefile (its own merge, its loader)."""
+    from snakemake.common.configfile import load_configfile
+    from snakemake.utils import update_config
+
+    config: dict = {}
+    for path in paths:
+        update_config(config, load_configfile(str(path)))
+    return config
+
+
+def test_ablations_only_sets_exactly_the_ablations_under_snakemakes_merge(tmp_path):
+    reference, trace = ROOT / "configs" / "opsd-reference.yaml", ROOT / "configs" / "ablations" / "trace-best.yaml"
+    cases = [((), ["fkl", "jsd", "terminal"]),
+             ((reference,), ["fkl"]),
+             ((reference, trace), ["fkl", "trace_best"]),
+             ((ROOT / "configs" / "ablations" / "lr-sweep.yaml",), ["fkl", "jsd", "lr_1e-3", "lr_1e-4", "lr_5e-4",
+                                                                    "terminal"])]
+    for overlays, expected in cases:
+        files = [ROOT / "config.yaml", *overlays]
+        # termforge's merge and Snakemake's give the same config, and the same runs.
+        assert check_config(_snakemake_merge(*files)) == load_config(files)
+        assert model_names(load_config(files)) == ["base", *expected], overlays
+    # The ablations not run are still defined (an overlay cannot delete a mapping's keys), not planned.
+    cfg = load_config([ROOT / "config.yaml", reference])
+    assert set(cfg["ablations"]) == {"fkl", "jsd", "terminal"} and run_ablations(cfg) == ["fkl"]
+    with pytest.raises(ConfigError, match=r"^ablations\.jsd: not run \(ablations_only: fkl\)"):
+        ablation_config(cfg, "jsd")
+    # A name that is not defined is named with its position.
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("ablations_only: [fkl, trace_bset]\n")
+    with pytest.raises(ConfigError, match=r"^ablations_only\[1\]: no ablation 'trace_bset' is defined "
+                                          r"\(defined: fkl, jsd, terminal\)"):
+        load_config([ROOT / "config.yaml", bad])
+    # An empty list plans no training at all.
+    bad.write_text("ablations_only: []\n")
+    assert model_names(load_config([ROOT / "config.yaml", bad])) == ["base"]
+
+
+# -- one meaning of --configfile --------------------------------------------------------------
+
+def _cli(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "termforge.cli", *argv], capture_output=True, text=True, cwd=cwd)
+
+
+def test_configfile_is_overlays_on_config_yaml_in_every_command(tmp_path):
+    """`--configfile X` is config.yaml then X, as `snakemake --configfile X`: the 15k overlay alone
+    plans the 15k corpus with config.yaml's settings (24k solve calls), not the schema defaults'."""
+    tmax = "configs/tmax15k.yaml"
+    alone, both = tmp_path / "alone.json", tmp_path / "both.json"
+    assert _cli("plan", "--configfile", tmax, "--json", str(alone)).returncode == 0
+    assert _cli("plan", "--configfile", "config.yaml", tmax, "--json", str(both)).returncode == 0
+    import json
+
+    plan = json.loads(alone.read_text())
+    assert plan == json.loads(both.read_text())
+    solve = next(p for p in plan["phases"] if p["phase"] == "solve")
+    assert solve["max_calls"] == 15000 * BASE["solve"]["k"] * BASE["solve"]["turn_cap"] and solve["calls"] == 24000
+    # check-config: the same files, as arguments or after --configfile.
+    for argv in ((tmax,), ("--configfile", tmax), ("config.yaml", tmax)):
+        res = _cli("check-config", *argv)
+        assert res.returncode == 0, res.stderr
+        assert "config OK (config.yaml + configs/tmax15k.yaml): run 'tmax15k', 15000 tasks in 75 shards" in res.stdout
+    # A stage command by hand reads the keys config.yaml + overlay give.
+    from termforge import cli
+    from termforge.params import stage_params
+
+    args = cli.build_parser().parse_args(["solve", "--configfile", tmax, "--manifest", "m", "--corpus", "c",
+                                          "--images-dir", "i", "--trajectories", "t", "--out", "o"])
+    import os
+
+    here = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        assert cli._stage_options(args, "solve") == stage_params(load_config([ROOT / "config.yaml", ROOT / tmax]),
+                                                                   "solve")
+    finally:
+        os.chdir(here)
+    # dvc-yaml without --configfile is config.yaml's, as with it.
+    assert _cli("dvc-yaml").stdout == _cli("dvc-yaml", "--configfile", "config.yaml").stdout != ""
+    # Where no config.yaml is, the overlays merge onto the schema's defaults, and that is said.
+    res = _cli("check-config", str(ROOT / tmax), cwd=tmp_path)
+    assert res.returncode == 0 and "merged onto the schema's defaults" in res.stderr
+
+
+def test_every_configfile_option_states_its_meaning_in_help():
+    from termforge import cli
+    from termforge.config import CONFIGFILE_HELP
+
+    parser = cli.build_parser()
+    options = 0
+    for name, sub in cli.subcommands(parser).items():
+        for action in sub._actions:
+            if "--configfile" in action.option_strings:
+                assert CONFIGFILE_HELP in (action.help or ""), name
+                options += 1
+    assert options >= 15
+    assert "config.yaml first, then each file" in _cli("plan", "--help").stdout.replace("\n", " ").replace("  ", " ")

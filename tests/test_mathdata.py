@@ -11,6 +11,7 @@ from termforge.errors import TermforgeError
 from termforge.evals.aime import extract_boxed, grade
 from termforge.mathdata import (
     TEMPLATES,
+    answer_matches,
     filter_rows,
     load_math_dataset,
     make_math_set,
@@ -140,12 +141,44 @@ def test_filters_report_and_refuse_empty_result(capsys):
         {"id": "b", "problem": "p", "solution": "x" * 50, "answer": "\\frac{1}{2}"},
         {"id": "c", "problem": "p", "solution": "short", "answer": "7"},
         {"id": "d", "problem": "p", "solution": "x" * 50, "answer": ""},
+        {"id": "e", "problem": "", "solution": "", "answer": None},
     ]
-    kept = filter_rows(rows, integer_answer_only=True, min_solution_chars=20, where="opsd.data")
+    kept = filter_rows(rows, answer_pattern=r"-?\d{1,6}", min_solution_chars=20, where="opsd.data")
     assert [r["id"] for r in kept] == ["a"]
     out = capsys.readouterr().out
-    assert "opsd.data: kept 1 of 4 rows" in out
-    assert "1 with an empty problem or answer, 1 with a non-integer answer, 1 with a solution under 20" in out
-    assert [r["id"] for r in filter_rows(rows)] == ["a", "b", "c"]
-    with pytest.raises(TermforgeError, match=r"opsd\.data: no rows left after filtering 4 rows .*integer_answer_only"):
-        filter_rows(rows, integer_answer_only=True, min_solution_chars=100, where="opsd.data")
+    assert "opsd.data: kept 1 of 5 rows" in out
+    assert r"(dropped 3 with an answer not matching -?\d{1,6}, 1 with a solution under 20 characters)" in out
+    # Every filter off keeps every row, empty answers, problems and solutions included (the reference
+    # trains on every row of its set); dropping empty answers is a setting of its own.
+    assert [r["id"] for r in filter_rows(rows)] == ["a", "b", "c", "d", "e"]
+    assert "kept 5 of 5 rows (no filter on)" in capsys.readouterr().out
+    assert [r["id"] for r in filter_rows(rows, drop_empty_answers=True)] == ["a", "b", "c"]
+    assert "(dropped 2 with an empty answer)" in capsys.readouterr().out
+    with pytest.raises(TermforgeError, match=r"opsd\.data: no rows left after filtering 5 rows .*answer_pattern="
+                                             r"'-\?\\\\d\{1,6\}' dropped 3, min_solution_chars=100 dropped 2"):
+        filter_rows(rows, answer_pattern=r"-?\d{1,6}", min_solution_chars=100, where="opsd.data")
+
+
+# Every answer form the trace's filter must tell apart, labelled by hand: is the stored string an
+# optional minus sign and 1 to 6 digits, nothing before or after? (The earlier filter, AIME's
+# normaliser on the stripped string with at most 6 digits, kept 12 of the 22 rejected here.)
+TRACE_ANSWER_FORMS = [
+    ("0", True), ("7", True), ("42", True), ("-3", True), ("-0", True), ("100", True), ("0042", True),
+    ("999999", True), ("123456", True), ("-123456", True),
+    ("+15", False), ("1,000", False), ("0000042", False), ("12.0", False), ("$42$", False),
+    ("\\text{42}", False), (" 42", False), ("42 ", False), ("42\n", False), ("1\\,000", False), ("5%", False),
+    ("42^\\circ", False), ("1234567", False), ("-1234567", False), ("1000000", False), ("\\frac{1}{2}", False),
+    ("3.5", False), ("x+1", False), ("\\boxed{42}", False), ("(1, 2)", False), ("", False), ("\u22125", False),
+]
+
+
+@pytest.mark.parametrize("answer, keep", TRACE_ANSWER_FORMS, ids=[repr(a) for a, _ in TRACE_ANSWER_FORMS])
+def test_trace_answer_pattern_matches_the_raw_string_in_full(answer, keep):
+    assert answer_matches(answer, r"-?\d{1,6}") is keep
+    assert answer_matches(None, r"-?\d{1,6}") is False
+
+
+def test_answer_pattern_is_configurable():
+    assert answer_matches("+15", r"[+-]?\d+") and not answer_matches("+15", r"-?\d{1,6}")
+    rows = [{"id": str(i), "answer": a, "solution": "s"} for i, a in enumerate(["1", "1.5", "x"])]
+    assert [r["id"] for r in filter_rows(rows, answer_pattern=r"\d+(\.\d+)?")] == ["0", "1"]

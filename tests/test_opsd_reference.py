@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from termforge.errors import ConfigError, TermforgeError
 from termforge.opsd.config import OPSDConfig
@@ -33,16 +34,22 @@ REFERENCE_OVERLAY = ROOT / "configs" / "opsd-reference.yaml"
 
 # -- the workflow passes the configured dataset -------------------------------------------------
 
-def _dry_run(tmp_path: Path, *overlays: Path, targets: tuple[str, ...]) -> dict[str, list[str]]:
-    """`snakemake -n -p` of the real Snakefile: {ablation: argv of its planned `termforge train`}."""
+def _snakemake_dry_run(tmp_path: Path, *overlays: Path, targets: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """`snakemake -n -p [targets] --configfile config.yaml [overlays]` of the real Snakefile, as
+    documented, in a scratch folder."""
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     (work / "config.yaml").write_text((ROOT / "config.yaml").read_text())
     configfiles = [str(ROOT / "config.yaml"), *map(str, overlays)]
     # The targets go first: --configfile takes several values and would swallow them.
-    res = subprocess.run([sys.executable, "-m", "snakemake", *targets, "-n", "-p", "-s", str(ROOT / "Snakefile"),
-                          "--directory", str(work), "--configfile", *configfiles],
-                         capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "snakemake", *targets, "-n", "-p", "-s", str(ROOT / "Snakefile"),
+                           "--directory", str(work), "--configfile", *configfiles],
+                          capture_output=True, text=True)
+
+
+def _dry_run(tmp_path: Path, *overlays: Path, targets: tuple[str, ...]) -> dict[str, list[str]]:
+    """{ablation: argv of its planned `termforge train`}."""
+    res = _snakemake_dry_run(tmp_path, *overlays, targets=targets)
     assert res.returncode == 0, res.stderr[-3000:]
     commands = {}
     for line in (res.stdout + res.stderr).splitlines():
@@ -310,41 +317,75 @@ def _trace_config(**extra) -> OPSDConfig:
     return OPSDConfig.from_dict({**train, **extra})
 
 
-def test_trace_filter_on_a_table_with_the_datasets_columns(tmp_path, capsys):
+def _trace_table(path: Path, answers: list[tuple[str, int | None]], answer_column: str = "Answer") -> Path:
+    """A parquet table with siyanzhao/Openthoughts_math_30k_opsd's columns as the reference code reads
+    them: problem, solution (zhaoruizhi/OPSD-main data_collator.py:87-88), Answer (grpo_train.py:130,
+    on the same set) and generated_token_count (eval/quick_opsd_common.py:258-259)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    pq.write_table(pa.Table.from_pylist([
+        {"problem": f"problem {i}", "solution": f"worked solution {i}", answer_column: a, "generated_token_count": n}
+        for i, (a, n) in enumerate(answers)]), path)
+    return path
+
+
+def test_trace_filter_on_a_table_with_the_datasets_columns(tmp_path, capsys):
+    """Every answer form of tests/test_mathdata.py (labelled by hand: kept when the stored string
+    is an optional minus sign and 1 to 6 digits) with a reference generation length each: 2,500
+    tokens, except three kept answers at 1,999 tokens (dropped), exactly 2,000 (kept) and no count
+    (dropped)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from test_mathdata import TRACE_ANSWER_FORMS
+
     from termforge.opsd.data import load_math_rows
 
-    # siyanzhao/Openthoughts_math_30k_opsd's columns: problem, solution, answer, generated_token_count.
-    table = [
-        ("123456", 2500),   # 6 digits, long generation: kept
-        ("1234567", 2500),  # 7 digits: dropped
-        ("-042", 2000),     # 2 digits after normalising, exactly 2,000 tokens: kept
-        ("\\frac{1}{2}", 4000),  # not an integer: dropped
-        ("17", 1999),       # one token short: dropped
-        ("17", None),       # no count: dropped
-        ("1,000", 3000),    # 4 digits: kept
-    ]
-    data = tmp_path / "train.parquet"
-    pq.write_table(pa.Table.from_pylist([
-        {"problem": f"problem {i}", "solution": f"... so \\boxed{{{a}}}", "answer": a, "generated_token_count": n}
-        for i, (a, n) in enumerate(table)]), data)
+    counts = {"7": 1999, "42": 2000, "-3": None}
+    table = [(a, counts.get(a, 2500)) for a, _ in TRACE_ANSWER_FORMS]
+    expected = [f"row-{i}" for i, (a, keep) in enumerate(TRACE_ANSWER_FORMS) if keep and a not in ("7", "-3")]
+    assert len(table) == 32 and len(expected) == 8
+    data = _trace_table(tmp_path / "train.parquet", table)
     rows = load_math_rows(_trace_config(dataset=str(data)))
-    assert [r.id for r in rows] == ["row-0", "row-2", "row-6"]
+    assert [r.id for r in rows] == expected
     out = capsys.readouterr().out
-    assert "kept 3 of 7 rows" in out and "1 with a non-integer answer" in out
-    assert "1 with an answer over 6 digits" in out and "2 with a reference generation under 2000 tokens" in out
+    assert (r"train: kept 8 of 32 rows (dropped 22 with an answer not matching -?\d{1,6}, "
+            "2 with a reference generation under 2000 tokens)") in out
     # Either filter alone keeps more: the recipe is their conjunction.
-    assert len(load_math_rows(_trace_config(dataset=str(data), min_generated_tokens=0))) == 5
-    assert len(load_math_rows(_trace_config(dataset=str(data), max_answer_digits=None))) == 4
+    assert len(load_math_rows(_trace_config(dataset=str(data), min_generated_tokens=0))) == 10
+    assert len(load_math_rows(_trace_config(dataset=str(data), answer_filter=False))) == 32 - 2
+    # The anchor (the reference overlay) trains on every row, empty answer included, as the reference.
+    reference = OPSDConfig.from_dict({**yaml.safe_load(REFERENCE_OVERLAY.read_text())["train"], "dataset": str(data)})
+    assert len(load_math_rows(reference)) == 32
+    assert "kept 32 of 32 rows (no filter on)" in capsys.readouterr().out
     # A set without the length column is named, not silently unfiltered.
-    pq.write_table(pa.Table.from_pylist([{"problem": "p", "solution": "s", "answer": "1"}]), tmp_path / "bare.parquet")
+    pq.write_table(pa.Table.from_pylist([{"problem": "p", "solution": "s", "Answer": "1"}]), tmp_path / "bare.parquet")
     with pytest.raises(TermforgeError, match=r"train\.generated_tokens_column: dataset .* has no column "
                                         r"'generated_token_count'"):
         load_math_rows(_trace_config(dataset=str(tmp_path / "bare.parquet")))
-    with pytest.raises(ConfigError, match=r"train\.max_answer_digits: .*integer_answer_only"):
-        OPSDConfig.from_dict({"max_answer_digits": 6})
+    with pytest.raises(ConfigError, match=r"train\.answer_pattern: not a valid regular expression"):
+        OPSDConfig.from_dict({"answer_pattern": "-?(\\d{1,6}"})
+
+
+def test_answer_column_missing_is_one_line_listing_the_columns(tmp_path):
+    """A set whose answer column is not the configured one (here `answer` where the trace reads
+    `Answer`) stops before any model is loaded, with one line naming the key and listing the set's
+    columns."""
+    defaults = OPSDConfig()
+    assert (defaults.problem_column, defaults.solution_column, defaults.answer_column,
+            defaults.generated_tokens_column) == ("problem", "solution", "Answer", "generated_token_count")
+    data = _trace_table(tmp_path / "lower.parquet", [("42", 2500)], answer_column="answer")
+    params = json.dumps({"train": {**_trace_config().to_dict(), "dataset": str(data)}})
+    res = subprocess.run([sys.executable, "-m", "termforge.cli", "train", "--params", params,
+                          "--out-dir", str(tmp_path / "run")], capture_output=True, text=True)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        f"termforge: error: train.answer_column: dataset {data} has no column 'Answer' "
+        "(columns: problem, solution, answer, generated_token_count)"]
+    # With the column named, it trains on that set (the filter reads it).
+    from termforge.opsd.data import load_math_rows
+
+    assert len(load_math_rows(_trace_config(dataset=str(data), answer_column="answer"))) == 1
 
 
 def test_trace_schedule_is_linear_from_the_configured_peak():
@@ -357,19 +398,124 @@ def test_trace_schedule_is_linear_from_the_configured_peak():
     assert sum(lrs) / len(lrs) == pytest.approx(5.05e-6)  # the anchor's constant 5e-6, to 1%
 
 
+@pytest.mark.parametrize("kind", ["constant", "linear", "cosine"])
+@pytest.mark.parametrize("warmup", [0, 1, 7])
+def test_schedule_is_transformers_schedule(kind, warmup):
+    """lr_lambda_for against transformers' own schedules (the reference trains with the transformers
+    Trainer): warmup rises as step / warmup, so step 0 trains at lr 0."""
+    from transformers import (get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup,
+                              get_linear_schedule_with_warmup)
+
+    from termforge.opsd.trainer import lr_lambda_for
+
+    cfg = OPSDConfig.from_dict({"lr_scheduler": kind, "warmup_steps": warmup, "max_steps": 20})
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=1.0)
+    schedule = {"constant": lambda: get_constant_schedule_with_warmup(optimizer, warmup),
+                "linear": lambda: get_linear_schedule_with_warmup(optimizer, warmup, 20),
+                "cosine": lambda: get_cosine_schedule_with_warmup(optimizer, warmup, 20)}[kind]()
+    ours = lr_lambda_for(cfg)
+    for step in range(20):
+        assert ours(step) == pytest.approx(schedule.get_last_lr()[0], abs=1e-12), step
+        optimizer.step()
+        schedule.step()
+    if warmup:
+        assert ours(0) == 0.0
+
+
+# -- prompts keep the data's whitespace ---------------------------------------------------------
+
+def test_templates_render_problem_and_solution_with_their_whitespace():
+    """The reference puts the dataset's strings into its f-strings as they are (data_collator.py:87-91
+    and build_reference_teacher_user_message): a solution that starts or ends with whitespace reaches
+    the teacher with it."""
+    from termforge.opsd.data import math_prompt_rows, teacher_messages
+    from termforge.opsd.rollout import prompt_token_ids
+
+    tokenizer = _smol_tokenizer()
+    row = {"id": "w", "problem": "  What is 6 * 7?\n", "solution": "\n\n  6 * 7 = 42, so \\boxed{42}.  \n\t\n",
+           "answer": "42"}
+    custom = {"student_template": "Problem: {problem}\n\nbox it: \\boxed{{}}",
+              "teacher_template": "Problem: {problem}\n\n=== Begin ===\n{solution}\n=== End ===\n\nagain, alone."}
+    for values in ({"prompt_preset": "reference"}, custom):
+        cfg = OPSDConfig.from_dict(values)
+        prompt = math_prompt_rows([row], cfg)[0]
+        student_text = cfg.effective_student_template.format(problem=row["problem"])
+        teacher_text = cfg.effective_teacher_template.format(problem=row["problem"], solution=row["solution"])
+        assert row["solution"] in teacher_text and row["problem"] in student_text
+        for messages, text in ((prompt.messages(), student_text), (teacher_messages(prompt, cfg), teacher_text)):
+            assert messages == [{"role": "user", "content": text}]
+            expected = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                     add_generation_prompt=True)
+            assert prompt_token_ids(tokenizer, messages, None) == tokenizer(expected, add_special_tokens=False)["input_ids"]
+
+
+def _planned_jobs(res: subprocess.CompletedProcess) -> dict[str, list[str]]:
+    """{rule: [the wildcards.model of each planned job]} from a dry run's job listing."""
+    jobs: dict[str, list[str]] = {}
+    rule = None
+    for line in res.stdout.splitlines():
+        match = re.match(r"(?:local)?rule (\w+):", line.strip())
+        if match:
+            rule = match.group(1)
+            jobs.setdefault(rule, [])
+        match = re.match(r"wildcards: model=(\S+)", line.strip())
+        if match and rule:
+            jobs[rule].append(match.group(1))
+    return jobs
+
+
 def test_trace_overlay_plans_the_anchor_and_the_trace_recipe(tmp_path):
-    targets = ("results/runs/fkl/train/summary.json", "results/runs/trace_best/train/summary.json")
-    planned = _dry_run(tmp_path, REFERENCE_OVERLAY, TRACE_OVERLAY, targets=targets)
-    anchor, best = _params(planned["fkl"]), _params(planned["trace_best"])
-    for params, argv in ((anchor, planned["fkl"]), (best, planned["trace_best"])):
-        assert params["dataset"] == "siyanzhao/Openthoughts_math_30k_opsd" and "--dataset" not in argv
+    """The documented command plans exactly the anchor and the trace recipe (not config.yaml's jsd
+    and terminal ablations), and every planned job's params validate as the jobs will when they start."""
+    from termforge.models.base import SamplingParams
+
+    res = _snakemake_dry_run(tmp_path, REFERENCE_OVERLAY, TRACE_OVERLAY)
+    assert res.returncode == 0, res.stderr[-3000:]
+    jobs = _planned_jobs(res)
+    assert sorted(jobs["train_opsd"]) == ["fkl", "trace_best"]
+    assert sorted(jobs["eval_aime"]) == sorted(jobs["eval_tbench"]) == ["base", "fkl", "trace_best"]
+    planned = {}
+    for line in (res.stdout + res.stderr).splitlines():
+        line = line.strip()
+        for command in (" -m termforge.cli train ", "termforge eval-aime ", "termforge eval-tbench "):
+            if command in line:
+                argv = shlex.split(line.split(" 2>&1")[0])
+                argv = argv[next(i for i, a in enumerate(argv) if a in ("train", "eval-aime", "eval-tbench")):]
+                name = argv[argv.index("--model-name") + 1] if "--model-name" in argv else \
+                    argv[argv.index("--out-dir") + 1].split("/")[2]
+                planned[(argv[0], name)] = json.loads(argv[argv.index("--params") + 1])
+    assert len(planned) == 2 + 3 + 3
+    for (command, name), params in planned.items():
+        if command == "train":
+            OPSDConfig.from_dict(params["train"])  # what `termforge train` does first
+        else:
+            section = params["eval.aime" if command == "eval-aime" else "eval.tbench"]
+            SamplingParams.from_dict({**section["sampling"], "seed": params["seed"]})
+    anchor, best = planned[("train", "fkl")]["train"], planned[("train", "trace_best")]["train"]
+    for params in (anchor, best):
+        assert params["dataset"] == "siyanzhao/Openthoughts_math_30k_opsd"
         assert params["model"] == "Qwen/Qwen3-1.7B" and params["prompt_preset"] == "reference"
-    assert (anchor["integer_answer_only"], anchor["max_answer_digits"], anchor["min_generated_tokens"],
-            anchor["lr_scheduler"], anchor["learning_rate"]) == (False, None, 0, "constant", 5e-6)
-    assert (best["integer_answer_only"], best["max_answer_digits"], best["min_generated_tokens"],
-            best["generated_tokens_column"], best["lr_scheduler"], best["learning_rate"]) == (
-        True, 6, 2000, "generated_token_count", "linear", 1e-5)
+        assert params["answer_column"] == "Answer" and params["answer_pattern"] == r"-?\d{1,6}"
+    assert (anchor["answer_filter"], anchor["min_generated_tokens"], anchor["lr_scheduler"],
+            anchor["learning_rate"], anchor["drop_empty_answers"]) == (False, 0, "constant", 5e-6, False)
+    assert (best["answer_filter"], best["min_generated_tokens"], best["generated_tokens_column"],
+            best["lr_scheduler"], best["learning_rate"]) == (True, 2000, "generated_token_count", "linear", 1e-5)
     # Nothing else differs between the two.
-    changed = {k for k in anchor if anchor[k] != best[k]}
-    assert changed == {"integer_answer_only", "max_answer_digits", "min_generated_tokens", "lr_scheduler",
-                       "learning_rate"}
+    assert {k for k in anchor if anchor[k] != best[k]} == {"answer_filter", "min_generated_tokens", "lr_scheduler",
+                                                           "learning_rate"}
+    # The reference overlay alone plans the anchor alone.
+    assert _planned_jobs(_snakemake_dry_run(tmp_path, REFERENCE_OVERLAY))["train_opsd"] == ["fkl"]
+
+
+def test_an_ablation_that_cannot_start_stops_the_dry_run_naming_it(tmp_path):
+    """Without ablations_only, config.yaml's terminal ablation inherits the reference overlay's math
+    prompt preset: the dry run stops with one line naming the ablation and the key, as its job would."""
+    reopen = tmp_path / "all-ablations.yaml"
+    reopen.write_text("ablations_only: null\n")
+    res = _snakemake_dry_run(tmp_path, REFERENCE_OVERLAY, TRACE_OVERLAY, reopen)
+    assert res.returncode != 0
+    errors = [line for line in res.stderr.splitlines() if line.startswith("termforge")]
+    assert errors == ["termforge: config error: ablations.terminal: train.prompt_preset: the reference preset holds "
+                      "math prompts (a reference solution); a terminal run sets train.teacher_template with {hint}"]
+    assert "Traceback" not in res.stderr and "rule train_opsd" not in res.stdout

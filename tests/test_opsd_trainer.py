@@ -139,17 +139,19 @@ def test_dataset_without_the_configured_column(tmp_path):
     rows = load_math_rows(OPSDConfig.from_dict({"dataset": str(data), "solution_column": "reference"}))
     assert rows[0].privileged_context == "1+1=2, so \\boxed{2}" and rows[0].kind == "math"
     assert "1+1?" in rows[0].prompt_messages[-1]["content"]
-    # No answer column: the answer comes from the solution's last box.
+    # No answer column: the answer filter reads the solution's last box ("2" passes, "x" does not).
+    _write_jsonl(data, [{"problem": "1+1?", "reference": "1+1=2, so \\boxed{2}"},
+                        {"problem": "x?", "reference": "so \\boxed{x}"}])
     rows = load_math_rows(OPSDConfig.from_dict({"dataset": str(data), "solution_column": "reference",
-                                                "answer_column": None}))
-    assert len(rows) == 1
+                                                "answer_column": None, "answer_filter": True}))
+    assert [r.problem for r in rows] == ["1+1?"]
 
 
 def test_filter_that_keeps_zero_rows(tmp_path, capsys):
     data = tmp_path / "math.jsonl"
     _write_jsonl(data, [{"problem": f"p{i}", "solution": "s", "answer": "x + 1"} for i in range(3)])
-    with pytest.raises(ConfigError, match=r"no rows left .*train\.integer_answer_only"):
-        load_math_rows(OPSDConfig.from_dict({"dataset": str(data), "integer_answer_only": True}))
+    with pytest.raises(ConfigError, match=r"no rows left .*train\.answer_filter"):
+        load_math_rows(OPSDConfig.from_dict({"dataset": str(data), "answer_column": "answer", "answer_filter": True}))
     assert "kept 0 of 3 rows" in capsys.readouterr().out
     assert len(load_math_rows(OPSDConfig.from_dict({"dataset": str(data)}))) == 3
     assert "kept 3 of 3 rows" in capsys.readouterr().out

@@ -1,8 +1,9 @@
 """The `termforge` command line: one subcommand per stage.
 
 Each stage takes its options either from `--params` (the JSON a Snakemake rule passes: the
-config keys that stage reads, see termforge.params) or from `--configfile` (config.yaml and
-overlays, validated). Errors a user can fix print one line naming the culprit, no traceback.
+config keys that stage reads, see termforge.params) or from `--configfile`. `--configfile` means
+the same in every command: ./config.yaml first, then the files given, merged as
+`snakemake --configfile` merges them (termforge.config.config_paths), then validated. Errors a user can fix print one line naming the culprit, no traceback.
 
 How bad input is reported (follow this when adding a command or an option):
 - Declare every argument that names a file or folder with `input_arg(sp, "--x", kind=...)` (a
@@ -76,9 +77,7 @@ def _stage_options(args, stage: str) -> dict:
     if args.params and args.configfile:
         raise ConfigError("give either --params or --configfile, not both")
     if args.configfile:
-        from termforge.config import load_config
-
-        return stage_params(load_config(args.configfile), stage)
+        return stage_params(_configured(args.configfile), stage)
     if not args.params:
         raise ConfigError(f"{stage}: pass --configfile config.yaml (or --params JSON from the workflow)")
     try:
@@ -94,12 +93,29 @@ def _stage_options(args, stage: str) -> dict:
     return opts
 
 
-def cmd_check_config(args) -> int:
-    from termforge.config import load_config, shard_ids
+def _configured(overlays: list[str] | None) -> dict:
+    """The validated config of a command's --configfile (one meaning everywhere:
+    termforge.config.CONFIGFILE_HELP). Without ./config.yaml the overlays merge onto the schema's
+    defaults, which is said, since those are not the numbers config.yaml would give."""
+    from termforge.config import BASE_CONFIG, load_overlays
 
-    cfg = load_config(args.files)
-    print(f"config OK: run {cfg['run_name']!r}, {cfg['corpus']['n_tasks']} tasks in "
-          f"{len(shard_ids(cfg))} shards of {cfg['corpus']['shard_size']}")
+    if overlays and not Path(BASE_CONFIG).is_file():
+        print(f"termforge: note: no {BASE_CONFIG} in {Path.cwd()}: {', '.join(overlays)} merged onto the "
+              f"schema's defaults", file=sys.stderr)
+    return load_overlays(overlays)
+
+
+def cmd_check_config(args) -> int:
+    from termforge.config import config_paths, model_names, shard_ids
+
+    if args.files and args.configfile:
+        raise ConfigError("check-config: give the overlays either as arguments or after --configfile, not both")
+    overlays = args.files or args.configfile
+    cfg = _configured(overlays)
+    ablations = model_names(cfg)[1:]
+    print(f"config OK ({' + '.join(map(str, config_paths(overlays)))}): run {cfg['run_name']!r}, "
+          f"{cfg['corpus']['n_tasks']} tasks in {len(shard_ids(cfg))} shards of {cfg['corpus']['shard_size']}; "
+          f"ablations planned and checked: {', '.join(ablations) or 'none'}")
     return 0
 
 
@@ -480,14 +496,15 @@ def cmd_hints(args) -> int:
 
 
 def cmd_dvc_yaml(args) -> int:
-    from termforge.config import REPO_ROOT, load_config
+    from termforge.config import REPO_ROOT, config_paths
     from termforge.dvcgen import dvc_yaml, snakemake_rules
 
     import yaml
 
-    cfg = load_config(args.configfile)
-    # dvc.yaml names config.yaml's params: check them against the file when it is the only one given.
-    raw = (yaml.safe_load(Path(args.configfile[0]).read_text()) or {}) if len(args.configfile) == 1 else None
+    cfg = _configured(args.configfile)
+    # dvc.yaml names config.yaml's params: check them against the file when it is the only one.
+    paths = config_paths(args.configfile)
+    raw = (yaml.safe_load(paths[0].read_text()) or {}) if len(paths) == 1 else None
     sys.stdout.write(dvc_yaml(cfg, snakemake_rules(REPO_ROOT), raw))
     return 0
 
@@ -522,10 +539,9 @@ def cmd_dag(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from termforge.config import load_config
     from termforge.planning import estimate, format_estimate
 
-    est = estimate(load_config(args.configfile))
+    est = estimate(_configured(args.configfile))
     print(format_estimate(est))
     if args.json:
         atomic_write_json(args.json, est)
@@ -541,22 +557,26 @@ def cmd_combine(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from termforge.config import CONFIGFILE_HELP
+
     p = argparse.ArgumentParser(prog="termforge", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     def stage(name: str, help_: str):
         sp = sub.add_parser(name, help=help_)
         sp.add_argument("--params", help="stage options as JSON (what the Snakemake rule passes)")
-        input_arg(sp, "--configfile", kind="config", nargs="+", help="config.yaml and overlays instead of --params")
+        input_arg(sp, "--configfile", kind="config", nargs="+", help=f"instead of --params: {CONFIGFILE_HELP}")
         return sp
 
     sp = sub.add_parser("check-cluster", help="can every Slurm rule run on this cluster's partitions? (a table)")
-    input_arg(sp, "--configfile", kind="config", nargs="*", default=[], help="overlays on config.yaml, as for snakemake")
+    input_arg(sp, "--configfile", kind="config", nargs="*", default=[],
+              help=f"{CONFIGFILE_HELP} (./config.yaml being the Snakefile's folder's)")
     input_arg(sp, "--snakefile", kind="text", default="Snakefile")
     sp.set_defaults(func=cmd_check_cluster)
 
-    sp = sub.add_parser("check-config", help="validate config.yaml and overlays")
-    input_arg(sp, "files", kind="config", nargs="+")
+    sp = sub.add_parser("check-config", help="validate config.yaml and overlays, and every planned job's config")
+    input_arg(sp, "files", kind="config", nargs="*", default=[], help="the same as --configfile FILES")
+    input_arg(sp, "--configfile", kind="config", nargs="+", default=[], help=CONFIGFILE_HELP)
     sp.set_defaults(func=cmd_check_config)
 
     sp = stage("sample-axes", "sample task signatures from the taxonomy")
@@ -674,13 +694,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("dag", help="draw the rule graph and the job DAG (SVG, PNG, dot; mermaid)")
     output_arg(sp, "--out", dir=True, default="docs/dag")
-    input_arg(sp, "--configfile", kind="config", nargs="+", default=None)
+    input_arg(sp, "--configfile", kind="config", nargs="+", default=None, help=CONFIGFILE_HELP)
     output_arg(sp, "--mermaid", help="also write the rule graph as mermaid to this file")
     input_arg(sp, "--readme", kind="text", help="also refresh the `dvc dag --md` block of this README")
     sp.set_defaults(func=cmd_dag)
 
     sp = sub.add_parser("plan", help="project token use and API cost of a run before anything is spent")
-    input_arg(sp, "--configfile", kind="config", nargs="+", default=["config.yaml"])
+    input_arg(sp, "--configfile", kind="config", nargs="+", default=[], help=CONFIGFILE_HELP)
     output_arg(sp, "--json", help="also write the estimate as JSON")
     sp.set_defaults(func=cmd_plan)
 
@@ -693,7 +713,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_combine)
 
     sp = sub.add_parser("dvc-yaml", help="print dvc.yaml for the workflow (stages, params, outs)")
-    input_arg(sp, "--configfile", kind="config", nargs="+", default=["config.yaml"])
+    input_arg(sp, "--configfile", kind="config", nargs="+", default=[], help=CONFIGFILE_HELP)
     sp.set_defaults(func=cmd_dvc_yaml)
 
     sp = stage("export", "export the corpus: HF parquet, private table, Harbor task dirs")

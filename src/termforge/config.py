@@ -8,6 +8,7 @@ whose message names the key path and what was expected.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import os
 from pathlib import Path
@@ -23,9 +24,16 @@ SCHEMA_PATH = Path(os.environ.get("TERMFORGE_SCHEMA", REPO_ROOT / "workflow" / "
 
 
 def load_schema() -> dict:
+    """The schema (a fresh copy each call). Parsed once per process: every ablation's config is
+    validated against it at plan time, and parsing the YAML costs about 0.4 s each time."""
     if not SCHEMA_PATH.exists():
         raise ConfigError(f"config schema not found at {SCHEMA_PATH} (set TERMFORGE_SCHEMA)")
-    with open(SCHEMA_PATH, encoding="utf-8") as fh:
+    return copy.deepcopy(_parsed_schema(SCHEMA_PATH, SCHEMA_PATH.stat().st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_schema(path: Path, mtime_ns: int) -> dict:
+    with open(path, encoding="utf-8") as fh:
         return yaml.safe_load(fh)
 
 
@@ -70,6 +78,42 @@ def load_config(paths: list[str | Path]) -> dict:
     for p in paths:
         merged = deep_merge(merged, read_yaml(p))
     return check_config(merged)
+
+
+BASE_CONFIG = "config.yaml"
+
+# What every termforge command's --configfile says in its --help (one meaning everywhere).
+CONFIGFILE_HELP = ("overlays merged over ./config.yaml in the order given: config.yaml first, then each file, "
+                   "mappings key by key and lists replaced whole, the same merge as `snakemake --configfile` "
+                   "(naming config.yaml first, as snakemake commands do, changes nothing)")
+
+
+def config_paths(overlays: list[str | Path] | None, base: str | Path = BASE_CONFIG) -> list[Path]:
+    """The files a command's `--configfile` names, in merge order: ./config.yaml (the workflow's own
+    configfile, as Snakemake reads it in this folder) when it exists, then the overlays. An overlay
+    that is config.yaml itself right after it is dropped (merging a file twice changes nothing)."""
+    base = Path(base)
+    paths = [Path(o) for o in overlays or []]
+    if not base.is_file():
+        return paths
+    if paths and _same_file(paths[0], base):
+        paths = paths[1:]
+    return [base, *paths]
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def load_overlays(overlays: list[str | Path] | None, base: str | Path = BASE_CONFIG) -> dict:
+    """The validated config a command's `--configfile` overlays give (config_paths, load_config)."""
+    paths = config_paths(overlays, base)
+    if not paths:
+        raise ConfigError(f"no {base} in {Path.cwd()} and no --configfile given: nothing to configure the run")
+    return load_config(paths)
 
 
 def _key_path(path) -> str:
@@ -135,30 +179,62 @@ def _check_semantics(cfg: dict) -> None:
     tax = cfg["corpus"].get("taxonomy")
     if tax and not Path(tax).exists():
         raise ConfigError(f"corpus.taxonomy: file {tax} does not exist")
-    for name in cfg.get("ablations") or {}:
-        try:
-            ablation_config(cfg, name)
-        except ConfigError as exc:
-            raise ConfigError(f"ablations.{name}: override {exc}") from None
+    check_planned_jobs(cfg)
+
+
+def run_ablations(cfg: dict) -> list[str]:
+    """The ablations this config trains and evaluates, sorted: the names `ablations_only` lists
+    when it is set, else every ablation defined.
+
+    Config files merge mapping by mapping (Snakemake's `--configfile a b` as termforge's), so an
+    overlay can add ablations but not remove config.yaml's. `ablations_only` is a list, and a list
+    is replaced whole by the merge, so the last file that sets it decides the set exactly."""
+    ablations = cfg.get("ablations") or {}
+    only = cfg.get("ablations_only")
+    if only is None:
+        return sorted(ablations)
+    for i, name in enumerate(only):
+        if name not in ablations:
+            raise ConfigError(f"ablations_only[{i}]: no ablation {name!r} is defined "
+                              f"(defined: {', '.join(sorted(ablations)) or 'none'})")
+    return sorted(set(only))
+
+
+def check_planned_jobs(cfg: dict) -> None:
+    """Plan-time validation: the shared and base-policy jobs, then every ablation that runs, each
+    under its merged config, with the checks its jobs run when they start (termforge.plancheck).
+    Ablations left out by `ablations_only` are not planned, so they are not checked."""
+    from termforge.plancheck import check_jobs
+
+    check_jobs(cfg)
+    for name in run_ablations(cfg):
+        check_jobs(ablation_config(cfg, name), ablation=name)
 
 
 def ablation_config(cfg: dict, name: str) -> dict:
     """The config an ablation runs with: its train/eval overrides merged over the base config.
-    `base` is the untrained policy under the base config."""
+    `base` is the untrained policy under the base config. A schema error in the merged config is
+    `ablations.<name>: <key>: <problem>`."""
     if name == "base":
         return cfg
     ablations = cfg.get("ablations") or {}
     if name not in ablations:
         raise ConfigError(f"ablations.{name}: no such ablation (defined: {', '.join(sorted(ablations)) or 'none'})")
-    merged = deep_merge({k: v for k, v in cfg.items() if k != "ablations"}, ablations[name])
-    checked = check_config(merged)
+    if name not in run_ablations(cfg):
+        raise ConfigError(f"ablations.{name}: not run (ablations_only: {', '.join(cfg['ablations_only']) or 'none'})")
+    merged = deep_merge({k: v for k, v in cfg.items() if k not in ("ablations", "ablations_only")}, ablations[name])
+    try:
+        checked = check_config(merged)
+    except ConfigError as exc:
+        raise ConfigError(f"ablations.{name}: {exc}") from None
     checked["ablations"] = ablations
+    checked["ablations_only"] = cfg.get("ablations_only")
     return checked
 
 
 def model_names(cfg: dict) -> list[str]:
     """Everything the eval stage evaluates: the base policy, then each ablation's trained policy."""
-    return ["base", *sorted(cfg.get("ablations") or {})]
+    return ["base", *run_ablations(cfg)]
 
 
 def shard_ids(cfg: dict) -> list[str]:

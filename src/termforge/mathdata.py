@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from termforge.errors import TermforgeError
-from termforge.evals.aime import extract_boxed, is_integer_answer, normalize_answer
+from termforge.evals.aime import extract_boxed
 from termforge.io import atomic_write_bytes, atomic_write_jsonl, seed_from, stable_hash
 
 ROW_FIELDS = ("id", "problem", "solution", "answer")
@@ -395,12 +396,6 @@ def load_math_dataset(
     return out
 
 
-def answer_digits(answer: str) -> int:
-    """Digits of an integer answer after normalisation (sign, leading zeros and thousands commas
-    do not count): "042" -> 2, "-1,000" -> 4."""
-    return len(normalize_answer(answer).lstrip("+-"))
-
-
 def generated_tokens_of(value: Any) -> int | None:
     """A row's reference generation length as an integer, or None when absent or not a count."""
     if isinstance(value, bool) or value is None:
@@ -412,29 +407,41 @@ def generated_tokens_of(value: Any) -> int | None:
     return count if count == value or isinstance(value, str) else None
 
 
+def answer_matches(answer: Any, pattern: str | re.Pattern) -> bool:
+    """Whether the answer string, as stored, matches the pattern in full (the tuning trace's answer
+    filter: no stripping, no normalising, so "+15", "1,000", "12.0" or " 42" do not match -?\\d{1,6})."""
+    return answer is not None and re.fullmatch(pattern, str(answer)) is not None
+
+
 def filter_rows(
     rows: Sequence[dict[str, Any]],
-    integer_answer_only: bool = False,
-    min_solution_chars: int = 0,
     where: str = "math data",
     *,
-    max_answer_digits: int | None = None,
+    answer_pattern: str | None = None,
+    drop_empty_answers: bool = False,
+    min_solution_chars: int = 0,
     min_generated_tokens: int = 0,
 ) -> list[dict[str, Any]]:
-    """Keep rows with a non-empty problem and answer and, when asked, an integer answer (of at most
-    max_answer_digits digits), a solution of at least min_solution_chars characters and a reference
-    generation of at least min_generated_tokens tokens (the row's "generated_tokens"; a row without
-    a count is dropped). Prints what it kept and why it dropped; raises when nothing is left,
-    naming the settings to relax."""
-    empty = non_integer = long_answer = short = short_generation = 0
+    """Keep the rows that pass every filter that is on, in order:
+
+    * drop_empty_answers: the row's "answer" is not empty or whitespace;
+    * answer_pattern (when not None): the row's "answer" string matches it in full (answer_matches);
+    * min_solution_chars: the row's "solution" has at least that many characters;
+    * min_generated_tokens (when > 0): the row's "generated_tokens" is at least that (a row without
+      a count is dropped).
+
+    With every filter off every row is kept, as the reference trains on every row of its set.
+    Prints what it kept and why it dropped; raises when nothing is left, naming the settings to
+    relax."""
+    compiled = re.compile(answer_pattern) if answer_pattern is not None else None
+    empty = unmatched = short = short_generation = 0
     kept = []
     for row in rows:
-        if not str(row.get("problem") or "").strip() or not str(row.get("answer") or "").strip():
+        answer = row.get("answer")
+        if drop_empty_answers and not str(answer or "").strip():
             empty += 1
-        elif integer_answer_only and not is_integer_answer(row["answer"]):
-            non_integer += 1
-        elif max_answer_digits is not None and answer_digits(row["answer"]) > max_answer_digits:
-            long_answer += 1
+        elif compiled is not None and not answer_matches(answer, compiled):
+            unmatched += 1
         elif len(str(row.get("solution") or "")) < min_solution_chars:
             short += 1
         elif min_generated_tokens and (row.get("generated_tokens") is None
@@ -442,23 +449,25 @@ def filter_rows(
             short_generation += 1
         else:
             kept.append(row)
-    extra = ""
-    if max_answer_digits is not None:
-        extra += f", {long_answer} with an answer over {max_answer_digits} digits"
+    reasons = []
+    if drop_empty_answers:
+        reasons.append(f"{empty} with an empty answer")
+    if compiled is not None:
+        reasons.append(f"{unmatched} with an answer not matching {answer_pattern}")
+    if min_solution_chars:
+        reasons.append(f"{short} with a solution under {min_solution_chars} characters")
     if min_generated_tokens:
-        extra += f", {short_generation} with a reference generation under {min_generated_tokens} tokens"
-    print(f"{where}: kept {len(kept)} of {len(rows)} rows (dropped {empty} with an empty problem or answer, "
-          f"{non_integer} with a non-integer answer, {short} with a solution under {min_solution_chars} characters"
-          f"{extra})")
+        reasons.append(f"{short_generation} with a reference generation under {min_generated_tokens} tokens")
+    print(f"{where}: kept {len(kept)} of {len(rows)} rows"
+          + (f" (dropped {', '.join(reasons)})" if reasons else " (no filter on)"))
     if not kept:
         raise TermforgeError(
             f"{where}: no rows left after filtering {len(rows)} rows "
-            f"(integer_answer_only={integer_answer_only} dropped {non_integer}, "
-            f"max_answer_digits={max_answer_digits} dropped {long_answer}, "
+            f"(drop_empty_answers={drop_empty_answers} dropped {empty}, "
+            f"answer_filter with answer_pattern={answer_pattern!r} dropped {unmatched}, "
             f"min_solution_chars={min_solution_chars} dropped {short}, "
-            f"min_generated_tokens={min_generated_tokens} dropped {short_generation}, "
-            f"{empty} had an empty problem or answer); "
-            f"relax {where}.integer_answer_only, {where}.max_answer_digits, {where}.min_solution_chars or "
-            f"{where}.min_generated_tokens, or check the column names"
+            f"min_generated_tokens={min_generated_tokens} dropped {short_generation}); "
+            f"relax {where}.answer_filter / {where}.answer_pattern, {where}.drop_empty_answers, "
+            f"{where}.min_solution_chars or {where}.min_generated_tokens, or check the column names"
         )
     return kept

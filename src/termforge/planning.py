@@ -18,6 +18,7 @@ import random
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from termforge.config import run_ablations
 from termforge.errors import ConfigError, TermforgeError
 from termforge.io import atomic_write_json, seed_from
 from termforge.schemas import read
@@ -195,7 +196,7 @@ class _Plan:
             self.notes.append("eval: not configured")
             return
         a = self.a
-        models = 1 + len(self.cfg.get("ablations") or {})
+        models = 1 + len(run_ablations(self.cfg))
         name = ev.get("model", "policy")
         aime = ev.get("aime") or {}
         if aime.get("enabled", True) and aime:
@@ -236,9 +237,11 @@ class _Plan:
             self.notes.append("train: not configured")
             return
         ablations = self.cfg.get("ablations") or {}
-        # With ablations, each ablation is one training run (results/runs/<ablation>/train).
-        runs = {f"train {name}": {**base, **(over.get("train") or {})} for name, over in sorted(ablations.items())}
-        runs = runs or {"train": base}
+        # Each ablation that runs is one training run (results/runs/<ablation>/train); the base
+        # policy is evaluated untrained.
+        runs = {f"train {name}": {**base, **(ablations[name].get("train") or {})} for name in run_ablations(self.cfg)}
+        if not runs:
+            self.notes.append("train: no ablation runs, so nothing is trained")
         for phase, t in runs.items():
             rollouts = int(t.get("max_steps", 8)) * int(t.get("prompts_per_step", 4)) * int(t.get("rollouts_per_prompt", 1))
             max_new = int(t.get("max_new_tokens", 32))

@@ -16,6 +16,15 @@ from termforge.models.base import ChatModel, make_model
 TABLE_COLUMNS = ("model", "benchmark", "metric", "value", "n", "stderr")
 
 
+def trained_weights_problem(spec: dict, where: str = "models.policy") -> str | None:
+    """Why the model spec cannot evaluate trained weights, or None. load_policy applies the
+    weights through transformers; the plan-time check (termforge.plancheck) asks the same."""
+    if spec.get("backend") != "transformers":
+        return (f"{where}.backend: evaluating trained weights needs the transformers backend here "
+                f"(serve them with vLLM through the openai backend on GPUs), got {spec.get('backend')!r}")
+    return None
+
+
 def load_policy(spec: dict, weights_dir: Path | None, where: str = "models.policy") -> ChatModel:
     """The base policy from its model spec, or the same model with trained weights applied.
 
@@ -24,9 +33,9 @@ def load_policy(spec: dict, weights_dir: Path | None, where: str = "models.polic
     if weights_dir is None:
         return make_model(spec, where=where)
     weights_dir = Path(weights_dir)
-    if spec.get("backend") != "transformers":
-        raise TermforgeError(f"{where}.backend: evaluating trained weights from {weights_dir} needs the "
-                             f"transformers backend here (serve them with vLLM through the openai backend on GPUs)")
+    problem = trained_weights_problem(spec, where)
+    if problem:
+        raise TermforgeError(f"{problem} ({weights_dir})")
     from termforge.models.transformers_backend import TransformersChatModel, load_causal_lm
 
     options = {k: spec[k] for k in ("device", "dtype", "batch_size", "num_threads") if k in spec}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -103,16 +104,23 @@ class OPSDConfig:
     dataset: str | None = _knob(None, "Math data: a Hub id (e.g. siyanzhao/Openthoughts_math_30k_opsd) or a "
                                 "local .jsonl/.json/.parquet file or dataset folder.")
     dataset_split: str = _knob("train", "Split to read from a Hub or folder dataset.")
+    # Column names default to siyanzhao/Openthoughts_math_30k_opsd's as the reference code reads
+    # them: problem and solution (OPSD-main data_collator.py), Answer (grpo_train.py on the same set),
+    # generated_token_count (eval/quick_opsd_common.py).
     problem_column: str = _knob("problem", "Column holding the problem text.")
     solution_column: str = _knob("solution", "Column holding the reference solution (the teacher's "
-                                 "privileged context).")
-    answer_column: str | None = _knob("answer", "Column holding the final answer; null takes it from the "
-                                      "last \\boxed{} of the solution.")
+                                 "privileged context), used as it is, whitespace included.")
+    answer_column: str | None = _knob("Answer", "Column holding the final answer (the OpenThoughts OPSD set's "
+                                      "Answer), read only when answer_filter or drop_empty_answers is on; "
+                                      "null takes it from the last \\boxed{} of the solution.")
     id_column: str | None = _knob(None, "Column holding a row id; null numbers rows by position.")
-    integer_answer_only: bool = _knob(False, "Keep only rows whose answer is an integer.")
-    max_answer_digits: int | None = _knob(None, "With integer_answer_only: keep only answers of at most this "
-                                          "many digits (sign, leading zeros and thousands commas not "
-                                          "counted; null: any).", minimum=1)
+    answer_filter: bool = _knob(False, "Keep only rows whose answer string, as stored (not stripped or "
+                                "normalised), matches answer_pattern in full (the tuning trace's filter).")
+    answer_pattern: str = _knob(r"-?\d{1,6}", "Regular expression (Python re, full match) that answer_filter "
+                                "applies to the raw answer string; the default is the tuning trace's: an "
+                                "optional minus sign and 1 to 6 digits, nothing else.")
+    drop_empty_answers: bool = _knob(False, "Drop rows whose answer is empty or whitespace. Off: every row "
+                                     "trains, as in the reference (OPSD training never reads the answer).")
     min_solution_chars: int = _knob(0, "Drop rows whose solution is shorter than this.", minimum=0)
     min_generated_tokens: int = _knob(0, "Keep only rows whose reference generation is at least this many "
                                       "tokens long, read from generated_tokens_column (0: no filter; rows "
@@ -341,9 +349,10 @@ class OPSDConfig:
                 raise ConfigError(f"{where}.{key}: not a valid template with only "
                                   f"{', '.join('{' + n + '}' for n in names)} (escape other braces as "
                                   f"{{{{ }}}}): {exc!r}") from None
-        if self.max_answer_digits is not None and not self.integer_answer_only:
-            raise ConfigError(f"{where}.max_answer_digits: counts the digits of integer answers; set "
-                              f"{where}.integer_answer_only true as well")
+        try:
+            re.compile(self.answer_pattern)
+        except re.error as exc:
+            raise ConfigError(f"{where}.answer_pattern: not a valid regular expression: {exc}") from None
         if self.finetune == "lora" and not self.lora_target_modules:
             raise ConfigError(f"{where}.lora_target_modules: LoRA needs at least one target module")
         if self.objective != "opsd" and self.data_kind != "terminal":

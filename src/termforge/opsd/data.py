@@ -65,13 +65,15 @@ def apply_student_template(rows: Sequence[PromptRow], cfg: OPSDConfig | None) ->
 
 
 def math_prompt_rows(rows: Sequence[dict[str, Any]], cfg: OPSDConfig | None = None) -> list[PromptRow]:
-    """{id, problem, solution, answer} rows (mathdata's shape) -> PromptRows. Without a student
-    template the student prompt is the AIME eval prompt, so training and evaluation ask the same way."""
+    """{id, problem, solution, answer} rows (mathdata's shape) -> PromptRows. Problem and solution
+    are used as stored, whitespace included, so a template renders them as the reference's f-strings
+    do. Without a student template the student prompt is the AIME eval prompt, so training and
+    evaluation ask the same way."""
     from termforge.evals.aime import build_prompt
 
     return apply_student_template(
         [PromptRow(id=str(r["id"]), prompt_messages=tuple(build_prompt(str(r["problem"]))),
-                   privileged_context=str(r["solution"]).strip(), kind="math", problem=str(r["problem"]))
+                   privileged_context=str(r["solution"]), kind="math", problem=str(r["problem"]))
          for r in rows], cfg)
 
 
@@ -88,9 +90,13 @@ def _read_math_rows(source: str, cfg: OPSDConfig, where: str) -> list[dict[str, 
     except TermforgeError as exc:
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         raise ConfigError(f"{key}: {first}") from None
+    # Only the columns something reads are required: the reference reads problem and solution and
+    # never the answer, so a set without the answer column trains unless an answer filter is on.
+    reads_answer = cfg.answer_filter or cfg.drop_empty_answers
     lengths = cfg.generated_tokens_column if cfg.min_generated_tokens else None
+    answers = cfg.answer_column if reads_answer else None
     wanted = [("problem_column", cfg.problem_column), ("solution_column", cfg.solution_column),
-              ("answer_column", cfg.answer_column), ("id_column", cfg.id_column),
+              ("answer_column", answers), ("id_column", cfg.id_column),
               ("generated_tokens_column", lengths)]
     for key, column in wanted:
         if column is not None and column not in columns:
@@ -98,10 +104,13 @@ def _read_math_rows(source: str, cfg: OPSDConfig, where: str) -> list[dict[str, 
     rows = []
     for index, row in enumerate(raw):
         solution = "" if row.get(cfg.solution_column) is None else str(row[cfg.solution_column])
-        if cfg.answer_column is not None:
-            answer = "" if row.get(cfg.answer_column) is None else str(row[cfg.answer_column]).strip()
+        if not reads_answer:
+            answer = None
+        elif cfg.answer_column is not None:
+            # As stored: the trace's filter matches the raw string (mathdata.answer_matches).
+            answer = None if row.get(cfg.answer_column) is None else str(row[cfg.answer_column])
         else:
-            answer = (extract_boxed(solution) or "").strip()
+            answer = extract_boxed(solution)
         rows.append({
             "id": str(row[cfg.id_column]) if cfg.id_column is not None else f"row-{index}",
             "problem": "" if row.get(cfg.problem_column) is None else str(row[cfg.problem_column]),
@@ -122,15 +131,20 @@ def load_math_rows(cfg: OPSDConfig, source: str | None = None, where: str = "tra
         raise ConfigError(f"{where}.dataset: data_kind math needs a dataset (a Hub id or a local file)")
     rows = _read_math_rows(source, cfg, where)
     try:
-        kept = filter_rows(rows, integer_answer_only=cfg.integer_answer_only,
-                           min_solution_chars=cfg.min_solution_chars, where=where,
-                           max_answer_digits=cfg.max_answer_digits, min_generated_tokens=cfg.min_generated_tokens)
+        kept = filter_rows(rows, where=where, answer_pattern=cfg.answer_pattern if cfg.answer_filter else None,
+                           drop_empty_answers=cfg.drop_empty_answers, min_solution_chars=cfg.min_solution_chars,
+                           min_generated_tokens=cfg.min_generated_tokens)
     except TermforgeError as exc:
         raise ConfigError(str(exc)) from None
-    if not any(r["solution"].strip() for r in kept):
+    # A wrong solution column shows as every solution empty; single empty solutions train as the
+    # reference trains them (the teacher then sees only the problem), and are counted.
+    empty_solutions = sum(1 for r in kept if not r["solution"].strip())
+    if empty_solutions == len(kept):
         raise ConfigError(f"{where}.solution_column: every kept row of {source} has an empty "
                           f"{cfg.solution_column!r}; the teacher would see no privileged context")
-    kept = [r for r in kept if r["solution"].strip()]
+    if empty_solutions:
+        print(f"{where}: {empty_solutions} kept rows have an empty solution (kept, as the reference keeps them; "
+              f"set {where}.min_solution_chars to drop them)")
     if cfg.max_rows is not None:
         kept = kept[: cfg.max_rows]
     return math_prompt_rows(kept, cfg)

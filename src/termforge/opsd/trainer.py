@@ -116,11 +116,15 @@ def micro_batch_loss_scale(reduction: str, micro_tokens: int, local_micro_batche
 
 
 def lr_lambda_for(cfg: OPSDConfig) -> Callable[[int], float]:
+    """The learning-rate factor of optimizer step `step` (0-based), as transformers' schedules
+    (get_constant_schedule_with_warmup, get_linear_schedule_with_warmup,
+    get_cosine_schedule_with_warmup): warmup rises as step / warmup_steps, so the first step's
+    rate is 0, then constant, linear to 0 at max_steps, or a half cosine."""
     warmup, total, kind = cfg.warmup_steps, cfg.max_steps, cfg.lr_scheduler
 
     def factor(step: int) -> float:
         if warmup and step < warmup:
-            return (step + 1) / warmup
+            return step / warmup
         if kind == "constant":
             return 1.0
         progress = (step - warmup) / max(1, total - warmup)
