@@ -178,11 +178,11 @@ def test_signature_i_does_not_depend_on_n(tax):
 # --- corpus kinds --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("n, mix, expected", [
-    (9000, EVEN_MIX, {"legacy": 3000, "sft_v2": 3000, "rl_v2": 3000}),
-    (10, EVEN_MIX, {"legacy": 4, "sft_v2": 3, "rl_v2": 3}),
-    (7, {"sft_v2": 0.5, "rl_v2": 0.5}, {"legacy": 0, "sft_v2": 4, "rl_v2": 3}),
-    (15000, {"legacy": 0.2, "sft_v2": 0.5, "rl_v2": 0.3}, {"legacy": 3000, "sft_v2": 7500, "rl_v2": 4500}),
-    (101, {"legacy": 1, "sft_v2": 2, "rl_v2": 4}, {"legacy": 14, "sft_v2": 29, "rl_v2": 58}),
+    (9000, EVEN_MIX, {"legacy": 3000, "sft_v2": 3000, "rl_v2": 3000, "calibration": 0}),
+    (10, EVEN_MIX, {"legacy": 4, "sft_v2": 3, "rl_v2": 3, "calibration": 0}),
+    (7, {"sft_v2": 0.5, "rl_v2": 0.5}, {"legacy": 0, "sft_v2": 4, "rl_v2": 3, "calibration": 0}),
+    (15000, {"legacy": 0.2, "sft_v2": 0.5, "rl_v2": 0.3}, {"legacy": 3000, "sft_v2": 7500, "rl_v2": 4500, "calibration": 0}),
+    (101, {"legacy": 1, "sft_v2": 2, "rl_v2": 4}, {"legacy": 14, "sft_v2": 29, "rl_v2": 58, "calibration": 0}),
 ])
 def test_corpus_kinds_in_exact_proportions(tax, n, mix, expected):
     assert S.corpus_kind_counts(n, mix) == expected

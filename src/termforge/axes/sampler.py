@@ -12,6 +12,8 @@ A signature fixes every axis of one task . Two rules shape this module:
     legacy  only legacy buckets (so only exact_text, only text_only, never intricate)
     sft_v2  the new buckets share total weight M (default 2) against the legacy buckets' 1
     rl_v2   intricate with probability 3/4; never a legacy verifier or fixture bucket
+    calibration  the legacy verifier and fixture buckets, every complexity alike (its tasks come
+            from the opt-in calibration family, whose difficulty knob is the complexity)
 """
 
 from __future__ import annotations
@@ -53,7 +55,10 @@ def corpus_axis_weights(corpus_kind: str, new_bucket_weight: float = DEFAULT_NEW
     for axis, values in REWEIGHTED_AXES.items():
         legacy = [v for v in values if v in LEGACY_BUCKETS[axis]]
         new = [v for v in values if v not in LEGACY_BUCKETS[axis]]
-        if corpus_kind == "legacy":
+        if corpus_kind == "calibration" and axis == "task_complexity":
+            out[axis] = {v: 1.0 / len(values) for v in values}
+            continue
+        if corpus_kind in ("legacy", "calibration"):
             legacy_total, new_total = 1.0, 0.0
         elif corpus_kind == "sft_v2":
             legacy_total, new_total = 1.0, float(new_bucket_weight)

@@ -85,6 +85,9 @@ class TaskFamily:
     task_complexities: ClassVar[tuple[str, ...]] = TASK_COMPLEXITIES
     """Levels that change the task's difficulty (fixture size, rules, noise, planted defects)."""
     command_complexities: ClassVar[tuple[str, ...]] = ("bash_only", "bash_code")
+    opt_in: ClassVar[bool] = False
+    """An opt-in family (the calibration family) builds tasks only for signatures of its corpus kind
+    (`calibration` in corpus.mix); the default mixes never draw it (families.families_for)."""
     output_files: ClassVar[bool] = True
     """Whether the task's deliverables are files (output_paths); False when the final test inspects
     the tree itself. A verifier strategy that serves the deliverables needs them."""

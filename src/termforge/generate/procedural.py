@@ -14,7 +14,7 @@ from pathlib import Path
 from termforge.errors import TermforgeError
 from termforge.generate.base import TaskFamily, TaskSpec
 from termforge.generate.compose import compose, offered, plan
-from termforge.generate.families import all_families
+from termforge.generate.families import families_for
 from termforge.generate.honour import (SHAPE_AXES, actual_axes, exercised_skills, honest_view, honoured_axes,
                                        mismatch_record)
 from termforge.generate.writer import task_files, write_task_dir
@@ -78,8 +78,9 @@ def attempt_seeds(task_id: str) -> list[int]:
 
 
 def build_task(sig: dict, families: list[TaskFamily] | None = None) -> BuiltTask:
-    """Build the task spec with the best family that can realise the signature (see module doc)."""
-    families = families or all_families()
+    """Build the task spec with the best family that can realise the signature (see module doc).
+    Without `families`, the signature's corpus kind decides (families.families_for)."""
+    families = families or families_for(sig)
     failed: list[dict] = []
     for fam in rank_families(sig, families):
         view = honest_view(sig, fam)
