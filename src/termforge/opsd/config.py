@@ -298,6 +298,15 @@ class OPSDConfig:
                                 choices=("transformers", "vllm"))
     vllm_gpu_memory_utilization: float = _knob(0.35, "vllm engine: its share of GPU memory.",
                                                exclusive_minimum=0.0, maximum=1.0)
+    reward_probe_size: int = _knob(0, "Terminal data: held-out tasks (kept out of both parts of training) on "
+                                   "which the policy's mean verifier reward is measured before and after "
+                                   "training; tasks in the GRPO pass-rate band are chosen first (0: off).",
+                                   minimum=0)
+    reward_probe_tasks: str | None = _knob(None, "Terminal data: a JSON file listing the held-out reward-probe "
+                                           "task ids (a list, or an object with `kept`); overrides "
+                                           "reward_probe_size. The tasks need not be in the corpus.")
+    reward_probe_episodes: int = _knob(4, "Episodes per held-out task at each reward measurement (the same "
+                                       "sampling seeds before and after training).", minimum=1)
 
     # ----------------------------------------------------------------------------------------
     @classmethod
@@ -363,6 +372,9 @@ class OPSDConfig:
         if self.rl_pass_rate_low >= self.rl_pass_rate_high:
             raise ConfigError(f"{where}.rl_pass_rate_low: {self.rl_pass_rate_low} must be below "
                               f"rl_pass_rate_high {self.rl_pass_rate_high}")
+        if (self.reward_probe_size or self.reward_probe_tasks) and self.data_kind != "terminal":
+            raise ConfigError(f"{where}.reward_probe_size: the held-out reward probe runs terminal episodes; it "
+                              "needs data_kind terminal")
         if self.warmup_steps > self.max_steps:
             raise ConfigError(f"{where}.warmup_steps: {self.warmup_steps} exceeds max_steps {self.max_steps}")
 
@@ -393,7 +405,7 @@ class OPSDConfig:
 RESUME_FREE_KEYS = frozenset({
     "device", "num_threads", "generation_batch_size", "micro_batch_size", "loss_chunk_size",
     "checkpoint_every", "checkpoint_keep", "resume", "plot", "gradient_checkpointing",
-    "episode_workers", "images_dir", "passk", "corpus",
+    "episode_workers", "images_dir", "passk", "corpus", "reward_probe_tasks",
 })
 
 

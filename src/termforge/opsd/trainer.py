@@ -584,15 +584,20 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
         resume_from = latest_checkpoint(checkpoints)
         if resume_from is not None:
             _check_resume_compatible(resume_from, cfg)  # before the model loads: fail fast
-    elif checkpoints.exists() or metrics_path.exists() or probe_dir.exists():
+    elif checkpoints.exists() or metrics_path.exists() or probe_dir.exists() or (out_dir / "reward_probe").exists():
         print(f"train: resume is off; removing the earlier run's checkpoints, metrics and probe in {out_dir}")
         shutil.rmtree(checkpoints, ignore_errors=True)
         shutil.rmtree(probe_dir, ignore_errors=True)
+        shutil.rmtree(out_dir / "reward_probe", ignore_errors=True)
         metrics_path.unlink(missing_ok=True)
 
     rows = list(data_rows)
     if not rows:
         raise TermforgeError("train: no training rows")
+    from termforge.opsd.reward_probe import split_reward_probe
+
+    # Held-out reward (terminal data): its tasks leave training first, then the KL probe's.
+    rows, reward_rows, reward_choice = split_reward_probe(rows, cfg)
     if probe_rows is None and cfg.probe_size > 0 and cfg.data_kind == "terminal":
         # The probe needs a hint (the teacher's view); reward-only tasks all stay in training, and
         # at least one hinted task stays too (a small corpus shrinks the probe, and says so).
@@ -665,6 +670,9 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
                 atomic_write_json(before_path, probe_before)
             print(f"train: KL probe before training: {probe_before['kl_mean']:.5f} over "
                   f"{probe_before['num_tokens']} tokens of {len(probe_trajectories)} held-out completions")
+
+    reward_before = _reward_probe_before(terminal_run, trainer, reward_rows, cfg, out_dir / "reward_probe",
+                                         resume_from, accelerator.is_main_process)
 
     start_step = 0
     metrics: list[dict[str, Any]] = []
@@ -743,6 +751,17 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
             atomic_write_json(out_dir / "kl_probe.json", probe_report)
         summary["kl_probe"] = {"before": probe_report["before"], "after": probe_report["after"]}
         print(f"train: KL probe {probe_report['before']:.5f} -> {probe_report['after']:.5f}")
+    if reward_before is not None:
+        from termforge.opsd.reward_probe import measure_reward, reward_probe_report
+
+        report = reward_probe_report(reward_before, measure_reward(terminal_run, trainer, reward_rows, cfg),
+                                     reward_choice)
+        if accelerator.is_main_process:
+            atomic_write_json(out_dir / "reward_probe.json", report)
+        summary["reward_probe"] = {"before": report["before"], "after": report["after"], "delta": report["delta"],
+                                   "tasks": len(reward_rows), "episodes_per_task": cfg.reward_probe_episodes}
+        print(f"train: held-out reward {report['before']:.4f} -> {report['after']:.4f} over {len(reward_rows)} "
+              f"tasks x {cfg.reward_probe_episodes} episodes")
     if accelerator.is_main_process:
         all_metrics = read_jsonl_tolerant(metrics_path)
         if cfg.plot and all_metrics:
@@ -751,6 +770,28 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
             write_loss_curve(all_metrics, out_dir / "loss_curve.png", title=f"OPSD {cfg.model}")
         atomic_write_json(out_dir / "summary.json", summary)
     return summary
+
+
+def _reward_probe_before(terminal_run: Any, trainer: OPSDTrainer, reward_rows: Sequence[PromptRow], cfg: OPSDConfig,
+                         probe_dir: Path, resume_from: Path | None, main_process: bool) -> dict[str, Any] | None:
+    """The held-out reward of the untrained policy (opsd/reward_probe.py), measured on a fresh start
+    and stored, so a resumed run compares with the same number."""
+    if not reward_rows:
+        return None
+    from termforge.opsd.reward_probe import measure_reward
+
+    path = probe_dir / "before.json"
+    if resume_from is not None:
+        if not path.exists():
+            raise TermforgeError(f"train: {resume_from} exists but {path} is missing; it holds the untrained "
+                                 "policy's held-out reward, so the run cannot resume without it")
+        return read_json(path)
+    before = measure_reward(terminal_run, trainer, reward_rows, cfg)
+    if main_process:
+        atomic_write_json(path, before)
+    print(f"train: held-out reward before training: {before['reward_mean']:.4f} over {before['episodes']} episodes "
+          f"of {len(reward_rows)} tasks")
+    return before
 
 
 def run_train_cli_args(train_options: Mapping[str, Any] | None, out_dir: str | os.PathLike, *,

@@ -479,8 +479,11 @@ class _Builder:
         sec = Section("training", "Training (OPSD) per ablation",
                       "Loss and the mean teacher–student divergence at each optimizer step, per ablation "
                       "(forward KL, generalised JSD or reverse KL, as the ablation's beta selects). The KL "
-                      "probe measures the forward KL on held-out prompts before and after training.",
-                      "results/runs/<ablation>/train/metrics.jsonl, kl_probe.json")
+                      "probe measures the forward KL on held-out prompts before and after training. For terminal "
+                      "runs with a reward probe, the held-out reward is the mean verifier reward of the policy's "
+                      "own episodes on tasks kept out of training, before and after training with the same "
+                      "sampling seeds (docs/opsd.md).",
+                      "results/runs/<ablation>/train/metrics.jsonl, kl_probe.json, reward_probe.json")
         runs = sorted(p for p in (self.results / "runs").glob("*/train/metrics.jsonl"))
         if not runs:
             return self.not_run(sec, self.results / "runs" / "<ablation>" / "train" / "metrics.jsonl")
@@ -499,6 +502,9 @@ class _Builder:
             curves[name] = rows
             long_rows += [[name, r["step"]] + [r.get(c) for c in cols] for r in rows]
             probe = _read_optional_json(path.parent / "kl_probe.json") or {}
+            reward = _read_optional_json(path.parent / "reward_probe.json") or {}
+            held_out = (f"{len(reward.get('rows') or [])} x {reward.get('episodes_per_task')}"
+                        if reward.get("rows") else None)
 
             def mean(c: str) -> float | None:
                 vals = [r[c] for r in rows if isinstance(r.get(c), (int, float))]
@@ -509,11 +515,14 @@ class _Builder:
                             rows[-1].get("loss") if rows else None, rows[-1].get("divergence_mean") if rows else None,
                             mean("clipped_fraction"), mean("completion_len_mean"), mean("tokens_per_s"),
                             max(peaks) if peaks else None, _kl_value(probe.get("before")),
-                            _kl_value(probe.get("after"))])
+                            _kl_value(probe.get("after")), held_out, _num(reward.get("before")),
+                            _num(reward.get("after")), _num(reward.get("delta"))])
         self.add_table(sec, Table("training_summary",
                                   ["ablation", "steps", "first loss", "last loss", "last divergence", "mean clipped fraction",
                                    "mean completion length", "mean tokens/s", "peak memory (MB)", "probe KL before",
-                                   "probe KL after"], summary, "Training summary per ablation"))
+                                   "probe KL after", "held-out tasks x episodes", "held-out reward before",
+                                   "held-out reward after", "held-out reward change"], summary,
+                                  "Training summary per ablation"))
         pools = []
         for path in runs:  # terminal runs: the calibrated GRPO pool, per difficulty band of solve
             pool = (_read_optional_json(path.parent / "summary.json") or {}).get("rl_pool") or {}
