@@ -69,11 +69,15 @@ def split_reward_probe(rows: Sequence[PromptRow], cfg: OPSDConfig, where: str = 
             in_band = r.id in rates and low < rates[r.id] < high
             return (0 if in_band else 1, seed_from("reward-probe-order", r.id))
 
-        if cfg.reward_probe_size >= len(rows):
-            raise ConfigError(f"{where}.reward_probe_size: {cfg.reward_probe_size} held-out tasks would leave none "
-                              f"of the {len(rows)} kept tasks for training")
-        probe = sorted(rows, key=rank)[: cfg.reward_probe_size]
-        rule = (f"{cfg.reward_probe_size} kept tasks, those with {low} < solve pass rate < {high} first "
+        # A small corpus shrinks the probe (at least one task stays in training), and says so.
+        size = min(cfg.reward_probe_size, len(rows) - 1)
+        if size < cfg.reward_probe_size:
+            print(f"train: only {len(rows)} kept tasks; the held-out reward probe holds out {size} "
+                  f"(reward_probe_size {cfg.reward_probe_size})")
+        if size < 1:
+            return rows, [], {}
+        probe = sorted(rows, key=rank)[:size]
+        rule = (f"{size} kept tasks, those with {low} < solve pass rate < {high} first "
                 f"({sum(1 for r in probe if rank(r)[0] == 0)} of them in that band)")
     held = {r.id for r in probe}
     train = [r for r in rows if r.id not in held]
