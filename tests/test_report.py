@@ -404,3 +404,26 @@ def test_terminal_run_shows_reward_curve_and_grpo_pool(tmp_path):
     (pool,) = read_csv(tmp_path / "out" / "tables" / "grpo_pool.csv")
     assert pool["ablation"] == "terminal" and pool["pool tasks"] == "2"
     assert pool["pool by band"] == "hard: 1, medium: 1" and "unsolved: 3" in pool["kept tasks by band"]
+
+
+def test_terminal_run_shows_held_out_reward_before_and_after(tmp_path):
+    """The training table carries each terminal ablation's held-out reward (reward_probe.json)
+    beside the KL probe; an ablation without a reward probe leaves the cells empty."""
+    results = copy_run(tmp_path)
+    add_planned_outputs(results)
+    train = results / "runs" / "terminal" / "train"
+    train.mkdir(parents=True)
+    (train / "metrics.jsonl").write_text(json.dumps({"step": 1, "objective": "grpo", "loss": 0.1,
+                                                     "reward_mean": 0.25}) + "\n")
+    (train / "reward_probe.json").write_text(json.dumps({
+        "before": 0.125, "after": 0.5, "delta": 0.375, "episodes_per_task": 4, "tasks": ["a", "b"],
+        "rows": [{"id": "a", "before": 0.25, "after": 0.75, "delta": 0.5},
+                 {"id": "b", "before": 0.0, "after": 0.25, "delta": 0.25}]}))
+    build(results, tmp_path / "out")
+    rows = {r["ablation"]: r for r in read_csv(tmp_path / "out" / "tables" / "training_summary.csv")}
+    row = rows["terminal"]
+    assert row["held-out tasks x episodes"] == "2 x 4"
+    assert (float(row["held-out reward before"]), float(row["held-out reward after"]),
+            float(row["held-out reward change"])) == (0.125, 0.5, 0.375)
+    others = [r for name, r in rows.items() if name != "terminal"]
+    assert others and all(r["held-out reward before"] == "" for r in others)
