@@ -79,10 +79,10 @@ def _template_specs(count: int) -> list[dict]:
     """Real procedural task texts (instruction, truth, tests) from `count` sampled signatures."""
     from termforge.axes.sampler import sample_signatures
     from termforge.axes.taxonomy import load_taxonomy
-    from termforge.generate.families import all_families
+    from termforge.generate.families import default_families
     from termforge.generate.procedural import build_task
 
-    fams = all_families()
+    fams = default_families()
     out = []
     for sig in sample_signatures(count, 7, {"legacy": 0.5, "rl_v2": 0.5}, load_taxonomy()):
         spec = build_task(sig, fams).spec

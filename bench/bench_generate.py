@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from termforge.axes.sampler import sample_signatures  # noqa: E402
 from termforge.axes.taxonomy import load_taxonomy  # noqa: E402
-from termforge.generate.families import all_families  # noqa: E402
 from termforge.generate.honour import AXES, SHAPE_AXES, actual_axes, honoured_axes  # noqa: E402
 from termforge.generate.procedural import build_task, generate_task  # noqa: E402
 from termforge.runtime.base import Limits  # noqa: E402
@@ -59,13 +58,12 @@ def bench_signatures(overlay: str, limit: int = 0) -> None:
     sigs = overlay_signatures(overlay)
     if limit:
         sigs = sigs[:limit]
-    families = all_families()
     honoured = {a: 0 for a in AXES}
     shape = full = retried = fell_back = some_skill = 0
     difficulty: dict[tuple[str, str], list[tuple[int, int, int, int]]] = {}
     start = time.process_time()
     for sig in sigs:
-        built = build_task(sig, families)
+        built = build_task(sig)  # the signature's corpus kind picks the families, as generate does
         spec = built.spec
         ok = honoured_axes(sig, actual_axes(sig, built.family, spec.verifier_kind, spec.fixture_kind))
         for a in AXES:

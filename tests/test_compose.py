@@ -21,7 +21,7 @@ from conftest import make_signature, needs_bwrap
 from termforge.axes.vocab import DOMAINS, FIXTURE_KINDS, VERIFIER_KINDS
 from termforge.generate.bundles import CONTAINERS
 from termforge.generate.compose import plan
-from termforge.generate.families import all_families, family_by_name
+from termforge.generate.families import all_families, default_families, family_by_name
 from termforge.generate.honour import SHAPE_AXES, actual_axes
 from termforge.generate.procedural import build_task, generate_task, shape_mismatches
 from termforge.io import read_json
@@ -106,7 +106,7 @@ def test_tmax15k_slice_is_honoured_on_the_shape_axes():
     from test_generate_scale import _signatures
 
     sigs = _signatures("configs/tmax15k.yaml")[::25]  # 600 of the 15,000, spread over every shard
-    families = all_families()
+    families = default_families()
     honoured = sum(not shape_mismatches(s, build_task(s, families).family) for s in sigs)
     assert honoured / len(sigs) >= 0.9, honoured / len(sigs)
 
