@@ -112,7 +112,7 @@ class BaseModel:
 
 
 def passk(root: Path, base: BaseModel, task_ids: list[str], k: int, *, temperature: float, top_p: float,
-          top_k: int, turn_cap: int, max_new_tokens: int, seed: int, label: str) -> dict:
+          top_k: int, turn_cap: int, max_new_tokens: int, seed: int, label: str, batch: int = 64) -> dict:
     """k episodes per task, graded by the clean verifier; the solve stage's passk.json format
     (per_task: task_id, n, c), written to root/<label>.json. Resumable per label."""
     from termforge.harness import HarnessConfig
@@ -128,14 +128,22 @@ def passk(root: Path, base: BaseModel, task_ids: list[str], k: int, *, temperatu
                                 stop_ids=stop_token_ids(base.model, base.tok))
     specs = [EpisodeSpec(t, r, "probe") for t in task_ids for r in range(k)]
     t0 = time.perf_counter()
-    episodes, stats = run_terminal_episodes(
-        engine, base.tok, specs, tasks_dir=root / "tasks", images_dir=root / "images", runtime=BwrapRuntime(),
-        # The episode clock also runs while a batched generate serves every other episode, so the
-        # task limit is generous: on a busy CPU one turn of a large batch takes minutes.
-        harness=HarnessConfig(turn_cap=turn_cap, max_format_errors=turn_cap, command_timeout_sec=30,
-                              task_timeout_sec=TASK_TIMEOUT_SEC),
-        limits=Limits(wall_sec=60, cpu_sec=60, memory_mb=2048), seed=seed, max_new_tokens=max_new_tokens,
-        max_episode_tokens=4096, workers=4)
+    episodes, stats = [], Counter()
+    # Batches of `batch` episodes: one batch of every episode would hold a KV cache and per-step
+    # logits of several GB.
+    for start in range(0, len(specs), batch):
+        got, st = run_terminal_episodes(
+            engine, base.tok, specs[start: start + batch], tasks_dir=root / "tasks", images_dir=root / "images",
+            runtime=BwrapRuntime(),
+            # The episode clock also runs while a batched generate serves every other episode, so
+            # the task limit is generous: on a busy CPU one turn of a large batch takes minutes.
+            harness=HarnessConfig(turn_cap=turn_cap, max_format_errors=turn_cap, command_timeout_sec=30,
+                                  task_timeout_sec=TASK_TIMEOUT_SEC),
+            limits=Limits(wall_sec=60, cpu_sec=60, memory_mb=2048), seed=seed_from(seed, start),
+            max_new_tokens=max_new_tokens, max_episode_tokens=4096, workers=4)
+        episodes += got
+        stats.update({"generate_s": st["generate_s"]})
+        print(f"pass@k {label}: {len(episodes)}/{len(specs)} episodes", end="\r", flush=True)
     wall = time.perf_counter() - t0
     per_task: dict[str, dict] = {t: {"task_id": t, "n": 0, "c": 0, **task_facts(root, t)} for t in task_ids}
     infra = 0
