@@ -154,6 +154,9 @@ def _run_grader(session: BwrapSession, tc: _Toolchain, argv: list[str], timeout:
     findings = channel.findings
     report = channel.report
     ended = res.timed_out or res.limit_hit
+    if verdict is not None and verdict.get("died"):
+        # The grader's pytest process was killed; the grader itself lived to say so.
+        _died(findings, verdict.get("signal"), ended)
     if supervised:
         grader = (report or {}).get("grader")
         if verdict is None and isinstance(grader, dict):
@@ -176,7 +179,7 @@ def _died(findings: list[str], sig: int | None, ended) -> dict:
             name = signal.Signals(sig).name
         except ValueError:
             name = f"signal {sig}"
-        findings.append(f"the grader was killed ({name}) before it sent its verdict")
+        findings.append(f"the grader was killed ({name}) before it had its verdict")
     return {"collected": [], "outcomes": {}, "exitstatus": -1, "leftover": [], "died": True}
 
 
@@ -253,7 +256,7 @@ def _grade(res: ExecResult, verdict: dict | None, findings: list[str], expected:
         reward = 1.0 if all_passed else 0.0
         ignored = [str(a) for a in verdict.get("ignored_args") or []]
         if verdict.get("died"):
-            tests_ran, reason = True, "the grader started but sent no verdict (killed by the tests' processes?)"
+            tests_ran, reason = True, "the grader was killed before it had a verdict (by the tests' processes?)"
         elif not tests_ran:
             reason = "the grader collected no tests" + (f" (arguments it refused: {' '.join(ignored)[:200]})"
                                                        if ignored else "")

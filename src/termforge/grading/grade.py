@@ -144,27 +144,31 @@ def _descendants(me):
     return out
 
 
-def _reap_and_count():
-    """Reap exited children; True while any child (so, being a subreaper, any descendant) lives."""
+def _reap():
+    """Reap exited children; returns ({pid: wait status} of those reaped, whether a child lives)."""
+    reaped = {}
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return False
+            return reaped, False
         if pid == 0:
-            return True
+            return reaped, True
+        reaped[pid] = status
 
 
 def leftovers():
     """Processes the tests started that are still alive: named, then killed. The grader is a child
-    subreaper, so everything the tests started (daemons that double-fork or setsid, fork-hoppers
-    whose pid keeps changing) stays its descendant; it keeps killing until it has no child left."""
+    subreaper whose only child of its own is the pytest process, which has exited by now: every
+    process still its child or below it is something the tests started (a daemon that
+    double-forked or called setsid, a fork-hopper whose pid keeps changing). It keeps killing
+    until it has no child at all."""
     import signal
     import time
 
-    me, names, seen = os.getpid(), [], set()
-    for _ in range(1000):
-        alive = _reap_and_count()
+    me, names, seen, unnamed = os.getpid(), [], set(), 0
+    for _ in range(2000):
+        _, alive = _reap()
         found = _descendants(me)
         for pid, comm in found:
             if pid not in seen:
@@ -174,35 +178,109 @@ def leftovers():
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        if not found and not alive:
+        if not alive and not found:
             return names
+        unnamed = unnamed + 1 if alive and not found else 0
+        if unnamed == 50 and not names:
+            names.append("(a process that changed its pid as it was looked at)")
         time.sleep(0.002)
     return names + ["(processes that kept forking past every kill)"]
 
 
-def grade(channel, args, ignored=()):
-    """Run pytest on `args` (paths under /tests) and send the verdict on the channel."""
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    for key in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
-        os.environ.pop(key, None)
-    sys.dont_write_bytecode = True  # no __pycache__ copy of the tests
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+def run_pytest(args):
+    """pytest on `args` in this process (the grader's pytest child): what it collected and each
+    test's outcome."""
     import pytest
 
     proof = Proof()
     options = [a for a in args if a.startswith("-")]
     paths = [a for a in args if not a.startswith("-")]
     code = pytest.main(["-q", *options, *PYTEST_ARGS, *paths], plugins=[proof]) if paths else 4
+    return {"collected": proof.collected, "outcomes": proof.outcomes, "exitstatus": int(code)}
+
+
+def _runner(channel, args, write_end):
+    """The pytest child: never returns."""
+    import json
+
+    code = 3
+    try:
+        if channel is not None:
+            channel.close()
+        view = memoryview(json.dumps(run_pytest(args)).encode())
+        while view:
+            view = view[os.write(write_end, view):]
+        code = 0
+    except BaseException:  # noqa: BLE001 - the grader reports a runner that failed
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def grade(channel, args, ignored=()):
+    """Grade `args` (paths under /tests) and send the verdict on the channel.
+
+    This process is a child subreaper that only watches: pytest runs in a fork of it (the same
+    non-dumpable image, never an exec), which pipes back what it saw; every process the tests
+    leave behind is reparented here, reaped as it exits (a fork-hopper's dead hops never pile up
+    against the process limit) and killed once pytest is done."""
+    import json
+    import select
+
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    for key in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
+        os.environ.pop(key, None)
+    sys.dont_write_bytecode = True  # no __pycache__ copy of the tests
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    runner = os.fork()
+    if runner == 0:
+        os.close(read_end)
+        _runner(channel, args, write_end)
+    os.close(write_end)
+    buf, status = b"", None
+    while status is None:
+        ready, _, _ = select.select([read_end], [], [], 0.05)
+        if ready:
+            buf += os.read(read_end, 1 << 16)
+        reaped, _ = _reap()
+        status = reaped.get(runner, status)
+    os.set_blocking(read_end, False)
+    try:
+        while chunk := os.read(read_end, 1 << 16):
+            buf += chunk
+    except BlockingIOError:
+        pass
+    os.close(read_end)
     left = leftovers()
-    ok = bool(proof.collected) and all(proof.outcomes.get(n) == "passed" for n in proof.collected)
-    send(channel, {"kind": "verdict", "collected": proof.collected, "outcomes": proof.outcomes,
-                   "exitstatus": int(code), "leftover": left, "ignored_args": list(ignored)})
-    passed = sum(v == "passed" for v in proof.outcomes.values())
-    print(f"\ntermforge grader: {passed}/{len(proof.collected)} passed", flush=True)
+    try:
+        result = json.loads(buf.decode()) if buf else None
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):
+        # The pytest child was killed (by a program the tests ran) before it reported.
+        verdict = {"collected": [], "outcomes": {}, "exitstatus": -1, "leftover": left, "died": True}
+        if os.WIFSIGNALED(status):
+            verdict["signal"] = os.WTERMSIG(status)
+        send(channel, {"kind": "verdict", **verdict})
+        print("\ntermforge grader: pytest ended without a result", flush=True)
+        return 1
+    collected, outcomes = list(result.get("collected") or []), dict(result.get("outcomes") or {})
+    ok = bool(collected) and all(outcomes.get(n) == "passed" for n in collected)
+    send(channel, {"kind": "verdict", "collected": collected, "outcomes": outcomes,
+                   "exitstatus": result.get("exitstatus", -1), "leftover": left, "ignored_args": list(ignored)})
+    passed = sum(v == "passed" for v in outcomes.values())
+    print(f"\ntermforge grader: {passed}/{len(collected)} passed", flush=True)
     return 0 if ok else 1
 
 
-def test_args(args):
+def request_args(args):
     """What a run-tests request may grade: test paths that exist under /tests (read-only there,
     so the pristine tests) and display-only options. Everything else is dropped and reported."""
     keep, ignored = [], []
@@ -289,7 +367,7 @@ def supervise(channel, command):
                                 if fd > 2:
                                     os.close(fd)
                             os.chdir(cwd)
-                            keep, ignored = test_args(args)
+                            keep, ignored = request_args(args)
                             code = grade(channel, keep, ignored)
                         except BaseException:  # noqa: BLE001 - report, then exit
                             import traceback

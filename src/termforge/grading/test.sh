@@ -15,7 +15,8 @@
 # termforge never trusts this file's reward for its own tasks: its grader reports to the host over
 # a private channel.
 out=/logs/verifier
-mkdir -p "$out"
+[ -L "$out" ] && rm -f -- "$out"
+mkdir -p "$out" && chmod u+rwx "$out" 2>/dev/null
 rm -rf -- "$out/reward.json" "$out/reward.txt"
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
@@ -115,6 +116,10 @@ env -u PYTHONPATH -u PYTHONHOME -u PYTEST_ADDOPTS -u PYTEST_PLUGINS PYTEST_DISAB
   "$py" -I -c "$runner" "$priv"
 status=$?
 cd / && rm -rf -- "$priv"
+# Whatever the tests' programs did to the reward directory (replaced it by a symlink, took away
+# its write permission, left reward files, directories or FIFOs there) is undone before writing.
+[ -L "$out" ] && rm -f -- "$out"
+mkdir -p "$out" && chmod u+rwx "$out" 2>/dev/null
 rm -rf -- "$out/reward.json" "$out/reward.txt"
 if [ "$status" -eq 0 ]; then
   echo 1 > "$out/reward.txt"

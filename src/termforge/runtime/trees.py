@@ -1,6 +1,6 @@
 """Host-side work over directory trees a sandbox wrote: walks, size counts, digests, chown, copies
 and removal that never recurse, never follow a symlink and never raise on what they find
-(docs/grading.md, "Trees the agent wrote").
+(docs/grading.md, design point 8).
 
 Everything under a session's /app, /home/user, /tmp or /logs was written by code termforge does
 not trust (the agent, or task code at build time). Python's own tree helpers recurse (`os.walk`,
