@@ -35,6 +35,7 @@ import posixpath
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import tarfile
 import time
@@ -45,8 +46,9 @@ from pathlib import Path
 from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, publish_dir, read_json, stable_hash, staging_dir
 from termforge.runtime.base import Bind, BuildResult, Image, Limits
-from termforge.runtime.bwrap import (BwrapSession, missing_debian_packages, run_sandboxed, sandbox_argv,
-                                     tree_digest)
+from termforge.runtime import trees
+from termforge.runtime.bwrap import (BwrapSession, layer_problem, missing_debian_packages, run_sandboxed,
+                                     sandbox_argv, tree_digest)
 
 # Bumped whenever the interpretation of a Dockerfile changes, so cached layers are rebuilt.
 BUILDER_VERSION = "harbor-bwrap-2"
@@ -1085,8 +1087,27 @@ def _extract(archive: Path, dest: Path) -> None:
                                                     if hasattr(tarfile, "fully_trusted_filter") else {}))
 
 
+def _no_symlink_on_the_way(base: Path, dest: Path, where: str) -> None:
+    """COPY/ADD write on the host: a destination whose path passes through a symlink a RUN step
+    made (/app/x -> /etc) would write outside the layer, so it is refused (Docker would follow the
+    link inside the container; the host must not)."""
+    cur = base
+    for part in dest.relative_to(base).parts:
+        cur = cur / part
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or cur == dest):
+            raise EnvironmentUnsupported(f"{where}: the destination passes through {cur.relative_to(base)}, "
+                                         "which is not a plain directory (a symlink a RUN step made?)")
+
+
 def _apply_copy(step: CopyStep, layer: Path, tmp: Path) -> None:
     dest = _host(layer, tmp, step.dest)
+    base = layer if dest == layer or layer in dest.parents else tmp
+    where = f"Dockerfile line {step.lineno} ({step.dest})"
+    _no_symlink_on_the_way(base, dest, where)
     if not step.sources:  # WORKDIR
         dest.mkdir(parents=True, exist_ok=True)
         return
@@ -1095,14 +1116,19 @@ def _apply_copy(step: CopyStep, layer: Path, tmp: Path) -> None:
             _extract(src, dest)
             continue
         if src.is_dir():
-            shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+            problems = trees.copy_tree(src, dest, trees.Bounds(seconds=None))
+            if problems:
+                raise EnvironmentUnsupported(f"{where}: copying {src.name} failed: {problems[0]}")
             if step.chmod is not None:
-                for p in [dest, *dest.rglob("*")]:
-                    if not p.is_symlink():
-                        p.chmod(step.chmod)
+                os.chmod(dest, step.chmod)
+                for e in trees.TreeWalk(dest, trees.Bounds(seconds=None)):
+                    if not stat.S_ISLNK(e.st.st_mode):
+                        os.chmod(e.name, step.chmod, dir_fd=e.dir_fd)
             continue
         target = dest / src.name if (step.dest_is_dir or dest.is_dir()) else dest
         target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink():
+            target.unlink()  # replaced, never written through
         shutil.copy2(src, target)
         if step.chmod is not None:
             target.chmod(step.chmod)
@@ -1184,8 +1210,11 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
         if leftovers:
             return fail(f"the build left files outside {TASK_ROOT} ({', '.join(sorted(leftovers))}), "
                         "which bwrap sessions would not see", "\n".join(log_lines))
+        unwalkable = layer_problem(layer, limits)
+        if unwalkable:
+            return fail(f"the build left a task layer the host cannot walk: {unwalkable}", "\n".join(log_lines))
         for d in (tmp, home, logs):
-            shutil.rmtree(d)
+            trees.remove_tree(d)
         meta = {"task_id": task.name, "backend": "bwrap", "digest": digest, "allow_network": task.allow_internet,
                 "kind": "harbor", "builder": BUILDER_VERSION, "base_image": plan.base_image,
                 "apt_packages": plan.apt_packages, "workdir": plan.workdir, "env": plan.env}
@@ -1200,7 +1229,7 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
         return fail(f"copying the environment's files failed: {exc}", "\n".join(log_lines))
     finally:
         if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
+            trees.remove_tree(stage)
 
 
 def _image(task: HarborTask, path: Path, meta: dict) -> Image:

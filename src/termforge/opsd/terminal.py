@@ -255,7 +255,7 @@ class TerminalEpisode:
                 "status": self.status, "reward": self.reward, "end_reason": self.end_reason, "turns": self.turns,
                 "format_errors": self.format_errors, "scored_tokens": self.num_scored, "tokens": len(self.ids),
                 "budget_cut_replies": self.budget_cut_replies, "infra_attempts": len(self.infra_attempts),
-                "verifier_reason": self.verifier.get("reason")}
+                "verifier_reason": self.verifier.get("reason"), "hacked": list(self.verifier.get("hacked") or [])}
 
 
 class _Live:
@@ -283,10 +283,13 @@ def _close(live: _Live) -> None:
 def run_terminal_episodes(engine: RolloutEngine, tokenizer: Any, specs: Sequence[EpisodeSpec], *,
                           tasks_dir: Path, images_dir: Path, runtime: Any, harness: HarnessConfig, limits: Limits,
                           seed: int, max_new_tokens: int, max_episode_tokens: int | None = None,
-                          thinking: bool | None = None, max_infra_retries: int = 2, workers: int = 4
+                          thinking: bool | None = None, max_infra_retries: int = 2, workers: int = 4,
+                          expected: dict[str, list[str]] | None = None
                           ) -> tuple[list[TerminalEpisode], dict[str, Any]]:
     """Run `specs` concurrently (one batched generate per turn); returns the episodes in the order
-    of `specs` and counters (generate calls, infra retries, budget-ended episodes, timings)."""
+    of `specs` and counters (generate calls, infra retries, budget-ended episodes, timings).
+    `expected` maps task ids to the test ids validation recorded (the corpus manifest's
+    `collected`): a grade that collects another set is a 0."""
     episodes = [TerminalEpisode(spec) for spec in specs]
     stats = {"generate_calls": 0, "infra_retries": 0, "generate_s": 0.0, "env_s": 0.0, "grade_s": 0.0}
     pending = list(range(len(episodes)))
@@ -299,7 +302,7 @@ def run_terminal_episodes(engine: RolloutEngine, tokenizer: Any, specs: Sequence
             failed = _run_round(engine, tokenizer, [episodes[i] for i in pending], attempt, pool, stats,
                                 tasks_dir=Path(tasks_dir), images_dir=Path(images_dir), runtime=runtime,
                                 harness=harness, limits=limits, seed=seed, max_new_tokens=max_new_tokens,
-                                max_episode_tokens=max_episode_tokens, thinking=thinking)
+                                max_episode_tokens=max_episode_tokens, thinking=thinking, expected=expected or {})
             pending = [i for i in pending if episodes[i] in failed]
     for i in pending:
         episodes[i].status, episodes[i].reward = "infra_failed", None
@@ -313,8 +316,8 @@ def _infra(episode: TerminalEpisode, attempt: int, exc: BaseException) -> None:
 
 
 def _run_round(engine, tokenizer, episodes: list[TerminalEpisode], attempt: int, pool, stats, *, tasks_dir,
-               images_dir, runtime, harness, limits, seed, max_new_tokens, max_episode_tokens, thinking
-               ) -> set:
+               images_dir, runtime, harness, limits, seed, max_new_tokens, max_episode_tokens, thinking,
+               expected: dict[str, list[str]]) -> set:
     failed: set = set()
     stop_ids = list(getattr(engine, "stop_ids", []) or [tokenizer.eos_token_id])
 
@@ -412,15 +415,20 @@ def _run_round(engine, tokenizer, episodes: list[TerminalEpisode], attempt: int,
 
         try:
             lv.shell.close()  # the agent's processes end with its shell, before grading (as solve)
-            verdict = run_verifier(lv.session, tasks_dir / lv.episode.spec.task_id, timeout=limits.wall_sec)
+            task_id = lv.episode.spec.task_id
+            verdict = run_verifier(lv.session, tasks_dir / task_id, timeout=limits.wall_sec,
+                                   expected=expected.get(task_id))
         except Exception as exc:  # noqa: BLE001
             _close(lv)
             return lv, exc
         lv.session.stop()
         ep = lv.episode
-        ep.status, ep.reward = "graded", verdict.reward
+        # A grade with integrity findings is a 0 whatever the tests said (as a hacked rollout is a
+        # failure in pass@k): the policy must never be rewarded for a forge that half worked.
+        ep.status, ep.reward = "graded", 0.0 if verdict.findings else verdict.reward
         ep.verifier = {"reason": verdict.reason, "tests_ran": verdict.tests_ran, "passed": verdict.passed,
-                       "collected": verdict.collected}
+                       "collected": verdict.collected, "graded_by": verdict.graded_by,
+                       "limit_hit": verdict.limit_hit, "hacked": list(verdict.findings)}
         return lv, None
 
     t0 = time.perf_counter()

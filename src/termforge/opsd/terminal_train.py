@@ -140,6 +140,8 @@ class TerminalRun:
                                      task_timeout_sec=cfg.episode_task_timeout_sec)
         self.limits = Limits(wall_sec=cfg.sandbox_wall_sec, cpu_sec=cfg.sandbox_cpu_sec,
                              memory_mb=cfg.sandbox_memory_mb)
+        # The test ids validation recorded per kept task: every episode's grade must collect them.
+        self.collected: dict[str, list[str]] = dict(read_json(cfg.corpus).get("collected") or {}) if cfg.corpus else {}
         self._engine = None
 
     # -- episodes ---------------------------------------------------------------------------
@@ -174,7 +176,7 @@ class TerminalRun:
             images_dir=Path(cfg.images_dir), runtime=self.runtime, harness=self.harness, limits=self.limits,
             seed=seed, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
             max_episode_tokens=cfg.max_episode_tokens, thinking=cfg.student_thinking,
-            max_infra_retries=cfg.max_infra_retries, workers=cfg.episode_workers)
+            max_infra_retries=cfg.max_infra_retries, workers=cfg.episode_workers, expected=self.collected)
 
     def opsd_trajectory(self, trainer: Any, episode) -> Trajectory:
         """The episode's exact token stream for the student; for the teacher the same stream after
@@ -418,6 +420,8 @@ class TerminalRun:
             "episodes": len(episodes),
             "episodes_graded": len(graded),
             "episodes_infra_failed": sum(e.status == "infra_failed" for e in episodes),
+            # Graded 0 whatever the tests said: the grade carried integrity findings.
+            "episodes_hacked": sum(bool(e.verifier.get("hacked")) for e in graded),
             "infra_retries": estats.get("infra_retries", 0),
             "episodes_token_budget": sum(e.end_reason == "token_budget" for e in graded),
             "replies_cut_by_budget": sum(e.budget_cut_replies for e in graded),

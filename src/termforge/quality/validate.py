@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from termforge.errors import TermforgeError
 from termforge.io import append_jsonl, atomic_write_json, read_json, read_jsonl_tolerant
 from termforge.runtime.base import Image, Limits
 from termforge.runtime.base import get_runtime
+from termforge.runtime.trees import Bounds, TreeWalk, read_at
 from termforge.quality.hijack import hijack_probes
 from termforge.quality.mutation import mutation_probe
 from termforge.verifier import Verdict, run_oracle, run_test_file, run_verifier
@@ -153,10 +155,13 @@ def static_checks(task_dir: Path) -> dict:
             raise _Fail("static", f"{rel} loads code into the grader's process (the agent's programs must run "
                                   f"as subprocesses): {'; '.join(loads[:3])}")
     truth_blob = (task_dir / "private" / "truth.json").read_bytes().strip()
-    for path in sorted(env_dir.rglob("*")):
-        if path.is_file():
-            if path.name == "truth.json" or (len(truth_blob) > 20 and truth_blob in path.read_bytes()):
-                raise _Fail("static", f"the answer key is copied into the image: {path.relative_to(task_dir)}")
+    walk = TreeWalk(env_dir, Bounds(seconds=None))
+    for e in walk:
+        if e.name == "truth.json" or (stat.S_ISREG(e.st.st_mode) and len(truth_blob) > 20
+                                      and truth_blob in read_at(e.dir_fd, e.name)):
+            raise _Fail("static", f"the answer key is copied into the image: environment/{e.rel}")
+    if walk.incomplete:
+        raise _Fail("static", f"environment/ cannot be walked: {walk.incomplete}")
     return task
 
 

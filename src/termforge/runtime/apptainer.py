@@ -18,6 +18,7 @@ from pathlib import Path
 from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, atomic_write_text, read_json, stable_hash
 from termforge.runtime.base import Bind, BuildResult, ExecResult, Image, Limits, Runtime, Session
+from termforge.runtime import trees
 from termforge.runtime.bwrap import run_sandboxed, tree_digest
 
 ENVS_DIR = Path(__file__).resolve().parents[3] / "envs" / "apptainer"
@@ -177,4 +178,4 @@ class ApptainerSession(Session):
         Path(dst).write_text(res.stdout)
 
     def stop(self) -> None:
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        trees.remove_tree(self.workdir)

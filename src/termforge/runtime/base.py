@@ -25,8 +25,9 @@ class Limits:
 
     Hitting one is the sandboxed program's failure (a 0 with a reason), never the host's: the
     process count, open files and file size are rlimits of the sandbox's own uid; the writable
-    layer (/app and /home/user) is watched and the sandbox killed when it grows past `disk_mb`;
-    /tmp is a tmpfs of `tmp_mb`."""
+    layer (/app and /home/user) is watched and the sandbox killed when it grows past `disk_mb`, or
+    when it holds a tree deeper than `tree_depth` levels or larger than `tree_entries` entries
+    (which the watcher could not measure); /tmp is a tmpfs of `tmp_mb`."""
 
     wall_sec: float = 120.0
     cpu_sec: int = 120
@@ -36,6 +37,10 @@ class Limits:
     max_file_mb: int = 512
     disk_mb: int = 1024
     tmp_mb: int = 256
+    # How far the host walks what a sandbox wrote (disk watch, cleanup checks, log scans): a tree
+    # deeper or larger than this cannot be measured, which kills the sandbox (runtime/trees.py).
+    tree_depth: int = 128
+    tree_entries: int = 200_000
 
     @classmethod
     def from_options(cls, o: dict) -> "Limits":
