@@ -181,8 +181,8 @@ def run_export(manifests: list[Path], out_dir: Path, demos_path: Path | None = N
     Every output is staged and published together at the end: a failure part way (a task
     directory holding what no task may, a full disk) leaves the previous export as it was."""
     out_dir = Path(out_dir)
-    tasks = (load_kept_tasks(corpus_manifest, "exported_task") if corpus_manifest
-             else load_tasks(manifests, "exported_task"))
+    tasks = (load_kept_tasks(corpus_manifest, "full_task") if corpus_manifest
+             else load_tasks(manifests, "full_task"))
     if not tasks:
         raise TermforgeError("export: the manifests list no tasks")
     demos = None

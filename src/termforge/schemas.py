@@ -75,10 +75,11 @@ _TASK_OPTIONAL = {
                                                      "timeout_sec": {"type": ["number", "null"], "minimum": 0},
                                                      "base_image": _STR_N}},
     "generation": {"type": "object", "properties": {"fallback": _BOOL}},
+    "provenance": {"type": "object"},
 }
 TASK_JSON = _obj({"id": _ID, "signature": {**_AXES, "required": ["domain"]}}, _TASK_OPTIONAL)
-# What export writes into the dataset and task.toml.
-TASK_JSON_EXPORT = _obj({"id": _ID, "signature": {**_AXES, "required": ["domain"]}, "instruction": _STR,
+# What export writes into the dataset and task.toml, and generate into a shard manifest.
+TASK_JSON_FULL = _obj({"id": _ID, "signature": {**_AXES, "required": ["domain"]}, "instruction": _STR,
                          "family": _STR, "mismatch": _TASK_OPTIONAL["mismatch"]}, _TASK_OPTIONAL)
 SIGNATURE = _obj({"id": _ID, "index": {"type": "integer", "minimum": 0}, "skills": _STR_LIST}
                  | {k: _STR for k in ("domain", "corpus_kind", "skill_type", "persona", "language",
@@ -154,7 +155,7 @@ TRAIN_SUMMARY = _obj({"weights": _STR},
                           "rule": _STR, "pool": _COUNT, "pool_by_band": _COUNTS, "candidates_by_band": _COUNTS,
                           "fallback": _STR_N}}})
 KL_PROBE = {"type": "object", "properties": {"before": _KL, "after": _KL}}
-TRAIN_METRICS = _obj({"step": _COUNT}, {k: _NUM_N for k in (
+TRAIN_METRICS = _obj({}, {"step": _COUNT} | {k: _NUM_N for k in (
     "loss", "divergence_mean", "kl_mean", "clipped_fraction", "completion_len_mean", "completion_len",
     "tokens_per_s", "peak_memory_mb", "peak_mem_mb", "reward_mean", "opsd_loss", "grpo_loss", "groups_kept")}
                       | {"objective": _STR_N})
@@ -341,7 +342,7 @@ def _solve_refs(path: Path, data: dict) -> None:
 
 
 def _task_refs(path: Path, data: dict) -> None:
-    # Readers take a task's directory for the task (export names its Harbor directory by the id).
+    # Export names the Harbor directory by the id and the private row by the directory: one name.
     if path.name == "task.json" and data["id"] != path.parent.name:
         raise InputError(path, f"id {show_value(data['id'])} does not match its directory's name "
                                f"{show_value(path.parent.name)}")
@@ -356,8 +357,8 @@ def _summary_refs(path: Path, data: dict) -> None:
 
 KINDS: dict[str, Kind] = {
     "signatures": Kind("a signature", "jsonl", SIGNATURE),
-    "task": Kind("a task.json", "json", TASK_JSON, refs=_task_refs),
-    "exported_task": Kind("a task.json", "json", TASK_JSON_EXPORT, refs=_task_refs),
+    "task": Kind("a task.json", "json", TASK_JSON),
+    "full_task": Kind("a complete task.json", "json", TASK_JSON_FULL, refs=_task_refs),
     "shard_manifest": Kind("a shard manifest", "json", SHARD_MANIFEST, refs=_shard_refs),
     "decontam_report": Kind("a decontamination report", "json", DECONTAM_REPORT),
     "verdicts": Kind("a verdicts file", "json", VERDICTS),
