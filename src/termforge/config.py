@@ -109,10 +109,17 @@ def _describe(error: jsonschema.ValidationError) -> str:
         return f"{where}: expected {expected}, got {type(error.instance).__name__} {show_value(error.instance)}"
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         return f"{where}: {show_value(error.instance)} is out of range ({v} {error.validator_value})"
+    if v == "pattern" and error.validator_value == SAFE_NAME_PATTERN:
+        return (f"{where}: {show_value(error.instance)} is not a safe name (it names a folder: letters, digits, "
+                f"'.', '_' and '-', starting with a letter or digit)")
     if v == "pattern":
         return f"{where}: {show_value(error.instance)} does not match {show_value(error.validator_value)}"
     # jsonschema's own wording embeds the whole instance: shorten it.
     return f"{where}: {show_value(error.message, 200)[1:-1]}"
+
+
+# The schema's pattern for names that become folders (run_name, ablation names).
+SAFE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(?![\s\S])"
 
 
 def _with_defaults(validator_cls):

@@ -9,7 +9,7 @@ import os
 import re
 from pathlib import Path
 
-from termforge.containment import contained, copy_regular_tree, read_regular
+from termforge.containment import check_task_id, contained, copy_regular_tree, read_regular
 from termforge.errors import TermforgeError
 from termforge.io import StagedOutputs, atomic_write_json, canonical_json, clean_stale_staging
 from termforge.schemas import kept_task_dirs, read
@@ -126,7 +126,7 @@ def _world_readable(root: Path) -> None:
 def write_harbor_task(task: dict, task_dir: Path, out_dir: Path, staged: StagedOutputs | None = None) -> None:
     """One Harbor task directory: everything except private/ and our own task.json. With staged,
     it is published with the command's other outputs; otherwise at once."""
-    final = contained(out_dir, task["id"])
+    final = contained(out_dir, check_task_id(task["id"], task_dir / "task.json"))
     own = staged is None
     staged = staged or StagedOutputs()
     try:

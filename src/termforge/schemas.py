@@ -142,7 +142,7 @@ _TBENCH_SUMMARY = _obj({"mean_reward": _NUM_N},
 # AIME summaries (evals.aime): every `metric@n` and the formatted rate are rates.
 _AIME_SUMMARY = {"type": "object", "properties": {"num_problems": _COUNT, "formatted_rate": _NUM_N},
                  "patternProperties": {"@": _NUM_N}}
-EVAL_RECORD = {**_obj({"model": _STR, "benchmark": _STR, "kind": {"enum": ["aime", "tbench"]},
+EVAL_RECORD = {**_obj({"model": _STR, "benchmark": _STR, "kind": {"type": "string", "enum": ["aime", "tbench"]},
                        "summary": {"type": "object"}}, {"controls": _map(_TBENCH_SUMMARY)}),
                "if": {"properties": {"kind": {"const": "tbench"}}},
                "then": {"properties": {"summary": _TBENCH_SUMMARY}},
@@ -298,6 +298,8 @@ def _check_task_dirs(path: Path, tasks_dir: Path, ids: list[str], required: tupl
         except OSError:
             pass
         problem = task_dir_problem(task_dir, required)
+        if problem and os.path.isdir(task_dir):  # a dangling symlink for task.json is named as one
+            _refuse_tree(path, tid, task_dir_entry_problem(base, tid, real_base))
         if problem:
             raise InputError(path, f"task {tid}: {problem}")
         _refuse_tree(path, tid, task_dir_entry_problem(base, tid, real_base))
@@ -331,9 +333,10 @@ def _corpus_refs(path: Path, data: dict) -> None:
 
     for tid, task_dir in kept_task_dirs(path, data):
         problem = task_dir_problem(task_dir, REQUIRED_FILES)
+        if not problem or task_dir.is_dir():
+            _refuse_tree(path, tid, task_dir_entry_problem(task_dir.parent, tid))
         if problem:
             raise InputError(path, f"kept task {tid}: {problem}")
-        _refuse_tree(path, tid, task_dir_entry_problem(task_dir.parent, tid))
 
 
 def _solve_refs(path: Path, data: dict) -> None:
