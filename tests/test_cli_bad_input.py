@@ -898,3 +898,17 @@ def test_a_failed_export_leaves_nothing_and_the_next_removes_stale_staging(ws, t
     assert rc == 0, err
     assert not any(p.exists() for p in stale) and (out / "export.json").is_file()
     assert sorted(p.name for p in (out / "harbor").iterdir()) == sorted(ws["ids"])
+
+
+def test_an_output_folder_entry_linking_out_is_refused(ws, tmp_path, capsys):
+    """<images-dir>/<task id> is where build-images writes: a symlink there leading out of the
+    folder stops the command before anything is built."""
+    images, elsewhere = tmp_path / "images", tmp_path / "elsewhere"
+    images.mkdir()
+    elsewhere.mkdir()
+    (images / ws["ids"][0]).symlink_to(elsewhere, target_is_directory=True)
+    rc, err = run_main(["build-images", "--configfile", ws["valid"]["config"], "--manifest",
+                        ws["valid"]["shard_manifest"], "--images-dir", str(images), "--out",
+                        str(tmp_path / "out.json")], capsys)
+    assert check_refusal("build-images", rc, err, str(images / ws["ids"][0])) is None, err
+    assert "outside" in err and list(elsewhere.iterdir()) == [] and not (tmp_path / "out.json").exists()

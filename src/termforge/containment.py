@@ -117,12 +117,20 @@ def tree_problem(root: str | os.PathLike, real_root: str | None = None) -> tuple
     real_root: root with its symlinks resolved, when the caller knows it."""
     root = os.fspath(root)
     real_root = real_root or os.path.realpath(root)
+    # Unsorted first (the usual case: nothing to report); a problem is then looked for again in
+    # sorted order, so the same tree always names the same entry.
+    if _walk(root, real_root, sort=False) is None:
+        return None
+    return _walk(root, real_root, sort=True)
+
+
+def _walk(root: str, real_root: str, sort: bool) -> tuple[str, str] | None:
     stack = [(real_root, root)]
     while stack:
         real_dir, shown_dir = stack.pop()
         try:
             with os.scandir(real_dir) as it:
-                entries = sorted(it, key=lambda e: e.name, reverse=True)
+                entries = sorted(it, key=lambda e: e.name, reverse=True) if sort else list(it)
         except OSError as exc:
             from termforge.errors import os_error_problem
 
