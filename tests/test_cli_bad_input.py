@@ -288,6 +288,8 @@ def check_line(cmd: str, kind: str, bad: str, rc, err: str) -> str | None:
     if rc != 2 or len(lines) != 1 or "Traceback" in err:
         return f"rc={rc}, {len(lines)} lines: {err[-800:]!r}"
     line = lines[0]
+    if len(line) > MAX_LINE:
+        return f"a line of {len(line)} characters: {line[:300]!r}"
     prefix = "termforge: error: " if kind == "config" else f"termforge: error: {cmd}: {bad}: "
     if not line.startswith(prefix) or bad not in line:
         return f"expected {prefix!r}...: {line!r}"
@@ -912,3 +914,15 @@ def test_an_output_folder_entry_linking_out_is_refused(ws, tmp_path, capsys):
                         str(tmp_path / "out.json")], capsys)
     assert check_refusal("build-images", rc, err, str(images / ws["ids"][0])) is None, err
     assert "outside" in err and list(elsewhere.iterdir()) == [] and not (tmp_path / "out.json").exists()
+
+
+def test_stale_staging_is_removed_for_its_own_outputs_only(tmp_path):
+    """generate's shards share results/tasks: a shard removes its own tasks' leftovers, never the
+    staging directory another shard is writing at the same time."""
+    from termforge.io import clean_stale_staging
+
+    for name in (".tf-a.x1y2_z.partial", ".tf-b.k3j4ab.partial", ".tf-a.old-12", ".p.json.q9w8e7.tmp", ".keep"):
+        (tmp_path / name).mkdir()
+    assert clean_stale_staging(tmp_path, ["tf-a"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".keep", ".p.json.q9w8e7.tmp", ".tf-b.k3j4ab.partial"]
+    assert clean_stale_staging(tmp_path) == 2 and [p.name for p in tmp_path.iterdir()] == [".keep"]

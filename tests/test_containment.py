@@ -226,3 +226,16 @@ def test_generate_refuses_a_kept_task_directory_reaching_outside(tmp_path, capsy
     assert not manifest.exists()
     leak.unlink()
     assert cli.main(argv) == 0 and manifest.read_bytes() == before
+
+
+def test_a_reference_dataset_linking_out_is_refused(tmp_path):
+    """decontam.harbor_dirs names third-party datasets too: their instructions are read from
+    inside them only."""
+    from termforge.quality.decontam import load_harbor_references
+
+    src = _source(tmp_path)
+    assert len(load_harbor_references(src)) == 1
+    (src / "fix-median" / "instruction.md").unlink()
+    (src / "fix-median" / "instruction.md").symlink_to("/etc/passwd")
+    with pytest.raises(InputError, match="instruction.md: resolves to /etc/passwd, outside"):
+        load_harbor_references(src)

@@ -9,13 +9,16 @@ How bad input is reported (follow this when adding a command or an option):
   kind from termforge.schemas.KINDS: "shard_manifest", "corpus_manifest", "dataset", "config",
   "tasks_dir", ...) or `output_arg(sp, "--y", dir=False)`. Before the command runs, main() reads
   and checks every declared input through termforge.schemas (missing, unreadable, corrupt,
-  truncated, empty, wrong shape, naming task directories that do not exist), so a bad input
-  stops the command before it writes anything.
+  truncated, empty, wrong shape to the leaves, naming task directories that do not exist or that
+  reach outside themselves: termforge.containment), so a bad input stops the command before it
+  writes anything. Declared outputs are checked too: a file output that is a directory, and a
+  task's place in an output folder (<images-dir>/<task id>) that a symlink leads out of.
 - Stage code reads its inputs through termforge.schemas.read / termforge.io.load_* too; both
   raise termforge.errors.InputError, which main() prints as one line
   `termforge: error: <command>: <file>: <problem>` (plus how to rebuild a file the workflow
-  makes, from errors.PRODUCERS) and exit status 2. Outputs go through termforge.io's atomic
-  writers, so a failing command leaves no partial file.
+  makes, from errors.PRODUCERS) and exit status 2, always one line (errors.one_line). Outputs go
+  through termforge.io's atomic writers, so a failing command leaves no partial file; a command
+  with several outputs stages them and publishes them together (io.StagedOutputs).
 - tests/test_cli_bad_input.py walks this parser: every declared input of every command gets
   each kind of bad input, and an undeclared path-like argument fails that test.
 - A new kind of file: add a Kind (schema, format, checks of the files it names) to

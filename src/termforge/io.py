@@ -264,15 +264,29 @@ def _remove(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def clean_stale_staging(root: Path, name: str | None = None) -> int:
+def _staging_owner(name: str) -> str | None:
+    """The output a staging leftover belongs to: `.{output}.{random}.partial` (or `.tmp`), or
+    `.{output}.old-{pid}`; None for any other name. mkstemp/mkdtemp's random part has no dot."""
+    if not name.startswith("."):
+        return None
+    for suffix in (".partial", ".tmp"):
+        if name.endswith(suffix) and "." in name[1:-len(suffix)]:
+            return name[1:-len(suffix)].rsplit(".", 1)[0]
+    if ".old-" in name:
+        return name[1:].rsplit(".old-", 1)[0]
+    return None
+
+
+def clean_stale_staging(root: Path, names: Iterable[str] | None = None) -> int:
     """Remove staging leftovers of a killed or failed run; returns how many were removed.
-    With name, only the leftovers of that output (`.{name}.*`): other jobs may be writing beside it."""
+    With names, only the leftovers of those outputs: other jobs (another shard of generate) may
+    be writing beside them."""
+    wanted = None if names is None else set(names)
     n = 0
     if root.is_dir():
         for p in root.iterdir():
-            if name is not None and not p.name.startswith(f".{name}."):
-                continue
-            if p.name.startswith(".") and (p.name.endswith((".partial", ".tmp")) or ".old-" in p.name):
+            owner = _staging_owner(p.name)
+            if owner is not None and (wanted is None or owner in wanted):
                 _remove(p)
                 n += 1
     return n
@@ -298,7 +312,7 @@ class StagedOutputs:
 
     def _fresh(self, final: Path) -> None:
         final.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale_staging(final.parent, final.name)
+        clean_stale_staging(final.parent, [final.name])
 
     def file(self, final: str | os.PathLike) -> Path:
         final = Path(final)

@@ -212,13 +212,8 @@ def _describe(error: jsonschema.ValidationError) -> str:
         return f"expected {'a JSON ' + error.validator_value if error.validator == 'type' else error.message}, " \
                f"got {type(error.instance).__name__}"
     if error.validator == "pattern" and error.validator_value == TASK_ID_PATTERN:
+        # (a key checked by propertyNames is reported here too, at the object holding it)
         return f"{where}: {task_id_problem(error.instance)}"
-    if error.validator == "propertyNames":
-        bad = next((k for k in error.instance if not is_task_id(k)), None) \
-            if error.validator_value == _ID else None
-        if bad is not None:
-            return f"{where}: key {task_id_problem(bad)}"
-        return f"{where}: a key does not match {show_value(error.validator_value.get('pattern', ''))}"
     if error.validator == "pattern":
         return f"{where}: {show_value(error.instance)} does not match {show_value(error.validator_value)}"
     return describe_config_error(error)

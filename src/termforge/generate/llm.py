@@ -821,7 +821,7 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
     sigs = shard_signatures(Path(signatures_path), shard, shard_size)  # before anything is written
     check_kept_task_dirs(tasks_dir, sigs)
     tasks_dir.mkdir(parents=True, exist_ok=True)
-    removed = clean_stale_staging(tasks_dir)
+    removed = clean_stale_staging(tasks_dir, [s["id"] for s in sigs])  # other shards write beside it
     if runtime is None:
         from termforge.runtime.bwrap import BwrapRuntime
 

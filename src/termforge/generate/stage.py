@@ -55,7 +55,7 @@ def run_generate_shard(signatures_path: Path, shard: int, shard_size: int, tasks
     tasks_dir = Path(tasks_dir)
     check_kept_task_dirs(tasks_dir, sigs)
     tasks_dir.mkdir(parents=True, exist_ok=True)
-    removed = clean_stale_staging(tasks_dir)
+    removed = clean_stale_staging(tasks_dir, [s["id"] for s in sigs])  # other shards write beside it
     jobs = [(s, str(tasks_dir), backend, base_image) for s in sigs]
     skipped = 0
     desc = f"generate shard {shard:05d}"
