@@ -138,7 +138,8 @@ def ws(tmp_path_factory):
             "kl_probe": {"before": 0.5, "after": {"kl_mean": 0.25}},
             "rl_pool": {"rule": "0 < rate < 1", "pool": 1, "pool_by_band": {"hard": 1}, "fallback": None}}),
         "passk": put("solve/passk.json", {
-            "tasks": 1, "k_max": 1, "overall": {"pass@1": 1.0}, "by": {"domain": {"security": {"tasks": 1, "pass@1": 1.0}}},
+            "tasks": 1, "k_max": 1, "overall": {"pass@1": 1.0},
+            "by": {"domain": {"security": {"tasks": 1, "pass@1": 1.0}}},
             "bands": {"easy": 1}, "zero_pass": [], "per_task": [{"task_id": ids[0], "n": 1, "c": 1, "family": "f",
                                                                  "band": "easy", "pass_at_k": {"1": 1.0}}]}),
         "policy_server": put("serve/policy.json", {"base_url": "http://127.0.0.1:9/v1", "health_url":

@@ -624,7 +624,8 @@ def build_parser() -> argparse.ArgumentParser:
     output_arg(sp, "--images-dir", dir=True, required=True)
     output_arg(sp, "--trajectories", dir=True, required=True, help="directory for per-rollout trajectories")
     output_arg(sp, "--out", required=True, help="rollouts JSON of the shard")
-    input_arg(sp, "--server", kind="policy_server", help="policy server JSON from serve-policy: solve through that server")
+    input_arg(sp, "--server", kind="policy_server",
+              help="policy server JSON from serve-policy: solve through that server")
     sp.set_defaults(func=cmd_solve)
 
     sp = stage("serve-policy", "serve the solve model over the OpenAI protocol until SIGTERM (a service job)")
