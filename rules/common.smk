@@ -4,14 +4,23 @@ import sys
 from snakemake.utils import validate
 
 from termforge.cluster import preflight, train_launcher, train_resources
-from termforge.config import ablation_config, check_config, model_names, shard_ids
+from termforge.config import (
+    ablation_config,
+    check_config,
+    coerce_cli_overrides,
+    model_names,
+    shard_ids,
+)
 from termforge.errors import ConfigError
 from termforge.params import stage_params_json
 
 # Schema check by Snakemake itself (fills defaults), then termforge's checks with a one-line
 # message naming the key (a jsonschema traceback is not something a user should read).
 try:
-    config.update(check_config(config))
+    # Nested --config values arrive as strings: typed by the schema first (termforge.config).
+    config.update(
+        check_config(coerce_cli_overrides(config, workflow.config_settings.config))
+    )
 except ConfigError as exc:
     sys.exit(f"termforge: config error: {exc}")
 validate(config, "../workflow/schemas/config.schema.yaml")

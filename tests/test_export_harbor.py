@@ -28,7 +28,7 @@ VERIFIER_KEYS = {"network_mode", "allowed_hosts", "timeout_sec", "env", "user", 
                  "collect"}
 
 
-def _task(tmp_path: Path, task_id: str = "tf-0001.sec..x y", allow_network: bool = False):
+def _task(tmp_path: Path, task_id: str = "tf-0001.sec..x", allow_network: bool = False):
     d = tmp_path / "src" / "task"
     for sub, name, text in (("environment", "Dockerfile", "FROM debian:bookworm-slim\nWORKDIR /app\n"),
                             ("tests", "test.sh", "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"),

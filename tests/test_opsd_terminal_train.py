@@ -47,8 +47,8 @@ def corpus(tmp_path_factory):
     hints = [procedural_hint(tasks[0]), procedural_hint(tasks[1]), ""]
     # As the hints stage writes it: hinted tasks only; the corpus manifest lists every kept task.
     pq.write_table(pa.table({"task_id": [t.name for t in tasks[:2]], "demo": hints[:2]}), root / "demos.parquet")
-    atomic_write_json(root / "corpus.json", {"kept": [t.name for t in tasks]})
-    atomic_write_json(root / "passk.json", {"per_task": [
+    atomic_write_json(root / "corpus.json", {"tasks_dir": str(root / "tasks"), "kept": [t.name for t in tasks]})
+    atomic_write_json(root / "passk.json", {"tasks": 3, "overall": {}, "per_task": [
         {"task_id": tasks[0].name, "n": 2, "c": 0}, {"task_id": tasks[1].name, "n": 2, "c": 1},
         {"task_id": tasks[2].name, "n": 2, "c": 2}]})
     return root, tasks, hints
@@ -76,7 +76,7 @@ def test_objective_needs_terminal_data_and_kl_needs_fixed_teacher():
 
 
 def test_calibrated_pool_band_and_fallback(tmp_path):
-    atomic_write_json(tmp_path / "passk.json", {"per_task": [
+    atomic_write_json(tmp_path / "passk.json", {"tasks": 4, "overall": {}, "per_task": [
         {"task_id": "a", "n": 4, "c": 0}, {"task_id": "b", "n": 4, "c": 1}, {"task_id": "c", "n": 4, "c": 3},
         {"task_id": "d", "n": 4, "c": 4}]})
     pool, report = calibrated_pool(["a", "b", "c", "d", "e"], str(tmp_path / "passk.json"), 0.0, 1.0, "all")

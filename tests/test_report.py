@@ -394,7 +394,7 @@ def test_terminal_run_shows_reward_curve_and_grpo_pool(tmp_path):
             fh.write(json.dumps({"step": step, "objective": "mixed", "loss": 0.5 / step, "kl_mean": 0.1 / step,
                                  "reward_mean": 0.25 * step, "opsd_loss": 0.3 / step, "grpo_loss": 0.2 / step,
                                  "groups_kept": step - 1}) + "\n")
-    (train / "summary.json").write_text(json.dumps({"rl_pool": {
+    (train / "summary.json").write_text(json.dumps({"weights": str(train / "final"), "rl_pool": {
         "rule": "0.0 < solve pass rate < 1.0", "pool": 2, "pool_by_band": {"hard": 1, "medium": 1},
         "candidates_by_band": {"hard": 1, "medium": 1, "unsolved": 3}, "fallback": None}}))
     build(results, tmp_path / "out")

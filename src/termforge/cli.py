@@ -10,13 +10,16 @@ How bad input is reported (follow this when adding a command or an option):
   kind from termforge.schemas.KINDS: "shard_manifest", "corpus_manifest", "dataset", "config",
   "tasks_dir", ...) or `output_arg(sp, "--y", dir=False)`. Before the command runs, main() reads
   and checks every declared input through termforge.schemas (missing, unreadable, corrupt,
-  truncated, empty, wrong shape, naming task directories that do not exist), so a bad input
-  stops the command before it writes anything.
+  truncated, empty, wrong shape to the leaves, naming task directories that do not exist or that
+  reach outside themselves: termforge.containment), so a bad input stops the command before it
+  writes anything. Declared outputs are checked too: a file output that is a directory, and a
+  task's place in an output folder (<images-dir>/<task id>) that a symlink leads out of.
 - Stage code reads its inputs through termforge.schemas.read / termforge.io.load_* too; both
   raise termforge.errors.InputError, which main() prints as one line
   `termforge: error: <command>: <file>: <problem>` (plus how to rebuild a file the workflow
-  makes, from errors.PRODUCERS) and exit status 2. Outputs go through termforge.io's atomic
-  writers, so a failing command leaves no partial file.
+  makes, from errors.PRODUCERS) and exit status 2, always one line (errors.one_line). Outputs go
+  through termforge.io's atomic writers, so a failing command leaves no partial file; a command
+  with several outputs stages them and publishes them together (io.StagedOutputs).
 - tests/test_cli_bad_input.py walks this parser: every declared input of every command gets
   each kind of bad input, and an undeclared path-like argument fails that test.
 - A new kind of file: add a Kind (schema, format, checks of the files it names) to
@@ -31,7 +34,7 @@ import json
 import sys
 from pathlib import Path
 
-from termforge.errors import ConfigError, InputError, TermforgeError, os_error_problem
+from termforge.errors import ConfigError, InputError, TermforgeError, one_line, os_error_problem
 from termforge.io import atomic_write_json, atomic_write_text
 
 
@@ -59,16 +62,34 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def check_inputs(sp: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Read and check every declared input argument the user gave (termforge.schemas.read)."""
+    """Read and check every declared input argument the user gave (termforge.schemas.read), and
+    the declared outputs against them: a file output that is a directory, or a task's place in
+    an output folder that a symlink leads out of, stops the command before it starts."""
+    from termforge.containment import contained
     from termforge.schemas import read
 
+    task_ids: list[str] = []
     for action in sp._actions:
         kind = getattr(action, "termforge_input", None)
         value = getattr(args, action.dest, None)
         if kind is None or value is None:
             continue
         for path in value if isinstance(value, list) else [value]:
-            read(kind, path)
+            data = read(kind, path)
+            if kind == "shard_manifest":
+                task_ids += [t["id"] for t in data["tasks"]]
+    for action in sp._actions:
+        out = getattr(action, "termforge_output", None)
+        value = getattr(args, action.dest, None)
+        if out is None or value is None:
+            continue
+        if out == "file" and Path(value).is_dir():
+            raise InputError(value, "is a directory (expected a file to write)")
+        if out == "dir":
+            if Path(value).exists() and not Path(value).is_dir():
+                raise InputError(value, "is not a directory (expected a folder to write into)")
+            for tid in task_ids:  # each task's images, trajectories ... go to <dir>/<task id>
+                contained(value, tid, where=Path(value) / tid)
 
 
 def _stage_options(args, stage: str) -> dict:
@@ -623,7 +644,8 @@ def build_parser() -> argparse.ArgumentParser:
     output_arg(sp, "--images-dir", dir=True, required=True)
     output_arg(sp, "--trajectories", dir=True, required=True, help="directory for per-rollout trajectories")
     output_arg(sp, "--out", required=True, help="rollouts JSON of the shard")
-    sp.add_argument("--server", help="policy server JSON from serve-policy: solve through that server")
+    input_arg(sp, "--server", kind="policy_server",
+              help="policy server JSON from serve-policy: solve through that server")
     sp.set_defaults(func=cmd_solve)
 
     sp = stage("serve-policy", "serve the solve model over the OpenAI protocol until SIGTERM (a service job)")
@@ -732,15 +754,15 @@ def main(argv: list[str] | None = None) -> int:
         check_inputs(subcommands(parser)[args.command], args)
         return args.func(args)
     except InputError as exc:
-        print(f"termforge: error: {args.command}: {exc}", file=sys.stderr)
+        print(one_line(f"termforge: error: {args.command}: {exc}"), file=sys.stderr)
     except TermforgeError as exc:
-        print(f"termforge: error: {exc}", file=sys.stderr)
+        print(one_line(f"termforge: error: {exc}"), file=sys.stderr)
     except OSError as exc:
         # A file problem no reader anticipated (a full disk, a vanished folder): still one line
         # naming the file. An OSError without a file is a bug and keeps its traceback.
         if not exc.filename:
             raise
-        print(f"termforge: error: {args.command}: {InputError(exc.filename, os_error_problem(exc))}",
+        print(one_line(f"termforge: error: {args.command}: {InputError(exc.filename, os_error_problem(exc))}"),
               file=sys.stderr)
     return 2
 

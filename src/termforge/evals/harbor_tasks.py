@@ -43,7 +43,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from termforge.errors import TermforgeError
+from termforge.containment import contained, tree_problem
+from termforge.errors import InputError, TermforgeError, show_path
 from termforge.io import atomic_write_json, publish_dir, read_json, stable_hash, staging_dir
 from termforge.runtime.base import Bind, BuildResult, Image, Limits
 from termforge.runtime import trees
@@ -389,6 +390,10 @@ def load_harbor_task(task_dir: str | Path) -> HarborTask:
     task_dir = Path(task_dir)
     if not task_dir.is_dir():
         raise HarborTaskError(f"Harbor task {task_dir}: not a directory")
+    # Third-party tasks are untrusted: nothing in one may lead out of it (termforge.containment).
+    found = tree_problem(task_dir)
+    if found:
+        raise _bad(task_dir, f"{show_path(found[0])} {found[1]}")
     if not (task_dir / "task.toml").is_file():
         raise _bad(task_dir, "missing task.toml")
     try:
@@ -491,6 +496,7 @@ def resolve_env(values: dict, where: str, host_env: dict | None = None) -> dict:
 
 
 def _task_dirs(root: Path) -> list[Path]:
+    # A symlinked task directory is listed too: load_harbor_task refuses it if it leads out.
     dirs = [d for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith(".")
             and ((d / "task.toml").exists() or (d / "instruction.md").exists())]
     if not dirs:
@@ -508,9 +514,13 @@ def load_harbor_dataset(root: str | Path) -> tuple[list[HarborTask], list[Broken
     tasks, broken = [], []
     for d in dirs:
         try:
+            if d != root:
+                contained(root, d.name)  # a task directory that is a symlink out of the dataset
             tasks.append(load_harbor_task(d))
         except HarborTaskError as exc:
             broken.append(BrokenTask(d.name, d, str(exc)))
+        except InputError as exc:
+            broken.append(BrokenTask(d.name, d, f"Harbor task {d}: {exc.problem}"))
     names = [t.name for t in tasks]
     for t in list(tasks):
         if names.count(t.name) > 1:

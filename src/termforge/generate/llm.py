@@ -42,7 +42,7 @@ from termforge.generate.base import BASE_APT_PACKAGES, TaskSpec, bash_script, in
 from termforge.generate.families.data_science import PALETTE, png_rgb
 from termforge.generate.families.scientific_computing import _spaced_values, _wav_bytes
 from termforge.generate.families.security import compile_c
-from termforge.generate.stage import shard_signatures
+from termforge.generate.stage import check_kept_task_dirs, shard_signatures
 from termforge.generate.writer import task_files, write_task_dir
 from termforge.io import atomic_write_json, clean_stale_staging, read_json, seed_from, stable_hash
 from termforge.models.base import ChatModel, SamplingParams
@@ -50,6 +50,7 @@ from termforge.models.openai_backend import ModelRequestError
 from termforge.quality.leaks import SecretSet, find_leaks
 from termforge.quality.validate import TaskVerdict, validate_task
 from termforge.runtime.base import Limits, Runtime
+from termforge.schemas import read
 
 BACKEND = "llm"
 FAMILY = "llm"
@@ -817,9 +818,10 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
     costs nothing and fails the same way). The manifest lists published tasks under "tasks" (the
     procedural manifest's shape) and failures under "failed", each with its reason and record."""
     tasks_dir = Path(tasks_dir)
+    sigs = shard_signatures(Path(signatures_path), shard, shard_size)  # before anything is written
+    check_kept_task_dirs(tasks_dir, sigs)
     tasks_dir.mkdir(parents=True, exist_ok=True)
-    removed = clean_stale_staging(tasks_dir)
-    sigs = shard_signatures(Path(signatures_path), shard, shard_size)
+    removed = clean_stale_staging(tasks_dir, [s["id"] for s in sigs])  # other shards write beside it
     if runtime is None:
         from termforge.runtime.bwrap import BwrapRuntime
 
@@ -856,7 +858,7 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
         if sig["id"] in failed_ids:
             chains.append(read_json(failure_record_path(tasks_dir, sig["id"]))["provenance"])
             continue
-        task = read_json(tasks_dir / sig["id"] / "task.json")
+        task = read("full_task", tasks_dir / sig["id"] / "task.json")
         chains.append(task["provenance"])
         entries.append({"id": sig["id"], "family": task["family"], "domain": sig["domain"],
                         "mismatch": [m["axis"] for m in task["mismatch"]]})

@@ -28,8 +28,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
+from termforge.containment import contained
 from termforge.errors import ConfigError, TermforgeError
-from termforge.io import atomic_write_json, read_json, seed_from
+from termforge.io import atomic_write_json, seed_from
 from termforge.opsd.config import OPSDConfig
 from termforge.opsd.data import PromptRow, step_row_indices, teacher_messages
 from termforge.opsd.loss import divergence_name
@@ -42,8 +43,6 @@ def load_terminal_tasks(cfg: OPSDConfig, where: str = "train") -> list[PromptRow
     """Every kept task (cfg.corpus's `kept` list, else the tasks of demos.parquet), with its hint
     from demos.parquet when it has one (the hints stage lists hinted tasks only; the others are
     GRPO-only): PromptRows whose privileged context may be empty."""
-    import pyarrow.parquet as pq
-
     from termforge.harness import initial_messages
 
     if not cfg.demos:
@@ -52,20 +51,19 @@ def load_terminal_tasks(cfg: OPSDConfig, where: str = "train") -> list[PromptRow
         raise ConfigError(f"{where}.tasks_dir: data_kind terminal needs the folder of task directories")
     if not Path(cfg.demos).is_file():
         raise ConfigError(f"{where}.demos: {cfg.demos} does not exist")
-    table = pq.read_table(cfg.demos)
-    for column in ("task_id", "demo"):
-        if column not in table.column_names:
-            raise ConfigError(f"{where}.demos: {cfg.demos} has no column {column!r}")
-    hints = {str(r["task_id"]): (r.get("demo") or "").strip() for r in table.to_pylist()}
+    from termforge.schemas import read  # shapes to the leaves; task ids are safe path components
+
+    table = read("demos", cfg.demos)
+    hints = {r["task_id"]: (r.get("demo") or "").strip() for r in table.to_pylist()}
     if cfg.corpus:
         if not Path(cfg.corpus).is_file():
             raise ConfigError(f"{where}.corpus: {cfg.corpus} does not exist")
-        task_ids = [str(t) for t in read_json(cfg.corpus).get("kept", [])]
+        task_ids = list(read("corpus_manifest", cfg.corpus, check_refs=False)["kept"])
     else:
         task_ids = list(hints)
     rows = []
     for task_id in task_ids:
-        path = Path(cfg.tasks_dir) / task_id / "instruction.md"
+        path = contained(cfg.tasks_dir, task_id, "instruction.md")
         if not path.is_file():
             raise TermforgeError(f"task {task_id}: listed as kept but {path} is missing")
         rows.append(PromptRow(id=task_id, prompt_messages=tuple(initial_messages(path.read_text())),
@@ -88,7 +86,9 @@ def calibrated_pool(task_ids: Sequence[str], passk_path: str | None, low: float,
     if passk_path:
         if not Path(passk_path).is_file():
             raise ConfigError(f"train.passk: {passk_path} does not exist")
-        per_task = {e["task_id"]: e for e in read_json(passk_path).get("per_task", [])}
+        from termforge.schemas import read
+
+        per_task = {e["task_id"]: e for e in read("passk", passk_path)["per_task"]}
     bands = {t: difficulty_band(per_task[t]["n"], per_task[t]["c"]) if t in per_task else "not_solved_yet"
              for t in task_ids}
     pool = [t for t in task_ids if t in per_task and per_task[t]["n"]

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping
 from termforge.errors import InputError, TermforgeError
 from termforge.generate.honour import AXES as HONOUR_AXES
 from termforge.generate.honour import SHAPE_AXES
-from termforge.io import atomic_write_bytes, atomic_write_text, load_json, load_jsonl, read_input_text
+from termforge.io import atomic_write_bytes, atomic_write_text, read_input_text
 from termforge.schemas import read, read_optional
 from termforge.report import plots
 
@@ -113,10 +113,6 @@ def _img_html(png: bytes, alt: str, name: str) -> str:
     data = base64.b64encode(png).decode("ascii")
     return (f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
             f"<figcaption>{html.escape(alt)} (<code>{html.escape(name)}.png</code>)</figcaption></figure>")
-
-
-def _read_optional_json(path: Path) -> Any | None:
-    return load_json(path) if path.is_file() else None
 
 
 class _Builder:
@@ -491,14 +487,14 @@ class _Builder:
                 "objective", "reward_mean", "opsd_loss", "grpo_loss", "groups_kept"]
         for path in runs:
             name = path.parent.parent.name
-            rows = sorted((r for r in load_jsonl(path, require_rows=False) if "step" in r), key=lambda r: r["step"])
+            rows = sorted((r for r in read("train_metrics", path) if "step" in r), key=lambda r: r["step"])
             for r in rows:  # older metrics files name these kl_mean, completion_len and peak_mem_mb
                 r.setdefault("divergence_mean", r.get("kl_mean"))
                 r.setdefault("completion_len_mean", r.get("completion_len"))
                 r.setdefault("peak_memory_mb", r.get("peak_mem_mb"))
             curves[name] = rows
             long_rows += [[name, r["step"]] + [r.get(c) for c in cols] for r in rows]
-            probe = _read_optional_json(path.parent / "kl_probe.json") or {}
+            probe = read_optional("kl_probe", path.parent / "kl_probe.json") or {}
 
             def mean(c: str) -> float | None:
                 vals = [r[c] for r in rows if isinstance(r.get(c), (int, float))]
@@ -516,7 +512,7 @@ class _Builder:
                                    "probe KL after"], summary, "Training summary per ablation"))
         pools = []
         for path in runs:  # terminal runs: the calibrated GRPO pool, per difficulty band of solve
-            pool = (_read_optional_json(path.parent / "summary.json") or {}).get("rl_pool") or {}
+            pool = (read_optional("train_summary", path.parent / "summary.json") or {}).get("rl_pool") or {}
             if pool:
                 pools.append([path.parent.parent.name, pool.get("rule"), pool.get("pool"),
                               ", ".join(f"{b}: {n}" for b, n in (pool.get("pool_by_band") or {}).items()),
