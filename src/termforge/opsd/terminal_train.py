@@ -357,11 +357,13 @@ class TerminalRun:
             if cfg.kl_coef:
                 with torch.inference_mode():
                     ref = token_logprobs(trainer.teacher_logits(side), side.target_ids,
-                                         temperature=cfg.temperature).clone()
+                                         temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p).clone()
             logits = trainer.student_logits(side)
-            # The policy's log-probs at the sampling temperature: the ratio's numerator matches the
-            # sampling log-probs' denominator.
-            new = token_logprobs(logits, side.target_ids, temperature=cfg.temperature)
+            # The policy's log-probs under the distribution the engine sampled from (temperature,
+            # top-k, top-p, renormalised), as the engines report theirs (processed log-probs): the
+            # ratio starts at 1 at any temperature.
+            new = token_logprobs(logits, side.target_ids, temperature=cfg.temperature, top_k=cfg.top_k,
+                                 top_p=cfg.top_p)
             weights = pg_token_weights(side.token_mask, cfg.pg_reduction, num_sequences=len(trajectories),
                                        num_tokens=tokens)
             loss, stats = policy_gradient_loss(new, old, adv, side.token_mask, weights.to(new.dtype),
