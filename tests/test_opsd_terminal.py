@@ -49,7 +49,7 @@ class ScriptedEngine:
     def ids_for(self, prompt_text, turn):
         return char_ids(self.tokenizer, self.script(prompt_text, turn)) + [self.tokenizer.eos_token_id]
 
-    def generate(self, prompts, max_new_tokens, seed):
+    def generate(self, prompts, max_new_tokens, seeds):
         self.calls.append(len(prompts))
         out = []
         for prompt, cap in zip(prompts, max_new_tokens):
@@ -218,12 +218,12 @@ def test_vllm_engine_is_greedy_equivalent_to_transformers(tmp_path):
     prompts = [tok("List the files in /app.", add_special_tokens=False)["input_ids"],
                tok("Count lines of /app/a.txt", add_special_tokens=False)["input_ids"]]
     hf = TransformersEngine(lambda: model, tok, temperature=1.0, top_p=1.0, top_k=1, stop_ids=stops)
-    got_hf = hf.generate(prompts, [16, 16], seed=0)
+    got_hf = hf.generate(prompts, [16, 16], seeds=[0, 1])
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
     vl = VLLMEngine(str(tmp_path / "m"), temperature=1.0, top_p=1.0, top_k=1, stop_ids=stops, lora_rank=8,
                     enable_sleep_mode=False)
-    got_vl = vl.generate(prompts, [16, 16], seed=0)
+    got_vl = vl.generate(prompts, [16, 16], seeds=[0, 1])
     for a, b in zip(got_hf, got_vl):
         assert a.token_ids == b.token_ids
         assert a.logprobs == pytest.approx(b.logprobs, abs=2e-2)

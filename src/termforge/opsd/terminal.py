@@ -201,7 +201,7 @@ class VLLMEngine:
 
     def __init__(self, base_model: str, *, temperature: float, top_p: float, top_k: int, stop_ids: Sequence[int],
                  lora_rank: int, gpu_memory_utilization: float = 0.35, max_model_len: int | None = None,
-                 enable_sleep_mode: bool = True, seed: int = 0):
+                 enable_sleep_mode: bool = True, seed: int = 0, external_launcher: bool = False):
         try:
             import vllm  # noqa: F401
         except ImportError as exc:
@@ -211,9 +211,13 @@ class VLLMEngine:
 
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.stop_ids = list(stop_ids)
+        # Under torchrun (one trainer process per GPU) each process runs its own engine on its own
+        # GPU: vLLM's "external_launcher" backend takes the launcher's process and device instead
+        # of spawning workers (as TRL's colocated mode does, tensor parallel size 1).
+        launcher = {"distributed_executor_backend": "external_launcher"} if external_launcher else {}
         self.llm = LLM(model=base_model, enable_lora=True, max_lora_rank=lora_rank, seed=seed,
                        gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                       enable_sleep_mode=enable_sleep_mode, logprobs_mode="processed_logprobs")
+                       enable_sleep_mode=enable_sleep_mode, logprobs_mode="processed_logprobs", **launcher)
         self.sleeping = False
         self.adapter_path: str | None = None
         self.adapter_version = 0
