@@ -42,7 +42,7 @@ from termforge.errors import TermforgeError
 from termforge.harness import EpisodeDriver, HarnessConfig
 from termforge.io import seed_from
 from termforge.opsd.rollout import _encode, _render, prompt_token_ids
-from termforge.runtime.base import Limits
+from termforge.runtime.base import Limits, task_image
 
 __all__ = [
     "EpisodeSpec",
@@ -395,8 +395,7 @@ def _run_round(engine, tokenizer, episodes: list[TerminalEpisode], attempt: int,
         try:
             task_dir = tasks_dir / ep.spec.task_id
             instruction = (task_dir / "instruction.md").read_text()
-            image = runtime.load(images_dir, ep.spec.task_id) if hasattr(runtime, "load") else \
-                runtime.build(task_dir, images_dir).image
+            image = task_image(runtime, images_dir, task_dir)
             session = runtime.start(image, limits)
             shell = session.open_shell()
             driver = EpisodeDriver(shell, instruction, harness)
