@@ -126,6 +126,16 @@ def test_no_row_or_file_of_the_package_holds_a_test_or_an_answer_key(corpus, pac
 
 
 @needs_bwrap
+def test_same_corpus_and_config_give_the_same_bytes(corpus, package, tmp_path):
+    root, _ = corpus
+    again = tmp_path / "pkg"
+    assert run_export(root, again, package="tf_corpus") == 0
+    files = sorted(p.relative_to(package) for p in package.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
+    assert all((package / f).read_bytes() == (again / f).read_bytes() for f in files)
+
+
+@needs_bwrap
 def test_the_export_refuses_a_package_that_would_carry_a_test(corpus, tmp_path):
     """The leak gate: a hint that quotes a line of the task's final test stops the export before
     anything is published (the hints stage's own gate should have caught it first)."""

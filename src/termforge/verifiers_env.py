@@ -329,6 +329,10 @@ class CorpusTaskset(vf.Taskset[TermforgeTask, TermforgeTasksetConfig]):
         path = self.config.data_path or directory / DATA_FILE
         wanted = set(self.config.tasks) if self.config.tasks is not None else None
         fields = set(TermforgeData.model_fields)
+        sandbox = settings.get("sandbox", {})
+        # The grading run's own wall clock plus the sandbox's start and teardown.
+        finalize = float(self.config.task.verifier_timeout_sec or self.config.task.wall_sec
+                         or sandbox.get("wall_sec", 120.0)) + 120.0
         for row in pq.read_table(path).to_pylist():
             if wanted is not None and row["task_id"] not in wanted:
                 continue
@@ -337,7 +341,7 @@ class CorpusTaskset(vf.Taskset[TermforgeTask, TermforgeTasksetConfig]):
             data = TermforgeData(
                 id=row["task_id"], name=row["task_id"], description=f"termforge task ({row.get('family')})",
                 prompt=row["instruction"], system_prompt=SYSTEM_PROMPT,
-                timeout=vf.TaskTimeout(finalize=float(settings.get("sandbox", {}).get("wall_sec", 120.0)) + 120.0),
+                timeout=vf.TaskTimeout(finalize=finalize),
                 **{k: v for k, v in row.items() if k in fields and k not in ("id", "name", "description")})
             yield TermforgeTask(data, self.config.task, settings)
 
