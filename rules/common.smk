@@ -12,6 +12,7 @@ from termforge.config import (
     shard_ids,
 )
 from termforge.errors import ConfigError
+from termforge.export_verifiers import export_config
 from termforge.params import stage_params_json
 
 # Schema check by Snakemake itself (fills defaults), then termforge's checks with a one-line
@@ -64,6 +65,18 @@ def server_flag(wildcards, input):
 def params_of(stage):
     """The JSON of the config keys a stage reads (termforge.params.STAGE_KEYS)."""
     return stage_params_json(config, stage)
+
+
+# The verifiers export reads export.verifiers.train_from's train config (prime-rl settings).
+try:
+    EXPORT_VERIFIERS_PARAMS = stage_params_json(export_config(config), "export_verifiers")
+except ConfigError as exc:
+    sys.exit(f"termforge: config error: {exc}")
+
+
+def export_verifiers_params(wildcards):
+    """A function, so Snakemake does not read the train templates' {placeholders} as wildcards."""
+    return EXPORT_VERIFIERS_PARAMS
 
 MODELS = model_names(config)
 ABLATIONS = [m for m in MODELS if m != "base"]

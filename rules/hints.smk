@@ -1,4 +1,5 @@
-# Leak-gated method-level hints for the kept tasks, then the exports (with the demo column).
+# Leak-gated method-level hints for the kept tasks, then the exports (with the demo column): the HF
+# dataset and Harbor task dirs, and the verifiers environment package with its prime-rl configs.
 
 
 rule hints:
@@ -43,3 +44,26 @@ rule export:
     shell:
         "termforge export --params {params.options:q} --corpus {input.corpus} --demos {input.demos} "
         "--out-dir results/export 2>&1 | tee {log}"
+
+
+rule export_verifiers:
+    input:
+        corpus="results/corpus/manifest.json",
+        demos="results/hints/demos.parquet",
+        images=expand("results/images/manifests/{shard}.json", shard=SHARDS),
+    output:
+        summary="results/export/verifiers/export.json",
+    params:
+        options=export_verifiers_params,
+    log:
+        "results/logs/export_verifiers.log",
+    benchmark:
+        "results/benchmarks/export_verifiers.tsv"
+    threads: 1
+    resources:
+        slurm_partition=CPU_PARTITION,
+        mem_mb=CPU_MEM,
+        runtime=CPU_RUNTIME,
+    shell:
+        "termforge export --verifiers --params {params.options:q} --corpus {input.corpus} --demos {input.demos} "
+        "--images-dir results/images --out-dir results/export/verifiers 2>&1 | tee {log}"

@@ -119,10 +119,11 @@ def test_dvc_repro_reruns_only_what_changed_and_exp_run_works(tmp_path):
     first = _run([str(BIN / "dvc"), "repro"], repo)
     assert _ran_stages(first) == set(yaml.safe_load((repo / "dvc.yaml").read_text())["stages"])
 
-    # A training key: exactly train, eval and report run again.
+    # A training key: exactly train, eval and report run again, and the verifiers export, whose
+    # prime-rl configs carry the train settings.
     _set_key(repo, "train.learning_rate", 1.0e-4)
     second = _run([str(BIN / "dvc"), "repro"], repo)
-    assert _ran_stages(second) == {"train", "eval", "report"}, second[-3000:]
+    assert _ran_stages(second) == {"train", "eval", "report", "verifiers"}, second[-3000:]
     for stage in ("data", "quality", "solve", "hints"):
         assert f"Stage '{stage}' didn't change, skipping" in second
     # Snakemake's own account: the trained policy's jobs re-ran, the base policy's eval did not.

@@ -226,12 +226,33 @@ def cmd_generate(args) -> int:
 def cmd_export(args) -> int:
     from termforge.export import push_to_hub, run_export
 
+    if args.verifiers:
+        return _export_verifiers(args)
     o = _stage_options(args, "export")
     if not args.manifests and not args.corpus:
         raise ConfigError("export: give --corpus (kept tasks) or --manifests (every generated task)")
     run_export([Path(m) for m in args.manifests or []], Path(args.out_dir), Path(args.demos) if args.demos else None,
                corpus_manifest=Path(args.corpus) if args.corpus else None, require_demo=o["export.require_demo"])
     push_to_hub(Path(args.out_dir), o["export.hf_repo_id"], o["export.hf_token_env"], o["export.hf_private"])
+    return 0
+
+
+def _export_verifiers(args) -> int:
+    from termforge.export_verifiers import export_config, run_export_verifiers
+
+    if args.configfile and not args.params:
+        from termforge.config import load_config
+        from termforge.params import stage_params
+
+        o = stage_params(export_config(load_config(args.configfile)), "export_verifiers")
+    else:
+        o = _stage_options(args, "export_verifiers")
+    if not args.corpus:
+        raise ConfigError("export --verifiers: give --corpus (the corpus manifest of kept tasks)")
+    if not args.images_dir:
+        raise ConfigError("export --verifiers: give --images-dir (the built task images; rollouts run in them)")
+    run_export_verifiers(Path(args.corpus), Path(args.demos) if args.demos else None, Path(args.images_dir),
+                         Path(args.out_dir), o)
     return 0
 
 
@@ -738,11 +759,15 @@ def build_parser() -> argparse.ArgumentParser:
     input_arg(sp, "--configfile", kind="config", nargs="+", default=[], help=CONFIGFILE_HELP)
     sp.set_defaults(func=cmd_dvc_yaml)
 
-    sp = stage("export", "export the corpus: HF parquet, private table, Harbor task dirs")
+    sp = stage("export", "export the corpus: HF parquet, private table, Harbor task dirs; or (--verifiers) a "
+                         "verifiers environment package with prime-rl configs")
     input_arg(sp, "--manifests", kind="shard_manifest", nargs="+", help="shard manifests: export every generated task")
     input_arg(sp, "--corpus", kind="corpus_manifest", help="corpus manifest: export the tasks validation kept")
     output_arg(sp, "--out-dir", dir=True, required=True)
     input_arg(sp, "--demos", kind="demos", help="demos.parquet from the hints stage")
+    sp.add_argument("--verifiers", action="store_true",
+                    help="write an installable verifiers environment package (and prime-rl configs) instead")
+    input_arg(sp, "--images-dir", kind="results_dir", help="--verifiers: the built task images")
     sp.set_defaults(func=cmd_export)
     return p
 

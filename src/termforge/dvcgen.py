@@ -26,13 +26,18 @@ DVC_STAGES: dict[str, dict] = {
               "code": ["solve.py", "harness.py", "passk.py", "models", "serve.py"],
               "upstream": ["quality"]},
     "hints": {"rules": ["hints", "export"], "code": ["hints", "export.py"], "upstream": ["quality"]},
+    # Its own stage: the package's prime-rl configs read the train config, so a training key re-runs
+    # this export (cheap) and not the hints.
+    "verifiers": {"rules": ["export_verifiers"], "code": ["export_verifiers.py", "verifiers_env.py"],
+                  "upstream": ["quality", "hints"]},
     "train": {"rules": ["train_opsd"], "code": ["opsd"], "upstream": ["data", "hints", "solve"]},  # solve: passk (terminal)
     "eval": {"rules": ["eval_aime", "eval_tbench", "eval_table"], "code": ["evals"],
              "upstream": ["data", "train"], "extra_deps": ["benchmarks/tb-mini"]},
     "report": {"rules": ["report"], "code": ["report"], "upstream": ["solve", "hints", "train", "eval"]},
 }
-CACHED_STAGES = ("hints", "train", "eval")
-RULE_PARAM_STAGE = {"make_math_set": "math_data", "hints": "hints", "export": "export", "train_opsd": "train",
+CACHED_STAGES = ("hints", "verifiers", "train", "eval")
+RULE_PARAM_STAGE = {"make_math_set": "math_data", "hints": "hints", "export": "export",
+                    "export_verifiers": "export_verifiers", "train_opsd": "train",
                     "report": "report"}
 
 
@@ -47,7 +52,9 @@ def stage_params(cfg: dict, stage: str) -> list[str]:
             resolved = resolve_key(cfg, key) if "{" in key else key
             if resolved not in keys:
                 keys.append(resolved)
-    if stage in ("train", "eval") and "ablations" not in keys:
+    # The verifiers export takes its prime-rl settings from an ablation's train config
+    # (export_verifiers.export_config).
+    if stage in ("train", "eval", "verifiers") and "ablations" not in keys:
         keys.append("ablations")
     return sorted(keys)
 
@@ -62,7 +69,11 @@ def stage_outputs(cfg: dict, stage: str) -> tuple[list[str], list[str]]:
         "quality": (["results/corpus/manifest.json"],
                     ["results/images", "results/decontam", "results/validate", "results/corpus"]),
         "solve": (["results/solve/passk.json"], ["results/solve"]),
-        "hints": (["results/export/export.json"], ["results/hints", "results/export"]),
+        # results/export's parts: results/export/verifiers is the verifiers stage's.
+        "hints": (["results/export/export.json"],
+                  ["results/hints", "results/export/dataset", "results/export/private", "results/export/harbor",
+                   "results/export/export.json"]),
+        "verifiers": (["results/export/verifiers/export.json"], ["results/export/verifiers"]),
         "train": ([f"results/runs/{a}/train/summary.json" for a in ablations],
                   [f"results/runs/{a}/train" for a in ablations]),
         # results/eval/ itself holds the metrics and plots files, declared as such below.

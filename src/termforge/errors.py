@@ -39,6 +39,7 @@ PRODUCERS: tuple[tuple[str, str], ...] = (
     ("results/hints/demos.parquet", "hints"),
     ("results/hints/coverage.json", "hints"),
     ("results/export/export.json", "export"),
+    ("results/export/verifiers/export.json", "export_verifiers"),
     ("results/runs/{model}/train/summary.json", "train_opsd"),
     ("results/runs/{model}/eval/aime.json", "eval_aime"),
     ("results/runs/{model}/eval/tbench.json", "eval_tbench"),

@@ -28,6 +28,11 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
     "hints": ("hints.backend", "hints.model", "hints.max_rounds", "hints.ngram", "hints.max_words",
               "hints.judge", "hints.probe", "hints.judge_corpus", "models"),
     "export": ("export.hf_repo_id", "export.hf_token_env", "export.hf_private", "export.require_demo"),
+    # `train` is export.verifiers.train_from's (export_verifiers.export_config), for the prime-rl configs.
+    "export_verifiers": ("run_name", "export.verifiers", "solve.turn_cap", "solve.max_format_errors",
+                         "solve.command_timeout_sec", "solve.task_timeout_sec", "runtime.backend",
+                         "runtime.exec_timeout_sec", "runtime.cpu_sec", "runtime.memory_mb", "runtime.limits",
+                         "train"),
 }
 
 

@@ -123,6 +123,20 @@ class Runtime:
         raise NotImplementedError
 
 
+def task_image(runtime: Runtime, images_dir: Path, task_dir: Path) -> Image:
+    """A task's built image: loaded from the images folder where the backend keeps one per task,
+    else built (backends cache their builds)."""
+    task_dir = Path(task_dir)
+    if hasattr(runtime, "load"):
+        return runtime.load(images_dir, task_dir.name)
+    built = runtime.build(task_dir, images_dir)
+    if not built.ok or built.image is None:
+        from termforge.errors import TermforgeError
+
+        raise TermforgeError(f"task {task_dir.name}: its image did not build ({built.reason})")
+    return built.image
+
+
 def get_runtime(name: str, **options) -> Runtime:
     """Runtime by config name; heavy backends import only when chosen."""
     if name == "bwrap":
