@@ -171,7 +171,9 @@ class TerminalRun:
         self.limits = Limits(wall_sec=cfg.sandbox_wall_sec, cpu_sec=cfg.sandbox_cpu_sec,
                              memory_mb=cfg.sandbox_memory_mb)
         # The test ids validation recorded per kept task: every episode's grade must collect them.
-        self.collected: dict[str, list[str]] = dict(read_json(cfg.corpus).get("collected") or {}) if cfg.corpus else {}
+        from termforge.schemas import read
+
+        self.collected: dict[str, list[str]] = dict(read("corpus_manifest", cfg.corpus).get("collected") or {}) if cfg.corpus else {}
         self._engine = None
 
     # -- episodes ---------------------------------------------------------------------------
@@ -482,7 +484,7 @@ class TerminalRun:
             "episodes_graded": len(graded),
             "episodes_infra_failed": sum(e.status == "infra_failed" for e in episodes),
             # Graded 0 whatever the tests said: the grade carried integrity findings.
-            "episodes_hacked": sum(bool(e.verifier.get("hacked")) for e in graded),
+            "episodes_hacked": sum(bool(e.summary.get("hacked")) for e in graded),
             "infra_retries": estats.get("infra_retries", 0),
             "episodes_token_budget": sum(e.end_reason == "token_budget" for e in graded),
             "replies_cut_by_budget": sum(e.budget_cut_replies for e in graded),
