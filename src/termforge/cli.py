@@ -243,7 +243,8 @@ def cmd_validate(args) -> int:
     run_validate_shard(Path(args.manifest), Path(args.out), Path(args.images_dir), limits,
                        decontam_report=Path(args.decontam) if args.decontam else None,
                        workers=o["validate.workers"], oracle_repeats=o["validate.oracle_repeats"],
-                       backend=o["runtime.backend"], mutants=o["validate.mutants"])
+                       backend=o["runtime.backend"], mutants=o["validate.mutants"],
+                       sensitivity=o["validate.input_sensitivity"])
     return 0
 
 
