@@ -5,6 +5,7 @@ exercise a program deliverable is dropped too. The perturbations themselves are 
 formats they claim to handle."""
 
 import base64
+import shutil
 import io
 import json
 import sqlite3
@@ -173,3 +174,35 @@ def test_constant_programs_keep_their_language():
     assert constant_program("/app/x.py", b"print(1)\n").startswith(b"#!/usr/bin/env python3")
     assert constant_program("/app/x", b"#!/usr/bin/python3\nprint(1)\n").startswith(b"#!/usr/bin/python3\n")
     assert constant_program("/app/x.sh", b"echo hi\n") == b"#!/bin/bash\nexit 0\n"
+
+
+def _with_instruction(task_dir, extra):
+    text = (task_dir / "instruction.md").read_text() + extra
+    (task_dir / "instruction.md").write_text(text)
+    meta = json.loads((task_dir / "task.json").read_text())
+    meta["instruction"] = text
+    (task_dir / "task.json").write_text(json.dumps(meta))
+
+
+@needs_bwrap
+def test_an_instruction_that_states_the_output_is_dropped(tmp_path):
+    """Givens come from inputs, never from outputs: the real census as an "example", or restated
+    in prose, is caught; the family's own instruction (format, labels) is not."""
+    task_dir = _task(tmp_path, "png_shape_census")
+    [(path, data)] = _oracle_outputs(task_dir, tmp_path).items()
+    rt = BwrapRuntime()
+    clean = input_sensitivity(task_dir, rt, rt.build(task_dir, tmp_path / "images").image, LIMITS)
+    assert clean.sensitive and not clean.restated, clean.to_dict()
+    lines = data.decode().splitlines()
+    example = tmp_path / "example" / task_dir.name
+    shutil.copytree(task_dir, example)
+    _with_instruction(example, "\nFor example, the file could look like:\n\n```\n" + data.decode() + "```\n")
+    v = validate_task(example, rt, tmp_path / "images", LIMITS)
+    assert not v.kept and v.stage == "instruction_states_output", (v.stage, v.reason)
+    assert data.decode().splitlines()[0] not in v.reason  # described, never quoted
+    restated = tmp_path / "restated" / task_dir.name
+    shutil.copytree(task_dir, restated)
+    words = "; ".join(f"{c}: {n} shapes covering {a} pixels" for c, n, a in (ln.split() for ln in lines))
+    _with_instruction(restated, f"\nHint from the last audit: we counted {words}.\n")
+    report = input_sensitivity(restated, rt, rt.build(restated, tmp_path / "images").image, LIMITS)
+    assert report.restated, (words, report.to_dict())

@@ -157,6 +157,9 @@ class SecretSet:
     """Tokens the agent is shown (instruction, environment): two of them side by side are no split secret."""
     code: dict[tuple[str, ...], str] = field(default_factory=dict)
     """Runs of CODE_SHINGLE code tokens of the key's code values (a fix) that nothing given shows."""
+    piece_window: int | None = None
+    """Pieces of one answer line leak together only within this many words of each other (None:
+    anywhere). A hint is a paragraph; an instruction is long, and names labels and numbers apart."""
 
     def __post_init__(self) -> None:
         self._given_view = _View.of("plain", self.given) if self.given else None
@@ -187,7 +190,7 @@ class SecretSet:
     def merge(self, other: "SecretSet") -> "SecretSet":
         given = "\n".join(t for t in (self.given, other.given) if t)
         return SecretSet([*self.secrets, *other.secrets], given=given, code={**other.code, **self.code},
-                         shown=self.shown | other.shown)
+                         shown=self.shown | other.shown, piece_window=self.piece_window or other.piece_window)
 
     def __len__(self) -> int:
         return len(self.secrets)
@@ -602,37 +605,44 @@ def _number_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]
 def _piece_leaks(views: list[_View], secrets: SecretSet) -> list[Leak]:
     """Two or more pieces of one answer line in the text (an expected row described field by
     field), even when each piece alone says nothing."""
-    found: dict[str, list[tuple[Secret, str]]] = {}
+    found: dict[str, list[tuple[Secret, str, int]]] = {}
     for secret in secrets.secrets:
         if not secret.source.endswith(("(part)", "(field)")):
             continue
         group = secret.source.rsplit(" (", 1)[0]
         ns = _norm(secret.text)
         for view in views:
-            hit = None
+            hit, where = None, -1
             if secret.number is not None:
                 x = secret.number
                 need = min(3, _sig_digits(x))
-                hit = next((e for v, tol, e, idx in view.numbers if _near(v, tol, x, _half_ulp(x))
-                            and (v == x or _written_sig(v) >= need)), None)
+                hit, where = next(((e, abs(idx) if idx >= 0 else -1 - idx) for v, tol, e, idx in view.numbers
+                                   if _near(v, tol, x, _half_ulp(x)) and (v == x or _written_sig(v) >= need)),
+                                  (None, -1))
             elif len(_alnum(ns)) >= 2:
                 m = _literal_re(ns).search(view.text)
-                hit = m.group(0) if m else None
+                if m:
+                    hit, where = m.group(0), _bisect([t[1] for t in view.tokens], m.start())
             if hit:
-                found.setdefault(group, []).append((secret, hit))
+                found.setdefault(group, []).append((secret, hit, where if view is views[0] else -1))
                 break
     out = []
+    window = secrets.piece_window
     for group, hits in sorted(found.items()):
-        texts = {_norm(s.text) for s, _ in hits}
-        if len(texts) >= 2 and any(s.weak or _is_short(s) for s, _ in hits):
+        texts = {_norm(s.text) for s, _, _ in hits}
+        if len(texts) >= 2 and any(s.weak or _is_short(s) for s, _, _ in hits):
+            if window is not None and not any(
+                    a[2] >= 0 and b[2] >= 0 and _norm(a[0].text) != _norm(b[0].text) and abs(a[2] - b[2]) <= window
+                    for a in hits for b in hits):
+                continue  # the pieces are far apart: a label and a number the text names for other reasons
             first = hits[0][0]
             out.append(Leak(Secret(group, first.kind, group, first.context), "pieces", "plain",
-                            " / ".join(e for _, e in hits)))
+                            " / ".join(e for _, e, _ in hits)))
     # The first field of three or more lines of one expected list (the accounts an audit must list).
     lists: dict[str, set[str]] = {}
     for group, hits in found.items():
         m = re.match(r"^(.*)\[(\d+)\]$", group)
-        if m and any(_names_a_row(s) for s, _ in hits):
+        if window is None and m and any(_names_a_row(s) for s, _, _ in hits):
             lists.setdefault(m.group(1), set()).add(m.group(2))
     for parent, lines in sorted(lists.items()):
         if len(lines) >= 3 and not any(leak.secret.source.startswith(parent + "[") for leak in out):
@@ -933,6 +943,63 @@ def task_secrets(task_dir: str | Path) -> SecretSet:
         asserted = SecretSet(verifier, given=given + "\n" + env)
         return SecretSet([*answers.secrets, *asserted.secrets], given=given, code=answers.code, shown=answers.shown)
     return answers
+
+
+PIECE_WINDOW = 12
+
+
+def against_inputs(values: Any, source: str, declared: str, inputs: str, kind: str = "answer") -> SecretSet:
+    """Secrets of `values` for a text the task's author wrote (its instruction): only what the
+    agent would see without the answer is subtracted, never the text under scan itself.
+    `declared` (paths, parameters the task declares, the signature) is given outright; `inputs`
+    (fixtures, the environment) gives whole values, and makes short pieces of an answer weak, as
+    task_secrets does."""
+    out = SecretSet.from_values(values, source, kind, given=declared)
+    if inputs:
+        view = _View.of("plain", inputs)
+        kept = []
+        for s in out.secrets:
+            if not _matches_plain(s, view):
+                kept.append(s)
+            elif s.source.endswith(("(part)", "(field)")):
+                kept.append(Secret(s.text, s.kind, s.source, s.context, weak=True))
+            # else: a whole value the inputs hold is data the agent reads, not an answer
+        out = SecretSet(kept, given=declared)
+        out.shown = frozenset(_TOKEN.findall(_norm(declared + "\n" + inputs)))
+    out.piece_window = PIECE_WINDOW
+    return out
+
+
+def output_lines_changed(before: dict[str, bytes], after: dict[str, bytes | None]) -> dict[str, list[str]]:
+    """Per output file, the lines of `before` that `after` lacks: what the data decides (a header,
+    a key or a unit the format fixes stays the same when the inputs change)."""
+    out: dict[str, list[str]] = {}
+    for path, data in sorted(before.items()):
+        try:
+            old = data.decode("utf-8").splitlines()
+            new = set((after.get(path) or b"").decode("utf-8", "replace").splitlines())
+        except UnicodeDecodeError:
+            continue
+        changed = [ln.strip() for ln in old if ln.strip() and ln not in new]
+        if changed:
+            out[path] = changed[:200]
+    return out
+
+
+def stated_outputs(text: str, changed_lines: dict[str, list[str]], inputs: str, unchanged: str = "") -> list[Leak]:
+    """Output values the data decides (output_lines_changed) that `text` states: an expected output
+    written into an instruction, verbatim, as an "example", or restated in prose. Whatever the
+    inputs hold is given (an output line copied from a log the agent reads is no leak); a piece of
+    a line that the outputs on other inputs (`unchanged`) also hold (a row label, a year, a unit)
+    is format, and counts only beside another piece of its line."""
+    shown = "\n".join(t for t in (inputs, unchanged) if t)
+    sets = [against_inputs(lines, f"oracle output {path}", "", shown) for path, lines in sorted(changed_lines.items())]
+    if not sets:
+        return []
+    merged = sets[0]
+    for other in sets[1:]:
+        merged = merged.merge(other)
+    return find_leaks(text, merged)
 
 
 def _truth(task_dir: Path) -> Any:

@@ -10,6 +10,8 @@ its output score 0. What gives it away is that its output does not move when the
    second data line, a record dropped, a shape or tone added: quality/perturb_inputs.py, run inside
    the sandbox), runs the oracle again and records its deliverables. Two perturbations are tried
    (numbers, then records) until one moves the output.
+   The output lines that moved are what the data decides: the instruction must not state them
+   (verbatim, as an "example", or restated in prose), unless the inputs hold them (`restated`).
 3. Unchanged deliverables after both: `oracle_ignores_inputs`. The same session then grades the
    oracle's (unchanged) deliverables on the perturbed environment; a task whose tests still pass
    there grades nothing the inputs decide, and is dropped (`drop`). A task whose tests notice the
@@ -39,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from termforge.io import read_json
+from termforge.quality.leaks import environment_text, output_lines_changed, stated_outputs
 
 PERTURB_SCRIPT = Path(__file__).with_name("perturb_inputs.py")
 VARIANTS = ("numbers", "records")
@@ -63,6 +66,9 @@ class SensitivityReport:
     inputs: list[str] = field(default_factory=list)
     perturbations: list[dict] = field(default_factory=list)
     changed_outputs: list[str] = field(default_factory=list)
+    restated: list[str] = field(default_factory=list)
+    """What the instruction states of the outputs the data decides (described, never quoted):
+    givens come from inputs, never from outputs."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -240,6 +246,11 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
                 report.sensitive = True
                 report.changed_outputs = changed
                 report.reason = f"the oracle's deliverables change when the inputs change ({name})"
+                if outputs:
+                    lines = output_lines_changed({p: out0[p] for p in changed if out0.get(p) is not None}, out1)
+                    after = "\n".join((out1.get(p) or b"").decode("utf-8", "replace") for p in changed)
+                    leaks = stated_outputs(instruction, lines, environment_text(task_dir), after)
+                    report.restated = sorted({leak.describe() for leak in leaks})
                 return report
             if variant == len(VARIANTS) - 1:
                 # The oracle's deliverables are the unperturbed ones: grade them on the perturbed inputs.

@@ -349,6 +349,10 @@ def _sensitivity_check(task_dir: Path, runtime, image, limits: Limits, checks: l
     except RuntimeError as exc:
         raise _Fail("input_sensitivity", f"the input-sensitivity check could not run: {exc}") from None
     evidence["sensitivity"] = report.to_dict()
+    if report.restated:
+        raise _Fail("instruction_states_output", "the instruction states output values the inputs decide (givens "
+                                                 "come from inputs, never from outputs): " + "; ".join(report.restated),
+                    {"sensitivity": report.to_dict()})
     if report.drop:
         raise _Fail("input_sensitivity", report.reason, {"sensitivity": report.to_dict()})
     state = "sensitive" if report.sensitive else ("ignores_inputs" if report.oracle_ignores_inputs else "n/a")
