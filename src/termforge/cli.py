@@ -176,7 +176,8 @@ def cmd_generate(args) -> int:
                                                              "max_repair_rounds": o["generate.max_repair_rounds"]},
                                                 "models": {o["generate.model"]: dict(o[key])},
                                                 "prices": o["prices"], "planning": o["planning"]},
-                                   workers=o["generate.workers"])
+                                   workers=o["generate.workers"],
+                                   second_solution=o["generate.second_solution"])
         finally:
             model.close()
         return 0

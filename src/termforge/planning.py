@@ -56,7 +56,8 @@ DEFAULT_ASSUMPTIONS: dict[str, float] = {
 }
 
 # Length caps of the llm generation chain's steps (termforge.generate.llm.STEP_MAX_TOKENS).
-_STEP_MAX_TOKENS_FALLBACK = {"task": 4096, "initial_test": 2048, "final_test": 4096, "environment": 2048}
+_STEP_MAX_TOKENS_FALLBACK = {"task": 4096, "initial_test": 2048, "final_test": 4096, "environment": 2048,
+                             "second_solution": 4096}
 _LOCAL_BACKENDS = ("transformers", "vllm")
 
 
@@ -131,6 +132,8 @@ class _Plan:
             return
         a = self.a
         caps = _step_caps()
+        if not gen.get("second_solution", True):
+            caps.pop("second_solution", None)  # the independent solver's call per candidate
         steps = len(caps)
         mean_cap = sum(caps.values()) / steps
         rounds_max = int(gen.get("max_repair_rounds", 2))
