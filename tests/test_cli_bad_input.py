@@ -124,6 +124,8 @@ def ws(tmp_path_factory):
         "passk": put("solve/passk.json", {"tasks": 1, "overall": {"pass@1": 1.0},
                                           "per_task": [{"task_id": ids[0], "n": 1, "c": 1}]}),
         "demos": r / "hints/demos.parquet",
+        "reviews": put("review/00000.json", {"shard": "00000", "kind": "tasks", "reviews": [
+            {"task_id": t, "status": "not_reviewed", "reason": "no judge configured"} for t in ids]}),
         "dataset": r / "data/math/heldout.jsonl",
         "text": root / "README.md",
         "tasks_dir": r / "tasks",

@@ -29,6 +29,7 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
                     "runtime.cpu_sec", "runtime.memory_mb", "runtime.limits"),
     "hints": ("hints.backend", "hints.model", "hints.max_rounds", "hints.ngram", "hints.max_words",
               "hints.judge", "hints.probe", "hints.judge_corpus", "models"),
+    "review": ("review", "models"),
     "export": ("export.hf_repo_id", "export.hf_token_env", "export.hf_private", "export.require_demo"),
 }
 

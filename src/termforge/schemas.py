@@ -66,6 +66,10 @@ TRAIN_SUMMARY = _obj({"weights": _STR})
 AXIS_STATS = _obj({"axes": {"type": "object"}})
 PASSK = _obj({"tasks": {"type": "integer"}, "overall": {"type": "object"}, "per_task": {"type": "array"}})
 HINT_COVERAGE = {"type": "object"}
+REVIEWS = _obj({"shard": _STR, "kind": {"enum": ["tasks", "traces"]},
+                "reviews": _rows(_obj({"task_id": _STR, "status": {"enum": ["reviewed", "dropped", "unparsed",
+                                                                              "not_reviewed"]},
+                                       "reason": _STR}))})
 MATH_ROW = _obj({"problem": _STR})
 
 
@@ -214,6 +218,7 @@ KINDS: dict[str, Kind] = {
     "axis_stats": Kind("an axis-balance stats file", "json", AXIS_STATS),
     "passk": Kind("a pass@k table", "json", PASSK),
     "hint_coverage": Kind("a hint coverage file", "json", HINT_COVERAGE),
+    "reviews": Kind("a rubric-review file", "json", REVIEWS),
     "demos": Kind("a demos table", "parquet", columns=("task_id", "demo"), rows_required=False),
     "math_rows": Kind("a math problem", "jsonl", MATH_ROW),
     "config": Kind("a config file", "config"),

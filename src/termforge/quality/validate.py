@@ -403,16 +403,29 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
     return result
 
 
-def write_corpus_manifest(verdict_paths: list[Path], out_path: Path) -> dict:
-    """The kept tasks of the corpus, and counts of kept and dropped tasks per reason stage."""
+def write_corpus_manifest(verdict_paths: list[Path], out_path: Path, review_paths: list[Path] | None = None) -> dict:
+    """The kept tasks of the corpus, and counts of kept and dropped tasks per reason stage.
+
+    `review_paths` (the rubric review of each shard, quality/review.py): a task the review dropped
+    leaves the corpus with the stage `review` and the judge's reason; the manifest records how many
+    tasks were reviewed, dropped or not reviewed, and the distribution of every rubric score."""
+    from termforge.quality.review import RUBRIC, STATUSES, distribution
+    from termforge.schemas import read
+
     kept, dropped, per_stage, collected = [], [], {}, {}
     tasks_dir = None
-    from termforge.schemas import read
+    reviews: dict[str, dict] = {}
+    for p in review_paths or []:
+        for r in read("reviews", p)["reviews"]:
+            reviews[r["task_id"]] = r
 
     for p in verdict_paths:
         shard = read("verdicts", p)
         tasks_dir = shard["tasks_dir"]
         for v in shard["verdicts"]:
+            review = reviews.get(v["task_id"]) if v["kept"] else None
+            if v["kept"] and review is not None and review["status"] in ("dropped", "unparsed"):
+                v = {**v, "kept": False, "stage": "review", "reason": review["reason"] or review["status"]}
             if v["kept"]:
                 kept.append(v["task_id"])
                 if v.get("evidence", {}).get("collected"):
@@ -427,8 +440,20 @@ def write_corpus_manifest(verdict_paths: list[Path], out_path: Path) -> dict:
     manifest = {"tasks_dir": tasks_dir, "kept": kept, "dropped": dropped, "collected": collected,
                 "counts": {"total": len(kept) + len(dropped), "kept": len(kept), "dropped": len(dropped),
                            "dropped_by_stage": dict(sorted(per_stage.items()))}}
+    if review_paths is not None:
+        rows = list(reviews.values())
+        manifest["review"] = {s: sum(1 for r in rows if r["status"] == s) for s in STATUSES}
+        manifest["review"]["distribution"] = distribution(rows, tuple(RUBRIC))
+        manifest["review"]["not_reviewed_kept"] = sorted(t for t in kept if reviews.get(t, {}).get("status")
+                                                         == "not_reviewed")
     atomic_write_json(out_path, manifest)
-    print(f"corpus manifest: {len(kept)} kept, {len(dropped)} dropped {manifest['counts']['dropped_by_stage']}")
+    review_note = ""
+    if review_paths is not None:
+        r = manifest["review"]
+        review_note = (f"; review: {r['reviewed']} passed, {r['dropped'] + r['unparsed']} dropped, "
+                       f"{r['not_reviewed']} not reviewed")
+    print(f"corpus manifest: {len(kept)} kept, {len(dropped)} dropped {manifest['counts']['dropped_by_stage']}"
+          f"{review_note}")
     return manifest
 
 
