@@ -1146,7 +1146,10 @@ def against_inputs(values: Any, source: str, declared: str, inputs: str, kind: s
     # A short value (a count of 2, a flag) is everywhere in a page of instructions, and its key's
     # words are too (the count is of what the task is about): alone it says nothing there; beside
     # another piece of its answer line ("2 red") it does.
-    out = SecretSet([Secret(s.text, s.kind, s.source, s.context, weak=True) if _is_short(s) else s
+    # So is a word of an answer line (a row label such as "macro avg", an "unknown" bucket): the format
+    # the instruction fixes; a number of such a line with three or more digits is still the answer.
+    out = SecretSet([Secret(s.text, s.kind, s.source, s.context, weak=True)
+                     if _is_short(s) or (s.number is None and s.source.endswith(("(part)", "(field)"))) else s
                      for s in out.secrets], given=declared)
     if inputs:
         view = _View.of("plain", inputs)
