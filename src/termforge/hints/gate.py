@@ -133,6 +133,10 @@ def load_context(task_dir: str | Path, n: int = DEFAULT_NGRAM, max_words: int = 
             raise TermforgeError(f"{truth_path}: not valid JSON ({exc})") from None
     hidden = {k: v for k, v in truth.items() if k != "given"} if isinstance(truth, dict) else truth
     oracle = _read_text(task_dir / "solution" / "solve.sh", required=False)
+    # Second solutions (solution/alternatives/) are solutions too: a hint pastes neither.
+    alt_dir = task_dir / "solution" / "alternatives"
+    if alt_dir.is_dir():
+        oracle += "\n" + "\n".join(_read_text(p, required=False) for p in sorted(alt_dir.glob("*.sh")))
 
     instr_ngrams = set(ngrams(words_of(instruction), n))
 
