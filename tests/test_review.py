@@ -173,3 +173,16 @@ def test_a_judge_missing_from_models_is_one_clear_line(tmp_path, capsys):
     cfg["review"]["judge"] = "nobody"
     with pytest.raises(ConfigError, match="review.judge: model 'nobody' is not defined under models"):
         check_config(cfg)
+
+
+def test_the_plan_counts_review_calls_only_with_a_judge():
+    from termforge.config import load_config
+    from termforge.planning import estimate
+
+    cfg = load_config(["config.yaml"])
+    assert not [p for p in estimate(cfg)["phases"] if p["phase"] == "review"]
+    cfg["models"]["judge"] = {"backend": "openai", "model": "gpt-judge"}
+    cfg["review"]["judge"] = "judge"
+    [phase] = [p for p in estimate(cfg)["phases"] if p["phase"] == "review"]
+    n, k = cfg["corpus"]["n_tasks"], cfg["solve"]["k"]
+    assert 0 < phase["calls"] <= phase["max_calls"] == 2 * (n + n * k)
