@@ -1191,14 +1191,17 @@ def output_lines_changed(before: dict[str, bytes], after: dict[str, bytes | None
     return out
 
 
-def stated_outputs(text: str, changed_lines: dict[str, list[str]], inputs: str, unchanged: str = "") -> list[Leak]:
+def stated_outputs(text: str, changed_lines: dict[str, list[str]], inputs: str, unchanged: str = "",
+                   declared: str = "") -> list[Leak]:
     """Output values the data decides (output_lines_changed) that `text` states: an expected output
     written into an instruction, verbatim, as an "example", or restated in prose. Whatever the
     inputs hold is given (an output line copied from a log the agent reads is no leak); a piece of
     a line that the outputs on other inputs (`unchanged`) also hold (a row label, a year, a unit)
-    is format, and counts only beside another piece of its line."""
+    is format, and counts only beside another piece of its line. `declared`: what the task declares
+    outright (truth.given, its paths), given as in against_inputs."""
     shown = "\n".join(t for t in (inputs, unchanged) if t)
-    sets = [against_inputs(lines, f"oracle output {path}", "", shown) for path, lines in sorted(changed_lines.items())]
+    sets = [against_inputs(lines, f"oracle output {path}", declared, shown)
+            for path, lines in sorted(changed_lines.items())]
     if not sets:
         return []
     merged = sets[0]

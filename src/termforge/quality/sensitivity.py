@@ -249,7 +249,10 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
                 if outputs:
                     lines = output_lines_changed({p: out0[p] for p in changed if out0.get(p) is not None}, out1)
                     after = "\n".join((out1.get(p) or b"").decode("utf-8", "replace") for p in changed)
-                    leaks = stated_outputs(instruction, lines, environment_text(task_dir), after)
+                    truth = task_dir / "private" / "truth.json"
+                    given = (read_json(truth).get("given") or {}) if truth.is_file() else {}
+                    declared = "\n".join([json.dumps(given, sort_keys=True), *outputs])
+                    leaks = stated_outputs(instruction, lines, environment_text(task_dir), after, declared)
                     report.restated = sorted({leak.describe() for leak in leaks})
                 return report
             if variant == len(VARIANTS) - 1:
