@@ -27,6 +27,13 @@ except ConfigError as exc:
 validate(config, "../workflow/schemas/config.schema.yaml")
 
 SHARDS = shard_ids(config)
+
+
+# Shard ids are five digits: results/solve/{shard}.json must not also claim results/solve/reviews/....
+wildcard_constraints:
+    shard=r"\d{5}",
+
+
 CLUSTER = config["cluster"]
 
 # Resource classes -> Slurm resources. CPU work never lands on the GPU partition.

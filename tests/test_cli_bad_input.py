@@ -145,6 +145,8 @@ def ws(tmp_path_factory):
         "policy_server": put("serve/policy.json", {"base_url": "http://127.0.0.1:9/v1", "health_url":
                                                    "http://127.0.0.1:9/health", "model": "m", "pid": 1}),
         "demos": r / "hints/demos.parquet",
+        "reviews": put("review/00000.json", {"shard": "00000", "kind": "tasks", "reviews": [
+            {"task_id": t, "status": "not_reviewed", "reason": "no judge configured"} for t in ids]}),
         "dataset": r / "data/math/heldout.jsonl",
         "text": root / "README.md",
         "tasks_dir": r / "tasks",

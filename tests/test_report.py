@@ -81,8 +81,15 @@ def run_tree(tmp_path) -> Path:
 
 
 def add_planned_outputs(results: Path) -> None:
-    """Hints, training and eval outputs in the formats of their stages."""
+    """Review, hints, training and eval outputs in the formats of their stages."""
     from termforge.evals.run import write_eval_record, write_eval_table
+    from termforge.quality.review import run_review_shard, run_review_traces
+
+    # The embedded run's rubric review: no judge configured, so everything is "not reviewed".
+    for v in sorted((results / "validate").glob("*.json")):
+        run_review_shard(v, results / "review" / v.name)
+    for s in sorted((results / "solve").glob("[0-9]*.json")):
+        run_review_traces(s, results / "solve" / "reviews" / s.name)
 
     records = []
     for i, model in enumerate(("base",) + ABLATIONS):
@@ -248,6 +255,10 @@ def read_csv_tsv(path: Path) -> dict:
 def test_full_report_compares_base_with_each_ablation(full):
     full_tree, out, info, text = full
     assert set(info["sections"].values()) == {"ok"}
+    # The review ran without a judge: recorded as such, never as a pass.
+    outcomes = {r["what"]: r for r in read_csv(out / "tables" / "review_outcomes.csv")}
+    assert outcomes["tasks"]["judge"] == "none" and int(outcomes["tasks"]["not_reviewed"]) > 0
+    assert int(outcomes["tasks"]["reviewed"]) == 0
     assert info["main_table"] == "eval_comparison"
     wide = read_csv(out / "tables" / "eval_comparison.csv")
     tidy = read_csv(full_tree / "eval" / "results.csv")

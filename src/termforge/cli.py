@@ -213,7 +213,8 @@ def cmd_generate(args) -> int:
                                                              "max_repair_rounds": o["generate.max_repair_rounds"]},
                                                 "models": {o["generate.model"]: dict(o[key])},
                                                 "prices": o["prices"], "planning": o["planning"]},
-                                   workers=o["generate.workers"])
+                                   workers=o["generate.workers"],
+                                   second_solution=o["generate.second_solution"])
         finally:
             model.close()
         return 0
@@ -301,14 +302,48 @@ def cmd_validate(args) -> int:
     run_validate_shard(Path(args.manifest), Path(args.out), Path(args.images_dir), limits,
                        decontam_report=Path(args.decontam) if args.decontam else None,
                        workers=o["validate.workers"], oracle_repeats=o["validate.oracle_repeats"],
-                       backend=o["runtime.backend"], mutants=o["validate.mutants"])
+                       backend=o["runtime.backend"], mutants=o["validate.mutants"],
+                       sensitivity=o["validate.input_sensitivity"])
     return 0
 
 
 def cmd_corpus_manifest(args) -> int:
     from termforge.quality.validate import write_corpus_manifest
 
-    write_corpus_manifest([Path(p) for p in args.verdicts], Path(args.out))
+    write_corpus_manifest([Path(p) for p in args.verdicts], Path(args.out),
+                          [Path(p) for p in args.reviews] if args.reviews is not None else None)
+    return 0
+
+
+def _review_judge(o: dict):
+    """The review judge (a ChatModel built from its `models` spec), or None when none is set."""
+    name = (o.get("review") or {}).get("judge")
+    if not name:
+        return None
+    from termforge.models.base import make_model
+    from termforge.params import flat_lookup
+
+    try:
+        spec = flat_lookup(o, f"models.{name}")
+    except KeyError:
+        raise ConfigError(f"review.judge: model {name!r} is not defined under models") from None
+    return make_model(dict(spec), where=f"models.{name}")
+
+
+def cmd_review(args) -> int:
+    from termforge.quality.review import run_review_shard, run_review_traces
+
+    o = _stage_options(args, "review")
+    judge = _review_judge(o)
+    r = o["review"]
+    try:
+        if args.solved:
+            run_review_traces(Path(args.solved), Path(args.out), judge, r["min_score"], r["batch_size"])
+        else:
+            run_review_shard(Path(args.verdicts), Path(args.out), judge, r["min_score"], r["batch_size"])
+    finally:
+        if judge is not None:
+            judge.close()
     return 0
 
 
@@ -362,7 +397,8 @@ def cmd_solve(args) -> int:
 def cmd_passk(args) -> int:
     from termforge.passk import run_passk
 
-    run_passk([Path(p) for p in args.solved], Path(args.out), Path(args.csv), Path(args.sft) if args.sft else None)
+    run_passk([Path(p) for p in args.solved], Path(args.out), Path(args.csv), Path(args.sft) if args.sft else None,
+              [Path(p) for p in args.trace_reviews or []])
     return 0
 
 
@@ -654,8 +690,20 @@ def build_parser() -> argparse.ArgumentParser:
     output_arg(sp, "--out", required=True, help="verdicts JSON")
     sp.set_defaults(func=cmd_validate)
 
+    sp = stage("review", "rubric review by a judge model of one validated shard's kept tasks")
+    input_arg(sp, "--verdicts", kind="verdicts", required=True, help="verdicts of one validated shard")
+    output_arg(sp, "--out", required=True, help="reviews JSON")
+    sp.set_defaults(func=cmd_review, solved=None)
+
+    sp = stage("review-traces", "rubric review by a judge model of one solve shard's successful rollouts")
+    input_arg(sp, "--solved", kind="solve_records", required=True, help="rollouts of one solve shard")
+    output_arg(sp, "--out", required=True, help="reviews JSON")
+    sp.set_defaults(func=cmd_review, verdicts=None)
+
     sp = sub.add_parser("corpus-manifest", help="merge shard verdicts into the manifest of kept tasks")
     input_arg(sp, "--verdicts", kind="verdicts", nargs="+", required=True)
+    input_arg(sp, "--reviews", kind="reviews", nargs="*",
+              help="rubric reviews of the shards: tasks the review dropped leave the corpus")
     output_arg(sp, "--out", required=True)
     sp.set_defaults(func=cmd_corpus_manifest)
 
@@ -679,6 +727,8 @@ def build_parser() -> argparse.ArgumentParser:
     output_arg(sp, "--out", required=True)
     output_arg(sp, "--csv", required=True)
     output_arg(sp, "--sft", help="parquet of successful rollouts (chat messages)")
+    input_arg(sp, "--trace-reviews", kind="reviews", nargs="*",
+              help="rubric reviews of the solve traces: a rollout they reject is no success")
     sp.set_defaults(func=cmd_passk)
 
     sp = stage("make-math-set", "generate the offline integer-answer math set (train + held-out)")

@@ -203,6 +203,9 @@ def _check_semantics(cfg: dict) -> None:
     tax = cfg["corpus"].get("taxonomy")
     if tax and not Path(tax).exists():
         raise ConfigError(f"corpus.taxonomy: file {tax} does not exist")
+    judge = (cfg.get("review") or {}).get("judge")
+    if judge and judge not in (cfg.get("models") or {}):
+        raise ConfigError(f"review.judge: model {judge!r} is not defined under models")
     check_planned_jobs(cfg)
 
 

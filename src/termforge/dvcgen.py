@@ -19,10 +19,10 @@ WORKFLOW_DEPS = ("Snakefile", "rules", "workflow/schemas/config.schema.yaml")
 DVC_STAGES: dict[str, dict] = {
     "data": {"rules": ["sample_axes", "generate", "make_math_set"],
              "code": ["axes", "generate", "mathdata.py", "io.py"], "upstream": []},
-    "quality": {"rules": ["build_images", "decontaminate", "validate", "corpus_manifest"],
+    "quality": {"rules": ["build_images", "decontaminate", "validate", "review", "corpus_manifest"],
                 "code": ["quality", "runtime", "verifier.py", "images.py"], "upstream": ["data"],
                 "extra_deps": ["benchmarks/tb-mini"]},
-    "solve": {"rules": ["serve_policy", "solve", "passk"],
+    "solve": {"rules": ["serve_policy", "solve", "review_traces", "passk"],
               "code": ["solve.py", "harness.py", "passk.py", "models", "serve.py"],
               "upstream": ["quality"]},
     "hints": {"rules": ["hints", "export"], "code": ["hints", "export.py"], "upstream": ["quality"]},
@@ -38,7 +38,7 @@ DVC_STAGES: dict[str, dict] = {
 CACHED_STAGES = ("hints", "verifiers", "train", "eval")
 RULE_PARAM_STAGE = {"make_math_set": "math_data", "hints": "hints", "export": "export",
                     "export_verifiers": "export_verifiers", "train_opsd": "train",
-                    "report": "report"}
+                    "report": "report", "review_traces": "review"}
 
 
 def rule_keys(rule: str) -> tuple[str, ...]:
@@ -67,7 +67,7 @@ def stage_outputs(cfg: dict, stage: str) -> tuple[list[str], list[str]]:
         "data": ([f"results/tasks/manifests/{s}.json" for s in shard_ids(cfg)] + ["results/data/math/heldout.jsonl"],
                  ["results/axes", "results/tasks", "results/data"]),
         "quality": (["results/corpus/manifest.json"],
-                    ["results/images", "results/decontam", "results/validate", "results/corpus"]),
+                    ["results/images", "results/decontam", "results/validate", "results/review", "results/corpus"]),
         "solve": (["results/solve/passk.json"], ["results/solve"]),
         # results/export's parts: results/export/verifiers is the verifiers stage's.
         "hints": (["results/export/export.json"],

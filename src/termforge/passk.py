@@ -2,7 +2,8 @@
 SFT warm-start dataset of successful rollouts.
 
 A hacked rollout (the grader recorded integrity findings: docs/grading.md) is never a success:
-it counts as a failed attempt in pass@k, whatever its reward, and never enters the SFT set."""
+it counts as a failed attempt in pass@k, whatever its reward, and never enters the SFT set; nor is
+a rollout the rubric review of solve traces rejected (quality/review.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,13 @@ def difficulty_band(n: int, c: int) -> str:
     return "easy"
 
 
-def run_passk(solve_paths: list[Path], out_json: Path, out_csv: Path, sft_path: Path | None = None) -> dict:
+def run_passk(solve_paths: list[Path], out_json: Path, out_csv: Path, sft_path: Path | None = None,
+              trace_reviews: list[Path] | None = None) -> dict:
+    """`trace_reviews` (quality/review.py): a rollout the rubric review judged illegitimate is no
+    success, like a hacked one."""
+    from termforge.quality.review import rejected_by_review
+
+    rejected = rejected_by_review(trace_reviews or [])
     per_task = []
     sft_rows = []
     infra = 0
@@ -47,16 +54,19 @@ def run_passk(solve_paths: list[Path], out_json: Path, out_csv: Path, sft_path: 
             sig = {**task["signature"], **task.get("actual", {})}
             graded = [r for r in rows if r["status"] == "graded"]
             infra += len(rows) - len(graded)
-            n, c = len(graded), sum(1 for r in graded if r["reward"] == 1.0 and not r.get("hacked"))
-            entry = {"task_id": task_id, "family": task.get("family"), **{a: sig.get(a) for a in GROUP_AXES},
-                     "n": n, "c": c,
+            judged_out = {r["rollout"] for r in graded if f"{task_id}#{r['rollout']}" in rejected}
+            n, c = len(graded), sum(1 for r in graded if r["reward"] == 1.0 and not r.get("hacked")
+                                    and r["rollout"] not in judged_out)
+            entry = {"task_id": task_id, "family": task.get("family"), **{a: sig.get(a) for a in GROUP_AXES}, "n": n, "c": c,
                      "infra_failed": len(rows) - len(graded), "band": difficulty_band(n, c), "zero_pass": c == 0,
                      "hacked_rollouts": sum(1 for r in graded if r.get("hacked")),
+                     "review_rejected_rollouts": len(judged_out),
                      "pass_at_k": {str(k): round(pass_at_k(n, c, k), 6) for k in range(1, n + 1)}}
             per_task.append(entry)
             if sft_path is not None:
                 for r in graded:
-                    if r["reward"] == 1.0 and not r.get("hacked") and r.get("trajectory"):
+                    if r["reward"] == 1.0 and not r.get("hacked") and r.get("trajectory") and \
+                            r["rollout"] not in judged_out:
                         traj = read("trajectory", r["trajectory"])
                         sft_rows.append({"task_id": task_id, "rollout": r["rollout"], "domain": sig["domain"],
                                          "reward": r["reward"], "hacked": bool(r.get("hacked")),
@@ -78,7 +88,8 @@ def run_passk(solve_paths: list[Path], out_json: Path, out_csv: Path, sft_path: 
     bands = defaultdict(int)
     for e in per_task:
         bands[e["band"]] += 1
-    result = {"tasks": len(per_task), "k_max": k_max, "overall": overall, "by": groups, "bands": dict(sorted(bands.items())),
+    result = {"tasks": len(per_task), "k_max": k_max, "overall": overall,
+              "review_rejected_rollouts": sum(e["review_rejected_rollouts"] for e in per_task), "by": groups, "bands": dict(sorted(bands.items())),
               "zero_pass": [e["task_id"] for e in per_task if e["zero_pass"]], "infra_failed_rollouts": infra,
               "per_task": per_task, "sft_rows": len(sft_rows)}
     # Everything is read and computed above; the outputs are published together, so a failure

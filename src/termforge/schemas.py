@@ -186,6 +186,17 @@ HINT_COVERAGE = {"type": "object", "properties": {
                            "properties": {"recall": _NUM, "false_positive_rate": _NUM}})}}
 MATH_ROW = _obj({"problem": _STR}, {"id": _STR, "answer": {"type": ["string", "integer"]}, "solution": _STR})
 POLICY_SERVER = _obj({"base_url": _STR, "health_url": _STR, "model": _STR}, {"pid": _INT_N, "engine": _STR})
+REVIEWS = _obj({"shard": _STR, "kind": {"type": "string", "enum": ["tasks", "traces"]},
+                "reviews": _rows(_obj({"task_id": _ID,
+                                       "status": {"type": "string",
+                                                  "enum": ["reviewed", "dropped", "unparsed", "not_reviewed"]},
+                                       "reason": _STR},
+                                      {"rollout": _COUNT, "scores": _map(_INT), "reasons": _map(_STR),
+                                       "summary": _STR}))},
+               {"tasks_dir": _STR, "min_score": _INT, "rubric": _map(_STR), "counts": _COUNTS,
+                "distribution": _map(_COUNTS),
+                "stats": {"type": "object", "properties": {"judge": _STR_N, "calls": _COUNT,
+                                                           "format_retries": _COUNT, "model": {"type": "object"}}}})
 
 
 @dataclass(frozen=True)
@@ -374,6 +385,7 @@ KINDS: dict[str, Kind] = {
     "axis_stats": Kind("an axis-balance stats file", "json", AXIS_STATS),
     "passk": Kind("a pass@k table", "json", PASSK),
     "hint_coverage": Kind("a hint coverage file", "json", HINT_COVERAGE),
+    "reviews": Kind("a rubric-review file", "json", REVIEWS),
     "demos": Kind("a demos table", "parquet", columns=("task_id", "demo"), rows_required=False,
                   id_column="task_id", text_columns=("demo",)),
     "math_rows": Kind("a math problem", "jsonl", MATH_ROW),

@@ -9,6 +9,7 @@ A task directory (README, "What you get")::
     environment/container.def, environment/Dockerfile   the same environment for Apptainer/Docker
     tests/test_initial_state.py, tests/test_final_state.py, tests/test.sh
     solution/solve.sh        the oracle (runs with cwd /app)
+    solution/alternatives/   second solutions, each required to score 1 too (optional)
     private/truth.json       the answer key: host side only
     private/method.md        the method note (hints are written from it)
 
@@ -56,6 +57,9 @@ class TaskSpec:
     """Debian packages the task needs beyond BASE_APT_PACKAGES (python3-numpy, python3-pil, gcc...)."""
     allow_network: bool = False
     timeout_sec: int = 600
+    alternatives: dict[str, str] = field(default_factory=dict)
+    """Second solutions (name -> bash script), written to solution/alternatives/<name>.sh: an
+    independent implementation that validation requires to score 1 like the oracle."""
 
 
 TASK_COMPLEXITIES = ("short", "moderate", "complex", "intricate")

@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from termforge.errors import TermforgeError
 from termforge.io import pretty_json
 
-PROMPT_VERSION = "llm-chain-2"
+PROMPT_VERSION = "llm-chain-3"
 
 STEPS = ("task", "initial_test", "final_test", "environment")
+# Asked after the candidate passed validation, never part of the repair chain's outputs.
+SECOND_SOLUTION = "second_solution"
 STEP_MARKER = "[termforge step: {step}]"
 
 
@@ -79,6 +81,23 @@ def system_prompt(packages: tuple[str, ...] | None = None) -> str:
 
 
 SYSTEM_PROMPT = system_prompt(None)
+
+_SOLVER_TEMPLATE = """\
+You solve tasks in a Linux sandbox, as a terminal agent would, by writing one bash script. The
+script runs in /app (writable), as uid 1000, with no network and no root; nothing can be installed.
+The userland is Debian bookworm: bash, coreutils, grep, sed, awk, python3 (3.11) with the standard
+library. {packages} You see only the instruction and the files in /app: compute every deliverable
+from those files, exactly as the instruction asks.
+
+Answer in exactly the reply format the request gives: fenced code blocks whose info string is a
+language and a name (```bash solve.sh). Text outside the blocks is ignored."""
+
+
+def solver_system_prompt(packages: tuple[str, ...] | None = None) -> str:
+    """What the independent solver is told about the sandbox (the agent's view, no authoring)."""
+    offer = ("Other packages the task declared may be installed." if packages is None else
+             "Packages the task declared from these may be installed: " + (", ".join(packages) or "none") + ".")
+    return _SOLVER_TEMPLATE.format(packages=offer)
 
 
 VERIFIER_KIND_GUIDE = {
@@ -191,11 +210,12 @@ What the signature asks for:
 
 Rules:
 - The instruction states every output path (absolute, under /app, in backticks) and its exact
-  format, and names every input by its /app path. It never states or hints at the answer.
+  format, and names every input by its /app path. It never states or hints at the answer: no
+  expected output, not even as an "example" of the format (show the format with placeholders).
 - truth is the answer key: what you already know about the correct result, and the rules the
-  verifier will apply. Values the agent is told anyway (paths, formats, thresholds) go under
-  truth.given; every other string of 6 or more characters in truth is secret and must not appear in
-  the instruction or in any environment file.
+  verifier will apply. Parameters the agent is told (paths, formats, thresholds) go under
+  truth.given; they must never be outputs. Everything else in truth, and every value the final
+  test expects, is secret: it must not appear in the instruction or in any environment file.
 - solve.sh is the oracle: a bash script run in /app that produces the correct result by actually
   computing it from the files in /app (it may use only what the environment provides).
 - method_note explains how to discover the answer (the method, the traps), not the answer itself.
@@ -285,7 +305,8 @@ Rules:
 - Clear assertion messages that say what was wrong without printing the expected answer.
 
 Reply with exactly two blocks: the test, and the expected values it checks (merged into the answer
-key under "expected"):
+key under "expected"; these are outputs, secret from the agent; parameters the instruction states
+stay in truth.given):
 
 ```python test_final_state.py
 ...
@@ -351,6 +372,33 @@ def _fixture_row(f: dict, facts: bool) -> dict:
     if facts:
         row["facts"] = f["facts"]
     return row
+
+
+def second_solution_prompt(instruction: str, listing: list[dict]) -> str:
+    """An independent solver: it sees what an agent sees (the instruction and the files under
+    /app), never the oracle, the tests, the answer key or the fixture facts."""
+    return f"""\
+{_marker("second_solution")}
+Solve this task yourself, as the agent would: from the instruction and the files in /app alone.
+Write a bash script that runs in /app (bash, uid 1000, no network, nothing can be installed) and
+leaves every deliverable exactly as the instruction asks, computed from the input files. Do not
+guess: read the inputs in the script.
+
+The instruction:
+
+{_block("markdown", "instruction.md", instruction)}
+
+The files under /app right after setup (small text files shown whole or by their first lines):
+
+{_block("json", "files", pretty_json(listing))}
+
+Reply with exactly one block:
+
+```bash solve.sh
+#!/bin/bash
+set -euo pipefail
+...
+```"""
 
 
 def repair_prompt(step: str, stage: str, reason: str, log: str) -> str:
@@ -502,5 +550,5 @@ def reply_blocks(text: str, wanted: list[tuple[str, tuple[str, ...]]]) -> dict[s
 __all__ = [
     "PROMPT_VERSION", "STEPS", "SYSTEM_PROMPT", "ReplyFormatError", "Block", "fenced_blocks", "find_block",
     "parse_json_block", "reply_blocks", "system_prompt", "task_prompt", "initial_test_prompt", "final_test_prompt",
-    "environment_prompt", "repair_prompt", "step_of",
+    "environment_prompt", "repair_prompt", "step_of", "second_solution_prompt", "solver_system_prompt",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from termforge.generate.base import BASE_APT_PACKAGES, FIXTURES_IN_SANDBOX, TaskSpec
@@ -62,6 +63,10 @@ def task_files(task_json: dict, spec: TaskSpec, base_image: str) -> dict[str, tu
         "private/truth.json": (pretty_json(spec.truth).encode(), REGULAR),
         "private/method.md": ((spec.method_note.strip() + "\n").encode(), REGULAR),
     }
+    for name, script in sorted(spec.alternatives.items()):
+        if not re.fullmatch(r"[a-z0-9_-]+", name):
+            raise ValueError(f"alternative solution name {name!r}: letters, digits, _ and - only")
+        files[f"solution/alternatives/{name}.sh"] = (script.encode(), EXECUTABLE)
     for rel, data in spec.fixtures.items():
         if rel.startswith("/") or ".." in Path(rel).parts:
             raise ValueError(f"fixture path {rel!r} must be relative and stay under fixtures/")

@@ -32,7 +32,7 @@ TABLE_NAMES = (
     "overview", "axis_balance", "corpus_composition", "family_mix", "honoured_axes", "survival", "drop_reasons",
     "decontam_summary", "decontam_hits", "decontam_near_duplicates", "passk_overall", "passk_by_bucket",
     "passk_bands", "hack_rate", "hint_coverage", "training_summary", "training_curves", "grpo_pool", "eval_comparison",
-    "rule_cost", "generation_checks",
+    "rule_cost", "generation_checks", "review_outcomes", "review_scores", "review_drops",
 )
 PLOT_NAMES = ("composition", "survival", "passk", "training", "eval", "cost")
 MAX_HTML_ROWS = 60
@@ -164,6 +164,8 @@ class _Builder:
         self.corpus = read_optional("corpus_manifest", r / "corpus" / "manifest.json")
         self.passk = read_optional("passk", r / "solve" / "passk.json")
         self.hints = read_optional("hint_coverage", r / "hints" / "coverage.json")
+        self.reviews = [read("reviews", p) for p in sorted((r / "review").glob("*.json"))]
+        self.reviews += [read("reviews", p) for p in sorted((r / "solve" / "reviews").glob("*.json"))]
         self.eval_csv = r / "eval" / "results.csv"
         bench_dir = r / "benchmarks"
         self.benchmarks = [(f.relative_to(bench_dir), _read_benchmark(f))
@@ -432,6 +434,45 @@ class _Builder:
                                       "Hacked rollouts per family (counted as failures, kept out of the SFT set)"))
         return sec
 
+    def review_section(self) -> Section:
+        from termforge.quality.review import STATUSES
+
+        sec = Section("review", "Rubric review",
+                      "A judge model scores each kept task (instruction clear, tests match the instruction, "
+                      "solution legitimate, no shortcut) and each successful solve trace, 1-5 with reasons; "
+                      "below the bar a task leaves the corpus and a trace stops counting as a success. With "
+                      "no judge configured everything is recorded as not reviewed.",
+                      "results/review/*.json, results/solve/reviews/*.json")
+        if not self.reviews:
+            return self.not_run(sec, self.results / "review")
+        rows = []
+        for kind in ("tasks", "traces"):
+            docs = [d for d in self.reviews if d["kind"] == kind]
+            if docs:
+                counts = {st: sum(1 for d in docs for r in d["reviews"] if r["status"] == st) for st in STATUSES}
+                judge = next((d["stats"].get("judge") for d in docs if d.get("stats", {}).get("judge")), None)
+                calls = sum(d.get("stats", {}).get("calls", 0) for d in docs)
+                cached = sum((d.get("stats", {}).get("model") or {}).get("cache_hits", 0) for d in docs)
+                rows.append([kind, judge or "none", *(counts[st] for st in STATUSES), calls, cached])
+        self.add_table(sec, Table("review_outcomes", ["what", "judge", *STATUSES, "judge calls", "cache hits"],
+                                  rows, "Outcomes (not_reviewed: no judge configured)"))
+        dist: dict[tuple[str, str], dict[str, int]] = {}
+        for d in self.reviews:
+            for crit, scores in (d.get("distribution") or {}).items():
+                row = dist.setdefault((d["kind"], crit), {str(i): 0 for i in range(1, 6)})
+                for score, n in scores.items():
+                    row[score] = row.get(score, 0) + n
+        if any(sum(v.values()) for v in dist.values()):
+            self.add_table(sec, Table("review_scores", ["what", "criterion", "1", "2", "3", "4", "5"],
+                                      [[k, c, *(v[str(i)] for i in range(1, 6))] for (k, c), v in sorted(dist.items())],
+                                      "Distribution of rubric scores"))
+        drops = [[d["kind"], r["task_id"] + (f"#{r['rollout']}" if "rollout" in r else ""), r["status"], r["reason"]]
+                 for d in self.reviews for r in d["reviews"] if r["status"] in ("dropped", "unparsed")]
+        if drops:
+            self.add_table(sec, Table("review_drops", ["what", "task", "status", "reason"], drops,
+                                      "Dropped by the review, with the judge's reason"))
+        return sec
+
     def hints_section(self) -> Section:
         sec = Section("hints", "Hint coverage",
                       "Method-level hints written for kept tasks. A hint that still leaks the answer after "
@@ -650,8 +691,8 @@ class _Builder:
     def build(self) -> list[Section]:
         self.load()
         self.has_eval = self.eval_csv.is_file()
-        body = [self.composition(), self.survival(), self.decontamination(), self.passk_section(),
-                self.hints_section(), self.training(), self.evaluation(), self.cost()]
+        body = [self.composition(), self.survival(), self.decontamination(), self.review_section(),
+                self.passk_section(), self.hints_section(), self.training(), self.evaluation(), self.cost()]
         return [self.overview(body)] + body
 
 
