@@ -1,7 +1,8 @@
 """The chat-model interface every backend implements, and the value types it speaks.
 
-Stages depend on `ChatModel` only; which backend answers (a remote OpenAI-compatible endpoint, an
-in-process transformers model, an in-process vLLM engine) is a config choice made in `make_model`.
+Stages depend on `ChatModel` only; which backend answers (OpenAI or any OpenAI-compatible endpoint,
+Anthropic's Messages API, an in-process transformers model, an in-process vLLM engine) is a config
+choice made in `make_model`.
 """
 
 from __future__ import annotations
@@ -212,19 +213,21 @@ class ChatModel(abc.ABC):
 
 
 # Options each backend accepts in a model spec besides backend/model/sampling/cache_dir.
+_API_OPTIONS = (
+    "base_url",
+    "api_key_env",
+    "concurrency",
+    "max_retries",
+    "timeout_s",
+    "backoff_base_s",
+    "backoff_max_s",
+    "request_budget",
+    "extra_body",
+    "jitter_seed",
+)
 _BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
-    "openai": (
-        "base_url",
-        "api_key_env",
-        "concurrency",
-        "max_retries",
-        "timeout_s",
-        "backoff_base_s",
-        "backoff_max_s",
-        "request_budget",
-        "extra_body",
-        "jitter_seed",
-    ),
+    "openai": _API_OPTIONS,
+    "anthropic": (*_API_OPTIONS, "prompt_cache"),
     "transformers": ("device", "dtype", "batch_size", "num_threads", "converted_cache"),
     "vllm": (
         "tensor_parallel_size",
@@ -241,7 +244,7 @@ _COMMON_KEYS = ("backend", "model", "sampling", "cache_dir")
 def make_model(spec: dict[str, Any], where: str = "model") -> ChatModel:
     """Build a chat model from a config mapping.
 
-    Keys: backend ("openai" | "transformers" | "vllm"), model, optional sampling (defaults for calls
+    Keys: backend ("openai" | "anthropic" | "transformers" | "vllm"), model, optional sampling (defaults for calls
     that pass none), optional cache_dir (wraps the model in the response cache), and backend options.
     `where` is the config path of `spec`, used to name the culprit key in errors.
     """
@@ -288,9 +291,11 @@ def _construct(
     if backend == "openai":
         from termforge.models.openai_backend import OpenAIChatModel
 
-        if "base_url" not in options:
-            raise ConfigError(f"{where}.base_url: required for backend 'openai'")
         return OpenAIChatModel(name, sampling=sampling, where=where, **options)
+    if backend == "anthropic":
+        from termforge.models.anthropic_backend import AnthropicChatModel
+
+        return AnthropicChatModel(name, sampling=sampling, where=where, **options)
     if backend == "transformers":
         from termforge.models.transformers_backend import TransformersChatModel
 
