@@ -4,6 +4,7 @@
 rule hints:
     input:
         corpus="results/corpus/manifest.json",
+        stamp=params_stamp("hints"),
     output:
         demos="results/hints/demos.parquet",
         coverage="results/hints/coverage.json",
@@ -27,6 +28,7 @@ rule export:
     input:
         corpus="results/corpus/manifest.json",
         demos="results/hints/demos.parquet",
+        stamp=params_stamp("export"),
     output:
         summary="results/export/export.json",
     params:

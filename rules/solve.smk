@@ -7,6 +7,7 @@ rule solve:
         corpus="results/corpus/manifest.json",
         builds="results/images/manifests/{shard}.json",
         server=served_policy,
+        stamp=params_stamp("solve"),
     output:
         rollouts="results/solve/{shard}.json",
     params:
