@@ -30,7 +30,7 @@ PRODUCERS: tuple[tuple[str, str], ...] = (
     ("results/decontam/report.json", "decontaminate"),
     ("results/validate/{shard}.json", "validate"),
     ("results/corpus/manifest.json", "corpus_manifest"),
-    ("results/serve/policy.json", "serve_policy"),
+    ("results/serve/{server}.json", "serve_policy"),
     ("results/solve/{shard}.json", "solve"),
     ("results/solve/trajectories/", "solve"),
     ("results/solve/passk.json", "passk"),

@@ -185,18 +185,55 @@ def fetch_dataset(dataset_id: str, dest: Path, harbor: str = "harbor", timeout: 
     return dest
 
 
-def import_harbor(source: str | Path, out_dir: str | Path, name: str | None = None) -> dict:
-    """Import a Harbor dataset into out_dir: tasks/<id>/ (canonical), manifest.json (a shard
-    manifest), references/<name>.jsonl (for decontam.jsonl) and import.json (per task: imported, or why not)."""
-    out_dir = Path(out_dir)
+def harbor_copy(source: str | Path, dest: Path) -> tuple[Path, str]:
+    """The Harbor tasks of `source` (a local folder, or a Harbor dataset id NAME[@VERSION] fetched
+    with the harbor CLI) as a folder at `dest`, replaced whole; returns (dest, default name). The
+    copy is what the Terminal-Bench runners read (eval.tbench.tasks_dir) wherever the tasks came
+    from, and what the imported tasks' provenance names."""
     src = Path(source)
-    if not src.is_dir():
-        if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*(@[A-Za-z0-9._-]+)?", str(source)) and not str(source).startswith(
-                (".", "/")):
-            src = fetch_dataset(str(source), out_dir / "source")
+    is_id = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*(@[A-Za-z0-9._-]+)?", str(source)) and not str(
+        source).startswith((".", "/"))
+    if src.is_dir():
+        name = src.resolve().name
+        if src.resolve() == dest.resolve():
+            return dest, _clean_name(name)
+    elif is_id:
+        name = str(source).rsplit("/", 1)[-1]
+    else:
+        raise TermforgeError(f"import-harbor: {source} is not a directory")
+    staging = staging_dir(dest)
+    try:
+        if src.is_dir() and (src / "task.toml").exists():
+            # One task: it keeps its folder's name (a task without [task].name is named after it).
+            shutil.copytree(src, staging / src.resolve().name, symlinks=True)
+        elif src.is_dir():
+            shutil.rmtree(staging)
+            shutil.copytree(src, staging, symlinks=True)
         else:
-            raise TermforgeError(f"import-harbor: {source} is not a directory")
-    name = name or re.sub(r"[^A-Za-z0-9._-]+", "-", src.name if src.is_dir() else str(source)).strip(".-")
+            fetch_dataset(str(source), staging)
+        publish_dir(staging, dest)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return dest, _clean_name(name)
+
+
+def _clean_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")
+
+
+def import_harbor(source: str | Path, out_dir: str | Path, name: str | None = None,
+                  harbor_dir: str | Path | None = None) -> dict:
+    """Import a Harbor dataset into out_dir: harbor/ (the Harbor tasks as given or fetched; or
+    `harbor_dir`),
+    tasks/<id>/ (canonical), manifest.json (a shard manifest), references/<name>.jsonl (for
+    decontam.jsonl) and import.json (per task: imported, or why not).
+
+    `source` is a folder of Harbor tasks or a Harbor dataset id NAME[@VERSION]
+    (`terminal-bench@2.0`: name terminal-bench-2.0)."""
+    out_dir = Path(out_dir)
+    src, default_name = harbor_copy(source, Path(harbor_dir) if harbor_dir else out_dir / "harbor")
+    name = name or default_name
     tasks, broken = load_harbor_dataset(src)
     tasks_dir = out_dir / "tasks"
     tasks_dir.mkdir(parents=True, exist_ok=True)
@@ -236,7 +273,7 @@ def import_harbor(source: str | Path, out_dir: str | Path, name: str | None = No
     # Named after the dataset: decontamination names a reference set by its file's stem.
     ref_path = out_dir / "references" / f"{name}.jsonl"
     atomic_write_text(ref_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in refs))
-    summary = {"dataset": name, "source": str(src), "n_tasks": len(tasks) + len(broken), "n_imported": len(entries),
+    summary = {"dataset": name, "source": str(source), "harbor_dir": str(src), "n_tasks": len(tasks) + len(broken), "n_imported": len(entries),
                "n_unloadable": len(broken), "manifest": str(out_dir / "manifest.json"),
                "references": str(ref_path),
                "decontam_reference": {"path": str(ref_path), "column": "text"},
@@ -245,4 +282,4 @@ def import_harbor(source: str | Path, out_dir: str | Path, name: str | None = No
     return summary
 
 
-__all__ = ["import_harbor", "fetch_dataset", "setup_sh", "task_id_for", "FAMILY"]
+__all__ = ["import_harbor", "harbor_copy", "fetch_dataset", "setup_sh", "task_id_for", "FAMILY"]

@@ -16,6 +16,33 @@ from termforge.models.base import ChatModel, make_model
 TABLE_COLUMNS = ("model", "benchmark", "metric", "value", "n", "stderr")
 
 
+# Backends that can evaluate trained weights (a PEFT adapter or a full model directory).
+TRAINED_WEIGHT_BACKENDS = ("transformers", "vllm")
+
+
+def trained_policy_problem(cfg: dict) -> str | None:
+    """Why the weights cfg's training writes could not be evaluated by its eval model, or None.
+
+    An ablation's evals load its trained adapter on the eval model's base weights, so the model
+    the trainer adapted (train.model) and the eval model must be the same, and the eval model's
+    backend must be one that loads trained weights."""
+    evals = cfg.get("eval") or {}
+    if not any((evals.get(b) or {}).get("enabled") for b in ("aime", "tbench")):
+        return None
+    name = evals.get("model")
+    spec = (cfg.get("models") or {}).get(name)
+    if spec is None:
+        return f"eval.model: {name!r} is not defined under models"
+    if spec.get("backend") not in TRAINED_WEIGHT_BACKENDS:
+        return (f"models.{name}.backend: {spec.get('backend')!r} cannot load the trained weights each ablation's "
+                f"evals use (one of {', '.join(TRAINED_WEIGHT_BACKENDS)} can)")
+    trained = (cfg.get("train") or {}).get("model")
+    if trained != spec.get("model"):
+        return (f"train.model: {trained!r} is not models.{name}.model ({spec.get('model')!r}); the trained adapters "
+                f"are evaluated on the eval model's weights, so both must name the same model")
+    return None
+
+
 def load_policy(spec: dict, weights_dir: Path | None, where: str = "models.policy") -> ChatModel:
     """The base policy from its model spec, or the same model with trained weights applied.
 
@@ -24,9 +51,11 @@ def load_policy(spec: dict, weights_dir: Path | None, where: str = "models.polic
     if weights_dir is None:
         return make_model(spec, where=where)
     weights_dir = Path(weights_dir)
+    if spec.get("backend") == "vllm":
+        return _vllm_policy(spec, weights_dir, where)
     if spec.get("backend") != "transformers":
         raise TermforgeError(f"{where}.backend: evaluating trained weights from {weights_dir} needs the "
-                             f"transformers backend here (serve them with vLLM through the openai backend on GPUs)")
+                             f"transformers or the vllm backend, not {spec.get('backend')!r}")
     from termforge.models.transformers_backend import TransformersChatModel, load_causal_lm
 
     options = {k: spec[k] for k in ("device", "dtype", "batch_size", "num_threads") if k in spec}
@@ -43,6 +72,20 @@ def load_policy(spec: dict, weights_dir: Path | None, where: str = "models.polic
     model.eval()
     return TransformersChatModel(f"{spec['model']}+{weights_dir.parent.parent.name}", loaded=(model, tokenizer),
                                  **{k: v for k, v in options.items() if k in ("batch_size", "num_threads")})
+
+
+def _vllm_policy(spec: dict, weights_dir: Path, where: str) -> ChatModel:
+    """The trained policy on vLLM: an adapter is served by the engine's LoRA support on the base
+    weights (not merged); a full model directory is loaded in place of the base model."""
+    if (weights_dir / "adapter_config.json").exists():
+        import json
+
+        rank = int(json.loads((weights_dir / "adapter_config.json").read_text()).get("r") or 16)
+        return make_model({**spec, "lora": {"path": str(weights_dir), "rank": rank,
+                                            "name": weights_dir.parent.parent.name}}, where=where)
+    if (weights_dir / "config.json").exists():
+        return make_model({**spec, "model": str(weights_dir)}, where=where)
+    raise TermforgeError(f"trained weights not found in {weights_dir} (no adapter_config.json or config.json)")
 
 
 def harness_agent(model: ChatModel, cfg: HarnessConfig, name: str):
