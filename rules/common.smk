@@ -6,7 +6,7 @@ from snakemake.utils import validate
 from termforge.cluster import preflight, train_launcher, train_resources
 from termforge.config import ablation_config, check_config, model_names, shard_ids
 from termforge.errors import ConfigError
-from termforge.params import stage_params_json
+from termforge.params import stage_params_json, stamp_input
 
 # Schema check by Snakemake itself (fills defaults), then termforge's checks with a one-line
 # message naming the key (a jsonschema traceback is not something a user should read).
@@ -17,6 +17,11 @@ except ConfigError as exc:
 validate(config, "../workflow/schemas/config.schema.yaml")
 
 SHARDS = shard_ids(config)
+
+
+wildcard_constraints:
+    shard=r"\d+",
+
 CLUSTER = config["cluster"]
 
 # Resource classes -> Slurm resources. CPU work never lands on the GPU partition.
@@ -44,8 +49,19 @@ SERVED = config["serve"]["enabled"] and config["solve"]["agent"] == "model"
 SOLVE_PARTITION = GPU_PARTITION if SERVED else CPU_PARTITION
 
 
+# Server ids: `policy` (one server for every shard) or policy-000, policy-001 ... (one per
+# serve.shards_per_server shards; each runs as one group job with the shards it serves).
+SHARDS_PER_SERVER = config["serve"]["shards_per_server"]
+
+
+def server_of(shard):
+    if not SHARDS_PER_SERVER:
+        return "policy"
+    return f"policy-{SHARDS.index(shard) // SHARDS_PER_SERVER:03d}"
+
+
 def served_policy(wildcards):
-    return ["results/serve/policy.json"] if SERVED else []
+    return [f"results/serve/{server_of(wildcards.shard)}.json"] if SERVED else []
 
 
 def server_flag(wildcards, input):
@@ -67,6 +83,45 @@ def ablation_params_of(stage):
         return stage_params_json(ablation_config(config, wildcards.model), stage)
 
     return params
+
+
+# Params stamps: results/params/<stage>/stage.json (per ablation: results/params/<stage>/<model>.json)
+# holds the stage's params and is rewritten only when they change; every rule takes its stamp as
+# an input. A changed value then re-runs its rules by modification time even where Snakemake has
+# no metadata to compare params with (results/ from `dvc pull` or a copy, .snakemake deleted).
+# Input functions: only once the DAG is built is it known whether jobs will really run
+# (termforge.params.stamp_input leaves the stamps alone in dry runs).
+def _executing():
+    return workflow.executor_plugin is not None and not workflow.dryrun
+
+
+def params_stamp(stage):
+    def stamp(wildcards):
+        return stamp_input(f"results/params/{stage}/stage.json", params_of(stage), _executing())
+
+    return stamp
+
+
+def ablation_stamp(stage):
+    def stamp(wildcards):
+        return stamp_input(f"results/params/{stage}/{wildcards.model}.json",
+                           stage_params_json(ablation_config(config, wildcards.model), stage), _executing())
+
+    return stamp
+
+
+# Terminal-Bench tasks the workflow imports (eval.tbench.source, rule import_tbench): an input of
+# the evals and, where decontamination names the same folder, of decontamination.
+TBENCH = config["eval"]["tbench"]
+IMPORTED_TBENCH = [TBENCH["tasks_dir"]] if TBENCH["source"] else []
+
+
+def imported_tbench(wildcards):
+    return IMPORTED_TBENCH
+
+
+def imported_references(wildcards):
+    return [d for d in config["decontam"]["harbor_dirs"] if d in IMPORTED_TBENCH]
 
 
 def trained_summary(wildcards):
