@@ -593,3 +593,37 @@ def test_fake_server_script_runs_standalone(tmp_path):
     finally:
         stop_process_group(proc, 5)
     assert proc.returncode == -signal.SIGTERM
+
+
+# -- what check-config says about the models a run uses ---------------------------------------------
+
+
+def _check_config(*files: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-m", "termforge.cli", "check-config", *files], cwd=root,
+                          capture_output=True, text=True, env={**(env or {}), "PATH": "/usr/bin:/bin",
+                                                               "PYTHONPATH": str(root / "src")})
+
+
+def test_check_config_names_an_unset_api_key_variable():
+    res = _check_config("config.yaml", "configs/examples/anthropic.yaml")
+    assert res.returncode == 0 and "config OK" in res.stdout
+    assert ("termforge: warning: models.writer: environment variable ANTHROPIC_API_KEY (its API key) is not set "
+            "(used by generate.model, hints.model)") in res.stderr
+    res = _check_config("config.yaml", "configs/examples/anthropic.yaml", env={"ANTHROPIC_API_KEY": "sk-x"})
+    assert res.returncode == 0 and "warning" not in res.stderr
+    # An endpoint of your own needs no key unless the config names one.
+    res = _check_config("config.yaml", "configs/examples/openai-compatible.yaml")
+    assert res.returncode == 0 and "warning" not in res.stderr
+
+
+def test_check_config_refuses_a_model_spec_its_backend_would_refuse(tmp_path):
+    # An overlay switching the policy to vLLM merges into config.yaml's transformers spec, keeping
+    # its `device`: caught when the config is read, not when a GPU job starts.
+    overlay = tmp_path / "vllm.yaml"
+    overlay.write_text("models:\n  policy:\n    backend: vllm\n")
+    res = _check_config("config.yaml", str(overlay))
+    assert res.returncode == 2
+    assert res.stderr.strip() == ("termforge: error: models.policy.device: unknown option for backend 'vllm' "
+                                  "(accepted: dtype, engine_kwargs, engine_seed, gpu_memory_utilization, lora, "
+                                  "max_model_len, tensor_parallel_size) (used by solve.model, eval.model)")
