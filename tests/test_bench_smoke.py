@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ BENCH = ROOT / "bench"
 # bench script -> its smallest run. make_hint_corpus.py is not a benchmark: it rewrites committed data.
 SMOKE = {
     "bench_attacks.py": ["--families", "log_level_filter", "--attacks", "forged_proof_line"],
-    "bench_compose.py": ["--families", "log_level_filter"],
+    "bench_compose.py": ["--families", "log_level_filter", "--fixtures", "image"],
     "bench_decontam.py": ["--tasks", "200", "--refs", "5", "--plants", "1", "--repeat", "1", "--shard-size", "100"],
     "bench_generate.py": ["--tasks", "3", "--reps", "2"],
     "bench_harness.py": ["--tasks", "1", "--delay", "0.05", "--concurrency", "1,2"],
@@ -32,7 +33,7 @@ SMOKE = {
     "bench_plan.py": ["--skip-baseline"],
     "bench_scale.py": ["--tasks", "4", "--shard-size", "2"],
     "bench_terminal_cpu.py": ["--tasks", "1", "--episodes", "1", "--batch", "1", "--max-new-tokens", "4",
-                              "--turn-cap", "1", "--skip-batching"],
+                              "--turn-cap", "1"],
     "bench_terminal_step.py": ["--tiny", "--prompts", "2", "--max-new-tokens", "4", "--micro-batch", "2",
                                "--steps", "1"],
 }
@@ -50,12 +51,19 @@ def test_every_bench_script_has_a_smoke_run():
 def test_bench_runs_and_cleans_up(script, tmp_path):
     if script in NEEDS_SANDBOX and shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    env = {**os.environ, "TMPDIR": str(tmp), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "src")}
-    res = subprocess.run([sys.executable, str(BENCH / script), *SMOKE[script]], cwd=ROOT, capture_output=True,
-                         text=True, env=env, timeout=900)
+    # A fresh temporary directory the sandboxes' own user can reach, as /tmp is (pytest's are private).
+    tmp = Path(tempfile.mkdtemp(prefix="bench-smoke-", dir="/tmp"))
+    tmp.chmod(0o1777)
+    # torch.compile keeps its kernel cache in the temporary directory on purpose (it is reused by
+    # later runs): point it elsewhere, so that only what a bench forgot remains in TMPDIR.
+    env = {**os.environ, "TMPDIR": str(tmp), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "src"),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    try:
+        res = subprocess.run([sys.executable, str(BENCH / script), *SMOKE[script]], cwd=ROOT, capture_output=True,
+                             text=True, env=env, timeout=900)
+        left = sorted(str(p.relative_to(tmp)) for p in tmp.iterdir())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     assert res.returncode == 0, f"{script} {' '.join(SMOKE[script])}:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
     assert res.stdout.strip(), f"{script} printed nothing"
-    left = sorted(str(p.relative_to(tmp)) for p in tmp.iterdir())
     assert left == [], f"{script} left temporary files behind: {left[:10]}"
