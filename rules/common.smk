@@ -90,22 +90,38 @@ def ablation_params_of(stage):
 # an input. A changed value then re-runs its rules by modification time even where Snakemake has
 # no metadata to compare params with (results/ from `dvc pull` or a copy, .snakemake deleted).
 # Input functions: only once the DAG is built is it known whether jobs will really run
-# (termforge.params.stamp_input leaves the stamps alone in dry runs).
+# (termforge.params.stamp_input leaves the stamps alone in dry runs). A stage's stamps are all
+# written at its first use: Snakemake lists a folder's files once and misses any written later.
+STAMPS = {}
+
+
 def _executing():
     return workflow.executor_plugin is not None and not workflow.dryrun
 
 
+def stage_stamps(stage, models=None):
+    if stage not in STAMPS:
+        if models is None:
+            STAMPS[stage] = stamp_input(f"results/params/{stage}/stage.json", params_of(stage), _executing())
+        else:
+            STAMPS[stage] = {
+                model: stamp_input(f"results/params/{stage}/{model}.json",
+                                   stage_params_json(ablation_config(config, model), stage), _executing())
+                for model in models
+            }
+    return STAMPS[stage]
+
+
 def params_stamp(stage):
     def stamp(wildcards):
-        return stamp_input(f"results/params/{stage}/stage.json", params_of(stage), _executing())
+        return stage_stamps(stage)
 
     return stamp
 
 
-def ablation_stamp(stage):
+def ablation_stamp(stage, models):
     def stamp(wildcards):
-        return stamp_input(f"results/params/{stage}/{wildcards.model}.json",
-                           stage_params_json(ablation_config(config, wildcards.model), stage), _executing())
+        return stage_stamps(stage, models)[wildcards.model]
 
     return stamp
 

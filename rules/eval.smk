@@ -6,7 +6,7 @@ rule eval_aime:
     input:
         heldout="results/data/math/heldout.jsonl",
         weights=trained_summary,
-        stamp=ablation_stamp("eval_aime"),
+        stamp=ablation_stamp("eval_aime", MODELS),
     output:
         record="results/runs/{model}/eval/aime.json",
     params:
@@ -32,7 +32,7 @@ rule eval_tbench:
     input:
         tasks=imported_tbench,
         weights=trained_summary,
-        stamp=ablation_stamp("eval_tbench"),
+        stamp=ablation_stamp("eval_tbench", MODELS),
     output:
         record="results/runs/{model}/eval/tbench.json",
     params:
