@@ -4,7 +4,6 @@ with its metadata and without it (the params stamps)."""
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import shutil
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from termforge.config import deep_merge, load_config
+from termforge.config import check_config, deep_merge, load_config
 from termforge.params import STAGE_KEYS, stage_params_json, sync_stamp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,12 +30,9 @@ CHANGES = {
 
 
 def _changed_stages(base: dict, overlay: dict) -> set[str]:
-    before = load_config([ROOT / "config.yaml"]) if not base else base
-    after = load_config([ROOT / "config.yaml"]) if not base else base
-    after = deep_merge(after, overlay)
-    from termforge.config import check_config
-
-    after = check_config(after)
+    """The stages whose params differ between base (default: config.yaml) and base + overlay."""
+    before = base or load_config([ROOT / "config.yaml"])
+    after = check_config(deep_merge(before, overlay))
     return {stage for stage in STAGE_KEYS
             if stage_params_json(before, stage) != stage_params_json(after, stage)}
 
@@ -53,11 +49,8 @@ def test_the_offline_generator_does_not_read_model_price_or_planning_keys(key):
 
 
 def test_the_llm_generator_reads_its_model_and_prices():
-    llm = check = load_config([ROOT / "config.yaml"])
-    llm = deep_merge(llm, {"generate": {"backend": "llm"}})
-    from termforge.config import check_config
-
-    llm = check_config(llm)
+    check = load_config([ROOT / "config.yaml"])
+    llm = check_config(deep_merge(check, {"generate": {"backend": "llm"}}))
     for key in ("models.policy", "prices", "planning"):
         assert "generate" in _changed_stages(llm, CHANGES[key]), key
     assert json.loads(stage_params_json(llm, "generate"))["models.policy"]["model"] == \
@@ -67,8 +60,6 @@ def test_the_llm_generator_reads_its_model_and_prices():
 def test_hints_read_only_the_models_they_use():
     cfg = load_config([ROOT / "config.yaml"])
     assert not [k for k in json.loads(stage_params_json(cfg, "hints")) if k.startswith("models")]
-    from termforge.config import check_config
-
     judged = check_config(deep_merge(cfg, {"models": {"writer": {"backend": "openai", "model": "w"},
                                                       "judge": {"backend": "anthropic", "model": "j"}},
                                            "hints": {"backend": "llm", "model": "writer", "judge": "judge"}}))
@@ -153,7 +144,3 @@ def test_snakemake_reruns_only_the_rules_that_read_a_changed_key(tmp_path):
                                                                                     CHANGES["models.policy"]))
     assert "results/tasks/manifests/00000.json" not in listed
 
-
-def test_overlay_changes_are_independent_of_each_other():
-    # The overlays above do not leak into one another (each dry run gets only its own).
-    assert copy.deepcopy(CHANGES) == CHANGES
