@@ -5,6 +5,7 @@
 rule hints:
     input:
         corpus="results/corpus/manifest.json",
+        stamp=params_stamp("hints"),
     output:
         demos="results/hints/demos.parquet",
         coverage="results/hints/coverage.json",
@@ -28,6 +29,7 @@ rule export:
     input:
         corpus="results/corpus/manifest.json",
         demos="results/hints/demos.parquet",
+        stamp=params_stamp("export"),
     output:
         summary="results/export/export.json",
     params:
@@ -51,6 +53,7 @@ rule export_verifiers:
         corpus="results/corpus/manifest.json",
         demos="results/hints/demos.parquet",
         images=expand("results/images/manifests/{shard}.json", shard=SHARDS),
+        stamp=verifiers_stamp,
     output:
         summary="results/export/verifiers/export.json",
     params:

@@ -5,6 +5,8 @@
 rule decontaminate:
     input:
         manifests=expand("results/tasks/manifests/{shard}.json", shard=SHARDS),
+        references=imported_references,
+        stamp=params_stamp("decontaminate"),
     output:
         report="results/decontam/report.json",
     params:
@@ -28,6 +30,7 @@ rule validate:
         manifest="results/tasks/manifests/{shard}.json",
         builds="results/images/manifests/{shard}.json",
         decontam="results/decontam/report.json",
+        stamp=params_stamp("validate"),
     output:
         verdicts="results/validate/{shard}.json",
     params:
@@ -49,6 +52,7 @@ rule validate:
 rule review:
     input:
         verdicts="results/validate/{shard}.json",
+        stamp=params_stamp("review"),
     output:
         reviews="results/review/{shard}.json",
     params:

@@ -8,6 +8,7 @@ rule solve:
         corpus="results/corpus/manifest.json",
         builds="results/images/manifests/{shard}.json",
         server=served_policy,
+        stamp=params_stamp("solve"),
     output:
         rollouts="results/solve/{shard}.json",
     params:
@@ -31,10 +32,11 @@ rule solve:
 rule review_traces:
     input:
         solved="results/solve/{shard}.json",
+        stamp=params_stamp("review_traces"),
     output:
         reviews="results/solve/reviews/{shard}.json",
     params:
-        options=params_of("review"),
+        options=params_of("review_traces"),
     log:
         "results/logs/review_traces/{shard}.log",
     benchmark:

@@ -105,6 +105,18 @@ def test_a_dataset_id_is_fetched_with_the_harbor_cli(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{host_path}")
     summary = import_harbor("tb-mini@1.0", tmp_path / "b", name="tbm")
     assert summary["n_imported"] == 1 and (tmp_path / "b" / "tasks" / "tbm--fix-median" / "task.json").is_file()
+    # Without --name the dataset is named after the id; the Harbor tasks themselves are kept (what a
+    # Terminal-Bench eval reads: eval.tbench.tasks_dir), at harbor/ or where harbor_dir says.
+    summary = import_harbor("terminal-bench@2.0", tmp_path / "c", harbor_dir=tmp_path / "tb2")
+    assert summary["dataset"] == "terminal-bench-2.0" and summary["source"] == "terminal-bench@2.0"
+    assert (tmp_path / "tb2" / "fix-median" / "task.toml").is_file()
+    assert (tmp_path / "c" / "tasks" / "terminal-bench-2.0--fix-median" / "task.json").is_file()
+
+
+def test_a_local_dataset_is_copied_whole_for_the_evals(imported):
+    out, summary = imported
+    assert sorted(p.name for p in (out / "harbor").iterdir()) == sorted(p.name for p in TB_MINI.iterdir())
+    assert summary["harbor_dir"] == str(out / "harbor") and summary["dataset"] == "tb-mini"
 
 
 def test_import_harbor_cli(tmp_path):

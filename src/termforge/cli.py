@@ -93,7 +93,7 @@ def check_inputs(sp: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def _stage_options(args, stage: str) -> dict:
-    from termforge.params import STAGE_KEYS, resolve_flat, stage_params
+    from termforge.params import flat_stage_keys, stage_params
 
     if args.params and args.configfile:
         raise ConfigError("give either --params or --configfile, not both")
@@ -106,7 +106,7 @@ def _stage_options(args, stage: str) -> dict:
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--params is not valid JSON: {exc}") from None
     try:
-        missing = [k for k in STAGE_KEYS[stage] if resolve_flat(opts, k) not in opts]
+        missing = [k for k in flat_stage_keys(opts, stage) if k not in opts]
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"--params for {stage} lacks {exc}") from None
     if missing:
@@ -128,6 +128,7 @@ def _configured(overlays: list[str] | None) -> dict:
 
 def cmd_check_config(args) -> int:
     from termforge.config import config_paths, model_names, shard_ids
+    from termforge.models.base import missing_api_keys
 
     if args.files and args.configfile:
         raise ConfigError("check-config: give the overlays either as arguments or after --configfile, not both")
@@ -137,13 +138,22 @@ def cmd_check_config(args) -> int:
     print(f"config OK ({' + '.join(map(str, config_paths(overlays)))}): run {cfg['run_name']!r}, "
           f"{cfg['corpus']['n_tasks']} tasks in {len(shard_ids(cfg))} shards of {cfg['corpus']['shard_size']}; "
           f"ablations planned and checked: {', '.join(ablations) or 'none'}")
+    for line in missing_api_keys(cfg):
+        print(f"termforge: warning: {line}", file=sys.stderr)
     return 0
 
 
 def cmd_check_cluster(args) -> int:
-    from termforge.cluster import check, format_table, read_inventory, rule_requests, workflow_rules
+    from termforge.cluster import NoController, check, format_table, read_inventory, rule_requests, workflow_rules
 
-    verdicts = check(rule_requests(*workflow_rules(Path(args.snakefile), args.configfile)), read_inventory())
+    requests = rule_requests(*workflow_rules(Path(args.snakefile), args.configfile))
+    try:
+        inventory = read_inventory()
+    except NoController as exc:
+        # Not a failure: the same command is right on a laptop and on the login node.
+        print(f"termforge: check-cluster: no Slurm controller reachable: skipped ({exc})")
+        return 0
+    verdicts = check(requests, inventory)
     print(format_table(verdicts))
     for v in verdicts:
         if not v.ok:
@@ -522,7 +532,8 @@ def cmd_eval_tbench(args) -> int:
 def cmd_import_harbor(args) -> int:
     from termforge.evals.harbor_import import import_harbor
 
-    s = import_harbor(args.source, Path(args.out_dir), args.name)
+    s = import_harbor(args.source, Path(args.out_dir), args.name,
+                      harbor_dir=Path(args.harbor_dir) if args.harbor_dir else None)
     for row in s["tasks"]:
         if not row["imported"]:
             print(f"import-harbor: {row['harbor_name']}: not imported: {row['reason']}")
@@ -574,16 +585,26 @@ def cmd_hints(args) -> int:
 
 
 def cmd_dvc_yaml(args) -> int:
-    from termforge.config import REPO_ROOT, config_paths
+    import os
+
+    from termforge.config import REPO_ROOT, config_paths, read_yaml
     from termforge.dvcgen import dvc_yaml, snakemake_rules
 
-    import yaml
-
     cfg = _configured(args.configfile)
-    # dvc.yaml names config.yaml's params: check them against the file when it is the only one.
+    # Params are named in the files that write them, by paths relative to the first file's folder
+    # (the project, where dvc.yaml lives); the files after it are the stage commands' overlays.
     paths = config_paths(args.configfile)
-    raw = (yaml.safe_load(paths[0].read_text()) or {}) if len(paths) == 1 else None
-    sys.stdout.write(dvc_yaml(cfg, snakemake_rules(REPO_ROOT), raw))
+    root = paths[0].resolve().parent
+    files = [(os.path.relpath(p.resolve(), root), read_yaml(p)) for p in paths]
+    sys.stdout.write(dvc_yaml(cfg, snakemake_rules(REPO_ROOT), files=files))
+    return 0
+
+
+def cmd_dvc_receipt(args) -> int:
+    from termforge.dvcgen import write_receipt
+
+    write_receipt(args.stage, args.targets, args.out)
+    print(f"dvc-receipt: {args.stage}: {len(args.targets)} targets -> {args.out}")
     return 0
 
 
@@ -765,7 +786,10 @@ def build_parser() -> argparse.ArgumentParser:
     input_arg(sp, "source", kind="harbor_source",
               help="a Harbor task or dataset folder, or NAME[@VERSION] fetched with the harbor CLI")
     output_arg(sp, "--out-dir", dir=True, required=True)
-    sp.add_argument("--name", help="dataset name (task id prefix, reference source); default: the folder's name")
+    sp.add_argument("--name", help="dataset name (task id prefix, reference source); default: the folder's name, "
+                                   "or the dataset id (terminal-bench@2.0: terminal-bench-2.0)")
+    output_arg(sp, "--harbor-dir", dir=True,
+               help="where the Harbor tasks themselves go (what eval.tbench.tasks_dir names); default OUT_DIR/harbor")
     sp.set_defaults(func=cmd_import_harbor)
 
     sp = sub.add_parser("eval-table", help="merge eval records into the tidy results table")
@@ -808,6 +832,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("dvc-yaml", help="print dvc.yaml for the workflow (stages, params, outs)")
     input_arg(sp, "--configfile", kind="config", nargs="+", default=[], help=CONFIGFILE_HELP)
     sp.set_defaults(func=cmd_dvc_yaml)
+
+    sp = sub.add_parser("dvc-receipt", help="record the sha256 of a DVC stage's Snakemake targets (dvc.yaml runs it)")
+    sp.add_argument("--stage", required=True, help="the DVC stage")
+    input_arg(sp, "--targets", kind="text", nargs="+", required=True, help="the files the stage's Snakemake call built")
+    output_arg(sp, "--out", required=True, help="dvc-receipts/<stage>.json")
+    sp.set_defaults(func=cmd_dvc_receipt)
 
     sp = stage("export", "export the corpus: HF parquet, private table, Harbor task dirs; or (--verifiers) a "
                          "verifiers environment package with prime-rl configs")

@@ -11,6 +11,7 @@ import copy
 import functools
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -180,10 +181,35 @@ def _with_defaults(validator_cls):
     return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})
 
 
+# A number in exponent form without a dot (1e-05): YAML 1.2 reads it as a number, PyYAML (YAML 1.1,
+# which Snakemake and termforge read config files with) as a string. DVC writes YAML 1.2, and
+# `dvc exp run -S config.yaml:train.learning_rate=1e-5` writes exactly this.
+_EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _exponent_floats(node, schema: dict) -> None:
+    """Read such strings as the numbers they are, where the schema expects a number."""
+    if not isinstance(node, dict) or not isinstance(schema, dict):
+        return
+    props = schema.get("properties") or {}
+    extra = schema.get("additionalProperties")
+    for key, value in node.items():
+        sub = props.get(key, extra if isinstance(extra, dict) else None)
+        if not isinstance(sub, dict):
+            continue
+        types = sub.get("type")
+        types = types if isinstance(types, list) else [types]
+        if isinstance(value, str) and "number" in types and _EXPONENT_FLOAT.fullmatch(value):
+            node[key] = float(value)
+        else:
+            _exponent_floats(value, sub)
+
+
 def check_config(config: dict) -> dict:
     """Validate (filling defaults) and return a new config dict; raise one ConfigError on the first problem."""
     schema = load_schema()
     cfg = copy.deepcopy(config)
+    _exponent_floats(cfg, schema)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), _key_path(e.absolute_path)))
     if errors:
@@ -200,6 +226,10 @@ def _check_semantics(cfg: dict) -> None:
         raise ConfigError(f"corpus.mix: shares must sum to 1, got {total:g} ({mix})")
     if cfg["corpus"]["shard_size"] > cfg["corpus"]["n_tasks"]:
         cfg["corpus"]["shard_size"] = cfg["corpus"]["n_tasks"]
+    from termforge.models.base import model_spec_problem
+
+    if problem := model_spec_problem(cfg):
+        raise ConfigError(problem)
     tax = cfg["corpus"].get("taxonomy")
     if tax and not Path(tax).exists():
         raise ConfigError(f"corpus.taxonomy: file {tax} does not exist")

@@ -31,7 +31,7 @@ PRODUCERS: tuple[tuple[str, str], ...] = (
     ("results/validate/{shard}.json", "validate"),
     ("results/review/{shard}.json", "review"),
     ("results/corpus/manifest.json", "corpus_manifest"),
-    ("results/serve/policy.json", "serve_policy"),
+    ("results/serve/{server}.json", "serve_policy"),
     ("results/solve/{shard}.json", "solve"),
     ("results/solve/trajectories/", "solve"),
     ("results/solve/reviews/{shard}.json", "review_traces"),

@@ -34,7 +34,8 @@ from termforge.containment import (TASK_ID_MAX, check_task_id, check_tree, conta
 from termforge.errors import TermforgeError, show_value
 from termforge.evals.harbor_tasks import (TASK_ROOT, CopyStep, EnvironmentUnsupported, HarborTask, RunStep,
                                           load_harbor_dataset, native_plan)
-from termforge.io import StagedOutputs, atomic_write_json, atomic_write_text, clean_stale_staging, stable_hash
+from termforge.io import (StagedOutputs, atomic_write_json, atomic_write_text, clean_stale_staging, publish_dir,
+                          stable_hash, staging_dir)
 from termforge.runtime.bwrap import tree_digest
 
 FAMILY = "harbor-import"
@@ -194,21 +195,59 @@ def fetch_dataset(dataset_id: str, dest: Path, harbor: str = "harbor", timeout: 
     return dest
 
 
-def import_harbor(source: str | Path, out_dir: str | Path, name: str | None = None) -> dict:
-    """Import a Harbor dataset into out_dir: tasks/<id>/ (canonical), manifest.json (a shard
-    manifest), references/<name>.jsonl (for decontam.jsonl) and import.json (per task: imported, or why not)."""
-    out_dir = Path(out_dir)
+def harbor_copy(source: str | Path, dest: Path) -> tuple[Path, str]:
+    """The Harbor tasks of `source` (a local folder, or a Harbor dataset id NAME[@VERSION] fetched
+    with the harbor CLI) as a folder at `dest`, replaced whole; returns (dest, default name). The
+    copy is what the Terminal-Bench runners read (eval.tbench.tasks_dir) wherever the tasks came
+    from, and what the imported tasks' provenance names. The dataset is untrusted input: a symlink
+    out of it, or a special file, stops the copy before anything is written (termforge.containment);
+    the copy holds regular files only."""
     src = Path(source)
-    if not src.is_dir():
-        if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*(@[A-Za-z0-9._-]+)?", str(source)) and not str(source).startswith(
-                (".", "/")):
-            src = fetch_dataset(str(source), out_dir / "source")
+    is_id = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*(@[A-Za-z0-9._-]+)?", str(source)) and not str(
+        source).startswith((".", "/"))
+    if src.is_dir():
+        name = src.resolve().name
+        check_tree(src)
+        if src.resolve() == dest.resolve():
+            return dest, name
+    elif is_id:
+        name = str(source).rsplit("/", 1)[-1]
+    else:
+        raise TermforgeError(f"import-harbor: {source} is not a directory")
+    staging = staging_dir(dest)
+    try:
+        if src.is_dir() and (src / "task.toml").exists():
+            # One task: it keeps its folder's name (a task without [task].name is named after it).
+            copy_regular_tree(src, staging / src.resolve().name)
+        elif src.is_dir():
+            shutil.rmtree(staging)
+            copy_regular_tree(src, staging)
         else:
-            raise TermforgeError(f"import-harbor: {source} is not a directory")
-    name = dataset_name(name or (src.name if src.is_dir() else str(source)))
-    # The dataset is untrusted input: a symlink out of it, or a special file, stops the import
-    # before anything is read from it or written (termforge.containment).
-    check_tree(src)
+            fetched = staging.parent / (staging.name + ".fetch")
+            try:
+                fetch_dataset(str(source), fetched)
+                shutil.rmtree(staging)
+                copy_regular_tree(fetched, staging)  # what a registry served is as untrusted as a folder
+            finally:
+                shutil.rmtree(fetched, ignore_errors=True)
+        publish_dir(staging, dest)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return dest, name
+
+
+def import_harbor(source: str | Path, out_dir: str | Path, name: str | None = None,
+                  harbor_dir: str | Path | None = None) -> dict:
+    """Import a Harbor dataset into out_dir: harbor/ (the Harbor tasks as given or fetched; or
+    `harbor_dir`), tasks/<id>/ (canonical), manifest.json (a shard manifest),
+    references/<name>.jsonl (for decontam.jsonl) and import.json (per task: imported, or why not).
+
+    `source` is a folder of Harbor tasks or a Harbor dataset id NAME[@VERSION]
+    (`terminal-bench@2.0`: name terminal-bench-2.0)."""
+    out_dir = Path(out_dir)
+    src, default_name = harbor_copy(source, Path(harbor_dir) if harbor_dir else contained(out_dir, "harbor"))
+    name = dataset_name(name or default_name)
     tasks, broken = load_harbor_dataset(src)
     tasks_dir = contained(out_dir, "tasks")
     tasks_dir.mkdir(parents=True, exist_ok=True)
@@ -252,9 +291,9 @@ def import_harbor(source: str | Path, out_dir: str | Path, name: str | None = No
         # Named after the dataset: decontamination names a reference set by its file's stem.
         ref_path = contained(out_dir, "references", f"{name}.jsonl")
         atomic_write_text(staged.file(ref_path), "".join(json.dumps(r, sort_keys=True) + "\n" for r in refs))
-        summary = {"dataset": name, "source": str(src), "n_tasks": len(tasks) + len(broken), "n_imported": len(entries),
-                   "n_unloadable": len(broken), "manifest": str(out_dir / "manifest.json"),
-                   "references": str(ref_path),
+        summary = {"dataset": name, "source": str(source), "harbor_dir": str(src),
+                   "n_tasks": len(tasks) + len(broken), "n_imported": len(entries), "n_unloadable": len(broken),
+                   "manifest": str(out_dir / "manifest.json"), "references": str(ref_path),
                    "decontam_reference": {"path": str(ref_path), "column": "text"},
                    "digest": stable_hash(refs, 16), "tasks": sorted(report, key=lambda r: r["id"])}
         atomic_write_json(staged.file(contained(out_dir, "import.json")), summary)
@@ -262,4 +301,4 @@ def import_harbor(source: str | Path, out_dir: str | Path, name: str | None = No
     return summary
 
 
-__all__ = ["import_harbor", "fetch_dataset", "setup_sh", "task_id_for", "FAMILY"]
+__all__ = ["import_harbor", "harbor_copy", "fetch_dataset", "setup_sh", "task_id_for", "FAMILY"]
