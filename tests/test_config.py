@@ -121,12 +121,18 @@ def test_an_inherited_key_that_breaks_an_ablation_is_named():
 
 
 def test_trained_weights_need_a_backend_that_loads_them():
-    cfg = _merged({"models": {"policy": {"backend": "openai", "model": "m", "base_url": "http://h/v1"}}})
+    cfg = _merged({})
+    cfg["models"]["policy"] = {"backend": "openai", "model": "smollm2-135m-instruct", "base_url": "http://h/v1"}
     with pytest.raises(ConfigError, match=r"^ablations\.fkl: models\.policy\.backend: evaluating trained weights "
-                                          r"needs the transformers backend .*\(eval_aime of the trained weights\)"):
+                                          r"needs the transformers or the vllm backend .*got 'openai' "
+                                          r"\(eval_aime of the trained weights\)"):
         check_config(cfg)
     cfg["ablations"] = {}  # the untrained base policy evaluates through any backend
     check_config(cfg)
+    # The adapters are evaluated on the eval model's weights: both must name the same model.
+    cfg = _merged({"ablations": {"fkl": {"train": {"model": "other-model"}}}})
+    with pytest.raises(ConfigError, match=r"^ablations\.fkl: train\.model: 'other-model' is not models\.policy\.model"):
+        check_config(cfg)
 
 
 # -- ablations an overlay can replace ---------------------------------------------------------

@@ -195,25 +195,31 @@ def fetch_dataset(dataset_id: str, dest: Path, harbor: str = "harbor", timeout: 
     return dest
 
 
-def harbor_copy(source: str | Path, dest: Path) -> tuple[Path, str]:
+def source_name(source: str | Path) -> str:
+    """The default dataset name of a source: a folder's own name, or a dataset id's NAME[@VERSION]
+    last part. Anything else is not a source."""
+    src = Path(source)
+    if src.is_dir():
+        return src.resolve().name
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*(@[A-Za-z0-9._-]+)?", str(source)) and not str(
+            source).startswith((".", "/")):
+        return str(source).rsplit("/", 1)[-1]
+    raise TermforgeError(f"import-harbor: {source} is not a directory")
+
+
+def harbor_copy(source: str | Path, dest: Path) -> Path:
     """The Harbor tasks of `source` (a local folder, or a Harbor dataset id NAME[@VERSION] fetched
-    with the harbor CLI) as a folder at `dest`, replaced whole; returns (dest, default name). The
+    with the harbor CLI) as a folder at `dest`, replaced whole; returns dest. The
     copy is what the Terminal-Bench runners read (eval.tbench.tasks_dir) wherever the tasks came
     from, and what the imported tasks' provenance names. The dataset is untrusted input: a symlink
     out of it, or a special file, stops the copy before anything is written (termforge.containment);
     the copy holds regular files only."""
     src = Path(source)
-    is_id = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*(@[A-Za-z0-9._-]+)?", str(source)) and not str(
-        source).startswith((".", "/"))
+    source_name(source)  # a folder or a dataset id, else an error before anything is written
     if src.is_dir():
-        name = src.resolve().name
         check_tree(src)
         if src.resolve() == dest.resolve():
-            return dest, name
-    elif is_id:
-        name = str(source).rsplit("/", 1)[-1]
-    else:
-        raise TermforgeError(f"import-harbor: {source} is not a directory")
+            return dest
     staging = staging_dir(dest)
     try:
         if src.is_dir() and (src / "task.toml").exists():
@@ -234,7 +240,7 @@ def harbor_copy(source: str | Path, dest: Path) -> tuple[Path, str]:
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    return dest, name
+    return dest
 
 
 def import_harbor(source: str | Path, out_dir: str | Path, name: str | None = None,
@@ -246,8 +252,9 @@ def import_harbor(source: str | Path, out_dir: str | Path, name: str | None = No
     `source` is a folder of Harbor tasks or a Harbor dataset id NAME[@VERSION]
     (`terminal-bench@2.0`: name terminal-bench-2.0)."""
     out_dir = Path(out_dir)
-    src, default_name = harbor_copy(source, Path(harbor_dir) if harbor_dir else contained(out_dir, "harbor"))
-    name = dataset_name(name or default_name)
+    # The name first: a name that cannot name files stops the import before anything is written.
+    name = dataset_name(name or source_name(source))
+    src = harbor_copy(source, Path(harbor_dir) if harbor_dir else contained(out_dir, "harbor"))
     tasks, broken = load_harbor_dataset(src)
     tasks_dir = contained(out_dir, "tasks")
     tasks_dir.mkdir(parents=True, exist_ok=True)
