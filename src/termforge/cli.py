@@ -164,6 +164,7 @@ def cmd_generate(args) -> int:
         from termforge.generate.llm import run_generate_shard_llm
         from termforge.models.base import make_model
         from termforge.params import resolve_flat
+        from termforge.runtime.base import get_runtime
 
         key = resolve_flat(o, "models.{generate.model}")
         model = make_model(dict(o[key]), where=key)
@@ -176,7 +177,7 @@ def cmd_generate(args) -> int:
                                                              "max_repair_rounds": o["generate.max_repair_rounds"]},
                                                 "models": {o["generate.model"]: dict(o[key])},
                                                 "prices": o["prices"], "planning": o["planning"]},
-                                   workers=o["generate.workers"])
+                                   workers=o["generate.workers"], runtime=get_runtime("bwrap", rootfs=o["runtime.rootfs"]))
         finally:
             model.close()
         return 0
@@ -203,7 +204,7 @@ def cmd_build_images(args) -> int:
 
     o = _stage_options(args, "build_images")
     run_build_shard(Path(args.manifest), Path(args.images_dir), Path(args.out), backend=o["runtime.backend"],
-                    timeout=o["runtime.build_timeout_sec"], workers=o["validate.workers"])
+                    timeout=o["runtime.build_timeout_sec"], workers=o["validate.workers"], rootfs=o["runtime.rootfs"])
     return 0
 
 
@@ -243,7 +244,7 @@ def cmd_validate(args) -> int:
     run_validate_shard(Path(args.manifest), Path(args.out), Path(args.images_dir), limits,
                        decontam_report=Path(args.decontam) if args.decontam else None,
                        workers=o["validate.workers"], oracle_repeats=o["validate.oracle_repeats"],
-                       backend=o["runtime.backend"], mutants=o["validate.mutants"])
+                       backend=o["runtime.backend"], mutants=o["validate.mutants"], rootfs=o["runtime.rootfs"])
     return 0
 
 

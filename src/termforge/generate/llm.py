@@ -752,7 +752,7 @@ def failure_record_path(out_root: Path, task_id: str) -> Path:
 
 
 def generate_task_llm(sig: dict, out_root: Path, model: ChatModel, max_repair_rounds: int = 2,
-                      base_image: str = "debian:bookworm-slim", images_dir: Path | None = None, *,
+                      base_image: str = "termforge/base:bookworm", images_dir: Path | None = None, *,
                       runtime: Runtime | None = None, limits: Limits | None = None,
                       sampling: SamplingParams | None = None) -> Path:
     """Write one task directory with the llm chain (atomically) and return its path.
@@ -805,7 +805,7 @@ def generate_task_llm(sig: dict, out_root: Path, model: ChatModel, max_repair_ro
 
 def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, tasks_dir: Path,
                            manifest_path: Path, model: ChatModel, max_repair_rounds: int = 2,
-                           base_image: str = "debian:bookworm-slim", images_dir: Path | None = None,
+                           base_image: str = "termforge/base:bookworm", images_dir: Path | None = None,
                            workers: int = 1, *, runtime: Runtime | None = None, limits: Limits | None = None,
                            sampling: SamplingParams | None = None, cost_config: dict | None = None) -> dict:
     """Generate every task of the shard with the llm chain and write the shard manifest.
