@@ -438,6 +438,66 @@ def cmd_import_harbor(args) -> int:
     return 0
 
 
+def cmd_images(args) -> int:
+    """`termforge images build|list|add|save|lock` (docs/images.md)."""
+    import time
+
+    from termforge.images import built_bases, ensure_base, ensure_task_base, image_cache_dir, load_declarations
+    from termforge.images.store import ImageStore, image_store_dir, register_base
+
+    cache = image_cache_dir(args.cache)
+    store = ImageStore(image_store_dir(args.store, cache))
+    if args.action == "build":
+        names = args.names or sorted(load_declarations())
+        start = time.monotonic()
+        built = [ensure_base(n, cache) for n in names]
+        for task_dir in args.harbor or []:
+            from termforge.evals.harbor_tasks import (EnvironmentUnsupported, check_base_image, load_harbor_dir,
+                                                      native_plan)
+
+            for task in load_harbor_dir(task_dir):
+                try:
+                    plan = native_plan(task)
+                    built.append(ensure_task_base(check_base_image(plan.base_image), plan.apt_packages, cache))
+                except EnvironmentUnsupported:
+                    continue  # the eval reports it as an environment error
+        for b in built:
+            register_base(b, store)
+        print(f"images build: {len({b.digest for b in built})} base image(s) ready in {time.monotonic() - start:.1f}s "
+              f"({', '.join(sorted({b.record['name'] for b in built}))}; cache {cache})")
+        return 0
+    if args.action == "list":
+        print(f"base images in the cache {cache}:")
+        for b in built_bases(cache):
+            r = b.record
+            print(f"  {r['name']:40s} {r['digest'][:19]}  {r['size'] / 1e6:6.0f} MB  {r['package_count']:4d} packages"
+                  f"  {' '.join(r['names'])}")
+        print(f"images in the store {store.root}:")
+        for image in store.images():
+            print(f"  {image.name:40s} {image.digest[:19]}  {image.size / 1e6:6.0f} MB  {len(image.layers)} layer(s)")
+        return 0
+    if args.action == "add":
+        if not args.names or len(args.names) != 2:
+            raise ConfigError("images add: give NAME and SOURCE (a rootfs tarball, OCI layout, OCI or docker archive)")
+        image = store.add(args.names[0], args.names[1], ref=args.ref)
+        print(f"images add: {image.name} {image.digest[:19]} ({len(image.layers)} layer(s), {image.size / 1e6:.0f} MB) "
+              f"-> {store.root}")
+        return 0
+    if args.action == "save":
+        if not args.names or len(args.names) != 2:
+            raise ConfigError("images save: give NAME and the OCI archive to write")
+        out = store.save(args.names[0], args.names[1])
+        print(f"images save: {args.names[0]} -> {out} (oci-archive)")
+        return 0
+    if args.action == "lock":
+        for name in args.names or sorted(load_declarations()):
+            b = ensure_base(name, cache)
+            print(f"# {b.record['name']} {b.digest} lock {b.record['lock_digest']}")
+            print("\n".join(b.lock_lines()))
+        return 0
+    raise ConfigError(f"images: unknown action {args.action!r}")
+
+
 def cmd_eval_table(args) -> int:
     from termforge.evals.run import write_eval_table
 
@@ -655,6 +715,19 @@ def build_parser() -> argparse.ArgumentParser:
     output_arg(sp, "--out-dir", dir=True, required=True)
     sp.add_argument("--name", help="dataset name (task id prefix, reference source); default: the folder's name")
     sp.set_defaults(func=cmd_import_harbor)
+
+    sp = sub.add_parser("images", help="base images and the local image store: build, list, add, save, lock")
+    sp.add_argument("action", choices=["build", "list", "add", "save", "lock"],
+                    help="build: the declared bases (all, or NAMES); list: the cache and the store; add NAME SOURCE: "
+                         "a rootfs tarball, OCI layout, OCI or docker archive into the store; save NAME ARCHIVE: "
+                         "an OCI archive; lock: the exact package versions of bases")
+    sp.add_argument("names", nargs="*", help="base or image names (add/save: NAME then the file)")
+    sp.add_argument("--ref", help="add: which image of a multi-image OCI layout or archive")
+    input_arg(sp, "--harbor", kind="harbor_source", nargs="*",
+              help="build: also the derived bases these Harbor task folders' Dockerfiles need")
+    output_arg(sp, "--cache", dir=True, help="image cache (default $TERMFORGE_IMAGE_CACHE, else the user cache)")
+    output_arg(sp, "--store", dir=True, help="image store (default $TERMFORGE_IMAGE_STORE, else <cache>/store)")
+    sp.set_defaults(func=cmd_images)
 
     sp = sub.add_parser("eval-table", help="merge eval records into the tidy results table")
     input_arg(sp, "--records", kind="eval_record", nargs="+", required=True)

@@ -194,16 +194,20 @@ def ensure_base(decl: BaseDecl | str, cache: str | os.PathLike | None = None,
             shutil.rmtree(stale, ignore_errors=True)
         stage = cache / "bases" / f".stage-{key}-{os.getpid()}"
         _mkdirs(stage)
+        from termforge.images.store import ImageStore, image_store_dir, register_base
+
+        store = ImageStore(image_store_dir(None, cache))
+        final = cache / "bases" / f"{decl.name}-{key}"
         try:
-            built = _build(decl, parent, key, stage, cache, log, timeout)
-            final = cache / "bases" / f"{decl.name}-{key}"
+            built = _from_store(decl, key, stage, store, log) or _build(decl, parent, key, stage, cache, log, timeout)
             os.rename(stage, final)
         except TermforgeError as exc:
             _FAILED[key] = str(exc)
             raise
         finally:
             shutil.rmtree(stage, ignore_errors=True)
-    built.dir = final
+        built.dir = final
+        register_base(built, store)
     return built
 
 
@@ -251,6 +255,50 @@ def _build(decl: BaseDecl, parent: BuiltBase | None, key: str, stage: Path, cach
     os.chmod(stage, 0o755)
     log(f"images: built {what} in {record['build_seconds']:.1f}s: {len(lock)} packages, "
         f"{size / 1e6:.0f} MB, {digest[:19]}")
+    return BuiltBase(decl, stage, record)
+
+
+def _from_store(decl: BaseDecl, key: str, stage: Path, store, log: Callable[[str], None]) -> BuiltBase | None:
+    """The base from the image store, when an image there carries its key (one moved here from
+    another machine with `termforge images add`): its layer unpacked, nothing rebuilt."""
+    image = store.find_label("org.termforge.base.key", key)
+    if image is None or len(image.layers) != 1:
+        return None
+    import json
+
+    record = json.loads(image.labels["org.termforge.base.record"])
+    desc, diff_ids = image.layers[0], (image.config.get("rootfs") or {}).get("diff_ids", [])
+    if diff_ids != [record.get("digest")]:
+        raise TermforgeError(f"image store {store.root}: {image.name} claims base {decl.name} {key} but its layer "
+                             "is not the one its record names")
+    log(f"images: unpacking base {decl.name} from the image store ({image.name})")
+    layer, blob = stage / "layer.tar", store.blob(desc["digest"])
+    if desc.get("mediaType", "").endswith("gzip"):  # skopeo compresses layers in the archives it writes
+        import gzip
+
+        with gzip.open(blob, "rb") as src, open(layer, "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+    else:
+        try:
+            os.link(blob, layer)
+        except OSError:
+            shutil.copyfile(blob, layer)
+    if file_sha256(layer) != record["digest"]:
+        raise TermforgeError(f"image store {store.root}: the layer of {image.name} does not match its digest")
+    rootfs = stage / "rootfs"
+    rootfs.mkdir()
+    os.chmod(rootfs, 0o755)
+    _run(["tar", "--extract", f"--file={layer}", f"--directory={rootfs}", "--numeric-owner"]
+         + (["--same-owner", "--same-permissions"] if os.geteuid() == 0 else []),
+         BUILD_TIMEOUT_SEC, f"base image {decl.name}: unpack")
+    lock = read_lock(rootfs)
+    atomic_write_text(stage / "lock.txt", "".join(f"{n}\t{v}\t{a}\n" for n, v, a in lock))
+    if "sha256:" + hashlib.sha256((stage / "lock.txt").read_bytes()).hexdigest() != record["lock_digest"]:
+        raise TermforgeError(f"base {decl.name}: the unpacked root filesystem's packages differ from its lock")
+    record = {**record, "method": f"store:{image.name}", "key": key}
+    atomic_write_json(stage / "base.json", record)
+    atomic_write_text(stage / "build.log", f"unpacked from {store.root} ({image.name}, {image.digest})\n")
+    os.chmod(stage, 0o755)
     return BuiltBase(decl, stage, record)
 
 

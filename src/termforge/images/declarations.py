@@ -114,10 +114,14 @@ def _read(path: Path) -> dict:
     return raw
 
 
-@lru_cache(maxsize=8)
 def load_declarations(bases_dir: Path = BASES_DIR) -> dict[str, BaseDecl]:
     """Every declared base by name (the file's stem), parents resolved; bad files raise one
     ConfigError naming the file and the key."""
+    return _load(Path(bases_dir).resolve())
+
+
+@lru_cache(maxsize=8)
+def _load(bases_dir: Path) -> dict[str, BaseDecl]:
     raws = {p.stem: (p, _read(p)) for p in sorted(Path(bases_dir).glob("*.yaml"))}
     done: dict[str, BaseDecl] = {}
 
