@@ -37,7 +37,20 @@ def task_axes(task: dict) -> dict:
     return {**task["signature"], **(task.get("actual") or {})}
 
 
-def policy_row(task: dict, demos: dict[str, str] | None = None) -> dict:
+# What an export records of the image each task was validated on (the corpus manifest's
+# `images`, from validation): None where it is not known (an export of unvalidated tasks).
+IMAGE_COLUMNS = ("image_digest", "base_image", "base_digest", "base_lock_digest", "rootfs")
+
+
+def image_columns(image: dict | None) -> dict:
+    image = image or {}
+    names = image.get("base_names") or []
+    return {"image_digest": image.get("image_digest"), "base_image": names[0] if names else image.get("base"),
+            "base_digest": image.get("base_digest"), "base_lock_digest": image.get("base_lock_digest"),
+            "rootfs": image.get("rootfs")}
+
+
+def policy_row(task: dict, demos: dict[str, str] | None = None, image: dict | None = None) -> dict:
     sig, axes = task["signature"], task_axes(task)
     row = {"task_id": task["id"], "instruction": task["instruction"], "family": task["family"]}
     for col in AXIS_COLUMNS:
@@ -49,6 +62,7 @@ def policy_row(task: dict, demos: dict[str, str] | None = None) -> dict:
     row["mismatch"] = canonical_json(task["mismatch"])
     if demos is not None:
         row["demo"] = demos.get(task["id"])
+    row.update(image_columns(image))
     return row
 
 
@@ -80,7 +94,7 @@ def harbor_task_name(task_id: str, org: str = HARBOR_ORG) -> str:
     return f"{org}/{re.sub(r'[.]{2,}', '.', name)}"
 
 
-def harbor_task_toml(task: dict) -> str:
+def harbor_task_toml(task: dict, image: dict | None = None) -> str:
     sig = task_axes(task)
     env = task.get("environment", {})
     keywords = [sig["domain"], task["family"], *sig.get("skills", [])]
@@ -100,6 +114,11 @@ def harbor_task_toml(task: dict) -> str:
             lines.append(f"{col} = [" + ", ".join(_toml_str(v) for v in value) + "]")
         elif value is not None:
             lines.append(f"{col} = {_toml_str(str(value))}")
+    # The environment the task was validated on: environment/Dockerfile starts FROM base_image
+    # (`termforge images save` writes it as an OCI archive for docker/podman load).
+    for col, value in image_columns(image).items():
+        if value is not None:
+            lines.append(f"{col} = {_toml_str(str(value))}")
     timeout = float(env.get("timeout_sec", 600))
     lines += ["", "[verifier]", "timeout_sec = 120.0", "", "[agent]", f"timeout_sec = {timeout}", "",
               "[environment]", "build_timeout_sec = 600.0", "cpus = 1", "memory_mb = 2048", "storage_mb = 10240",
@@ -117,12 +136,12 @@ def _world_readable(root: Path) -> None:
         path.chmod(mode | (0o755 if path.is_dir() or mode & 0o100 else 0o644))
 
 
-def write_harbor_task(task: dict, task_dir: Path, out_dir: Path) -> None:
+def write_harbor_task(task: dict, task_dir: Path, out_dir: Path, image: dict | None = None) -> None:
     """One Harbor task directory: everything except private/ and our own task.json."""
     final = out_dir / task["id"]
     stage = staging_dir(final)
     (stage / "instruction.md").write_text(task["instruction"])
-    (stage / "task.toml").write_text(harbor_task_toml(task))
+    (stage / "task.toml").write_text(harbor_task_toml(task, image))
     for sub in ("environment", "tests", "solution"):
         shutil.copytree(task_dir / sub, stage / sub)
     (stage / "environment" / "container.def").unlink(missing_ok=True)
@@ -159,6 +178,7 @@ def run_export(manifests: list[Path], out_dir: Path, demos_path: Path | None = N
     """Export the kept tasks of the corpus manifest (or every task of the shard manifests)."""
     out_dir = Path(out_dir)
     tasks = load_kept_tasks(corpus_manifest) if corpus_manifest else load_tasks(manifests)
+    images = read("corpus_manifest", corpus_manifest).get("images", {}) if corpus_manifest else {}
     if not tasks:
         raise TermforgeError("export: the manifests list no tasks")
     demos = None
@@ -169,13 +189,14 @@ def run_export(manifests: list[Path], out_dir: Path, demos_path: Path | None = N
         if demos is None:
             raise TermforgeError("export.require_demo: needs the hints stage's demos.parquet")
         tasks = [(t, d) for t, d in tasks if demos.get(t["id"])]
-    write_parquet([policy_row(t, demos) for t, _ in tasks], out_dir / "dataset" / "train.parquet")
+    write_parquet([policy_row(t, demos, images.get(t["id"])) for t, _ in tasks], out_dir / "dataset" / "train.parquet")
     write_parquet([private_row(d) for _, d in tasks], out_dir / "private" / "private.parquet")
     harbor = out_dir / "harbor"
     harbor.mkdir(parents=True, exist_ok=True)
     for task, task_dir in tasks:
-        write_harbor_task(task, task_dir, harbor)
+        write_harbor_task(task, task_dir, harbor, images.get(task["id"]))
     summary = {"tasks": len(tasks), "dataset": str(out_dir / "dataset" / "train.parquet"),
+               "images": {t["id"]: images[t["id"]]["image_digest"] for t, _ in tasks if t["id"] in images},
                "private": str(out_dir / "private" / "private.parquet"), "harbor_dir": str(harbor),
                "with_demo": sum(1 for t, _ in tasks if demos and demos.get(t["id"]))}
     atomic_write_json(out_dir / "export.json", summary)
