@@ -419,3 +419,61 @@ def test_images_cli_builds_lists_and_adds(tmp_path, capsys):
     assert "termforge/base:bookworm" in out and "debian:bookworm-slim" in out
     assert cli.main(["images", "add", "tiny:1", str(tmp_path / "nope.tar"), "--store", str(tmp_path / "s")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+@needs_images
+@pytest.mark.slow
+def test_oci_export_shares_the_base_and_unpacks_to_the_validated_image(tmp_path):
+    """Task images as OCI: each is the base's layer plus its /app layer; the base is stored once;
+    skopeo reads the archive, umoci unpacks the layout, and the unpacked image, run under
+    termforge's own sandbox, scores the oracle 1 and a no-op 0."""
+    from termforge.images.oci import export_task_images
+
+    tasks = built_family_tasks(tmp_path, ("log_level_filter", "account_audit"))
+    images = tmp_path / "images"
+    out = export_task_images([(t.name, images / t.name) for t in tasks], tmp_path / "export" / "oci",
+                             store=ImageStore(tmp_path / "store"))
+    archive = Path(out["archive"])
+    layers = {}
+    for t in tasks:
+        info = json.loads(subprocess.run(["skopeo", "inspect", f"oci-archive:{archive}:termforge/task:{t.name}"],
+                                         capture_output=True, text=True, check=True).stdout)
+        layers[t.name] = info["Layers"]
+        meta = read_json(images / t.name / "image.json")
+        assert info["Layers"][0] == meta["base"]["digest"] and len(info["Layers"]) == 2
+        assert info["Labels"]["org.termforge.task.image-digest"] == meta["image_digest"]
+    first, second = (layers[t.name] for t in tasks)
+    assert first[0] == second[0] and first[1] != second[1]
+    big = [p for p in (tmp_path / "export" / "oci" / "blobs" / "sha256").iterdir() if p.stat().st_size > 50_000_000]
+    assert len(big) == 1  # the base layer, once
+    task = tasks[0]
+    # Unpacked where the sandbox's uid can reach it (pytest's tmp folders are private).
+    reachable = Path(tempfile.mkdtemp(prefix="tf-oci-unpack-"))
+    os.chmod(reachable, 0o755)
+    try:
+        _run_unpacked(tmp_path, task, images, reachable / "bundle")
+    finally:
+        shutil.rmtree(reachable)
+
+
+def _run_unpacked(tmp_path, task, images, bundle):
+    from termforge.runtime.base import Image
+    from termforge.runtime.bwrap import tree_digest
+    from termforge.verifier import run_oracle, run_verifier
+
+    subprocess.run(["umoci", "unpack", "--image", f"{tmp_path / 'export' / 'oci'}:termforge/task:{task.name}",
+                    str(bundle)], check=True, capture_output=True)
+    os.chmod(bundle, 0o755)
+    rootfs = bundle / "rootfs"
+    assert tree_digest(rootfs / "app") == tree_digest(images / task.name / "layer")
+    assert (rootfs / "usr" / "bin" / "python3").exists()
+    # Run the unpacked image as a termforge image: its /app as the task layer, its tree as /.
+    img_dir = tmp_path / "from-oci"
+    shutil.copytree(rootfs / "app", img_dir / "layer", symlinks=True)
+    image = Image(task.name, "bwrap", img_dir, "oci", rootfs=str(rootfs))
+    rt, limits = BwrapRuntime(), Limits(wall_sec=60, cpu_sec=30, memory_mb=2048)
+    with rt.start(image, limits) as s:
+        assert run_oracle(s, task, timeout=60).ok
+        assert run_verifier(s, task, timeout=60).reward == 1.0
+    with rt.start(image, limits) as s:
+        assert run_verifier(s, task, timeout=60).reward == 0.0

@@ -193,8 +193,11 @@ def cmd_export(args) -> int:
     o = _stage_options(args, "export")
     if not args.manifests and not args.corpus:
         raise ConfigError("export: give --corpus (kept tasks) or --manifests (every generated task)")
+    if args.oci and not args.images_dir:
+        raise ConfigError("export --oci: give --images-dir (the built task images, e.g. results/images)")
     run_export([Path(m) for m in args.manifests or []], Path(args.out_dir), Path(args.demos) if args.demos else None,
-               corpus_manifest=Path(args.corpus) if args.corpus else None, require_demo=o["export.require_demo"])
+               corpus_manifest=Path(args.corpus) if args.corpus else None, require_demo=o["export.require_demo"],
+               oci_images_dir=Path(args.images_dir) if args.oci else None)
     push_to_hub(Path(args.out_dir), o["export.hf_repo_id"], o["export.hf_token_env"], o["export.hf_private"])
     return 0
 
@@ -775,6 +778,9 @@ def build_parser() -> argparse.ArgumentParser:
     input_arg(sp, "--corpus", kind="corpus_manifest", help="corpus manifest: export the tasks validation kept")
     output_arg(sp, "--out-dir", dir=True, required=True)
     input_arg(sp, "--demos", kind="demos", help="demos.parquet from the hints stage")
+    sp.add_argument("--oci", action="store_true",
+                    help="also write every task's image as OCI (out-dir/oci layout + oci.tar archive; bases stored once)")
+    input_arg(sp, "--images-dir", kind="results_dir", help="with --oci: the built task images (results/images)")
     sp.set_defaults(func=cmd_export)
     return p
 

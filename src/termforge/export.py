@@ -174,8 +174,11 @@ def load_kept_tasks(corpus_manifest: Path) -> list[tuple[dict, Path]]:
 
 
 def run_export(manifests: list[Path], out_dir: Path, demos_path: Path | None = None,
-               corpus_manifest: Path | None = None, require_demo: bool = False) -> dict:
-    """Export the kept tasks of the corpus manifest (or every task of the shard manifests)."""
+               corpus_manifest: Path | None = None, require_demo: bool = False,
+               oci_images_dir: Path | None = None) -> dict:
+    """Export the kept tasks of the corpus manifest (or every task of the shard manifests); with
+    `oci_images_dir` (the built images), also every task's image as an OCI layout and archive
+    (out_dir/oci, out_dir/oci.tar) in which the base images are stored once."""
     out_dir = Path(out_dir)
     tasks = load_kept_tasks(corpus_manifest) if corpus_manifest else load_tasks(manifests)
     images = read("corpus_manifest", corpus_manifest).get("images", {}) if corpus_manifest else {}
@@ -199,8 +202,15 @@ def run_export(manifests: list[Path], out_dir: Path, demos_path: Path | None = N
                "images": {t["id"]: images[t["id"]]["image_digest"] for t, _ in tasks if t["id"] in images},
                "private": str(out_dir / "private" / "private.parquet"), "harbor_dir": str(harbor),
                "with_demo": sum(1 for t, _ in tasks if demos and demos.get(t["id"]))}
+    if oci_images_dir is not None:
+        from termforge.images.oci import export_task_images
+
+        oci = export_task_images([(t["id"], Path(oci_images_dir) / t["id"]) for t, _ in tasks], out_dir / "oci")
+        summary["oci"] = {"layout": oci["layout"], "archive": oci["archive"],
+                          "images": {k: v["name"] for k, v in oci["images"].items()}}
     atomic_write_json(out_dir / "export.json", summary)
-    print(f"export: {len(tasks)} tasks -> dataset, private table and Harbor task dirs in {out_dir}")
+    print(f"export: {len(tasks)} tasks -> dataset, private table and Harbor task dirs"
+          f"{' and OCI images' if oci_images_dir is not None else ''} in {out_dir}")
     return summary
 
 

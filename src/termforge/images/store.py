@@ -70,6 +70,13 @@ def rfc3339(epoch: int) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def epoch_of(created: str) -> int:
+    """An OCI `created` time (RFC 3339) as seconds; 0 when absent."""
+    if not created:
+        return 0
+    return int(datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp())
+
+
 @dataclass
 class StoredImage:
     name: str
@@ -102,6 +109,7 @@ class ImageStore:
     def _ensure(self) -> None:
         blobs = self.root / "blobs" / "sha256"
         if not blobs.is_dir():
+            self.root.parent.mkdir(parents=True, exist_ok=True)
             for p in (self.root, self.root / "blobs", blobs):
                 p.mkdir(exist_ok=True)
                 os.chmod(p, 0o755)
@@ -233,6 +241,18 @@ class ImageStore:
             mdigest, msize = self.put_bytes(canonical_json(manifest).encode())
             self._tag(name, mdigest, msize)
         return StoredImage(name, mdigest, manifest, config)
+
+    def copy_image(self, other: "ImageStore", name: str, as_name: str | None = None) -> StoredImage:
+        """An image of another store (its blobs hard-linked where the filesystem allows)."""
+        image = other.get(name)
+        if image is None:
+            raise TermforgeError(f"image {name} is not in the image store {other.root}")
+        with self._locked():
+            for digest in [image.manifest["config"]["digest"], *(layer["digest"] for layer in image.layers)]:
+                self.put_file(other.blob(digest), digest)
+            self.put_file(other.blob(image.digest), image.digest)
+            self._tag(as_name or image.name, image.digest, other.blob(image.digest).stat().st_size)
+        return StoredImage(as_name or image.name, image.digest, image.manifest, image.config)
 
     def add(self, name: str, source: str | os.PathLike, ref: str | None = None) -> StoredImage:
         """`termforge images add`: a root filesystem tarball (plain or compressed), an OCI layout
