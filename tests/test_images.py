@@ -451,18 +451,21 @@ def test_oci_export_shares_the_base_and_unpacks_to_the_validated_image(tmp_path)
     reachable = Path(tempfile.mkdtemp(prefix="tf-oci-unpack-"))
     os.chmod(reachable, 0o755)
     try:
-        _run_unpacked(tmp_path, task, images, reachable / "bundle")
+        _run_unpacked(tmp_path, task, images, reachable / "bundle",
+                      f"{tmp_path / 'export' / 'oci'}:termforge/task:{task.name}")
     finally:
         shutil.rmtree(reachable)
 
 
-def _run_unpacked(tmp_path, task, images, bundle):
+def _run_unpacked(tmp_path, task, images, bundle, image_ref):
+    """umoci-unpack an OCI image of `task`; its /app must be the tree termforge built, and run
+    under termforge's sandbox (its /app as the task layer, its tree as /) the oracle scores 1
+    and a no-op 0."""
     from termforge.runtime.base import Image
     from termforge.runtime.bwrap import tree_digest
     from termforge.verifier import run_oracle, run_verifier
 
-    subprocess.run(["umoci", "unpack", "--image", f"{tmp_path / 'export' / 'oci'}:termforge/task:{task.name}",
-                    str(bundle)], check=True, capture_output=True)
+    subprocess.run(["umoci", "unpack", "--image", image_ref, str(bundle)], check=True, capture_output=True)
     os.chmod(bundle, 0o755)
     rootfs = bundle / "rootfs"
     assert tree_digest(rootfs / "app") == tree_digest(images / task.name / "layer")
@@ -470,10 +473,41 @@ def _run_unpacked(tmp_path, task, images, bundle):
     # Run the unpacked image as a termforge image: its /app as the task layer, its tree as /.
     img_dir = tmp_path / "from-oci"
     shutil.copytree(rootfs / "app", img_dir / "layer", symlinks=True)
-    image = Image(task.name, "bwrap", img_dir, "oci", rootfs=str(rootfs))
+    image = Image(task.name, "bwrap", img_dir, "unpacked", rootfs=str(rootfs))
     rt, limits = BwrapRuntime(), Limits(wall_sec=60, cpu_sec=30, memory_mb=2048)
     with rt.start(image, limits) as s:
         assert run_oracle(s, task, timeout=60).ok
         assert run_verifier(s, task, timeout=60).reward == 1.0
     with rt.start(image, limits) as s:
         assert run_verifier(s, task, timeout=60).reward == 0.0
+
+
+@needs_images
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("buildah") is None or shutil.which("unshare") is None, reason="buildah not installed")
+def test_the_exported_dockerfile_builds_with_buildah_from_the_store_to_the_same_image(tmp_path):
+    """environment/Dockerfile starts FROM the base as the store names it: buildah (chroot
+    isolation, vfs storage, offline inside `unshare --net`) builds it from the store alone, on
+    the very base layer termforge validated on, to the same /app; oracle 1, no-op 0 on it."""
+    tasks = built_family_tasks(tmp_path, ("log_level_filter",))
+    task, images = tasks[0], tmp_path / "images"
+    meta = read_json(images / task.name / "image.json")
+    assert (task / "environment" / "Dockerfile").read_text().startswith(f"FROM {meta['base']['names'][0]}\n")
+    store, storage = ImageStore(), tmp_path / "storage"
+    store.to_containers_storage(meta["base"]["names"][0], storage / "root", storage / "runroot")
+    buildah = ["buildah", "--root", str(storage / "root"), "--runroot", str(storage / "runroot"),
+               "--storage-driver", "vfs"]
+    subprocess.run(["unshare", "--net", *buildah, "bud", "--isolation", "chroot", "--pull=never",
+                    "--timestamp", "1700000000", "-t", "localhost/task:1", str(task / "environment")],
+                   check=True, capture_output=True)
+    subprocess.run([*buildah, "push", "localhost/task:1", f"oci:{tmp_path / 'built'}:task"], check=True,
+                   capture_output=True)
+    config = json.loads(subprocess.run(["skopeo", "inspect", "--config", f"oci:{tmp_path / 'built'}:task"],
+                                       capture_output=True, text=True, check=True).stdout)
+    assert config["rootfs"]["diff_ids"][0] == meta["base"]["digest"]  # (push compresses; diff_ids do not)
+    reachable = Path(tempfile.mkdtemp(prefix="tf-buildah-unpack-"))
+    os.chmod(reachable, 0o755)
+    try:
+        _run_unpacked(tmp_path, task, images, reachable / "bundle", f"{tmp_path / 'built'}:task")
+    finally:
+        shutil.rmtree(reachable)
