@@ -30,7 +30,9 @@ FIXTURES_IN_SANDBOX = "/tmp/env/fixtures"
 # What every task may take for granted: the packages the default base image declares (python3 and
 # pytest for the grader, numpy, Pillow, binutils, file; termforge/images/bases/). A task lists
 # only what it needs beyond them in `apt_packages` (a derived base image installs those).
-BASE_APT_PACKAGES = declared_packages(DEFAULT_BASE)
+# (bash and coreutils are Essential: in every Debian image, listed for the prompts' sake.)
+ESSENTIAL_PACKAGES = ("bash", "coreutils")
+BASE_APT_PACKAGES = tuple(sorted(set(declared_packages(DEFAULT_BASE)) | set(ESSENTIAL_PACKAGES)))
 
 
 @dataclass

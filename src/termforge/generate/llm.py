@@ -332,9 +332,10 @@ def _host_installed(packages: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def runtime_packages(runtime: Runtime) -> tuple[str, ...] | None:
-    """The extra Debian packages a task may declare in this runtime: bwrap runs over the host's
-    root, so only what the host has installed; None (anything) for image-building runtimes."""
-    if getattr(runtime, "name", "") != "bwrap":
+    """The extra Debian packages a task may declare in this runtime: None (any Debian package,
+    installed into a derived base image at build time), except over the host's root
+    (`runtime.rootfs: host`), where only what the host has installed can be offered."""
+    if getattr(runtime, "name", "") != "bwrap" or getattr(runtime, "rootfs_mode", "image") != "host":
         return None
     return _host_installed(OFFERABLE_PACKAGES)
 

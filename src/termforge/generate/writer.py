@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from termforge.generate.base import BASE_APT_PACKAGES, FIXTURES_IN_SANDBOX, TaskSpec
+from termforge.generate.base import BASE_APT_PACKAGES, ESSENTIAL_PACKAGES, FIXTURES_IN_SANDBOX, TaskSpec
 from termforge.images.declarations import declared_packages
 from termforge.io import pretty_json, publish_dir, staging_dir
 from termforge.verifier import TEST_SH
@@ -17,7 +17,7 @@ REGULAR = 0o644
 def task_environment(environment: dict, spec: TaskSpec, base_image: str) -> dict:
     """task.json's `environment`: the base image it builds on, and the Debian packages it needs on
     top of that base (its own, plus what tasks take for granted when the base lacks it)."""
-    have = set(declared_packages(base_image))
+    have = set(declared_packages(base_image)) | set(ESSENTIAL_PACKAGES)
     apt = (set(spec.apt_packages) | set(BASE_APT_PACKAGES)) - have
     return {**environment, "base": base_image, "apt_packages": sorted(apt | set(spec.apt_packages))}
 
