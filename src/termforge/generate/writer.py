@@ -26,8 +26,11 @@ def container_def(spec: TaskSpec, base_image: str) -> str:
     """Apptainer definition for the same environment the bwrap runtime builds: the base image
     (docs/images.md: `apptainer build` from its OCI archive) plus the task's layer."""
     pkgs = " ".join(task_environment({}, spec, base_image)["apt_packages"])
-    install = (f"    apt-get update && apt-get install -y --no-install-recommends {pkgs}\n"
-               "    rm -rf /var/lib/apt/lists/*\n") if pkgs else ""
+    # Only what the base lacks: the Apptainer runtime builds on the derived base, which has them
+    # all (and then needs no network); on the plain base they are installed here.
+    install = (f"    missing=$(for p in {pkgs}; do dpkg -s \"$p\" >/dev/null 2>&1 || echo \"$p\"; done)\n"
+               "    if [ -n \"$missing\" ]; then apt-get update && apt-get install -y --no-install-recommends "
+               "$missing && rm -rf /var/lib/apt/lists/*; fi\n") if pkgs else ""
     return (
         f"Bootstrap: docker\nFrom: {base_image}\n\n"
         "%files\n"
