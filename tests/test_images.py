@@ -511,3 +511,45 @@ def test_the_exported_dockerfile_builds_with_buildah_from_the_store_to_the_same_
         _run_unpacked(tmp_path, task, images, reachable / "bundle", f"{tmp_path / 'built'}:task")
     finally:
         shutil.rmtree(reachable)
+
+
+@needs_images
+@pytest.mark.slow
+def test_a_harbor_task_from_an_image_added_to_the_store_runs_natively(tmp_path, monkeypatch):
+    """FROM an image a user added to the store (here a root filesystem tarball, as `docker
+    export` gives one): unpacked as a base, its apt-get installs a derived base on it, and the
+    task scores as Harbor would; FROM an image the store lacks is an environment error."""
+    store = ImageStore(tmp_path / "store")
+    monkeypatch.setenv("TERMFORGE_IMAGE_STORE", str(store.root))
+    store.add("example/bookworm-slim:1", ensure_base("debian-bookworm-slim").layer)
+    # The oracle's solution is bound from the task folder: where the sandbox's uid can reach it.
+    reachable = Path(tempfile.mkdtemp(prefix="tf-from-store-"))
+    os.chmod(reachable, 0o755)
+    try:
+        _from_store(tmp_path, reachable)
+    finally:
+        shutil.rmtree(reachable)
+
+
+def _from_store(tmp_path: Path, reachable: Path) -> None:
+    from termforge.evals.harbor_tasks import load_harbor_task
+    from termforge.evals.tbench import noop_agent, oracle_agent, run_native
+
+    tasks = []
+    for name, image in (("from-store", "example/bookworm-slim:1"), ("from-nowhere", "example/absent:1")):
+        task_dir = reachable / name
+        shutil.copytree(TB2 / "count-log-levels", task_dir)
+        dockerfile = task_dir / "environment" / "Dockerfile"
+        dockerfile.write_text(dockerfile.read_text().replace("FROM debian:bookworm-slim", f"FROM {image}"))
+        tasks.append(load_harbor_task(task_dir))
+    images = tmp_path / "images"
+    oracle = run_native(tasks, oracle_agent, 1, images, tmp_path / "oracle")
+    noop = run_native(tasks[:1], noop_agent, 1, images, tmp_path / "noop")
+    by_task = {t.task_name: t for t in oracle.trials}
+    assert by_task["from-store"].reward == 1.0 and [t.reward for t in noop.trials] == [0.0]
+    meta = read_json(images / "from-store" / "image.json")
+    assert meta["base_request"] == {"base": "example/bookworm-slim:1", "apt_packages": ["python3", "python3-pytest"]}
+    assert meta["base"]["name"].startswith("store-example-bookworm-slim-1+")
+    absent = by_task["from-nowhere"]
+    assert absent.reward is None and absent.error_kind == "environment"
+    assert "base image example/absent:1 is not in termforge's image store" in absent.exception_message

@@ -267,7 +267,7 @@ def test_dockerfile_plan_keeps_real_commands_and_drops_apt(tmp_path):
 @needs_bwrap
 def test_build_runs_steps_in_the_sandbox_and_caches(tmp_path):
     task = load_harbor_task(_task(tmp_path, "steps", (
-        "FROM debian:bookworm-slim\nRUN apt-get install -y python3-pytest\nENV GREETING=hello\nWORKDIR /app/work\nCOPY server.log /tmp/stage/\n"
+        "FROM debian:bookworm-slim\nRUN apt-get install -y python3 python3-pytest\nENV GREETING=hello\nWORKDIR /app/work\nCOPY server.log /tmp/stage/\n"
         "RUN cp /tmp/stage/server.log . && echo \"$GREETING $(id -u)\" > greeting.txt && rm -r /tmp/stage\n"
         "ADD bundle.tar /app/vendor/\n"), {}))
     import tarfile

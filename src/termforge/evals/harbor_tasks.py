@@ -1055,7 +1055,8 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
         plan = native_plan(task)
     except EnvironmentUnsupported as exc:
         return fail(str(exc))
-    request = {"base": check_base_image(plan.base_image), "apt_packages": sorted(set(plan.apt_packages))}
+    check_base_image(plan.base_image)
+    request = {"base": plan.base_image, "apt_packages": sorted(set(plan.apt_packages))}
     try:
         base = ensure_task_base(request["base"], request["apt_packages"], image_cache)
     except TermforgeError as exc:

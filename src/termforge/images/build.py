@@ -37,13 +37,13 @@ from pathlib import Path
 from typing import Callable
 
 from termforge.errors import TermforgeError
-from termforge.images.declarations import SLIM_DPKG_OPTIONS, BaseDecl, declaration, derive
+from termforge.images.declarations import SLIM_DPKG_OPTIONS, BaseDecl, declaration, derive, find_base_for
 from termforge.io import atomic_write_json, atomic_write_text, read_json, stable_hash
 
 # Bump when the finishing touches or the layer format change: every base is then rebuilt.
 BUILDER = "termforge-base-2"
 # Directories the sandboxes mount over (a read-only / cannot get new mount points) and their modes.
-MOUNT_POINTS = {"app": 0o755, "home": 0o755, "home/user": 0o755, "logs": 0o755, "tests": 0o755,
+MOUNT_POINTS = {"dev": 0o755, "proc": 0o755, "app": 0o755, "home": 0o755, "home/user": 0o755, "logs": 0o755, "tests": 0o755,
                 "verifier": 0o755, "solution": 0o755, "tmp": 0o1777}
 SANDBOX_USER = "user:x:1000:1000:termforge sandbox user:/home/user:/bin/bash"
 SANDBOX_GROUP = "user:x:1000:"
@@ -213,9 +213,17 @@ def ensure_base(decl: BaseDecl | str, cache: str | os.PathLike | None = None,
 
 def ensure_task_base(base: str, apt_packages=(), cache: str | os.PathLike | None = None,
                      log: Callable[[str], None] = print) -> BuiltBase:
-    """The base a task runs on: its declared base (by name or image name), plus a derived base
-    when its `apt_packages` add packages the base lacks."""
-    decl = declaration(base)
+    """The base a task runs on: its base (a declared base by name or image name, else an image
+    of the store), plus a derived base when its `apt_packages` add packages the base lacks."""
+    from termforge.images.store import ImageStore, image_store_dir
+
+    try:
+        decl = declaration(base)
+    except TermforgeError:
+        decl = find_base_for(base, ImageStore(image_store_dir(None, cache)))
+        if decl is None:
+            raise TermforgeError(f"base image {base} is neither declared nor in the image store; add it with "
+                                 f"`termforge images add {base} TARBALL|OCI`") from None
     parent = ensure_base(decl, cache, log)
     derived = derive(decl, apt_packages, parent.installed())
     return parent if derived is decl else ensure_base(derived, cache, log)
@@ -229,7 +237,9 @@ def _build(decl: BaseDecl, parent: BuiltBase | None, key: str, stage: Path, cach
     what = f"base {decl.name}" + (f" ({' '.join(decl.packages)} on {parent.decl.name})" if parent else "")
     log(f"images: building {what} ...")
     start = time.monotonic()
-    if parent is None:
+    if decl.image:
+        method, out = "store", _unpack_store_root(decl, rootfs, cache)
+    elif parent is None:
         method, out = "mmdebstrap", _mmdebstrap(decl, rootfs, timeout)
     elif os.geteuid() == 0:
         method, out = "apt", _apt_layer(decl, parent, rootfs, timeout, cache, log)
@@ -340,6 +350,23 @@ def mmdebstrap_argv(decl: BaseDecl, rootfs: Path) -> list[str]:
     return argv + [decl.suite, str(rootfs), *decl.sources]
 
 
+def _unpack_store_root(decl: BaseDecl, rootfs: Path, cache: Path) -> str:
+    """A FROM image from the store as a root filesystem (umoci: every layer, whiteouts honoured),
+    checked to be the very image the declaration names."""
+    from termforge.images.store import ImageStore, image_store_dir
+
+    store = ImageStore(image_store_dir(None, cache))
+    stored = store.get(decl.image)
+    if stored is None or stored.digest != decl.image_digest:
+        raise TermforgeError(f"base image {decl.image}: the image store no longer holds {decl.image_digest[:19]}")
+    bundle = rootfs.parent / "bundle"
+    store.unpack(stored.name, bundle)
+    os.rename(bundle / "rootfs", rootfs)
+    os.chmod(rootfs, 0o755)
+    shutil.rmtree(bundle)
+    return f"umoci unpack {store.oci_ref(stored.name)} ({stored.digest})\n"
+
+
 def _mmdebstrap(decl: BaseDecl, rootfs: Path, timeout: float) -> str:
     return _run(mmdebstrap_argv(decl, rootfs), timeout, f"base image {decl.name}: mmdebstrap",
                 env=_build_env(decl.epoch))
@@ -416,6 +443,7 @@ def finish_rootfs(rootfs: Path) -> None:
             else:
                 p.unlink()
     etc = rootfs / "etc"
+    etc.mkdir(exist_ok=True)
     (etc / "hostname").write_text("termforge\n")
     (etc / "hosts").write_text("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
     resolv = etc / "resolv.conf"
@@ -426,7 +454,7 @@ def finish_rootfs(rootfs: Path) -> None:
         (etc / "machine-id").write_text("")
     for name, line in (("passwd", SANDBOX_USER), ("group", SANDBOX_GROUP)):
         path = etc / name
-        text = path.read_text()
+        text = path.read_text() if path.is_file() else ""
         if not any(ln.split(":")[2:3] == ["1000"] for ln in text.splitlines()):
             path.write_text(text + ("" if text.endswith("\n") or not text else "\n") + line + "\n")
     for rel in UNREPRODUCIBLE:
@@ -451,7 +479,10 @@ def finish_rootfs(rootfs: Path) -> None:
 
 def read_lock(rootfs: Path) -> list[tuple[str, str, str]]:
     """Installed packages (name, version, architecture), sorted, from the root filesystem's
-    dpkg database: what `dpkg-query -W` inside it prints, without running anything in it."""
+    dpkg database: what `dpkg-query -W` inside it prints, without running anything in it (none
+    for an image without dpkg)."""
+    if not (rootfs / "var/lib/dpkg/status").is_file():
+        return []
     status = (rootfs / "var/lib/dpkg/status").read_text(errors="replace")
     rows = []
     for stanza in status.split("\n\n"):

@@ -60,6 +60,10 @@ class BaseDecl:
     source_date_epoch: int = 0
     derived: bool = False  # made for a task's apt_packages, not declared in a file
     source: str = field(default="", compare=False)  # the file it was read from
+    # A root base taken from the image store (a FROM image someone added), not built here:
+    # its store name and manifest digest.
+    image: str = ""
+    image_digest: str = ""
 
     @property
     def root(self) -> "BaseDecl":
@@ -74,6 +78,8 @@ class BaseDecl:
         parent's built digest, not as text)."""
         if self.parent:
             return {"from": self.parent.name, "packages": sorted(self.packages)}
+        if self.image:
+            return {"image": self.image, "manifest": self.image_digest, "packages": sorted(self.packages)}
         return {"suite": self.suite, "variant": self.variant, "sources": list(self.sources), "slim": self.slim,
                 "source_date_epoch": self.source_date_epoch, "packages": sorted(self.packages)}
 
@@ -201,12 +207,21 @@ def declaration(name: str, bases_dir: Path = BASES_DIR) -> BaseDecl:
                          f"{', '.join(sorted(n for d in decls.values() for n in d.names))})")
 
 
-def find_base_for(image: str) -> BaseDecl | None:
-    """The declared base a Dockerfile's `FROM image` names, or None."""
+def find_base_for(image: str, store=None) -> BaseDecl | None:
+    """The base a Dockerfile's `FROM image` names: a declared base by one of its image names,
+    else an image of the store (termforge images add), else None."""
     try:
         return declaration(image)
     except TermforgeError:
+        pass
+    from termforge.images.store import ImageStore, epoch_of
+
+    stored = (store or ImageStore()).get(image)
+    if stored is None:
         return None
+    slug = re.sub(r"[^a-z0-9]+", "-", stored.name.lower()).strip("-")
+    return BaseDecl(f"store-{slug}", f"{stored.name} from the image store", (), image=stored.name,
+                    image_digest=stored.digest, source_date_epoch=epoch_of(stored.created))
 
 
 def check_packages(packages, where: str) -> tuple[str, ...]:
