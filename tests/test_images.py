@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import built_family_tasks, needs_bwrap
+from conftest import built_family_tasks
 from termforge.errors import ConfigError, TermforgeError
 from termforge.images import DEFAULT_BASE, declaration, derive, ensure_base, ensure_task_base, load_declarations
 from termforge.images.build import MOUNT_POINTS, base_key, file_sha256, image_cache_dir, read_lock, write_layer
