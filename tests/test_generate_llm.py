@@ -289,7 +289,9 @@ def test_one_repair_round_then_valid_task_and_cached_rerun_is_free_and_identical
     assert json.dumps(image["facts"]["per_colour"], indent=2, sort_keys=True).splitlines()[1].strip() in final_prompt
     truth = read_json(task_dir / "private" / "truth.json")
     assert truth["expected"]["census"].count("\n") == len(image["facts"]["per_colour"])
-    assert read_json(task_dir / "task.json")["environment"]["apt_packages"] == ["python3-pil"]
+    # python3-pil, which the reply declared, is in the base image: nothing extra to install.
+    assert read_json(task_dir / "task.json")["environment"] == {
+        "allow_network": False, "apt_packages": [], "base": "termforge/base:bookworm", "timeout_sec": 600}
 
     verdict = validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS)
     assert verdict.kept, (verdict.stage, verdict.reason, verdict.evidence)
@@ -361,8 +363,9 @@ def test_reply_parsing_accepts_common_shapes_and_names_what_is_missing():
     assert parsed["solve_sh"].startswith("#!/bin/bash\nset -euo pipefail\n") and "echo hi" in parsed["solve_sh"]
     # A code block containing a fence survives inside a longer fence.
     env = parse_environment_reply("````bash setup.sh\ncat <<'EOF'\n```\nEOF\n````\n"
-                                  '```json environment\n{"apt_packages": ["python3-numpy", "bash"]}\n```')
-    assert "```" in env["setup_sh"] and env["apt_packages"] == ["python3-numpy"]
+                                  '```json environment\n{"apt_packages": ["sqlite3", "python3-numpy", "bash"]}\n```')
+    # What the base image already has is not a task's extra package.
+    assert "```" in env["setup_sh"] and env["apt_packages"] == ["sqlite3"]
     with pytest.raises(StepError) as exc:
         parse_environment_reply("```bash setup.sh\ntrue\n```")
     assert exc.value.step == "environment" and "'environment'" in exc.value.reason
@@ -451,3 +454,35 @@ def test_logs_sent_back_to_the_model_are_the_same_bytes_on_every_run():
     a = sanitize_log(run_log("0.05", "ab" * 12)[-4000:])
     b = sanitize_log(run_log("12.5", "cd" * 12)[-4000:])
     assert a == b and "1 failed in <t>s" in a and "TERMFORGE" not in a and len(a) <= 3000
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_an_llm_task_may_need_a_debian_package_the_host_lacks(tmp_path):
+    """The prompts offer the base image's packages and any Debian package; a generated task whose
+    setup needs one the host lacks builds on a derived base, and validates."""
+    import shutil
+
+    from termforge.images import ensure_task_base
+
+    pkg = next((p for p in ("datamash", "dc", "pv", "units") if shutil.which(p) is None), None)
+    if pkg is None:
+        pytest.skip("this host has every candidate package")
+
+    def author(messages: list[dict]) -> str:
+        if P.step_of(messages) != "environment":
+            return scripted_author(messages)
+        reply = environment_reply(messages[1]["content"], writes_outside=False)
+        return (reply.replace("set -euo pipefail\n", f"set -euo pipefail\ncommand -v {pkg} > /dev/null\n")
+                .replace('["python3-pil"]', f'["python3-pil", "{pkg}"]'))
+
+    with FakeOpenAIServer(replies=author) as server:
+        task_dir = generate_task_llm(_sig(1, "a hurried analyst"), tmp_path / "run", _model(server, tmp_path / "cache"),
+                                     max_repair_rounds=2, images_dir=tmp_path / "images", limits=LIMITS)
+        system = server.chat_bodies()[0]["messages"][0]["content"]
+    assert "python3-numpy" in system and "installed into the image at build time" in system
+    env = read_json(task_dir / "task.json")["environment"]
+    assert env["apt_packages"] == [pkg] and env["base"] == "termforge/base:bookworm"
+    verdict = validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS)
+    assert verdict.kept, (verdict.stage, verdict.reason)
+    assert pkg in ensure_task_base(env["base"], env["apt_packages"]).installed()

@@ -66,6 +66,9 @@ def test_an_imported_task_passes_the_whole_validation_stage(imported, tmp_path):
     verdict = validate_task(d, BwrapRuntime(), tmp_path / "images", Limits(wall_sec=60, cpu_sec=60, memory_mb=2048))
     assert verdict.kept, (verdict.stage, verdict.reason)
     assert "oracle_x2" in verdict.checks and "noop" in verdict.checks
+    # On the image its Dockerfile names (FROM debian:bookworm-slim + its apt packages), not ours.
+    image = verdict.evidence["image"]
+    assert image["base"].startswith("debian-bookworm-slim+") and image["apt_packages"] == ["python3", "python3-pytest"]
 
 
 def test_imported_tasks_export_back_to_loadable_harbor_tasks(imported, tmp_path):

@@ -177,6 +177,12 @@ def test_survival_and_drop_reasons_follow_the_run(partial):
     drops = read_csv(out / "tables" / "drop_reasons.csv")
     assert drops == [{"stage": "decontamination", "reason": corpus["dropped"][0]["reason"], "tasks": "1",
                       "example task ids": corpus["dropped"][0]["task_id"]}]
+    # The image the kept tasks were validated on, by base digest and lock (corpus manifest `images`).
+    images = read_csv(out / "tables" / "images.csv")
+    assert len(images) == 1 and images[0]["kept tasks"] == str(len(corpus["kept"]))
+    first = corpus["images"][corpus["kept"][0]]
+    assert (images[0]["base image"], images[0]["base digest"], images[0]["lock digest"]) == (
+        first["base"], first["base_digest"], first["base_lock_digest"])
 
 
 def test_composition_balance_and_family_tables(partial):

@@ -211,6 +211,7 @@ def cmd_generate(args) -> int:
         from termforge.generate.llm import run_generate_shard_llm
         from termforge.models.base import make_model
         from termforge.params import resolve_flat
+        from termforge.runtime.base import get_runtime
 
         key = resolve_flat(o, "models.{generate.model}")
         model = make_model(dict(o[key]), where=key)
@@ -224,7 +225,8 @@ def cmd_generate(args) -> int:
                                                 "models": {o["generate.model"]: dict(o[key])},
                                                 "prices": o["prices"], "planning": o["planning"]},
                                    workers=o["generate.workers"],
-                                   second_solution=o["generate.second_solution"])
+                                   second_solution=o["generate.second_solution"],
+                                   runtime=get_runtime("bwrap", rootfs=o["runtime.rootfs"]))
         finally:
             model.close()
         return 0
@@ -242,8 +244,11 @@ def cmd_export(args) -> int:
     o = _stage_options(args, "export")
     if not args.manifests and not args.corpus:
         raise ConfigError("export: give --corpus (kept tasks) or --manifests (every generated task)")
+    if args.oci and not args.images_dir:
+        raise ConfigError("export --oci: give --images-dir (the built task images, e.g. results/images)")
     run_export([Path(m) for m in args.manifests or []], Path(args.out_dir), Path(args.demos) if args.demos else None,
-               corpus_manifest=Path(args.corpus) if args.corpus else None, require_demo=o["export.require_demo"])
+               corpus_manifest=Path(args.corpus) if args.corpus else None, require_demo=o["export.require_demo"],
+               oci_images_dir=Path(args.images_dir) if args.oci else None)
     push_to_hub(Path(args.out_dir), o["export.hf_repo_id"], o["export.hf_token_env"], o["export.hf_private"])
     return 0
 
@@ -272,7 +277,7 @@ def cmd_build_images(args) -> int:
 
     o = _stage_options(args, "build_images")
     run_build_shard(Path(args.manifest), Path(args.images_dir), Path(args.out), backend=o["runtime.backend"],
-                    timeout=o["runtime.build_timeout_sec"], workers=o["validate.workers"])
+                    timeout=o["runtime.build_timeout_sec"], workers=o["validate.workers"], rootfs=o["runtime.rootfs"])
     return 0
 
 
@@ -313,7 +318,7 @@ def cmd_validate(args) -> int:
                        decontam_report=Path(args.decontam) if args.decontam else None,
                        workers=o["validate.workers"], oracle_repeats=o["validate.oracle_repeats"],
                        backend=o["runtime.backend"], mutants=o["validate.mutants"],
-                       sensitivity=o["validate.input_sensitivity"])
+                       sensitivity=o["validate.input_sensitivity"], rootfs=o["runtime.rootfs"])
     return 0
 
 
@@ -540,6 +545,66 @@ def cmd_import_harbor(args) -> int:
     print(f"import-harbor: {s['n_imported']} of {s['n_tasks']} tasks imported into {s['manifest']}; register the "
           f"dataset for decontamination with decontam.jsonl: [{json.dumps(s['decontam_reference'])}]")
     return 0
+
+
+def cmd_images(args) -> int:
+    """`termforge images build|list|add|save|lock` (docs/images.md)."""
+    import time
+
+    from termforge.images import built_bases, ensure_base, ensure_task_base, image_cache_dir, load_declarations
+    from termforge.images.store import ImageStore, image_store_dir, register_base
+
+    cache = image_cache_dir(args.cache)
+    store = ImageStore(image_store_dir(args.store, cache))
+    if args.action == "build":
+        names = args.names or sorted(load_declarations())
+        start = time.monotonic()
+        built = [ensure_base(n, cache) for n in names]
+        for task_dir in args.harbor or []:
+            from termforge.evals.harbor_tasks import (EnvironmentUnsupported, check_base_image, load_harbor_dir,
+                                                      native_plan)
+
+            for task in load_harbor_dir(task_dir):
+                try:
+                    plan = native_plan(task)
+                    built.append(ensure_task_base(check_base_image(plan.base_image), plan.apt_packages, cache))
+                except EnvironmentUnsupported:
+                    continue  # the eval reports it as an environment error
+        for b in built:
+            register_base(b, store)
+        print(f"images build: {len({b.digest for b in built})} base image(s) ready in {time.monotonic() - start:.1f}s "
+              f"({', '.join(sorted({b.record['name'] for b in built}))}; cache {cache})")
+        return 0
+    if args.action == "list":
+        print(f"base images in the cache {cache}:")
+        for b in built_bases(cache):
+            r = b.record
+            print(f"  {r['name']:40s} {r['digest'][:19]}  {r['size'] / 1e6:6.0f} MB  {r['package_count']:4d} packages"
+                  f"  {' '.join(r['names'])}")
+        print(f"images in the store {store.root}:")
+        for image in store.images():
+            print(f"  {image.name:40s} {image.digest[:19]}  {image.size / 1e6:6.0f} MB  {len(image.layers)} layer(s)")
+        return 0
+    if args.action == "add":
+        if not args.names or len(args.names) != 2:
+            raise ConfigError("images add: give NAME and SOURCE (a rootfs tarball, OCI layout, OCI or docker archive)")
+        image = store.add(args.names[0], args.names[1], ref=args.ref)
+        print(f"images add: {image.name} {image.digest[:19]} ({len(image.layers)} layer(s), {image.size / 1e6:.0f} MB) "
+              f"-> {store.root}")
+        return 0
+    if args.action == "save":
+        if not args.names or len(args.names) != 2:
+            raise ConfigError("images save: give NAME and the OCI archive to write")
+        out = store.save(args.names[0], args.names[1])
+        print(f"images save: {args.names[0]} -> {out} (oci-archive)")
+        return 0
+    if args.action == "lock":
+        for name in args.names or sorted(load_declarations()):
+            b = ensure_base(name, cache)
+            print(f"# {b.record['name']} {b.digest} lock {b.record['lock_digest']}")
+            print("\n".join(b.lock_lines()))
+        return 0
+    raise ConfigError(f"images: unknown action {args.action!r}")
 
 
 def cmd_eval_table(args) -> int:
@@ -792,6 +857,19 @@ def build_parser() -> argparse.ArgumentParser:
                help="where the Harbor tasks themselves go (what eval.tbench.tasks_dir names); default OUT_DIR/harbor")
     sp.set_defaults(func=cmd_import_harbor)
 
+    sp = sub.add_parser("images", help="base images and the local image store: build, list, add, save, lock")
+    sp.add_argument("action", choices=["build", "list", "add", "save", "lock"],
+                    help="build: the declared bases (all, or NAMES); list: the cache and the store; add NAME SOURCE: "
+                         "a rootfs tarball, OCI layout, OCI or docker archive into the store; save NAME ARCHIVE: "
+                         "an OCI archive; lock: the exact package versions of bases")
+    sp.add_argument("names", nargs="*", help="base or image names (add/save: NAME then the file)")
+    sp.add_argument("--ref", help="add: which image of a multi-image OCI layout or archive")
+    input_arg(sp, "--harbor", kind="harbor_source", nargs="*",
+              help="build: also the derived bases these Harbor task folders' Dockerfiles need")
+    output_arg(sp, "--cache", dir=True, help="image cache (default $TERMFORGE_IMAGE_CACHE, else the user cache)")
+    output_arg(sp, "--store", dir=True, help="image store (default $TERMFORGE_IMAGE_STORE, else <cache>/store)")
+    sp.set_defaults(func=cmd_images)
+
     sp = sub.add_parser("eval-table", help="merge eval records into the tidy results table")
     input_arg(sp, "--records", kind="eval_record", nargs="+", required=True)
     output_arg(sp, "--out", required=True)
@@ -847,7 +925,10 @@ def build_parser() -> argparse.ArgumentParser:
     input_arg(sp, "--demos", kind="demos", help="demos.parquet from the hints stage")
     sp.add_argument("--verifiers", action="store_true",
                     help="write an installable verifiers environment package (and prime-rl configs) instead")
-    input_arg(sp, "--images-dir", kind="results_dir", help="--verifiers: the built task images")
+    sp.add_argument("--oci", action="store_true",
+                    help="also write every task's image as OCI (out-dir/oci layout + oci.tar archive; bases stored once)")
+    input_arg(sp, "--images-dir", kind="results_dir",
+              help="the built task images (results/images): with --oci or --verifiers")
     sp.set_defaults(func=cmd_export)
     return p
 

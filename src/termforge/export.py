@@ -37,7 +37,20 @@ def task_axes(task: dict) -> dict:
     return {**task["signature"], **(task.get("actual") or {})}
 
 
-def policy_row(task: dict, demos: dict[str, str] | None = None) -> dict:
+# What an export records of the image each task was validated on (the corpus manifest's
+# `images`, from validation): None where it is not known (an export of unvalidated tasks).
+IMAGE_COLUMNS = ("image_digest", "base_image", "base_digest", "base_lock_digest", "rootfs")
+
+
+def image_columns(image: dict | None) -> dict:
+    image = image or {}
+    names = image.get("base_names") or []
+    return {"image_digest": image.get("image_digest"), "base_image": names[0] if names else image.get("base"),
+            "base_digest": image.get("base_digest"), "base_lock_digest": image.get("base_lock_digest"),
+            "rootfs": image.get("rootfs")}
+
+
+def policy_row(task: dict, demos: dict[str, str] | None = None, image: dict | None = None) -> dict:
     sig, axes = task["signature"], task_axes(task)
     row = {"task_id": task["id"], "instruction": task["instruction"], "family": task["family"]}
     for col in AXIS_COLUMNS:
@@ -49,6 +62,7 @@ def policy_row(task: dict, demos: dict[str, str] | None = None) -> dict:
     row["mismatch"] = canonical_json(task["mismatch"])
     if demos is not None:
         row["demo"] = demos.get(task["id"])
+    row.update(image_columns(image))
     return row
 
 
@@ -86,7 +100,7 @@ def harbor_task_name(task_id: str, org: str = HARBOR_ORG) -> str:
     return f"{org}/{re.sub(r'[.]{2,}', '.', name)}"
 
 
-def harbor_task_toml(task: dict) -> str:
+def harbor_task_toml(task: dict, image: dict | None = None) -> str:
     sig = task_axes(task)
     env = task.get("environment", {})
     keywords = [sig["domain"], task["family"], *sig.get("skills", [])]
@@ -106,6 +120,11 @@ def harbor_task_toml(task: dict) -> str:
             lines.append(f"{col} = [" + ", ".join(_toml_str(v) for v in value) + "]")
         elif value is not None:
             lines.append(f"{col} = {_toml_str(str(value))}")
+    # The environment the task was validated on: environment/Dockerfile starts FROM base_image
+    # (`termforge images save` writes it as an OCI archive for docker/podman load).
+    for col, value in image_columns(image).items():
+        if value is not None:
+            lines.append(f"{col} = {_toml_str(str(value))}")
     timeout = float(600 if env.get("timeout_sec") is None else env["timeout_sec"])
     lines += ["", "[verifier]", "timeout_sec = 120.0", "", "[agent]", f"timeout_sec = {timeout}", "",
               "[environment]", "build_timeout_sec = 600.0", "cpus = 1", "memory_mb = 2048", "storage_mb = 10240",
@@ -123,14 +142,16 @@ def _world_readable(root: Path) -> None:
         path.chmod(mode | (0o755 if path.is_dir() or mode & 0o100 else 0o644))
 
 
-def write_harbor_task(task: dict, task_dir: Path, out_dir: Path, staged: StagedOutputs | None = None) -> None:
-    """One Harbor task directory: everything except private/ and our own task.json. With staged,
-    it is published with the command's other outputs; otherwise at once."""
+def write_harbor_task(task: dict, task_dir: Path, out_dir: Path, staged: StagedOutputs | None = None,
+                      image: dict | None = None) -> None:
+    """One Harbor task directory: everything except private/ and our own task.json (`image`: the
+    corpus manifest's record of the image it was validated on). With staged, it is published with
+    the command's other outputs; otherwise at once."""
     final = contained(out_dir, check_task_id(task["id"], task_dir / "task.json"))
     own = staged is None
     staged = staged or StagedOutputs()
     try:
-        _write_harbor_task(task, task_dir, staged.dir(final))
+        _write_harbor_task(task, task_dir, staged.dir(final), image)
         if own:
             staged.publish()
     finally:
@@ -138,9 +159,9 @@ def write_harbor_task(task: dict, task_dir: Path, out_dir: Path, staged: StagedO
             staged.discard()
 
 
-def _write_harbor_task(task: dict, task_dir: Path, stage: Path) -> None:
+def _write_harbor_task(task: dict, task_dir: Path, stage: Path, image: dict | None = None) -> None:
     (stage / "instruction.md").write_text(task["instruction"])
-    (stage / "task.toml").write_text(harbor_task_toml(task))
+    (stage / "task.toml").write_text(harbor_task_toml(task, image))
     for sub in ("environment", "tests", "solution"):
         copy_regular_tree(task_dir / sub, stage / sub)  # regular files only, never a host file
     (stage / "environment" / "container.def").unlink(missing_ok=True)
@@ -175,14 +196,18 @@ def load_kept_tasks(corpus_manifest: Path, kind: str = "task") -> list[tuple[dic
 
 
 def run_export(manifests: list[Path], out_dir: Path, demos_path: Path | None = None,
-               corpus_manifest: Path | None = None, require_demo: bool = False) -> dict:
-    """Export the kept tasks of the corpus manifest (or every task of the shard manifests).
+               corpus_manifest: Path | None = None, require_demo: bool = False,
+               oci_images_dir: Path | None = None) -> dict:
+    """Export the kept tasks of the corpus manifest (or every task of the shard manifests); with
+    `oci_images_dir` (the built images), also every task's image as an OCI layout and archive
+    (out_dir/oci, out_dir/oci.tar) in which the base images are stored once.
 
     Every output is staged and published together at the end: a failure part way (a task
     directory holding what no task may, a full disk) leaves the previous export as it was."""
     out_dir = Path(out_dir)
     tasks = (load_kept_tasks(corpus_manifest, "full_task") if corpus_manifest
              else load_tasks(manifests, "full_task"))
+    images = read("corpus_manifest", corpus_manifest).get("images", {}) if corpus_manifest else {}
     if not tasks:
         raise TermforgeError("export: the manifests list no tasks")
     demos = None
@@ -198,15 +223,25 @@ def run_export(manifests: list[Path], out_dir: Path, demos_path: Path | None = N
     harbor = contained(out_dir, "harbor")
     with StagedOutputs() as staged:
         clean_stale_staging(harbor)  # a failed export's staging directories
-        write_parquet([policy_row(t, demos) for t, _ in tasks], staged.file(dataset))
+        write_parquet([policy_row(t, demos, images.get(t["id"])) for t, _ in tasks], staged.file(dataset))
         write_parquet([private_row(d) for _, d in tasks], staged.file(private))
         for task, task_dir in tasks:
-            write_harbor_task(task, task_dir, harbor, staged)
+            write_harbor_task(task, task_dir, harbor, staged, images.get(task["id"]))
         summary = {"tasks": len(tasks), "dataset": str(dataset), "private": str(private), "harbor_dir": str(harbor),
+                   "images": {t["id"]: images[t["id"]]["image_digest"] for t, _ in tasks if t["id"] in images},
                    "with_demo": sum(1 for t, _ in tasks if demos and demos.get(t["id"]))}
+        if oci_images_dir is not None:
+            from termforge.images.oci import export_task_images
+
+            layout, archive = contained(out_dir, "oci"), contained(out_dir, "oci.tar")
+            oci = export_task_images([(t["id"], contained(oci_images_dir, t["id"])) for t, _ in tasks],
+                                     staged.dir(layout), archive=staged.file(archive))
+            summary["oci"] = {"layout": str(layout), "archive": str(archive),
+                              "images": {k: v["name"] for k, v in oci["images"].items()}}
         atomic_write_json(staged.file(contained(out_dir, "export.json")), summary)
         staged.publish()
-    print(f"export: {len(tasks)} tasks -> dataset, private table and Harbor task dirs in {out_dir}")
+    print(f"export: {len(tasks)} tasks -> dataset, private table and Harbor task dirs"
+          f"{' and OCI images' if oci_images_dir is not None else ''} in {out_dir}")
     return summary
 
 

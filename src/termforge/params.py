@@ -43,16 +43,17 @@ STAGE_KEYS: dict[str, tuple[str | When, ...]] = {
     "sample_axes": ("seed", "corpus.n_tasks", "corpus.domains", "corpus.mix", "corpus.sft_v2_new_bucket_weight",
                     "corpus.anchor_prob", "corpus.taxonomy"),
     "generate": ("corpus.shard_size", "generate.backend", "generate.base_image", "generate.workers",
-                 # the llm backend's task writer and its cost line (prices, planning assumptions)
+                 # the llm backend's task writer and its cost line (prices, planning assumptions), and
+                 # the runtime its candidates are built and validated on
                  *_LLM_GENERATE("generate.model", "generate.max_repair_rounds", "generate.second_solution",
-                                "models.{generate.model}", "prices", "planning")),
-    "build_images": ("runtime.backend", "runtime.build_timeout_sec", "validate.workers"),
+                                "models.{generate.model}", "prices", "planning", "runtime.rootfs")),
+    "build_images": ("runtime.backend", "runtime.rootfs", "runtime.build_timeout_sec", "validate.workers"),
     "decontaminate": ("decontam.n", "decontam.min_shared", "decontam.policy", "decontam.near_dup_policy",
                       "decontam.near_dups", "decontam.near_dup_threshold",
                       "decontam.harbor_dirs", "decontam.hf_datasets", "decontam.jsonl"),
-    "validate": ("runtime.backend", "runtime.exec_timeout_sec", "runtime.cpu_sec", "runtime.memory_mb",
-                 "runtime.limits", "validate.oracle_repeats", "validate.workers", "validate.mutants",
-                 "validate.input_sensitivity"),
+    "validate": ("runtime.backend", "runtime.rootfs", "runtime.exec_timeout_sec", "runtime.cpu_sec",
+                 "runtime.memory_mb", "runtime.limits", "validate.oracle_repeats", "validate.workers",
+                 "validate.mutants", "validate.input_sensitivity"),
     "solve": ("seed", "solve", *_when(("solve.agent", "model"))("models.{solve.model}"), "runtime.backend",
               "runtime.exec_timeout_sec", "runtime.cpu_sec", "runtime.memory_mb", "runtime.limits"),
     "serve_policy": ("serve", "solve.model", "models.{solve.model}"),

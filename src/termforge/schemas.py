@@ -73,7 +73,7 @@ _TASK_OPTIONAL = {
     "output_paths": _STR_LIST,
     "environment": {"type": "object", "properties": {"apt_packages": _STR_LIST, "allow_network": _BOOL,
                                                      "timeout_sec": {"type": ["number", "null"], "minimum": 0},
-                                                     "base_image": _STR_N}},
+                                                     "base_image": _STR_N, "base": _STR_N}},
     "generation": {"type": "object", "properties": {"fallback": _BOOL}},
     "provenance": {"type": "object"},
 }

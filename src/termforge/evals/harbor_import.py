@@ -171,7 +171,7 @@ def _write_task(task: HarborTask, task_id: str, plan, final_test: str, stage: Pa
     record = {
         "id": task_id, "signature": sig, "instruction": task.instruction, "family": FAMILY,
         "environment": {"allow_network": task.allow_internet, "apt_packages": plan.apt_packages,
-                        "timeout_sec": task.agent_timeout_sec, "base_image": plan.base_image},
+                        "timeout_sec": task.agent_timeout_sec, "base": plan.base_image},
         "mismatch": [], "output_paths": [],
         "provenance": {"backend": FAMILY, "source": source, "harbor_name": task.name,
                        "harbor_path": str(task.path), "checksum": tree_digest(task.path)},

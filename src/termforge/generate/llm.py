@@ -341,9 +341,10 @@ def _host_installed(packages: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def runtime_packages(runtime: Runtime) -> tuple[str, ...] | None:
-    """The extra Debian packages a task may declare in this runtime: bwrap runs over the host's
-    root, so only what the host has installed; None (anything) for image-building runtimes."""
-    if getattr(runtime, "name", "") != "bwrap":
+    """The extra Debian packages a task may declare in this runtime: None (any Debian package,
+    installed into a derived base image at build time), except over the host's root
+    (`runtime.rootfs: host`), where only what the host has installed can be offered."""
+    if getattr(runtime, "name", "") != "bwrap" or getattr(runtime, "rootfs_mode", "image") != "host":
         return None
     return _host_installed(OFFERABLE_PACKAGES)
 
@@ -958,7 +959,7 @@ def failure_record_path(out_root: Path, task_id: str) -> Path:
 
 
 def generate_task_llm(sig: dict, out_root: Path, model: ChatModel, max_repair_rounds: int = 2,
-                      base_image: str = "debian:bookworm-slim", images_dir: Path | None = None, *,
+                      base_image: str = "termforge/base:bookworm", images_dir: Path | None = None, *,
                       runtime: Runtime | None = None, limits: Limits | None = None,
                       sampling: SamplingParams | None = None, second_solution: bool = True) -> Path:
     """Write one task directory with the llm chain (atomically) and return its path.
@@ -1011,7 +1012,7 @@ def generate_task_llm(sig: dict, out_root: Path, model: ChatModel, max_repair_ro
 
 def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, tasks_dir: Path,
                            manifest_path: Path, model: ChatModel, max_repair_rounds: int = 2,
-                           base_image: str = "debian:bookworm-slim", images_dir: Path | None = None,
+                           base_image: str = "termforge/base:bookworm", images_dir: Path | None = None,
                            workers: int = 1, *, runtime: Runtime | None = None, limits: Limits | None = None,
                            sampling: SamplingParams | None = None, cost_config: dict | None = None,
                            second_solution: bool = True) -> dict:

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 
 from termforge.errors import TermforgeError
+from termforge.generate.base import BASE_APT_PACKAGES
 from termforge.io import pretty_json
 
 PROMPT_VERSION = "llm-chain-3"
@@ -51,8 +52,8 @@ executed, exactly as written, in this sandbox:
 - The agent works in /app, which is writable. The rest of the filesystem is read-only, except the
   private scratch directories /tmp and /home/user. There is no network and no root; nothing can be
   installed at run time.
-- The userland is Debian bookworm: bash, coreutils, grep, sed, awk, python3 (3.11) with the standard
-  library and pytest. {packages}
+- The userland is a Debian bookworm image: bash, coreutils, grep, sed, awk, and the image's own
+  packages: {base_packages} (python3 is 3.11, with its standard library). {packages}
 - environment/setup.sh runs once at build time with bash, as uid 1000, cwd /app; the fixture files
   are readable at /tmp/env/fixtures/<path> only while it runs. It may write only under /app.
 - The oracle solution/solve.sh runs like the agent would: bash, cwd /app, after the build.
@@ -64,20 +65,22 @@ executed, exactly as written, in this sandbox:
 Answer in exactly the reply format each request gives: fenced code blocks whose info string is a
 language and a name (for example ```bash solve.sh). Text outside the blocks is ignored."""
 
-ANY_PACKAGE = ("Any other Debian package (python3-numpy, python3-pil, sqlite3, gcc, jq, ...) must be "
-               "declared by the environment step.")
+ANY_PACKAGE = ("Any other Debian bookworm package (sqlite3, gcc, jq, ffmpeg, r-base-core, "
+               "default-jdk-headless, ...) is installed into the image at build time when the environment "
+               "step declares it.")
 
 
 def system_prompt(packages: tuple[str, ...] | None = None) -> str:
-    """What every step is told about the sandbox. `packages`: the only extra Debian packages the
-    chosen runtime can provide (bwrap runs over the host's root, so only what the host has
-    installed); None where any package can be installed at build time (apptainer)."""
+    """What every step is told about the sandbox. The image's own packages (the default base's
+    declaration, termforge/images/bases/) are always there; `packages`: the only extra Debian
+    packages the runtime can provide (`runtime.rootfs: host` runs over the host's root, so only
+    what the host has installed); None where any package is installed at build time (images)."""
     if packages is None:
         offer = ANY_PACKAGE
     else:
         offer = ("Only these other Debian packages can be declared by the environment step (nothing else "
                  "can be installed in this runtime): " + (", ".join(packages) or "none") + ".")
-    return _SYSTEM_TEMPLATE.format(packages=offer)
+    return _SYSTEM_TEMPLATE.format(packages=offer, base_packages=", ".join(BASE_APT_PACKAGES))
 
 
 SYSTEM_PROMPT = system_prompt(None)
@@ -341,9 +344,9 @@ The fixtures:
 It must not create the deliverables ({", ".join(declared_output_paths) or "none"}) and must not
 contain any part of the answer.
 
-Packages: python3, python3-pytest, bash and coreutils are always there. List every other Debian
-package that the agent, the oracle or the tests need (for example python3-numpy, python3-pil,
-sqlite3, gcc), by its exact Debian name.
+Packages: the image already has {", ".join(BASE_APT_PACKAGES)}, bash and coreutils. List every
+other Debian package that the agent, the oracle or the tests need (for example sqlite3, gcc, jq,
+python3-scipy), by its exact Debian bookworm name: it is installed into the image at build time.
 
 Reply with exactly two blocks:
 

@@ -48,7 +48,7 @@ def _one(args: tuple[dict, str, str, str]) -> tuple[str, bool, bytes]:
 
 
 def run_generate_shard(signatures_path: Path, shard: int, shard_size: int, tasks_dir: Path, manifest_path: Path,
-                       backend: str = "procedural", base_image: str = "debian:bookworm-slim",
+                       backend: str = "procedural", base_image: str = "termforge/base:bookworm",
                        workers: int = 1) -> dict:
     """Generate every task of the shard (finished ones are skipped) and write the shard manifest."""
     sigs = shard_signatures(Path(signatures_path), shard, shard_size)  # before anything is written

@@ -259,6 +259,7 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
             raise _Fail("build", f"build failed: {build.reason}", {"build_log": build.log[-4000:]})
         checks.append("build")
         image = build.image
+        evidence["image"] = image.meta
         with runtime.start(image, limits) as untouched:
             initial = run_test_file(untouched, task_dir, "test_initial_state.py", timeout=limits.wall_sec)
             if initial.reward != 1.0:
@@ -366,7 +367,8 @@ def _sensitivity_check(task_dir: Path, runtime, image, limits: Limits, checks: l
 
 def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, limits: Limits,
                        decontam_report: Path | None = None, workers: int = 1, oracle_repeats: int = 2,
-                       backend: str = "bwrap", mutants: int = DEFAULT_MUTANTS, sensitivity: bool = True) -> dict:
+                       backend: str = "bwrap", mutants: int = DEFAULT_MUTANTS, sensitivity: bool = True,
+                       rootfs: str = "image") -> dict:
     """Validate every task of a shard. Verdicts are checkpointed per task (a rerun after a kill
     re-validates only unfinished tasks); the final verdicts file is written atomically."""
     from termforge.schemas import read
@@ -383,7 +385,7 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
     checkpoint = Path(str(out_path) + ".partial.jsonl")
     done = {row["task_id"]: row for row in read_jsonl_tolerant(checkpoint)}
     todo = [t for t in ids if t not in done]
-    runtime = get_runtime(backend)
+    runtime = get_runtime(backend, rootfs=rootfs)
 
     def one(task_id: str) -> dict:
         if task_id in dropped_contaminated:
@@ -417,7 +419,7 @@ def write_corpus_manifest(verdict_paths: list[Path], out_path: Path, review_path
     from termforge.quality.review import RUBRIC, STATUSES, distribution
     from termforge.schemas import read
 
-    kept, dropped, per_stage, collected = [], [], {}, {}
+    kept, dropped, per_stage, collected, images = [], [], {}, {}, {}
     tasks_dir = None
     reviews: dict[str, dict] = {}
     for p in review_paths or []:
@@ -435,6 +437,8 @@ def write_corpus_manifest(verdict_paths: list[Path], out_path: Path, review_path
                 kept.append(v["task_id"])
                 if v.get("evidence", {}).get("collected"):
                     collected[v["task_id"]] = v["evidence"]["collected"]
+                if v.get("evidence", {}).get("image"):
+                    images[v["task_id"]] = v["evidence"]["image"]
             else:
                 dropped.append({"task_id": v["task_id"], "stage": v["stage"], "reason": v["reason"]})
                 per_stage[v["stage"]] = per_stage.get(v["stage"], 0) + 1
@@ -442,7 +446,9 @@ def write_corpus_manifest(verdict_paths: list[Path], out_path: Path, review_path
         raise TermforgeError("validate: no verdict files given")
     # The test ids each kept task's final test collected on its pristine environment: every later
     # grade (solve) must collect exactly these.
-    manifest = {"tasks_dir": tasks_dir, "kept": kept, "dropped": dropped, "collected": collected,
+    # The image each kept task was validated on (image digest = base digest + layer digest): a
+    # verdict holds for that environment, and later stages and exports say which it was.
+    manifest = {"tasks_dir": tasks_dir, "kept": kept, "dropped": dropped, "collected": collected, "images": images,
                 "counts": {"total": len(kept) + len(dropped), "kept": len(kept), "dropped": len(dropped),
                            "dropped_by_stage": dict(sorted(per_stage.items()))}}
     if review_paths is not None:

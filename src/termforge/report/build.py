@@ -32,7 +32,7 @@ TABLE_NAMES = (
     "overview", "axis_balance", "corpus_composition", "family_mix", "honoured_axes", "survival", "drop_reasons",
     "decontam_summary", "decontam_hits", "decontam_near_duplicates", "passk_overall", "passk_by_bucket",
     "passk_bands", "hack_rate", "hint_coverage", "training_summary", "training_curves", "grpo_pool", "eval_comparison",
-    "rule_cost", "generation_checks", "review_outcomes", "review_scores", "review_drops",
+    "rule_cost", "generation_checks", "review_outcomes", "review_scores", "review_drops", "images",
 )
 PLOT_NAMES = ("composition", "survival", "passk", "training", "eval", "cost")
 MAX_HTML_ROWS = 60
@@ -314,12 +314,35 @@ class _Builder:
         reason_rows = [[s, r, len(ids), sorted(ids)[:3]]
                        for (s, r), ids in sorted(grouped.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
         self._generation_checks(sec)
+        self._images(sec)
         if reason_rows:
             self.add_table(sec, Table("drop_reasons", ["stage", "reason", "tasks", "example task ids"], reason_rows,
                                       "Why tasks were dropped"))
         else:
             sec.parts.append("<p>No task was dropped.</p>")
         return sec
+
+    def _images(self, sec: Section) -> None:
+        """The environments the kept tasks were validated on (corpus manifest `images`): each base
+        image by digest and lock, and how many kept tasks ran on it; a verdict holds for that image."""
+        images = (self.corpus or {}).get("images") or {}
+        if not images:
+            if self.corpus is not None:
+                sec.parts.append("<p>The corpus manifest records no task images (it predates image recording).</p>")
+            return
+        groups: dict[tuple, list[str]] = {}
+        for tid, im in sorted(images.items()):
+            key = (im.get("rootfs"), im.get("base"), " ".join(im.get("base_names") or []), im.get("base_digest"),
+                   im.get("base_lock_digest"), " ".join(im.get("apt_packages") or []))
+            groups.setdefault(key, []).append(tid)
+        rows = [[("the host's /usr (runtime.rootfs: host)" if rootfs == "host" else base), names, digest, lock,
+                 extra, len(ids), ids[:3]]
+                for (rootfs, base, names, digest, lock, extra), ids in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+        self.facts["base images"] = len(groups)
+        self.add_table(sec, Table("images", ["base image", "image names", "base digest", "lock digest",
+                                             "task apt packages", "kept tasks", "example task ids"], rows,
+                                  "What the kept tasks were validated on (each task's image digest is in "
+                                  "results/corpus/manifest.json)"))
 
     def _generation_checks(self, sec: Section) -> None:
         """llm backend: what generation's own checks rejected and repaired, and what it cost."""
@@ -681,7 +704,7 @@ class _Builder:
         rows = [["signatures sampled", len(self.signatures)]]
         if "kept" in self.facts:
             rows.append(["tasks kept", self.facts["kept"]])
-        for key in ("pass@1", "hint coverage", "models evaluated", "wall time (s)", "CPU hours"):
+        for key in ("base images", "pass@1", "hint coverage", "models evaluated", "wall time (s)", "CPU hours"):
             if key in self.facts:
                 rows.append([key, self.facts[key]])
         rows.append(["sections not run", ", ".join(s.title for s in sections if not s.ran) or "none"])

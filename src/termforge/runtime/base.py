@@ -70,7 +70,9 @@ class ExecResult:
 
 @dataclass
 class Image:
-    """A built task environment. For bwrap it is a directory holding the task layer (/app)."""
+    """A built task environment. For bwrap it is a directory holding the task layer (/app) and
+    image.json; `rootfs` is the base image's root filesystem that sessions bind read-only as `/`
+    (or "host": the host's /usr and /etc, only where `runtime.rootfs: host` was chosen)."""
 
     task_id: str
     backend: str
@@ -78,6 +80,7 @@ class Image:
     digest: str
     allow_network: bool = False
     meta: dict = field(default_factory=dict)
+    rootfs: str = ""
 
 
 @dataclass
@@ -146,6 +149,8 @@ def get_runtime(name: str, **options) -> Runtime:
     if name == "apptainer":
         from termforge.runtime.apptainer import ApptainerRuntime
 
+        # Apptainer always runs the image (runtime.rootfs: host is a bwrap-only opt-in).
+        options.pop("rootfs", None)
         return ApptainerRuntime(**options)
     from termforge.errors import ConfigError
 

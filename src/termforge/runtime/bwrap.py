@@ -1,12 +1,14 @@
-"""Bubblewrap runtime: the host's /usr and /etc read-only, a private writable task layer at /app.
+"""Bubblewrap runtime: the task's image as a read-only `/`, a private writable task layer at /app.
 
-Layout inside every sandbox (the host root is not bound whole because
-a read-only / cannot get the /app mount point): tmpfs /, read-only /usr and /etc, /bin /lib
-/lib64 /sbin symlinks, fresh /dev /proc /tmp /home/user, the task layer bound at /app; new
-user, pid, ipc, uts, cgroup and net namespaces; uid 1000; every capability dropped; killed with
-its parent. Limits: wall clock (the caller's timeout), CPU seconds, address space, process count,
-open files and file size (rlimits), a size-capped /tmp, and a watch on the writable layer that kills
-the sandbox once /app and /home/user hold more than `Limits.disk_mb`.
+Layout inside every sandbox: the base image's root filesystem (termforge.images: built by
+mmdebstrap, cached per user) bound read-only as `/`, fresh /dev /proc /tmp /home/user over the
+mount points the image provides, the task layer bound at /app; new user, pid, ipc, uts, cgroup
+and net namespaces; uid 1000; every capability dropped; killed with its parent. Nothing of the
+host's /usr, /etc or PATH is visible. (`runtime.rootfs: host`, an explicit opt-in recorded in
+every image.json, runs over the host's /usr and /etc instead: a tmpfs `/` with those bound
+read-only, as before images.) Limits: wall clock (the caller's timeout), CPU seconds, address
+space, process count, open files and file size (rlimits), a size-capped /tmp, and a watch on the
+writable layer that kills the sandbox once /app and /home/user hold more than `Limits.disk_mb`.
 
 When the host runs as root, each session runs under its own unprivileged host uid (the sandbox's
 uid 1000 maps to it): the kernel never applies RLIMIT_NPROC to root, so a sandbox mapped to root
@@ -40,6 +42,10 @@ from termforge.runtime import trees
 from termforge.runtime.base import Bind, BuildResult, ExecResult, Image, Limits, Runtime, Session
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+# `rootfs` value meaning the host's /usr and /etc (runtime.rootfs: host), instead of an image.
+HOST_ROOTFS = "host"
+# Bumped when what goes into a task image changes, so cached task layers are rebuilt.
+IMAGE_FORMAT = "bwrap-image-2"
 OUTPUT_CAP = 4 * 1024 * 1024
 # The environment bwrap itself is started with: nothing of the host's (see the module docstring).
 SANDBOX_HOST_ENV: dict[str, str] = {}
@@ -53,6 +59,7 @@ def sandbox_argv(
     layer: Path,
     command: list[str],
     *,
+    rootfs: str | os.PathLike,
     binds: list[Bind] = (),
     env: dict[str, str] | None = None,
     cwd: str = "/app",
@@ -61,11 +68,20 @@ def sandbox_argv(
     home_dir: Path | None = None,
     tmp_mb: int | None = None,
 ) -> list[str]:
-    """The bwrap command line for one process in a task sandbox."""
-    argv = ["bwrap", "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
-    for name in ("bin", "lib", "lib64", "sbin"):
-        if os.path.exists(f"/usr/{name}"):
-            argv += ["--symlink", f"usr/{name}", f"/{name}"]
+    """The bwrap command line for one process in a task sandbox over `rootfs`: an image's root
+    filesystem (bound read-only as /; it provides the mount points bound below), or HOST_ROOTFS."""
+    host = str(rootfs) == HOST_ROOTFS
+    if host:
+        # The host's root cannot be bound whole (a read-only / cannot get the /app mount point).
+        argv = ["bwrap", "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+        for name in ("bin", "lib", "lib64", "sbin"):
+            if os.path.exists(f"/usr/{name}"):
+                argv += ["--symlink", f"usr/{name}", f"/{name}"]
+    elif rootfs and os.path.isdir(os.path.join(rootfs, "usr")):
+        argv = ["bwrap", "--ro-bind", str(rootfs), "/"]
+    else:
+        raise TermforgeError(f"sandbox: no image root filesystem at {str(rootfs)!r} "
+                             "(termforge images build makes the declared bases)")
     argv += ["--dev", "/dev", "--proc", "/proc"]
     if tmp_dir:
         argv += ["--bind", str(tmp_dir), "/tmp"]
@@ -75,8 +91,13 @@ def sandbox_argv(
     argv += ["--bind", str(layer), "/app"]
     for b in binds:
         argv += ["--bind" if b.writable else "--ro-bind", str(b.host), b.sandbox]
-    # With every mount point in place, the tmpfs root itself becomes read-only.
-    argv += ["--remount-ro", "/"]
+    if host:
+        # With every mount point in place, the tmpfs root itself becomes read-only.
+        argv += ["--remount-ro", "/"]
+    elif allow_network:
+        # Name resolution as a container engine gives it: the host's resolver over the image's
+        # empty /etc/resolv.conf (only where the task declares network access).
+        argv += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
     argv += ["--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000"]
     if allow_network:
         argv += ["--share-net"]
@@ -323,16 +344,6 @@ def tree_digest(root: Path) -> str:
     return stable_hash(trees.digest_entries(Path(root)), 24)
 
 
-def missing_debian_packages(packages: list[str]) -> list[str]:
-    """Packages a task needs from the host that dpkg does not report as installed."""
-    missing = []
-    for pkg in packages:
-        res = subprocess.run(["dpkg-query", "-W", "-f=${Status}", pkg], capture_output=True, text=True)
-        if res.returncode != 0 or "install ok installed" not in res.stdout:
-            missing.append(pkg)
-    return missing
-
-
 def _check_reachable(workdir: Path, uid: int | None) -> None:
     """A session's sandboxes start as its own uid: every directory above its work directory must
     let that uid through, or bwrap cannot find the layer and every grade would be a 0 that is
@@ -364,8 +375,11 @@ class BwrapSession(Session):
     """
 
     def __init__(self, image: Image, limits: Limits, work_root: Path | None = None):
+        if not image.rootfs:
+            raise TermforgeError(f"task {image.task_id}: the image names no root filesystem (rebuild it)")
         self.image = image
         self.limits = limits
+        self.rootfs = image.rootfs
         self.binds: list[Bind] = []
         self._stopped = False
         # What stop() could not remove (never expected: tests count leftovers after attacks).
@@ -398,6 +412,7 @@ class BwrapSession(Session):
         argv = sandbox_argv(
             self.layer,
             nproc_prefix(self.limits, self.uid) + (argv or ["/bin/bash", "--noprofile", "--norc", "-c", command]),
+            rootfs=self.rootfs,
             binds=[*self.binds, *binds],
             env=env,
             cwd=cwd,
@@ -414,7 +429,7 @@ class BwrapSession(Session):
 
         def argv() -> list[str]:
             return sandbox_argv(self.layer, nproc_prefix(self.limits, self.uid) + ["/bin/bash", "--noprofile", "--norc", "-s"],
-                                binds=self.binds,
+                                rootfs=self.rootfs, binds=self.binds,
                                 env=env, cwd="/app", allow_network=self.image.allow_network, home_dir=self.home,
                                 tmp_mb=self.limits.tmp_mb)
 
@@ -514,36 +529,71 @@ class BwrapSession(Session):
 class BwrapRuntime(Runtime):
     name = "bwrap"
 
-    def __init__(self, work_root: str | Path | None = None):
+    def __init__(self, work_root: str | Path | None = None, rootfs: str = "image",
+                 image_cache: str | Path | None = None, base: str | None = None, log=print):
+        """`rootfs`: "image" (each task runs on its base image: the default) or "host" (the host's
+        /usr and /etc: an explicit opt-in, recorded in every image.json). `image_cache`: where base
+        images are built and kept (termforge.images.image_cache_dir). `base`: the base of tasks
+        whose task.json names none (termforge.images.DEFAULT_BASE)."""
+        from termforge.errors import ConfigError
+
         self.work_root = Path(work_root) if work_root else None
+        if rootfs not in ("image", HOST_ROOTFS):
+            raise ConfigError(f"runtime.rootfs: expected 'image' or 'host', got {rootfs!r}")
+        self.rootfs_mode = rootfs
+        self.image_cache = image_cache
+        self.base = base
+        self.log = log
         if not bwrap_available():
             raise TermforgeError("runtime bwrap: the 'bwrap' executable is not on PATH "
                                  "(apt-get install bubblewrap)")
 
+    # -- base images ---------------------------------------------------------------------------
+    def base_request(self, task: dict) -> dict:
+        """What a task asks of its image: a base (its task.json's, else the runtime's default)
+        and extra Debian packages."""
+        from termforge.images import DEFAULT_BASE
+
+        env = task.get("environment", {}) or {}
+        return {"base": env.get("base") or self.base or DEFAULT_BASE,
+                "apt_packages": sorted(set(env.get("apt_packages", []) or []))}
+
+    def task_base(self, request: dict):
+        """The built base for a request (built now when the cache lacks it)."""
+        from termforge.images import ensure_task_base
+
+        return ensure_task_base(request["base"], request["apt_packages"], self.image_cache, log=self.log)
+
     def build(self, task_dir: Path, images_dir: Path, timeout: float = 600,
               limits: Limits | None = None) -> BuildResult:
-        """Run setup.sh in a sandbox to produce the task layer; content-addressed and atomic."""
+        """Run setup.sh in a sandbox over the task's base image to produce the task layer;
+        content-addressed (environment/ and the base's digest) and atomic."""
         task_dir = Path(task_dir)
         task = read_json(task_dir / "task.json")
         task_id = task["id"]
         env_dir = task_dir / "environment"
-        digest = tree_digest(env_dir)
         final = Path(images_dir) / task_id
         meta_path = final / "image.json"
         allow_network = bool(task.get("environment", {}).get("allow_network", False))
+        request = self.base_request(task)
+        start = time.monotonic()
+        if self.rootfs_mode == HOST_ROOTFS:
+            rootfs, base_ref = HOST_ROOTFS, None
+        else:
+            try:
+                base = self.task_base(request)
+            except TermforgeError as exc:
+                reason = f"task {task_id}: base image {request['base']} + {request['apt_packages']}: {exc}"
+                return BuildResult(False, None, reason, reason, time.monotonic() - start)
+            rootfs, base_ref = str(base.rootfs), base.ref()
+        digest = stable_hash([IMAGE_FORMAT, tree_digest(env_dir), base_ref["digest"] if base_ref else HOST_ROOTFS,
+                              request], 24)
         if meta_path.exists():
             meta = read_json(meta_path)
             if meta.get("digest") == digest and meta.get("backend") == self.name:
-                return BuildResult(True, Image(task_id, self.name, final, digest, allow_network), "cached",
+                return BuildResult(True, self._image(final, meta, rootfs), "cached",
                                    (final / "build.log").read_text() if (final / "build.log").exists() else "",
-                                   0.0, cached=True)
-        start = time.monotonic()
-        packages = list(task.get("environment", {}).get("apt_packages", []))
-        missing = missing_debian_packages(packages)
-        if missing:
-            reason = (f"task {task_id}: the bwrap runtime runs on the host's /usr, which lacks Debian "
-                      f"packages {missing} (apt-get install them, or use the apptainer runtime)")
-            return BuildResult(False, None, reason, reason, time.monotonic() - start)
+                                   time.monotonic() - start, cached=True)
         from termforge.io import publish_dir, staging_dir
 
         stage = staging_dir(final)
@@ -553,13 +603,16 @@ class BwrapRuntime(Runtime):
         argv = sandbox_argv(
             layer,
             ["/bin/bash", "--noprofile", "--norc", "/tmp/env/setup.sh"],
+            rootfs=rootfs,
             binds=[Bind(env_dir, "/tmp/env")],
             allow_network=allow_network,
             tmp_dir=tmp,
             home_dir=home,
         )
         res = run_sandboxed(argv, timeout, limits or Limits(wall_sec=timeout, cpu_sec=int(timeout)))
-        log = f"$ bash /tmp/env/setup.sh  (exit {res.exit_code}, {res.duration_sec:.2f}s)\n{res.stdout}{res.stderr}"
+        on = f"base {base_ref['name']} {base_ref['digest'][:19]}" if base_ref else "the host's /usr (runtime.rootfs: host)"
+        log = (f"# on {on}\n$ bash /tmp/env/setup.sh  (exit {res.exit_code}, {res.duration_sec:.2f}s)\n"
+               f"{res.stdout}{res.stderr}")
         escaped = sorted(set(os.listdir(tmp)) - {"env"})
         escaped = [f"/tmp/{p}" for p in escaped] + [f"/home/user/{p}" for p in sorted(os.listdir(home))]
         reason = ""
@@ -582,21 +635,58 @@ class BwrapRuntime(Runtime):
         trees.remove_tree(tmp)
         trees.remove_tree(home)
         (stage / "build.log").write_text(log)
-        atomic_write_json(stage / "image.json", {"task_id": task_id, "backend": self.name, "digest": digest,
-                                                 "allow_network": allow_network})
+        layer_digest = tree_digest(layer)
+        meta = {"task_id": task_id, "backend": self.name, "digest": digest, "allow_network": allow_network,
+                "rootfs": HOST_ROOTFS if base_ref is None else "image", "base_request": request, "base": base_ref,
+                "layer_digest": layer_digest,
+                "image_digest": stable_hash([base_ref["digest"] if base_ref else HOST_ROOTFS, layer_digest], 24)}
+        atomic_write_json(stage / "image.json", meta)
         publish_dir(stage, final)
-        image = Image(task_id, self.name, final, digest, allow_network)
-        return BuildResult(True, image, "built", log, time.monotonic() - start)
+        return BuildResult(True, self._image(final, meta, rootfs), "built", log, time.monotonic() - start)
+
+    def _image(self, path: Path, meta: dict, rootfs: str) -> Image:
+        return Image(meta["task_id"], self.name, path, meta["digest"], meta.get("allow_network", False),
+                     meta=image_summary(meta), rootfs=rootfs)
 
     def load(self, images_dir: Path, task_id: str) -> Image:
         meta_path = Path(images_dir) / task_id / "image.json"
         if not meta_path.exists():
             raise TermforgeError(f"task {task_id}: no built image at {meta_path.parent}")
         meta = read_json(meta_path)
-        return Image(task_id, self.name, meta_path.parent, meta["digest"], meta.get("allow_network", False))
+        return self._image(meta_path.parent, meta, resolve_rootfs(meta, f"task {task_id}", self.image_cache, self.log))
 
     def start(self, image: Image, limits: Limits | None = None) -> BwrapSession:
         return BwrapSession(image, limits or Limits(), self.work_root)
+
+
+def resolve_rootfs(meta: dict, where: str, image_cache=None, log=print) -> str:
+    """The root filesystem an image.json's sessions run on: its base from the image cache
+    (remade from the recorded request when the cache lacks it), which must still be the very
+    base the image was built on."""
+    from termforge.images import ensure_task_base
+
+    if meta.get("rootfs") == HOST_ROOTFS:
+        return HOST_ROOTFS
+    base, request = meta.get("base"), meta.get("base_request")
+    if not base or not request:
+        raise TermforgeError(f"{where}: the image predates base images; rebuild it (termforge build-images)")
+    built = ensure_task_base(request["base"], request["apt_packages"], image_cache, log=log)
+    if built.digest != base["digest"]:
+        raise TermforgeError(
+            f"{where}: built on base {base['name']} {base['digest'][:19]}, but that base is now "
+            f"{built.digest[:19]} (rebuilt with other package versions); rebuild the task image")
+    return str(built.rootfs)
+
+
+def image_summary(meta: dict) -> dict:
+    """What artefacts record about the image a task ran on (corpus manifest, exports, report):
+    the image digest (base digest + layer digest), the base's name, digest and lock digest, and
+    whether it ran on the host's /usr instead."""
+    base = meta.get("base") or {}
+    return {"image_digest": meta.get("image_digest"), "layer_digest": meta.get("layer_digest"),
+            "rootfs": meta.get("rootfs", HOST_ROOTFS), "base": base.get("name"), "base_names": base.get("names", []),
+            "base_digest": base.get("digest"), "base_lock_digest": base.get("lock_digest"),
+            "apt_packages": (meta.get("base_request") or {}).get("apt_packages", [])}
 
 
 def _first_line_with(text: str, needles: tuple[str, ...]) -> str:
