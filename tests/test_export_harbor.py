@@ -98,7 +98,7 @@ def test_exports_record_the_image_the_task_was_validated_on(tmp_path):
              "base_names": ["termforge/base:bookworm"], "base_digest": "sha256:" + "a" * 64,
              "base_lock_digest": "sha256:" + "b" * 64}
     task, d = _task(tmp_path)
-    write_harbor_task(task, d, tmp_path / "out", image)
+    write_harbor_task(task, d, tmp_path / "out", image=image)
     meta = tomllib.loads((tmp_path / "out" / task["id"] / "task.toml").read_text())["metadata"]
     assert (meta["image_digest"], meta["base_image"], meta["base_digest"], meta["base_lock_digest"], meta["rootfs"]) == (
         image["image_digest"], "termforge/base:bookworm", image["base_digest"], image["base_lock_digest"], "image")
