@@ -22,6 +22,7 @@ include: "rules/report.smk"
 rule all:
     input:
         "results/export/export.json",
+        "results/export/verifiers/export.json",
         "results/corpus/manifest.json",
         "results/solve/passk.json",
         "results/eval/results.csv",

@@ -35,29 +35,30 @@ def main() -> int:
     args = ap.parse_args()
     fams = [f for f in all_families() if not args.families or f.name in args.families.split(",")]
     attacks = [a for a in sorted(ATTACKS) if not args.attacks or a in args.attacks.split(",")]
-    root = Path(tempfile.mkdtemp(prefix="tf-bench-attacks-"))
-    rt = BwrapRuntime()
-    rows, forged, t0 = [], 0, time.monotonic()
-    for i, fam in enumerate(fams):
-        # Distinct indexes: families of one domain would otherwise share a task id.
-        sig = make_signature(args.seed * 100 + i, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
-        task = generate_task(sig, root / "tasks", families=[fam])
-        built = rt.build(task, root / "images")
-        if not built.ok:
-            rows.append([fam.name, "build failed", built.reason[:60]])
-            continue
-        paths = programs_run_by_tests((task / "tests" / "test_final_state.py").read_text())
-        oracle, _ = _run_agent(rt, built.image, LIMITS, None, task, oracle=True)
-        cells = [f"oracle={oracle.reward:g}{'!' if oracle.hacked else ''}"]
-        for name in attacks:
-            verdict, _ = _run_agent(rt, built.image, LIMITS, ATTACKS[name][0](paths), task)
-            forged += verdict.reward != 0.0
-            cells.append(f"{name}={verdict.reward:g}{'H' if verdict.hacked else ''}")
-        rows.append([fam.name, *cells])
-        print(" ".join(rows[-1]), flush=True)
-    print(f"\n{len(fams)} families x {len(attacks)} attacks in {time.monotonic() - t0:.0f}s; "
-          f"forged grades: {forged} (H = the grader recorded evidence)")
-    return 1 if forged else 0
+    with tempfile.TemporaryDirectory(prefix="tf-bench-attacks-") as tmp:
+        root = Path(tmp)
+        rt = BwrapRuntime()
+        rows, forged, t0 = [], 0, time.monotonic()
+        for i, fam in enumerate(fams):
+            # Distinct indexes: families of one domain would otherwise share a task id.
+            sig = make_signature(args.seed * 100 + i, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
+            task = generate_task(sig, root / "tasks", families=[fam])
+            built = rt.build(task, root / "images")
+            if not built.ok:
+                rows.append([fam.name, "build failed", built.reason[:60]])
+                continue
+            paths = programs_run_by_tests((task / "tests" / "test_final_state.py").read_text())
+            oracle, _ = _run_agent(rt, built.image, LIMITS, None, task, oracle=True)
+            cells = [f"oracle={oracle.reward:g}{'!' if oracle.hacked else ''}"]
+            for name in attacks:
+                verdict, _ = _run_agent(rt, built.image, LIMITS, ATTACKS[name][0](paths), task)
+                forged += verdict.reward != 0.0
+                cells.append(f"{name}={verdict.reward:g}{'H' if verdict.hacked else ''}")
+            rows.append([fam.name, *cells])
+            print(" ".join(rows[-1]), flush=True)
+        print(f"\n{len(fams)} families x {len(attacks)} attacks in {time.monotonic() - t0:.0f}s; "
+              f"forged grades: {forged} (H = the grader recorded evidence)")
+        return 1 if forged else 0
 
 
 if __name__ == "__main__":

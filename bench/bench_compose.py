@@ -35,6 +35,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--all-verifiers", action="store_true", help="every strategy with every container")
     ap.add_argument("--families", nargs="*", help="only these families")
+    ap.add_argument("--fixtures", nargs="*", help="only these fixture kinds (containers)")
     args = ap.parse_args()
     try:
         from tqdm import tqdm
@@ -42,7 +43,8 @@ def main() -> int:
         def tqdm(x, **_):
             return x
     families = [f for f in all_families() if not args.families or f.name in args.families]
-    kinds, verifiers = list(CONTAINERS), list(STRATEGIES)
+    kinds = [k for k in CONTAINERS if not args.fixtures or k in args.fixtures]
+    verifiers = list(STRATEGIES)
     jobs = []
     for i, fam in enumerate(families):
         for j, fk in enumerate(kinds):

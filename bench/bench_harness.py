@@ -47,7 +47,9 @@ def corpus(root: Path, n_tasks: int):
         rt.build(t, root / "images")
     atomic_write_json(root / "shard.json", {"shard": "bench", "tasks_dir": str(root / "tasks"),
                                             "tasks": [{"id": t.name} for t in tasks]})
-    atomic_write_json(root / "corpus.json", {"kept": [t.name for t in tasks]})
+    # The corpus manifest as termforge.quality.validate.write_corpus_manifest writes it (the fields
+    # solving reads: where the tasks are and which were kept).
+    atomic_write_json(root / "corpus.json", {"tasks_dir": str(root / "tasks"), "kept": [t.name for t in tasks]})
 
 
 def solve(root: Path, base_url: str, k: int, concurrency: int, tag: str) -> dict:
@@ -66,6 +68,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--delay", type=float, default=1.0, help="server reply delay for the concurrency test")
+    ap.add_argument("--concurrency", default="1,4,16", help="rollouts in flight to compare (the first is the baseline)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -85,14 +88,15 @@ def main() -> None:
               f"of episode time ({statistics.median(harness_s) * 1000:.1f} ms); whole rollout incl. sandbox start "
               f"and grading: {rollout_wall:.2f} s")
         rates = {}
-        for conc in (1, 4, 16):
+        levels = [int(c) for c in a.concurrency.split(",")]
+        for conc in levels:
             with FakeOpenAIServer(replies=reply, latency_s=a.delay) as server:
                 k = max(2, conc // a.tasks * 2)
                 res = solve(root, server.base_url, k, conc, f"c{conc}")
             n = len(res["rollouts"])
             rates[conc] = n / res["elapsed"] * 60
             print(f"concurrency {conc:>2}: {n} rollouts in {res['elapsed']:.1f} s -> {rates[conc]:.1f} rollouts/min "
-                  f"(speed-up {rates[conc] / rates[1]:.2f}x over concurrency 1)")
+                  f"(speed-up {rates[conc] / rates[levels[0]]:.2f}x over concurrency {levels[0]})")
 
 
 if __name__ == "__main__":

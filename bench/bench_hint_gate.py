@@ -5,8 +5,14 @@ written against real generated tasks, every family; honest method-level hints fo
 and, for comparison in the same run, the literal baseline: a hint counts as leaking only when an
 answer-key value appears in it verbatim (what the gate did before the shared detector).
 
-    .venv/bin/python bench/bench_hint_gate.py            # a few seconds
+Then the meaning-level corpus (bench/data/hint_corpus/disguises/, bench/make_disguise_corpus.py):
+disguise kinds split by kind into `tune` (what the detector was developed against) and `heldout`
+(kinds it never saw while it was written), with recall per kind and per split, and the
+false-positive rate on honest method-level hints with the same surface features.
+
+    .venv/bin/python bench/bench_hint_gate.py            # about two minutes on two cores
     .venv/bin/python bench/bench_hint_gate.py --show-misses
+    .venv/bin/python bench/bench_hint_gate.py --split tune   # only the tuning kinds
     .venv/bin/python bench/bench_hint_gate.py --judge '{"backend": "openai", "model": "m", "base_url": "..."}'
 """
 
@@ -45,6 +51,31 @@ def gate_flags(hint: str, task_dir: Path) -> bool:
     return bool(set(check_hint(hint, task_dir, max_words=400).kinds()) & set(LEAK_FINDINGS))
 
 
+def disguise_report(folder: Path, split: str, show_misses: bool) -> None:
+    leaks, honest = load_corpus(folder)
+    with tempfile.TemporaryDirectory() as tmp:
+        tasks = corpus_tasks(tmp, seeds=sorted({r["seed"] for r in leaks + honest}))
+        fp = score_gate(lambda h, d: not check_hint(h, d, max_words=400).passed, [], honest, tasks)
+        splits = ("tune", "heldout") if split == "both" else (split,)
+        print(f"meaning-level corpus: {len(leaks)} leaks in {len({r['kind'] for r in leaks})} kinds, "
+              f"{len(honest)} honest hints with the same surface features")
+        for name in splits:
+            rows = [r for r in leaks if r["split"] == name]
+            s = score_gate(gate_flags, rows, [], tasks)
+            print(f"  {name:>7} kinds: recall {s['recall']:.3f} ({s['caught']}/{s['leaks']})")
+            print("    kind                     recall   caught")
+            for kind in sorted({r["kind"] for r in rows}):
+                n = sum(1 for r in rows if r["kind"] == kind)
+                rec = s["recall_by_kind"][kind]
+                print(f"    {kind:<24} {rec:6.3f}   {round(rec * n)}/{n}")
+            if show_misses:
+                print("    missed:", *s["missed"], sep="\n      ")
+    print(f"  honest (same features): false positives {fp['false_positive_rate']:.3f} "
+          f"({fp['false_positives']}/{fp['honest']})")
+    if show_misses:
+        print("    false positives:", *fp["false_positive_rows"], sep="\n      ")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
@@ -52,6 +83,10 @@ def main() -> None:
     ap.add_argument("--judge", help="model spec (JSON, as under `models`) of an LLM judge to score too")
     ap.add_argument("--probe", help="model spec (JSON) of an extraction probe to score too")
     ap.add_argument("--model-rows", type=int, default=40, help="leak rows the judge/probe see (half as many honest)")
+    ap.add_argument("--disguises", default=str(DEFAULT_CORPUS / "disguises"),
+                    help="meaning-level corpus folder ('' to skip it)")
+    ap.add_argument("--split", choices=("tune", "heldout", "both"), default="both",
+                    help="which kinds of the meaning-level corpus to score")
     args = ap.parse_args()
     leaks, honest = load_corpus(args.corpus)
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,6 +103,8 @@ def main() -> None:
               f"false positives {s['false_positive_rate']:.3f} ({s['false_positives']}/{s['honest']})")
     print(f"recall ratio gate/baseline: {gate['recall'] / max(base['recall'], 1e-9):.2f}x")
     print("gate recall by kind: " + ", ".join(f"{k} {v:.2f}" for k, v in gate["recall_by_kind"].items()))
+    if args.disguises:
+        disguise_report(Path(args.disguises), args.split, args.show_misses)
     if args.judge or args.probe:
         from termforge.hints.judge import HintChecker, corpus_recall
         from termforge.models import make_model

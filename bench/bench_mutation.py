@@ -28,29 +28,30 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3)
     args = ap.parse_args()
     fams = [f for f in all_families() if not args.families or f.name in args.families.split(",")]
-    root = Path(tempfile.mkdtemp(prefix="tf-bench-mutation-"))
-    rt, limits = BwrapRuntime(), Limits(wall_sec=60, cpu_sec=60, memory_mb=4096)
-    total_wrong = total_killed = total_allowed = total_ok = 0
-    t0 = time.monotonic()
-    print(f"{'family':32} {'killed/wrong':>13} {'allowed ok':>11}  survivors / rejected allowed")
-    for i, fam in enumerate(fams):
-        results = []
-        for seed in range(args.seeds):
-            # Distinct indexes: families of one domain would otherwise share a task id.
-            sig = make_signature(1000 * (seed + 1) + i, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
-            task = generate_task(sig, root / "tasks", families=[fam])
-            results += run_mutants(task, rt, root / "images", limits, seed=seed)
-        k = kill_rate(results)
-        total_wrong += k["answer_changing"]
-        total_killed += k["killed"]
-        total_allowed += k["allowed"]
-        total_ok += k["allowed_passed"]
-        print(f"{fam.name:32} {k['killed']:>6}/{k['answer_changing']:<6} {k['allowed_passed']:>5}/{k['allowed']:<5}  "
-              f"{k['survivors'][:3]} {k['rejected_allowed'][:3]}", flush=True)
-    rate = total_killed / total_wrong if total_wrong else 1.0
-    print(f"\nall: kill rate {rate:.4f} ({total_killed}/{total_wrong}), allowed passed {total_ok}/{total_allowed}, "
-          f"{time.monotonic() - t0:.0f}s")
-    return 0 if total_killed == total_wrong and total_ok == total_allowed else 1
+    with tempfile.TemporaryDirectory(prefix="tf-bench-mutation-") as tmp:
+        root = Path(tmp)
+        rt, limits = BwrapRuntime(), Limits(wall_sec=60, cpu_sec=60, memory_mb=4096)
+        total_wrong = total_killed = total_allowed = total_ok = 0
+        t0 = time.monotonic()
+        print(f"{'family':32} {'killed/wrong':>13} {'allowed ok':>11}  survivors / rejected allowed")
+        for i, fam in enumerate(fams):
+            results = []
+            for seed in range(args.seeds):
+                # Distinct indexes: families of one domain would otherwise share a task id.
+                sig = make_signature(1000 * (seed + 1) + i, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
+                task = generate_task(sig, root / "tasks", families=[fam])
+                results += run_mutants(task, rt, root / "images", limits, seed=seed)
+            k = kill_rate(results)
+            total_wrong += k["answer_changing"]
+            total_killed += k["killed"]
+            total_allowed += k["allowed"]
+            total_ok += k["allowed_passed"]
+            print(f"{fam.name:32} {k['killed']:>6}/{k['answer_changing']:<6} {k['allowed_passed']:>5}/{k['allowed']:<5}  "
+                  f"{k['survivors'][:3]} {k['rejected_allowed'][:3]}", flush=True)
+        rate = total_killed / total_wrong if total_wrong else 1.0
+        print(f"\nall: kill rate {rate:.4f} ({total_killed}/{total_wrong}), allowed passed {total_ok}/{total_allowed}, "
+              f"{time.monotonic() - t0:.0f}s")
+        return 0 if total_killed == total_wrong and total_ok == total_allowed else 1
 
 
 if __name__ == "__main__":

@@ -31,9 +31,10 @@ def main() -> None:
     print(f"sharded plan ({args.overlay}): {sharded:.2f} s")
     if args.skip_baseline:
         return
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-        fh.write("corpus:\n  shard_size: 1\n")
-    per_task, _ = plan([Path(args.overlay), Path(fh.name)])
+    with tempfile.TemporaryDirectory(prefix="bench-plan-") as tmp:
+        per_task_overlay = Path(tmp) / "per-task.yaml"
+        per_task_overlay.write_text("corpus:\n  shard_size: 1\n")
+        per_task, _ = plan([Path(args.overlay), per_task_overlay])
     print(f"per-task plan (shard_size 1): {per_task:.2f} s")
     print(f"ratio per-task / sharded: {per_task / sharded:.1f}x")
 

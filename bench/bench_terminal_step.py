@@ -10,7 +10,11 @@ is importable) the step is timed in four parts, the split the issue asks for:
     optimizer grad clip + AdamW step (+ for vLLM: the adapter saved and handed over)
 
 and it prints generated tokens/s, scored tokens/s and peak GPU memory, then the vLLM/baseline
-ratios measured in the same run. The prompts are terminal-task openings (the harness's system
+ratios measured in the same run. It also records the starting importance ratio: the trainer's
+log-probabilities of the sampled tokens (loss.token_logprobs at the sampling temperature, top-k and
+top-p, under the weights that sampled them) against the engine's processed log-probs; |ratio - 1|
+is ~0 when the two agree (before processed log-probs, vLLM reported raw ones and the ratio did not
+start at 1 at temperature 1.1). The check is timed apart from the step. The prompts are terminal-task openings (the harness's system
 prompt + a task instruction; the hint only in the teacher's view); sandboxes are left out so the
 numbers are the model's. The model must be on local disk (the GPU machine has no network):
 pass --model /path/to/Qwen3-1.7B.
@@ -71,7 +75,7 @@ def run_engine(name: str, args, model_dir: str, out_dir: Path) -> dict:
     from termforge.models.transformers_backend import load_causal_lm
     from termforge.opsd.config import OPSDConfig
     from termforge.opsd.data import PromptRow, teacher_messages
-    from termforge.opsd.loss import generalized_jsd_token_loss
+    from termforge.opsd.loss import generalized_jsd_token_loss, token_logprobs
     from termforge.opsd.rollout import Trajectory, collate, prompt_token_ids, stop_token_ids
     from termforge.opsd.terminal import TransformersEngine, VLLMEngine
     from termforge.opsd.trainer import OPSDTrainer, _weight_dtype, make_accelerator
@@ -112,7 +116,8 @@ def run_engine(name: str, args, model_dir: str, out_dir: Path) -> dict:
             adapter = out_dir / f"adapter-{step}"
             trainer.unwrapped.save_pretrained(adapter)
             engine.set_adapter(str(adapter))
-        samples = engine.generate(prompts, [cfg.max_new_tokens] * len(prompts), seed=step)
+        samples = engine.generate(prompts, [cfg.max_new_tokens] * len(prompts),
+                                  seeds=[step * 100_003 + i for i in range(len(prompts))])
         if name == "vllm":
             engine.sleep()
         sync()
@@ -121,6 +126,22 @@ def run_engine(name: str, args, model_dir: str, out_dir: Path) -> dict:
                             [0] * len(tp) + [1] * len(s.token_ids))
                  for r, p, tp, s in zip(rows, prompts, teacher_prompts, samples) if s.token_ids]
         scored = sum(t.num_scored for t in trajs)
+        # The starting importance ratio (not timed): trainer vs engine log-probs of the sampled tokens.
+        t_check = time.perf_counter()
+        sampled = [s for s in samples if s.token_ids]
+        deviations, logratio_max = [], 0.0
+        for i in range(0, len(trajs), cfg.micro_batch_size):
+            side, _ = collate(trajs[i: i + cfg.micro_batch_size], trainer.pad_id, trainer.device)
+            with torch.no_grad():
+                mine = token_logprobs(trainer.student_logits(side, grad=False), side.target_ids,
+                                      temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p).float().cpu()
+            for b, s in enumerate(sampled[i: i + cfg.micro_batch_size]):
+                log_ratio = mine[b, : len(s.logprobs)] - torch.tensor(s.logprobs)
+                deviations.append((log_ratio.exp() - 1).abs())
+                logratio_max = max(logratio_max, float(log_ratio.abs().max()))
+        ratio_dev = float(torch.cat(deviations).mean()) if deviations else 0.0
+        t_check = time.perf_counter() - t_check
+        t0 += t_check
         t_teacher = t_student = 0.0
         for i in range(0, len(trajs), cfg.micro_batch_size):
             student_side, teacher_side = collate(trajs[i: i + cfg.micro_batch_size], trainer.pad_id, trainer.device)
@@ -149,7 +170,8 @@ def run_engine(name: str, args, model_dir: str, out_dir: Path) -> dict:
         steps.append({"step": step + 1, "rollout_s": t_rollout, "teacher_s": t_teacher, "student_s": t_student,
                       "optimizer_s": t_opt, "step_s": total, "generated_tokens": generated,
                       "rollout_tokens_per_s": generated / t_rollout, "scored_tokens_per_s": scored / total,
-                      "peak_memory_mb": (torch.cuda.max_memory_allocated() / 2**20) if on_gpu else None})
+                      "peak_memory_mb": (torch.cuda.max_memory_allocated() / 2**20) if on_gpu else None,
+                      "start_ratio_abs_dev_mean": ratio_dev, "start_log_ratio_abs_max": logratio_max})
         print(name, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in steps[-1].items()}),
               flush=True)
     measured = steps[1:] or steps  # the first step pays for compilation and allocator warm-up
@@ -190,7 +212,8 @@ def main() -> None:
         print(f"{name}: step {r['step_s']:.2f}s = rollout {r['rollout_s']:.2f} + teacher {r['teacher_s']:.2f} + "
               f"student {r['student_s']:.2f} + optimizer {r['optimizer_s']:.2f}; "
               f"{r['rollout_tokens_per_s']:.1f} generated tok/s, {r['scored_tokens_per_s']:.1f} scored tok/s, "
-              f"peak {r.get('peak_memory_mb') or float('nan'):.0f} MB")
+              f"peak {r.get('peak_memory_mb') or float('nan'):.0f} MB; starting ratio: mean |r - 1| "
+              f"{r['start_ratio_abs_dev_mean']:.2e}, max |log r| {r['start_log_ratio_abs_max']:.2e}")
     if "vllm" in results:
         b, v = results["transformers"], results["vllm"]
         print(f"vllm / transformers: rollout speed-up x{b['rollout_s'] / v['rollout_s']:.2f}, "

@@ -2,6 +2,8 @@
 
 
 rule sample_axes:
+    input:
+        stamp=params_stamp("sample_axes"),
     output:
         signatures="results/axes/signatures.jsonl",
         stats="results/axes/stats.json",
@@ -24,6 +26,7 @@ rule sample_axes:
 rule generate:
     input:
         signatures="results/axes/signatures.jsonl",
+        stamp=params_stamp("generate"),
     output:
         manifest="results/tasks/manifests/{shard}.json",
     params:
@@ -44,6 +47,8 @@ rule generate:
 
 
 rule make_math_set:
+    input:
+        stamp=params_stamp("math_data"),
     output:
         train="results/data/math/train.jsonl",
         heldout="results/data/math/heldout.jsonl",

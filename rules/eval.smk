@@ -6,6 +6,7 @@ rule eval_aime:
     input:
         heldout="results/data/math/heldout.jsonl",
         weights=trained_summary,
+        stamp=ablation_stamp("eval_aime", MODELS),
     output:
         record="results/runs/{model}/eval/aime.json",
     params:
@@ -29,7 +30,9 @@ rule eval_aime:
 
 rule eval_tbench:
     input:
+        tasks=imported_tbench,
         weights=trained_summary,
+        stamp=ablation_stamp("eval_tbench", MODELS),
     output:
         record="results/runs/{model}/eval/tbench.json",
     params:
@@ -67,3 +70,28 @@ rule eval_table:
         "results/benchmarks/eval_table.tsv"
     shell:
         "termforge eval-table --records {input.records} --out {output.table} 2>&1 | tee {log}"
+
+
+# The Terminal-Bench tasks, when eval.tbench.source names where they come from: a Harbor dataset id
+# (NAME@VERSION, fetched with the harbor CLI) or a local folder (copied). A local rule: it runs where
+# Snakemake runs, which is where a registry is reachable (a cluster's compute nodes often are not).
+if config["eval"]["tbench"]["source"]:
+
+    localrules:
+        import_tbench,
+
+    rule import_tbench:
+        input:
+            stamp=params_stamp("import_tbench"),
+        output:
+            tasks=directory(config["eval"]["tbench"]["tasks_dir"]),
+        params:
+            source=config["eval"]["tbench"]["source"],
+            name=config["eval"]["tbench"]["benchmark"],
+        log:
+            "results/logs/import_tbench.log",
+        benchmark:
+            "results/benchmarks/import_tbench.tsv"
+        shell:
+            "termforge import-harbor {params.source:q} --name {params.name:q} --harbor-dir {output.tasks} "
+            "--out-dir results/imported/{params.name} > {log} 2>&1"

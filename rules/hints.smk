@@ -1,9 +1,11 @@
-# Leak-gated method-level hints for the kept tasks, then the exports (with the demo column).
+# Leak-gated method-level hints for the kept tasks, then the exports (with the demo column): the HF
+# dataset and Harbor task dirs, and the verifiers environment package with its prime-rl configs.
 
 
 rule hints:
     input:
         corpus="results/corpus/manifest.json",
+        stamp=params_stamp("hints"),
     output:
         demos="results/hints/demos.parquet",
         coverage="results/hints/coverage.json",
@@ -27,6 +29,7 @@ rule export:
     input:
         corpus="results/corpus/manifest.json",
         demos="results/hints/demos.parquet",
+        stamp=params_stamp("export"),
     output:
         summary="results/export/export.json",
     params:
@@ -43,3 +46,27 @@ rule export:
     shell:
         "termforge export --params {params.options:q} --corpus {input.corpus} --demos {input.demos} "
         "--out-dir results/export 2>&1 | tee {log}"
+
+
+rule export_verifiers:
+    input:
+        corpus="results/corpus/manifest.json",
+        demos="results/hints/demos.parquet",
+        images=expand("results/images/manifests/{shard}.json", shard=SHARDS),
+        stamp=verifiers_stamp,
+    output:
+        summary="results/export/verifiers/export.json",
+    params:
+        options=export_verifiers_params,
+    log:
+        "results/logs/export_verifiers.log",
+    benchmark:
+        "results/benchmarks/export_verifiers.tsv"
+    threads: 1
+    resources:
+        slurm_partition=CPU_PARTITION,
+        mem_mb=CPU_MEM,
+        runtime=CPU_RUNTIME,
+    shell:
+        "termforge export --verifiers --params {params.options:q} --corpus {input.corpus} --demos {input.demos} "
+        "--images-dir results/images --out-dir results/export/verifiers 2>&1 | tee {log}"

@@ -4,6 +4,7 @@
 rule build_images:
     input:
         manifest="results/tasks/manifests/{shard}.json",
+        stamp=params_stamp("build_images"),
     output:
         builds="results/images/manifests/{shard}.json",
     params:

@@ -1,10 +1,12 @@
 # Decontamination (whole corpus, before validation so dropped tasks cost nothing further),
-# per-shard validation, and the corpus manifest of kept tasks.
+# per-shard validation, the rubric review of the kept tasks, and the corpus manifest of kept tasks.
 
 
 rule decontaminate:
     input:
         manifests=expand("results/tasks/manifests/{shard}.json", shard=SHARDS),
+        references=imported_references,
+        stamp=params_stamp("decontaminate"),
     output:
         report="results/decontam/report.json",
     params:
@@ -28,6 +30,7 @@ rule validate:
         manifest="results/tasks/manifests/{shard}.json",
         builds="results/images/manifests/{shard}.json",
         decontam="results/decontam/report.json",
+        stamp=params_stamp("validate"),
     output:
         verdicts="results/validate/{shard}.json",
     params:
@@ -46,6 +49,28 @@ rule validate:
         "--images-dir results/images --decontam {input.decontam} --out {output.verdicts} 2>&1 | tee {log}"
 
 
+rule review:
+    input:
+        verdicts="results/validate/{shard}.json",
+        stamp=params_stamp("review"),
+    output:
+        reviews="results/review/{shard}.json",
+    params:
+        options=params_of("review"),
+    log:
+        "results/logs/review/{shard}.log",
+    benchmark:
+        "results/benchmarks/review/{shard}.tsv"
+    threads: 1
+    resources:
+        slurm_partition=CPU_PARTITION,
+        mem_mb=CPU_MEM,
+        runtime=CPU_RUNTIME,
+    shell:
+        "termforge review --params {params.options:q} --verdicts {input.verdicts} --out {output.reviews} "
+        "2>&1 | tee {log}"
+
+
 localrules:
     corpus_manifest,
 
@@ -53,6 +78,7 @@ localrules:
 rule corpus_manifest:
     input:
         verdicts=expand("results/validate/{shard}.json", shard=SHARDS),
+        reviews=expand("results/review/{shard}.json", shard=SHARDS),
     output:
         manifest="results/corpus/manifest.json",
     log:
@@ -60,4 +86,5 @@ rule corpus_manifest:
     benchmark:
         "results/benchmarks/corpus_manifest.tsv"
     shell:
-        "termforge corpus-manifest --verdicts {input.verdicts} --out {output.manifest} 2>&1 | tee {log}"
+        "termforge corpus-manifest --verdicts {input.verdicts} --reviews {input.reviews} --out {output.manifest} "
+        "2>&1 | tee {log}"

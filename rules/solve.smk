@@ -1,4 +1,5 @@
-# pass@k solving: k rollouts per kept task per shard, then the pass@k tables.
+# pass@k solving: k rollouts per kept task per shard, the rubric review of the successful ones,
+# then the pass@k tables.
 
 
 rule solve:
@@ -7,6 +8,7 @@ rule solve:
         corpus="results/corpus/manifest.json",
         builds="results/images/manifests/{shard}.json",
         server=served_policy,
+        stamp=params_stamp("solve"),
     output:
         rollouts="results/solve/{shard}.json",
     params:
@@ -27,6 +29,28 @@ rule solve:
         "2>&1 | tee {log}"
 
 
+rule review_traces:
+    input:
+        solved="results/solve/{shard}.json",
+        stamp=params_stamp("review_traces"),
+    output:
+        reviews="results/solve/reviews/{shard}.json",
+    params:
+        options=params_of("review_traces"),
+    log:
+        "results/logs/review_traces/{shard}.log",
+    benchmark:
+        "results/benchmarks/review_traces/{shard}.tsv"
+    threads: 1
+    resources:
+        slurm_partition=CPU_PARTITION,
+        mem_mb=CPU_MEM,
+        runtime=CPU_RUNTIME,
+    shell:
+        "termforge review-traces --params {params.options:q} --solved {input.solved} --out {output.reviews} "
+        "2>&1 | tee {log}"
+
+
 localrules:
     passk,
 
@@ -34,6 +58,7 @@ localrules:
 rule passk:
     input:
         solved=expand("results/solve/{shard}.json", shard=SHARDS),
+        reviews=expand("results/solve/reviews/{shard}.json", shard=SHARDS),
     output:
         table="results/solve/passk.json",
         csv="results/solve/passk.csv",
@@ -43,5 +68,5 @@ rule passk:
     benchmark:
         "results/benchmarks/passk.tsv"
     shell:
-        "termforge passk --solved {input.solved} --out {output.table} --csv {output.csv} "
-        "--sft {output.sft} 2>&1 | tee {log}"
+        "termforge passk --solved {input.solved} --trace-reviews {input.reviews} --out {output.table} "
+        "--csv {output.csv} --sft {output.sft} 2>&1 | tee {log}"

@@ -38,6 +38,7 @@ rule train_opsd:
     input:
         unpack(train_inputs),
         demos="results/hints/demos.parquet",
+        stamp=ablation_stamp("train", ABLATIONS),
     output:
         summary="results/runs/{model}/train/summary.json",
     params:

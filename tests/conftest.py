@@ -5,6 +5,17 @@ import pytest
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def base_images():
+    """The default base image every sandbox runs on, from the user's image cache (scripts/setup.sh
+    builds it; built here once if the cache lacks it, never per test)."""
+    if shutil.which("bwrap") is None or shutil.which("mmdebstrap") is None:
+        return None
+    from termforge.images import DEFAULT_BASE, ensure_base
+
+    return ensure_base(DEFAULT_BASE)
+
+
 def make_signature(index: int, domain: str, verifier_kind: str, fixture_kind: str, **extra) -> dict:
     """A hand-made signature for tests that target one family."""
     from termforge.io import make_task_id

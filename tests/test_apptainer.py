@@ -20,13 +20,23 @@ def task_dir(tmp_path):
     return generate_task(sig, tmp_path / "tasks", families=[fam])
 
 
-def test_build_commands_are_fakeroot_and_layered_on_the_domain_base(task_dir, tmp_path):
-    rt = ApptainerRuntime(dry_run=True)
+def test_build_commands_are_fakeroot_and_layered_on_the_tasks_base_image(task_dir, tmp_path):
+    """The base SIF is built from the image store's OCI layout: the very base image (by digest)
+    the bwrap runtime runs the task on."""
+    from termforge.images import ensure_task_base
+    from termforge.images.store import ImageStore
+    from termforge.io import read_json
+
+    store = ImageStore(tmp_path / "store")
+    rt = ApptainerRuntime(dry_run=True, store=store)
     res = rt.build(task_dir, tmp_path / "images")
-    assert res.ok
+    assert res.ok, res.reason
     base_cmd, task_cmd = rt.commands
     assert base_cmd[:4] == ["apptainer", "build", "--fakeroot", "--force"]
-    assert base_cmd[-1].endswith(f"base-{all_families()[0].domains[0]}.def")
+    assert base_cmd[-1] == f"oci://{store.root}:termforge/base:bookworm"
+    base = ensure_task_base("termforge/base:bookworm")
+    assert store.get("termforge/base:bookworm").layers[0]["digest"] == base.digest
+    assert read_json(tmp_path / "images" / task_dir.name / "image.json")["base"]["digest"] == base.digest
     definition = (tmp_path / "images" / task_dir.name / "task.def").read_text()
     assert definition.startswith("Bootstrap: localimage\nFrom: ")
     assert "bases/" in definition.splitlines()[1]

@@ -13,6 +13,7 @@ direct and obfuscated) on all families.
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from termforge.generate.procedural import generate_task
 from termforge.harness import SUBMIT_MARKER, HarnessConfig
 from termforge.io import read_json
 from termforge.models.base import ChatModel, Completion, SamplingParams
-from termforge.quality.hijack import ATTACKS, plant_script, programs_run_by_tests
+from termforge.quality.hijack import ATTACKS, CHANNEL_STEAL_PY, ROUTES, plant_script, programs_run_by_tests
 from termforge.quality.validate import _run_agent, agent_code_imports, static_checks
 from termforge.reward_file import read_reward
 from termforge.runtime.base import Limits
@@ -45,7 +46,7 @@ RESOURCE_ATTACKS = ("fork_bomb", "disk_fill", "sparse_outputs", "fifo_outputs")
 SOLVE_CASES = [(a, f) for a in sorted(ATTACKS) for f in FAMILIES
                if a not in RESOURCE_ATTACKS or f in ("csv_groupby_tool", "log_level_filter")]
 LIMITS = Limits(wall_sec=15, cpu_sec=30, memory_mb=2048, max_procs=64, max_open_files=256, max_file_mb=32,
-                disk_mb=64, tmp_mb=32)
+                disk_mb=64, tmp_mb=32, tree_entries=4000)
 
 
 @pytest.fixture(scope="module")
@@ -278,7 +279,7 @@ def test_exported_test_sh_never_imports_from_app(corpus):
 
     _, rt, tasks = corpus
     task, image, _ = tasks["log_level_filter"]
-    assert (task / "tests" / "test.sh").read_text() == TEST_SH and "\"$py\" -I -m pytest" in TEST_SH
+    assert (task / "tests" / "test.sh").read_text() == TEST_SH and '"$py" -I -c "$runner"' in TEST_SH
     plant = ("import os\nos.makedirs('/logs/verifier', exist_ok=True)\n"
              "open('/logs/verifier/reward.txt', 'w').write('1')\nopen('/logs/verifier/planted-ran', 'w')\n"
              "raise SystemExit(0)\n")
@@ -304,3 +305,623 @@ def test_endless_output_costs_the_host_a_bounded_buffer(session):
     res = session.exec("echo first; timeout 2 yes flood; echo last", timeout=20)
     assert len(res.stdout) <= OUTPUT_CAP + 100
     assert res.stdout.startswith("first") and res.stdout.rstrip().endswith("last") and "truncated" in res.stdout
+
+
+# == round two (issue #28): nothing an agent does is an infrastructure error ========================
+#
+# Each class below runs on every path that grades an agent: validation, solve, terminal training
+# episodes and the Terminal-Bench native runner. Every one must score 0 with a finding, never be
+# recorded infra_failed (or an error), and leave no session directory on the host.
+
+def _no_leftovers(work: Path) -> list[str]:
+    return sorted(os.listdir(work)) if work.exists() else []
+
+
+_WORK_DIRS: list[Path] = []
+
+
+def _work_dir() -> Path:
+    """A fresh host work root for sessions (searchable by their uids, like /tmp itself)."""
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="tf-attack-work-"))
+    work.chmod(0o711)
+    _WORK_DIRS.append(work)
+    return work
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _remove_work_dirs():
+    yield
+    import subprocess
+
+    for work in _WORK_DIRS:
+        subprocess.run(["rm", "-rf", str(work)])
+
+
+def _runtime(tmp_path: Path) -> tuple[BwrapRuntime, Path]:
+    work = _work_dir()
+    return BwrapRuntime(work_root=work), work
+
+
+# Pathological trees, each made under the directory given as $1. `deep` and `wide` are beyond what
+# the host walks (LIMITS: 128 levels, 4,000 entries); the others it walks without following or
+# reading anything (a path far past PATH_MAX, symlink loops and links into bind mounts, modes 000,
+# FIFOs and sockets).
+TREES = {
+    "deep": "python3 - \"$1\" <<'PY'\nimport os, sys\nos.makedirs(sys.argv[1], exist_ok=True)\n"
+            "os.chdir(sys.argv[1])\nfor _ in range(1300):\n    os.mkdir('d')\n    os.chdir('d')\nPY",
+    "wide": "python3 - \"$1\" <<'PY'\nimport os, sys\nos.makedirs(sys.argv[1], exist_ok=True)\n"
+            "for i in range(6000):\n    open(os.path.join(sys.argv[1], f'f{i}'), 'w').close()\nPY",
+    "long_names": "python3 - \"$1\" <<'PY'\nimport os, sys\nos.makedirs(sys.argv[1], exist_ok=True)\n"
+                  "os.chdir(sys.argv[1])\nfor i in range(60):\n    os.mkdir('n' * 255)\n    os.chdir('n' * 255)\n"
+                  "open('x' * 255, 'w').write('deep')\nPY",
+    "loops": "mkdir -p \"$1/a/b\" && ln -s / \"$1/root\" && ln -s . \"$1/self\" && ln -s ../.. \"$1/a/b/up\" && "
+             "ln -s /logs \"$1/logs\" && ln -s /tests \"$1/tests\" && ln -s /app \"$1/app\" && ln -s /proc/self/root \"$1/proc\"",
+    "unreadable": "mkdir -p \"$1/x/y\" && echo s > \"$1/x/y/f\" && echo t > \"$1/x/g\" && chmod 000 \"$1/x/g\" \"$1/x/y\" "
+                  "\"$1/x\" \"$1\"",
+    "fifos": "mkdir -p \"$1\" && mkfifo \"$1/pipe\" && python3 -c 'import socket, sys; "
+             "socket.socket(socket.AF_UNIX).bind(sys.argv[1])' \"$1/sock\"",
+}
+UNWALKABLE = {"deep", "wide"}
+
+
+def tree_script(kinds, where: str) -> str:
+    """Bash that makes each kind of tree under where/<kind> (never failing the agent's command)."""
+    lines = []
+    for kind in kinds:
+        body = TREES[kind].replace("\n", "\n")
+        lines.append(f"tf_tree_{kind}() {{\n{body}\n}}\ntf_tree_{kind} {where}/{kind} 2>/dev/null")
+    return "\n".join(lines) + "\ntrue\n"
+
+
+def tree_attack(kinds, where: str, paths: list[str]) -> str:
+    """The agent's script: the trees under /app now (`app`), or planted by the programs the final
+    tests run, under /logs while they run (`logs`)."""
+    if where == "app":
+        return tree_script(kinds, "/app/trees")
+    return plant_script(paths, False, {"trees": tree_script(kinds, "/logs/trees")})
+
+
+def _tree_finding(findings: list[str]) -> bool:
+    return any("pathological tree" in f or "under /logs" in f for f in findings)
+
+
+@pytest.mark.parametrize("where", ["app", "logs"])
+@pytest.mark.parametrize("kind", sorted(TREES))
+def test_pathological_tree_scores_zero_on_the_validation_path(corpus, kind, where, tmp_path):
+    _, _, tasks = corpus
+    rt, work = _runtime(tmp_path)
+    task, image, paths = tasks["csv_groupby_tool"]
+    # Before #28: RecursionError out of os.walk/shutil.rmtree for `deep`, the shard crashed.
+    verdict, _ = _run_agent(rt, image, LIMITS, tree_attack([kind], where, paths), task)
+    assert verdict.reward == 0.0, verdict.reason
+    if kind in UNWALKABLE or where == "logs":
+        assert _tree_finding(verdict.findings), verdict.to_dict()
+    if kind in UNWALKABLE and where == "app":
+        assert verdict.graded_by == "host" and "cannot walk" in verdict.reason
+    assert _no_leftovers(work) == []
+
+
+@pytest.mark.parametrize("where", ["app", "logs"])
+def test_pathological_trees_score_zero_on_the_solve_path(corpus, where, tmp_path):
+    root, _, tasks = corpus
+    rt, work = _runtime(tmp_path)
+    task, _, paths = tasks["csv_groupby_tool"]
+    row = rollout_once(ScriptedAgent(tree_attack(sorted(TREES), where, paths)), rt, root / "images", task, 0,
+                       _settings(), None)
+    # Before #28 this rollout raised, was retried, recorded infra_failed and dropped from pass@k.
+    assert row["status"] == "graded" and row["reward"] == 0.0, row["verifier"]
+    assert _tree_finding(row["hacked"]), row["hacked"]
+    assert _no_leftovers(work) == []
+
+
+class ScriptedEngine:
+    """A rollout engine for terminal training episodes whose first reply is an attack script."""
+
+    def __init__(self, tok, script: str):
+        self.tok, self.script, self.stop_ids = tok, script, [tok.eos_token_id]
+
+    def generate(self, prompts, max_new_tokens, seed):
+        from termforge.opsd.terminal import Sample
+
+        out = []
+        for prompt, cap in zip(prompts, max_new_tokens):
+            turn = self.tok.decode(prompt).count("<|im_start|>assistant") - 1
+            reply = (f"```bash\nbash <<'TF_ATTACK_EOF'\n{self.script}\nTF_ATTACK_EOF\n```" if turn == 0
+                     else f"```bash\necho {SUBMIT_MARKER}\n```")
+            ids = self.tok(reply, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
+            out.append(Sample(ids[:cap], [-0.1] * min(cap, len(ids)), "stop"))
+        return out
+
+
+_TOKENIZER: dict = {}
+
+
+def _episode(tasks_dir: Path, images_dir: Path, task_id: str, script: str, tmp_path: Path):
+    """One terminal training episode (opsd/terminal.py) whose policy runs `script`."""
+    pytest.importorskip("torch")
+    from conftest import smollm2_tokenizer
+    from termforge.opsd.terminal import EpisodeSpec, run_terminal_episodes
+
+    rt, work = _runtime(tmp_path)
+    tok = _TOKENIZER.get("tok") or _TOKENIZER.setdefault("tok", smollm2_tokenizer())
+    episodes, stats = run_terminal_episodes(
+        ScriptedEngine(tok, script), tok, [EpisodeSpec(task_id, 0, "grpo")], tasks_dir=tasks_dir,
+        images_dir=images_dir, runtime=rt, harness=_settings().harness, limits=LIMITS, seed=1,
+        max_new_tokens=4096, max_infra_retries=0)
+    ep = episodes[0]
+    assert stats["infra_failed"] == 0 and ep.status == "graded", ep.infra_attempts
+    assert _no_leftovers(work) == []
+    return ep
+
+
+@pytest.mark.parametrize("where", ["app", "logs"])
+def test_pathological_trees_score_zero_on_terminal_training_episodes(corpus, where, tmp_path):
+    root, _, tasks = corpus
+    task, _, paths = tasks["csv_groupby_tool"]
+    ep = _episode(root / "tasks", root / "images", task.name, tree_attack(sorted(TREES), where, paths), tmp_path)
+    assert ep.reward == 0.0 and _tree_finding(ep.verifier["hacked"]), ep.verifier
+
+
+def test_pathological_trees_score_zero_on_the_tb_native_path(tb_tasks, tmp_path):
+    task = tb_tasks["fix-median"]
+    images = tb_tasks["_images"]
+    work = _work_dir()
+
+    def planter(where):
+        def agent(session, t):
+            session.exec(tree_attack(sorted(TREES), where, ["/app/stats.py"]), timeout=60)
+            return {"name": f"trees-{where}"}
+
+        agent.agent_name = f"trees-{where}"
+        return agent
+
+    for where in ("app", "logs"):
+        res = run_native([task], planter(where), 1, images, tmp_path / where, LIMITS, work_root=work)
+        trial = read_json(tmp_path / where / res.trials[0].trial_name / "result.json")
+        # Before #28 the RecursionError aborted the whole run.
+        assert res.trials[0].reward == 0.0 and res.trials[0].error_kind is None, trial["exception_info"]
+        assert _tree_finding(trial["termforge"]["verdict"]["findings"]), trial["termforge"]["verdict"]
+    assert _no_leftovers(work) == []
+
+
+def test_the_disk_cap_survives_a_tree_the_watcher_cannot_walk(session):
+    """A deep tree first (before #28 it killed the watcher's thread), then 200 MiB: the sandbox is
+    killed, and well under the cap plus one interval's writing was written."""
+    import subprocess
+
+    res = session.exec(tree_script(["deep"], "/app/trees") +
+                       "for i in $(seq 100); do dd if=/dev/zero of=/app/fill$i bs=1M count=2 2>/dev/null; done",
+                       timeout=60)
+    assert res.limit_hit and "disk" in res.limit_hit, res
+    used = int(subprocess.run(["du", "-sk", str(session.layer)], capture_output=True, text=True).stdout.split()[0])
+    assert used < (LIMITS.disk_mb + 64) * 1024, used
+
+
+# -- host work directories are always removed ------------------------------------------------------
+
+@pytest.mark.parametrize("as_root", [True, False])
+def test_work_directories_are_removed_however_deep_and_locked(as_root):
+    """remove_tree on 1,500 levels of 200-character names with modes 000 on the way, FIFOs,
+    sockets and symlink loops: nothing is left, as root and as the tree's unprivileged owner."""
+    import subprocess
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("builds the unprivileged case by switching uid, which needs root")
+    base = Path(tempfile.mkdtemp(prefix="tf-remove-"))
+    try:
+        base.chmod(0o755)
+        root = base / "tree"
+        root.mkdir()
+        make = r"""
+import os, socket, sys
+root = sys.argv[1]
+os.chdir(root)
+os.mkfifo("pipe"); socket.socket(socket.AF_UNIX).bind("sock"); os.symlink(".", "loop"); os.symlink("/", "slash")
+os.makedirs("x/y"); open("x/y/f", "w").close(); os.chmod("x/y", 0); os.chmod("x", 0)
+for i in range(1500):
+    os.mkdir("d" * 200); os.chdir("d" * 200)
+    if i % 300 == 150:
+        os.chmod("..", 0)  # we are below it already: its owner can neither list nor enter it any more
+open("f", "w").write("x")
+"""
+        code = ("import os, sys; sys.path.insert(0, sys.argv[2]); from termforge.runtime.trees import remove_tree; "
+                "print(remove_tree(sys.argv[1]), os.path.exists(sys.argv[1]))")
+        src = str(Path(__file__).resolve().parents[1] / "src")
+        user = [] if as_root else ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        if not as_root:  # the user's own work root, as on a cluster
+            os.chown(base, 65534, 65534)
+            os.chown(root, 65534, 65534)
+        subprocess.run([*user, "/usr/bin/python3", "-c", make, str(root)], check=True)
+        # Python's own helper fails here: RecursionError (shutil.rmtree) -- the pre-#28 cleanup.
+        out = subprocess.run([*user, "/usr/bin/python3", "-c", code, str(root), src], capture_output=True, text=True)
+        assert out.stdout.strip() == "[] False", out.stdout + out.stderr
+    finally:
+        subprocess.run(["rm", "-rf", str(base)])  # coreutils rm: any depth, whatever happened above
+
+
+# -- the Terminal-Bench native path: tb-mini copies --------------------------------------------------
+
+TB_MINI = ROOT / "benchmarks" / "tb-mini"
+# test.sh runs the agent's code before the tests (as a task that sources a venv under /app does).
+SOURCES_APP = ". /app/env.sh\n"
+
+
+def _tb_copy(root: Path, name: str, new_name: str, test_sh_prefix: str = "", extra_test: str = "") -> Path:
+    import shutil
+
+    d = root / new_name
+    shutil.copytree(TB_MINI / name, d)
+    if test_sh_prefix:
+        text = (d / "tests" / "test.sh").read_text().replace("mkdir -p /logs/verifier\n",
+                                                            "mkdir -p /logs/verifier\n" + test_sh_prefix, 1)
+        (d / "tests" / "test.sh").write_text(text)
+    if extra_test:
+        (d / "tests" / "test_outputs.py").write_text((d / "tests" / "test_outputs.py").read_text() + extra_test)
+    return d
+
+
+@pytest.fixture(scope="module")
+def tb_tasks(tmp_path_factory):
+    from termforge.evals.harbor_tasks import load_harbor_task
+
+    root = _work_dir()  # searchable by the sessions' uids: the oracle binds solution/ from here
+    images = root / "images"
+    dirs = {"fix-median": _tb_copy(root, "fix-median", "fix-median")}
+    venv = _tb_copy(root, "fix-median", "fix-median-venv", SOURCES_APP)
+    (venv / "environment" / "src" / "env.sh").write_text("export STATS_MODE=plain\n")
+    dockerfile = venv / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text().replace("src/test_stats.py /app/", "src/test_stats.py src/env.sh /app/"))
+    dirs["fix-median-venv"] = venv
+    tasks = {name: load_harbor_task(d) for name, d in dirs.items()}
+    for task in tasks.values():
+        assert build_harbor_image(task, images).ok
+    return {**tasks, "_images": images, "_root": root}
+
+
+def _tb_run(tb_tasks, task, agent, tmp_path, name: str):
+    from termforge.evals.tbench import oracle_agent  # noqa: F401 - agents below may call it
+
+    work = _work_dir()
+    res = run_native([task], agent, 1, tb_tasks["_images"], tmp_path / name, LIMITS, work_root=work)
+    trial = read_json(tmp_path / name / res.trials[0].trial_name / "result.json")
+    assert _no_leftovers(work) == []
+    return res.trials[0], trial
+
+
+def _agent(name: str, script: str, solve: bool = False):
+    from termforge.evals.tbench import oracle_agent
+
+    def agent(session, task):
+        if solve:
+            oracle_agent(session, task)
+        res = session.exec(script, timeout=60)
+        return {"name": name, "output_tail": res.tail(3000)}
+
+    agent.agent_name = name
+    return agent
+
+
+# -- the grade channel cannot be handed away (Harbor tasks whose test.sh runs agent code first) ------
+
+FAKE_TEST = "def test_x():\n    pass\n"
+CHANNEL_FIRST = f"""cat > /app/env.sh <<'TF_ENV'
+# Runs inside test.sh, before /verifier/run-tests: everything the old design let it do.
+printf %s {FAKE_TEST!r} > /tmp/test_fake.py
+/usr/bin/python3 -c {shlex.quote(CHANNEL_STEAL_PY)} 2>/dev/null
+/verifier/run-tests /tmp/test_fake.py >/dev/null 2>&1
+mkdir -p /logs/verifier; echo '{{"reward": 1}}' > /logs/verifier/reward.json
+printf 'import pytest\\n@pytest.hookimpl(hookwrapper=True)\\ndef pytest_runtest_makereport(item, call):\\n    o = yield\\n    o.get_result().outcome = "passed"\\n' > /tests/conftest.py 2>/dev/null
+printf 'def test_x():\\n    pass\\n' > /tests/test_outputs.py 2>/dev/null
+TF_ENV
+"""
+KILL_SUPERVISOR = """cat > /app/env.sh <<'TF_ENV'
+mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt
+for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q -- '--supervise' && kill -9 ${p#/proc/}; done
+TF_ENV
+"""
+GARBAGE_REQUESTS = """cat > /app/env.sh <<'TF_ENV'
+# Garbage on the request socket so the real grader would be refused, then a reward file of its own.
+python3 -c 'import os, socket
+fd = int(os.environ["TERMFORGE_RUN_TESTS_FD"])
+s = socket.socket(fileno=os.dup(fd))
+for m in (b"termforge-grader-hello", b"{}", b"not json"):
+    s.send(m)'
+mkdir -p /logs/verifier; echo '{"reward": 1}' > /logs/verifier/reward.json
+TF_ENV
+"""
+
+
+def test_a_harbor_task_whose_test_sh_runs_agent_code_first_still_grades_honestly(tb_tasks, tmp_path):
+    """The oracle with the task's own env.sh: 1 (the supervisor path works for honest code)."""
+    from termforge.evals.tbench import oracle_agent
+
+    record, trial = _tb_run(tb_tasks, tb_tasks["fix-median-venv"], oracle_agent, tmp_path, "oracle")
+    verdict = trial["termforge"]["verdict"]
+    assert record.reward == 1.0 and verdict["graded_by"] == "grader" and not verdict["findings"], verdict
+
+
+@pytest.mark.parametrize("attack", ["channel_first", "kill_supervisor", "garbage_requests"])
+def test_test_sh_running_agent_code_first_cannot_forge_the_grade(tb_tasks, tmp_path, attack):
+    """Before #28 `channel_first` scored 1.0 with no finding: the agent's code said hello first on
+    the boot socket test.sh's bash held, and sent an all-passed verdict."""
+    script = {"channel_first": CHANNEL_FIRST, "kill_supervisor": KILL_SUPERVISOR,
+              "garbage_requests": GARBAGE_REQUESTS}[attack]
+    record, trial = _tb_run(tb_tasks, tb_tasks["fix-median-venv"], _agent(attack, script), tmp_path, attack)
+    verdict = trial["termforge"]["verdict"]
+    assert record.reward == 0.0 and record.error_kind is None, (trial["exception_info"], verdict)
+    assert verdict["findings"], verdict
+    if attack == "channel_first":
+        assert any("the grader was asked for" in f for f in verdict["findings"]), verdict
+
+
+# -- no host environment in sandboxes ------------------------------------------------------------
+
+CANARY = "TERMFORGE_TEST_CANARY"
+# Every place a sandboxed process can read an environment or a command line: each process's
+# environ and cmdline (pid 1 included), and its own environment.
+# (The pattern is written so that no command line holding it matches it.)
+SCAN = r"""( n=$( { for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\0' '\n' < "$f"; echo; done; env; } 2>/dev/null | grep -c 'TERMFORGE_TEST_CANAR[Y]')
+r=unreadable; cat /proc/1/environ >/dev/null 2>&1 && r=readable
+echo "canary-scan leaks=$n pid1-environ=$r pid1=[$(tr '\0' ' ' < /proc/1/cmdline | cut -c1-30)]" )"""
+
+
+def _clean_scan(text: str) -> bool:
+    # The scan ran (pid 1 is bwrap, its environ readable: the place the host's variables showed
+    # before #28) and found nothing.
+    return "canary-scan leaks=0 pid1-environ=readable pid1=[" in text and "bwrap" in text
+
+
+def _canary_task(root: Path) -> Path:
+    """A task that scans at build time (setup.sh), and whose final test scans from a program the
+    grader runs and checks the build's and the agent's scans: 1 iff every scan is clean."""
+    import json
+    import shlex
+
+    d = root / "tf-canary"
+    for sub in ("environment", "tests", "solution", "private"):
+        (d / sub).mkdir(parents=True)
+    (d / "environment" / "setup.sh").write_text(f"{SCAN} > /app/build-scan.txt\n")  # noqa: E501
+    (d / "task.json").write_text(json.dumps({"id": "tf-canary"}))
+    (d / "instruction.md").write_text("Scan.\n")
+    (d / "solution" / "solve.sh").write_text("true\n")
+    (d / "tests" / "test_final_state.py").write_text(
+        "import subprocess\n\n"
+        f"SCAN = {SCAN!r}\n\n"
+        "def clean(text):\n"
+        "    return 'canary-scan leaks=0 pid1-environ=readable pid1=[' in text and 'bwrap' in text\n\n"
+        "def test_build_agent_and_grader_see_no_host_environment():\n"
+        "    grader = subprocess.run(['bash', '-c', SCAN], capture_output=True, text=True).stdout\n"
+        "    build = open('/app/build-scan.txt').read()\n"
+        "    agent = open('/app/agent-scan.txt').read()\n"
+        "    assert clean(grader) and clean(build) and clean(agent), (grader, build, agent)\n")
+    (d / "tests" / "test.sh").write_text("true\n")
+    return d
+
+
+def test_no_host_environment_is_visible_on_any_path(monkeypatch, tmp_path, tb_tasks):
+    from termforge.evals.tbench import oracle_agent
+
+    monkeypatch.setenv(CANARY, "sk-canary-7f3a9c1e")
+    task = _canary_task(tmp_path)
+    rt, work = _runtime(tmp_path)
+    built = rt.build(task, tmp_path / "images")
+    assert built.ok and _clean_scan((built.image.path / "layer" / "build-scan.txt").read_text()), built.reason
+    # Validation: the agent's sandbox, then the grader's (the final test fails on any leak).
+    verdict, _ = _run_agent(rt, built.image, LIMITS, f"{SCAN} > /app/agent-scan.txt", task)
+    assert verdict.reward == 1.0, verdict.output
+    # Solve: the agent's persistent shell.
+    row = rollout_once(ScriptedAgent(f"{SCAN} | tee /app/agent-scan.txt"), rt, tmp_path / "images", task, 0,
+                       _settings(), None)
+    assert row["reward"] == 1.0 and _clean_scan(str(row["episode"])), row["verifier"]
+    # Terminal training episodes.
+    (tmp_path / "ep").mkdir()
+    ep = _episode(tmp_path, tmp_path / "images", "tf-canary", f"{SCAN} | tee /app/agent-scan.txt", tmp_path / "ep")
+    assert ep.reward == 1.0, ep.verifier
+    # Terminal-Bench native: the agent, test.sh before the grader, and a program the grader runs.
+    tb = _tb_copy(tb_tasks["_root"], "fix-median", "fix-median-canary", SCAN + "\n",
+                  "\n\ndef test_no_host_environment():\n    import subprocess\n"
+                  f"    out = subprocess.run(['bash', '-c', {SCAN!r}], capture_output=True, text=True).stdout\n"
+                  "    assert 'leaks=0 pid1-environ=readable' in out and 'bwrap' in out, out\n")
+    from termforge.evals.harbor_tasks import load_harbor_task
+
+    tb_task = load_harbor_task(tb)
+    record, trial = _tb_run(tb_tasks, tb_task, _agent("scanner", SCAN, solve=True), tmp_path, "tb")
+    assert record.reward == 1.0, trial["termforge"]["verdict"]
+    assert _clean_scan(trial["agent_result"]["metadata"]["output_tail"])
+    assert _clean_scan((tmp_path / "tb" / record.trial_name / "verifier" / "test-stdout.txt").read_text())
+    assert _no_leftovers(work) == []
+
+
+# -- killing the grader, and processes that keep changing their pid ----------------------------------
+
+PROCESS_ROUTES = {
+    # Forks and exits over and over (a new pid every hop), detached from the test's session.
+    "fork_hopper": ("mkdir /tmp/tf-hopper 2>/dev/null && /usr/bin/python3 -c 'import os, time\n"
+                    "if os.fork(): os._exit(0)\nos.setsid()\n"
+                    "while True:\n    if os.fork(): os._exit(0)\n    time.sleep(0.001)' >/dev/null 2>&1 &"),
+    # Kills the process grading it.
+    "kill_grader": ("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'verifier/grade[.]py' "
+                    "&& kill -9 ${p#/proc/}; done"),
+}
+PROCESS_EVIDENCE = {"fork_hopper": "processes left behind", "kill_grader": "killed"}
+
+
+def _process_attack(name: str, paths: list[str]) -> str:
+    return plant_script(paths, False, {name: PROCESS_ROUTES[name]})
+
+
+@pytest.mark.parametrize("repeat", range(5))
+@pytest.mark.parametrize("name", sorted(PROCESS_ROUTES))
+def test_process_attacks_score_zero_with_a_finding_on_the_validation_path(corpus, name, repeat, tmp_path):
+    """Before #28 a killed grader scored 0 with no finding, and a fork-hopping daemon escaped the
+    leftover check in 1 of 14 runs (hence the repeats)."""
+    _, _, tasks = corpus
+    rt, work = _runtime(tmp_path)
+    task, image, paths = tasks["csv_groupby_tool"]
+    verdict, _ = _run_agent(rt, image, LIMITS, _process_attack(name, paths), task)
+    assert verdict.reward == 0.0 and any(PROCESS_EVIDENCE[name] in f for f in verdict.findings), verdict.to_dict()
+    assert _no_leftovers(work) == []
+
+
+@pytest.mark.parametrize("name", sorted(PROCESS_ROUTES))
+def test_process_attacks_score_zero_with_a_finding_on_solve_and_training_paths(corpus, name, tmp_path):
+    root, _, tasks = corpus
+    rt, work = _runtime(tmp_path)
+    task, _, paths = tasks["csv_groupby_tool"]
+    row = rollout_once(ScriptedAgent(_process_attack(name, paths)), rt, root / "images", task, 0, _settings(), None)
+    assert row["status"] == "graded" and row["reward"] == 0.0, row["verifier"]
+    assert any(PROCESS_EVIDENCE[name] in f for f in row["hacked"]), row["hacked"]
+    assert _no_leftovers(work) == []
+    ep = _episode(root / "tasks", root / "images", task.name, _process_attack(name, paths), tmp_path)
+    assert ep.reward == 0.0 and any(PROCESS_EVIDENCE[name] in f for f in ep.verifier["hacked"]), ep.verifier
+
+
+@pytest.mark.parametrize("name", sorted(PROCESS_ROUTES))
+def test_process_attacks_score_zero_with_a_finding_on_the_tb_native_path(tb_tasks, tmp_path, name):
+    record, trial = _tb_run(tb_tasks, tb_tasks["fix-median"], _agent(name, _process_attack(name, ["/app/stats.py"])),
+                            tmp_path, name)
+    verdict = trial["termforge"]["verdict"]
+    assert record.reward == 0.0 and record.error_kind is None, (trial["exception_info"], verdict)
+    assert any(PROCESS_EVIDENCE[name] in f for f in verdict["findings"]), verdict
+
+
+# -- reward files on the Terminal-Bench fallback -----------------------------------------------------
+
+@pytest.mark.parametrize("content, expected", [
+    # Finite but outside [0, 1]: Harbor would record them (harbor/verifier/verifier.py rejects only
+    # non-finite and non-numeric values); termforge scores them 0 with a finding, so one trial cannot
+    # make a run's mean reward +-inf or above 1.
+    ('{"reward": 1e308}', (0.0, None, "outside [0, 1]")),
+    ('{"reward": -1e308}', (0.0, None, "outside [0, 1]")),
+    ("2", (0.0, None, "outside [0, 1]")),
+    # Non-finite: harbor/verifier/verifier.py raises VerifierOutputParseError, which
+    # harbor/models/trial/error_policy.py grades with has_valid_reward=False: an error, no score.
+    ('{"reward": NaN}', (None, "VerifierOutputParseError", None)),
+    ('{"reward": 1e400}', (None, "VerifierOutputParseError", None)),
+    # A JSON boolean passes Harbor's isinstance(value, (int, float)) check and its VerifierResult
+    # (`float | int`) makes it 1.0: Harbor is explicit by construction, followed here.
+    ('{"reward": true}', (1.0, None, None)),
+    ('{"reward": false}', (0.0, None, None)),
+])
+def test_reward_file_values_on_the_tb_fallback(tb_tasks, tmp_path, content, expected):
+    import json
+
+    from termforge.evals.harbor_tasks import load_harbor_task
+    from termforge.evals.tbench import noop_agent
+
+    d = tb_tasks["_root"] / f"writes-{abs(hash(content))}"
+    if not d.exists():
+        _tb_copy(tb_tasks["_root"], "fix-median", d.name)
+        target = "reward.json" if content.startswith("{") else "reward.txt"
+        (d / "tests" / "test.sh").write_text(f"#!/bin/bash\nmkdir -p /logs/verifier\n"
+                                             f"printf '%s' {shlex.quote(content)} > /logs/verifier/{target}\n")
+    record, trial = _tb_run(tb_tasks, load_harbor_task(d), noop_agent, tmp_path, "job")
+    reward, error, finding = expected
+    assert (record.reward, record.exception_type) == (reward, error), json.dumps(trial)[:2000]
+    findings = trial["termforge"].get("verdict", {}).get("findings", [])
+    if finding:
+        assert any(finding in f for f in findings), findings
+
+
+def test_a_verifier_timeout_follows_harbor(tb_tasks, tmp_path):
+    """harbor/trial/trial.py raises VerifierTimeoutError, graded by harbor/models/trial/
+    error_policy.py with has_valid_reward=False: the trial is an error (no score), as in Harbor."""
+    from termforge.evals.harbor_tasks import load_harbor_task
+    from termforge.evals.tbench import noop_agent
+
+    d = _tb_copy(tb_tasks["_root"], "fix-median", "sleeps-past-timeout")
+    (d / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\nsleep 30\n")
+    (d / "task.toml").write_text((d / "task.toml").read_text().replace("timeout_sec = 120.0", "timeout_sec = 2.0", 1))
+    task = load_harbor_task(d)
+    assert task.verifier_timeout_sec == 2.0
+    record, trial = _tb_run(tb_tasks, task, noop_agent, tmp_path, "job")
+    assert record.reward is None and record.exception_type == "VerifierTimeoutError", trial["exception_info"]
+
+
+# -- exports run the way Harbor runs them ----------------------------------------------------------------
+
+HARBOR_PYTHON = Path(os.environ.get("TERMFORGE_HARBOR_PYTHON", "/work/harbor-venv/bin/python"))
+# The exported test.sh before #28: pytest under -I, but reward.txt only, reward.json never removed,
+# the test file left in /tests.
+OLD_TEST_SH = """#!/bin/bash
+mkdir -p /logs/verifier
+cd /tests || exit 1
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+if env -u PYTHONPATH -u PYTHONHOME PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "$py" -I -m pytest -q -p no:cacheprovider \\
+    --import-mode=importlib --rootdir=/tests /tests/test_final_state.py; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi
+"""
+EXPORT_ROUTES = {
+    "reward_write": ROUTES["reward_write"],
+    # Read the expected values: the test file where Harbor put it, or any private copy.
+    "steal_tests": "cat /tests/test_final_state.py /tmp/tf-tests.*/test_final_state.py > /app/stolen.txt 2>/dev/null",
+    # Write reward.json again once test.sh would have written its own reward.
+    "late_writer": ("(nohup bash -c 'for i in $(seq 200); do echo \"{\\\"reward\\\": 1}\" > /logs/verifier/reward.json; "
+                    "sleep 0.01; done' >/dev/null 2>&1 &) 2>/dev/null"),
+}
+
+
+def _harbor_available() -> str | None:
+    import subprocess
+
+    if not HARBOR_PYTHON.exists():
+        return f"no Harbor venv at {HARBOR_PYTHON} (python3.12 -m venv; pip install harbor==0.26.*)"
+    res = subprocess.run([str(HARBOR_PYTHON), "-c", "import harbor.verifier.verifier"], capture_output=True, text=True)
+    return None if res.returncode == 0 else f"harbor does not import: {res.stderr[-300:]}"
+
+
+@pytest.mark.skipif(_harbor_available() is not None, reason=str(_harbor_available()))
+def test_exported_task_cannot_be_forged_under_harbors_own_verifier(corpus, tmp_path):
+    """Harbor 0.26's Verifier.verify (harbor/verifier/verifier.py: it removes stale rewards, uploads
+    tests/, runs tests/test.sh, then reads reward.json before reward.txt) over a bwrap sandbox,
+    on an export whose programs the final tests run were replaced by a forger. With the pre-#28
+    test.sh Harbor records the forged 1 and the program reads the test file; with the current one,
+    0 and nothing read."""
+    import json
+    import shutil
+    import subprocess
+
+    from termforge.export import write_harbor_task
+    from termforge.runtime.base import Bind
+    from termforge.runtime.bwrap import sandbox_argv
+
+    _, rt, tasks = corpus
+    task, image, paths = tasks["csv_groupby_tool"]
+    out = {}
+    for name, test_sh in (("old", OLD_TEST_SH), ("current", None)):
+        export = tmp_path / name
+        write_harbor_task(read_json(task / "task.json"), task, export)
+        task_dir = export / task.name
+        if test_sh:
+            (task_dir / "tests" / "test.sh").write_text(test_sh)
+        with rt.start(image, LIMITS) as session:
+            session.exec(plant_script(paths, False, EXPORT_ROUTES), timeout=60)
+            mounts = {"/tests": session.workdir / "harbor-tests", "/logs": session.workdir / "harbor-logs"}
+            for d in (*mounts.values(), mounts["/logs"] / "verifier"):
+                d.mkdir()
+                if session.uid is not None:
+                    os.chown(d, session.uid, session.uid)
+            argv = sandbox_argv(session.layer, [], binds=[Bind(h, s, writable=True) for s, h in mounts.items()],
+                                home_dir=session.home, cwd="/app", tmp_mb=LIMITS.tmp_mb)
+            if session.uid is not None:
+                argv = ["setpriv", f"--reuid={session.uid}", f"--regid={session.uid}", "--clear-groups", *argv]
+            spec = {"task_dir": str(task_dir), "trial_dir": str(tmp_path / f"trial-{name}"), "argv": argv,
+                    "mounts": {k: str(v) for k, v in mounts.items()}}
+            (tmp_path / f"spec-{name}.json").write_text(json.dumps(spec))
+            res = subprocess.run([str(HARBOR_PYTHON), str(Path(__file__).with_name("harbor_driver.py")),
+                                  str(tmp_path / f"spec-{name}.json")], capture_output=True, text=True, timeout=300)
+            assert res.returncode == 0, res.stderr[-2000:]
+            stolen = (session.layer / "stolen.txt").read_text() if (session.layer / "stolen.txt").exists() else ""
+            out[name] = (json.loads(res.stdout.strip().splitlines()[-1]), stolen)
+        shutil.rmtree(export)
+    (old, old_stolen), (current, current_stolen) = out["old"], out["current"]
+    assert old == {"rewards": {"reward": 1}} and "def test_" in old_stolen, out  # the attack is real
+    assert current == {"rewards": {"reward": 0.0}}, out
+    assert "def test_" not in current_stolen, current_stolen

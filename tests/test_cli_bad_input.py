@@ -111,19 +111,42 @@ def ws(tmp_path_factory):
         "config": cfgs[0],
         "signatures": r / "axes/signatures.jsonl",
         "shard_manifest": r / "tasks/manifests/00000.json",
-        "decontam_report": put("decontam/report.json", {"flagged": [], "dropped": [], "summary": {}}),
+        "decontam_report": put("decontam/report.json", {
+            "flagged": [{"task_id": ids[1], "reasons": ["near_duplicate"]}], "dropped": [],
+            "summary": {"tasks": 2, "flagged": 1, "dropped": 0, "contaminated_tasks_by_source": {"tb": 0}},
+            "params": {"n": 13, "policy": "drop"},
+            "near_duplicate_clusters": [{"kept": ids[0], "size": 2, "duplicates": [ids[1]]}]}),
         "verdicts": put("validate/00000.json", {"shard": "00000", "tasks_dir": tasks, "verdicts": [
-            {"task_id": t, "kept": True, "stage": "kept", "reason": "ok"} for t in ids]}),
-        "corpus_manifest": put("corpus/manifest.json", {"tasks_dir": tasks, "kept": ids, "dropped": []}),
+            {"task_id": t, "kept": True, "stage": "kept", "reason": "ok", "checks": ["static"],
+             "evidence": {"collected": ["test_final_state.py::test_a"]}} for t in ids]}),
+        "corpus_manifest": put("corpus/manifest.json", {
+            "tasks_dir": tasks, "kept": ids, "dropped": [],
+            "collected": {ids[0]: ["test_final_state.py::test_a"]},
+            "counts": {"total": 2, "kept": 2, "dropped": 0, "dropped_by_stage": {}}}),
         "solve_records": put("solve/00000.json", {"shard": "00000", "tasks_dir": tasks, "k": 1, "model": "m",
                                                   "rollouts": [{"task_id": ids[0], "rollout": 0, "status": "graded",
-                                                                "reward": 1.0, "trajectory": str(traj)}]}),
-        "eval_record": put("runs/base/eval/aime.json", {"model": "base", "benchmark": "b", "kind": "aime",
-                                                         "summary": {"num_problems": 1, "avg@1": 0.0}}),
-        "train_summary": put("runs/a/train/summary.json", {"weights": str(r / "runs/a/train/weights")}),
-        "passk": put("solve/passk.json", {"tasks": 1, "overall": {"pass@1": 1.0},
-                                          "per_task": [{"task_id": ids[0], "n": 1, "c": 1}]}),
+                                                                "reward": 1.0, "trajectory": str(traj),
+                                                                "hacked": []}]}),
+        "eval_record": put("runs/base/eval/tbench.json", {
+            "model": "base", "benchmark": "b", "kind": "tbench",
+            "summary": {"mean_reward": 0.5, "n_tasks": 2, "n_scored": 2, "pass_at_k": {"1": 0.5},
+                        "n_tasks_pass_at_k": {"1": 2}, "n_errors": 0, "mean_by_key": {"reward": 0.5}},
+            "controls": {"oracle": {"mean_reward": 1.0, "n_tasks": 2, "pass_at_k": {"1": 1.0}},
+                         "noop": {"mean_reward": 0.0, "n_tasks": 2}}}),
+        "train_summary": put("runs/a/train/summary.json", {
+            "weights": str(r / "runs/a/train/weights"), "steps": 5, "final_loss": 0.25,
+            "kl_probe": {"before": 0.5, "after": {"kl_mean": 0.25}},
+            "rl_pool": {"rule": "0 < rate < 1", "pool": 1, "pool_by_band": {"hard": 1}, "fallback": None}}),
+        "passk": put("solve/passk.json", {
+            "tasks": 1, "k_max": 1, "overall": {"pass@1": 1.0},
+            "by": {"domain": {"security": {"tasks": 1, "pass@1": 1.0}}},
+            "bands": {"easy": 1}, "zero_pass": [], "per_task": [{"task_id": ids[0], "n": 1, "c": 1, "family": "f",
+                                                                 "band": "easy", "pass_at_k": {"1": 1.0}}]}),
+        "policy_server": put("serve/policy.json", {"base_url": "http://127.0.0.1:9/v1", "health_url":
+                                                   "http://127.0.0.1:9/health", "model": "m", "pid": 1}),
         "demos": r / "hints/demos.parquet",
+        "reviews": put("review/00000.json", {"shard": "00000", "kind": "tasks", "reviews": [
+            {"task_id": t, "status": "not_reviewed", "reason": "no judge configured"} for t in ids]}),
         "dataset": r / "data/math/heldout.jsonl",
         "text": root / "README.md",
         "tasks_dir": r / "tasks",
@@ -268,6 +291,8 @@ def check_line(cmd: str, kind: str, bad: str, rc, err: str) -> str | None:
     if rc != 2 or len(lines) != 1 or "Traceback" in err:
         return f"rc={rc}, {len(lines)} lines: {err[-800:]!r}"
     line = lines[0]
+    if len(line) > MAX_LINE:
+        return f"a line of {len(line)} characters: {line[:300]!r}"
     prefix = "termforge: error: " if kind == "config" else f"termforge: error: {cmd}: {bad}: "
     if not line.startswith(prefix) or bad not in line:
         return f"expected {prefix!r}...: {line!r}"
@@ -465,3 +490,442 @@ def test_a_file_changed_after_its_check_is_checked_again(ws, tmp_path):
     path.write_text(json.dumps({"model": "base"}))  # in place: another size and mtime
     with pytest.raises(InputError, match="missing key"):
         read("eval_record", path)
+
+
+# -- containment: task ids and task directories that reach outside --------------------------------
+# Third-party datasets and whatever a generator model wrote are untrusted: a task id is one safe
+# path component, and a task directory holds regular files and directories only (symlinks inside
+# it to its own files excepted). termforge.containment is the rule; these plant each kind of
+# breach in every input that names tasks, on every command that takes one.
+
+MAX_LINE = 2100  # errors.LINE_CHARS plus the prefix: every message line is bounded
+
+# Where each kind of document names task ids.
+ID_SLOTS = {
+    "shard_manifest": lambda doc, bad: {**doc, "tasks": [{**doc["tasks"][0], "id": bad}, *doc["tasks"][1:]]},
+    "corpus_manifest": lambda doc, bad: {**doc, "kept": [bad, *doc["kept"][1:]]},
+    "any_corpus_manifest": lambda doc, bad: {**doc, "kept": [bad, *doc["kept"][1:]]},
+    "verdicts": lambda doc, bad: {**doc, "verdicts": [{**doc["verdicts"][0], "task_id": bad}, *doc["verdicts"][1:]]},
+    "solve_records": lambda doc, bad: {**doc, "rollouts": [{**doc["rollouts"][0], "task_id": bad}]},
+    "decontam_report": lambda doc, bad: {**doc, "dropped": [bad]},
+    "passk": lambda doc, bad: {**doc, "per_task": [{**doc["per_task"][0], "task_id": bad}]},
+}
+BAD_IDS = ["../../outside/tf-x", "..", ".", "a/b", "/etc", "tf-x\nsecond line", "", "x" * 300, "-rf"]
+ID_INPUTS = [(c, d, k) for c, d, k in INPUTS if k in ID_SLOTS or k == "demos"]
+
+
+def check_refusal(cmd: str, rc, err: str, must_name: str) -> str | None:
+    """None when err is one bounded line, exit 2, naming must_name (as messages show it)."""
+    from termforge.errors import one_line
+
+    lines = err.strip("\n").splitlines()
+    if rc != 2 or len(lines) != 1 or "Traceback" in err:
+        return f"rc={rc}, {len(lines)} lines: {err[-800:]!r}"
+    if not lines[0].startswith(f"termforge: error: {cmd}: ") or len(lines[0]) > MAX_LINE:
+        return f"not one bounded line of {cmd}: {lines[0][:300]!r}"
+    if one_line(must_name)[:60] not in lines[0]:
+        return f"does not name {must_name[:60]!r}: {lines[0][:400]!r}"
+    return None
+
+
+@pytest.mark.parametrize("cmd,dest,kind", ID_INPUTS, ids=[f"{c}-{d}" for c, d, _ in ID_INPUTS])
+def test_an_unsafe_task_id_is_refused(cmd, dest, kind, ws, tmp_path, capsys):
+    from termforge.errors import show_value
+
+    valid = Path(valid_for(ws, kind))
+    failures = []
+    for i, bad_id in enumerate(BAD_IDS):
+        case = tmp_path / f"case{i}"
+        bad = case / "results" / valid.relative_to(ws["root"] / "results")
+        bad.parent.mkdir(parents=True)
+        # The old join made these real: a task directory where `../../outside/tf-x` leads.
+        outside = Path(ws["tasks"]).parent.parent / "outside" / "tf-x"
+        outside.mkdir(parents=True, exist_ok=True)
+        shutil.copy(Path(ws["tasks"]) / ws["ids"][0] / "task.json", outside / "task.json")
+        if kind == "demos":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.table({"task_id": [bad_id, ws["ids"][1]], "demo": ["a", "b"]}), bad)
+        else:
+            bad.write_text(json.dumps(ID_SLOTS[kind](json.loads(valid.read_text()), bad_id)))
+        before = _tree(case)
+        rc, err = run_main(_argv(cmd, COMMANDS[cmd], ws, case, dest, str(bad)), capsys)
+        problem = check_refusal(cmd, rc, err, str(bad)) or check_refusal(cmd, rc, err, show_value(bad_id))
+        if problem is None and "safe path component" not in err:
+            problem = f"does not say what a task id must be: {err!r}"
+        if problem is None and _tree(case) != before:
+            problem = f"files written: {sorted(set(_tree(case)) - set(before))}"
+        if problem:
+            failures.append(f"id {bad_id[:40]!r}: {problem}")
+    assert not failures, f"{cmd} {dest} ({kind}):\n" + "\n".join(failures)
+
+
+def _socket_at(path: Path) -> None:
+    import socket
+
+    cwd = os.getcwd()
+    os.chdir(path.parent)  # a unix socket's path is limited to 108 bytes; bind it by its name
+    try:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(path.name)
+        sock.close()
+    finally:
+        os.chdir(cwd)
+
+
+def _device_at(path: Path) -> None:
+    import stat as st
+
+    try:
+        os.mknod(path, st.S_IFCHR | 0o600, os.makedev(1, 3))  # /dev/null's numbers
+    except PermissionError:
+        pytest.skip("mknod is not permitted here")
+
+
+def tree_faults(secret: Path, elsewhere: Path) -> dict:
+    """name -> (function(task_dir) planting the fault, the path a message must name, relative)."""
+    return {
+        "a test file linking to a host file": (lambda d: (d / "tests" / "leak.py").symlink_to(secret), "tests/leak.py"),
+        "the oracle replaced by a link to a host file": (
+            lambda d: ((d / "solution" / "solve.sh").unlink(), (d / "solution" / "solve.sh").symlink_to(secret)),
+            "solution/solve.sh"),
+        "task.json linking out": (
+            lambda d: (shutil.copy(d / "task.json", secret.parent / "task.json"), (d / "task.json").unlink(),
+                       (d / "task.json").symlink_to(secret.parent / "task.json")), "task.json"),
+        "a fixture folder linking to a host folder": (
+            lambda d: (d / "environment" / "fixtures" / "host").symlink_to(secret.parent, target_is_directory=True),
+            "environment/fixtures/host"),
+        "a relative link out": (lambda d: (d / "tests" / "up").symlink_to("../../../secret.txt"), "tests/up"),
+        "a dangling link": (lambda d: (d / "tests" / "gone.py").symlink_to(d / "nothing-here"), "tests/gone.py"),
+        "a symlink loop": (lambda d: (d / "tests" / "loop").symlink_to("loop"), "tests/loop"),
+        "a FIFO": (lambda d: os.mkfifo(d / "environment" / "fifo"), "environment/fifo"),
+        "a socket": (lambda d: _socket_at(d / "environment" / "sock"), "environment/sock"),
+        "a device node": (lambda d: _device_at(d / "environment" / "null"), "environment/null"),
+        "the task directory linking out of the tasks folder": (
+            lambda d: (shutil.move(d, elsewhere), d.symlink_to(elsewhere, target_is_directory=True)), ""),
+    }
+
+
+TREE_KINDS = ("shard_manifest", "corpus_manifest", "solve_records")
+TREE_INPUTS = [(c, d, k) for c, d, k in INPUTS if k in TREE_KINDS]
+
+
+@pytest.mark.parametrize("cmd,dest,kind", TREE_INPUTS, ids=[f"{c}-{d}" for c, d, _ in TREE_INPUTS])
+def test_a_task_directory_reaching_outside_is_refused(cmd, dest, kind, ws, tmp_path, capsys):
+    """Every command that reads task directories refuses, with the offending file named, before
+    it writes anything: a symlink out (to a host file, a host folder, nowhere, itself), a special
+    file, a task directory that is itself a link out."""
+    from termforge.errors import show_path
+
+    valid = Path(valid_for(ws, kind))
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0:host secret\n")
+    failures = []
+    for i, (name, (plant, rel)) in enumerate(tree_faults(secret, tmp_path / "elsewhere").items()):
+        case = tmp_path / f"case{i}"
+        tasks = case / "tasks"
+        shutil.copytree(ws["tasks"], tasks, ignore=shutil.ignore_patterns("manifests"))
+        task_dir = tasks / ws["ids"][0]
+        plant(task_dir)
+        doc = json.loads(valid.read_text())
+        doc["tasks_dir"] = str(tasks)
+        bad = case / "results" / valid.relative_to(ws["root"] / "results")
+        bad.parent.mkdir(parents=True)
+        bad.write_text(json.dumps(doc))
+        before = _tree(case)
+        rc, err = run_main(_argv(cmd, COMMANDS[cmd], ws, case, dest, str(bad)), capsys)
+        problem = check_refusal(cmd, rc, err, show_path(task_dir / rel if rel else task_dir))
+        if problem is None and _tree(case) != before:
+            problem = f"files written: {sorted(set(_tree(case)) - set(before))}"
+        if problem:
+            failures.append(f"{name}: {problem}")
+        shutil.rmtree(tmp_path / "elsewhere", ignore_errors=True)
+    assert not failures, f"{cmd} {dest} ({kind}):\n" + "\n".join(failures)
+
+
+def test_a_symlink_to_the_tasks_own_file_is_fine(ws, tmp_path, capsys):
+    """The rule is containment, not "no symlinks": a link to a regular file of the same task passes
+    the checks, and the export holds a copy of that file, not a link."""
+    tasks = tmp_path / "tasks"
+    shutil.copytree(ws["tasks"], tasks, ignore=shutil.ignore_patterns("manifests"))
+    task_dir = tasks / ws["ids"][0]
+    (task_dir / "tests" / "same.py").symlink_to("test_final_state.py")
+    doc = {**json.loads(Path(ws["valid"]["corpus_manifest"]).read_text()), "tasks_dir": str(tasks)}
+    corpus = tmp_path / "corpus.json"
+    corpus.write_text(json.dumps(doc))
+    rc, err = run_main(["export", "--configfile", ws["valid"]["config"], "--corpus", str(corpus),
+                        "--out-dir", str(tmp_path / "export")], capsys)
+    assert rc == 0, err
+    copied = tmp_path / "export" / "harbor" / ws["ids"][0] / "tests" / "same.py"
+    assert not copied.is_symlink() and copied.read_text() == (task_dir / "tests" / "test_final_state.py").read_text()
+
+
+# -- shapes to the leaves -----------------------------------------------------------------------
+
+
+def _types(node: dict | None) -> list[str]:
+    t = (node or {}).get("type")
+    return [t] if isinstance(t, str) else list(t or [])
+
+
+def schema_at(schema: dict, doc, path: list) -> dict | None:
+    """The schema node a value at path in doc is checked against (properties, patternProperties,
+    additionalProperties, items, and the eval record's if/then/else), or None."""
+    node: dict | None = schema
+    for key in path:
+        if node is None:
+            return None
+        if "if" in node:  # the eval record: then for tbench, else for aime
+            branch = node["then"] if doc.get("kind") == "tbench" else node.get("else", {})
+            props = {**node.get("properties", {}), **branch.get("properties", {})}
+            node = {**node, "properties": props}
+        if isinstance(key, int):
+            node = node.get("items")
+            continue
+        props = node.get("properties") or {}
+        if key in props:
+            node = props[key]
+            continue
+        pattern = next((v for p, v in (node.get("patternProperties") or {}).items() if re.search(p, key)), None)
+        node = pattern if pattern is not None else (
+            node["additionalProperties"] if isinstance(node.get("additionalProperties"), dict) else None)
+    return node
+
+
+def leaves(value, path=()):
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            yield from leaves(v, (*path, k))
+    elif isinstance(value, list) and value:
+        for i, v in enumerate(value):
+            yield from leaves(v, (*path, i))
+    else:
+        yield list(path), value
+
+
+def wrong_value(node: dict):
+    """A JSON value whose type the schema node does not allow."""
+    allowed = _types(node)
+    for value, t in ((12345, "integer"), ("not-the-type", "string"), ([1, 2], "array"), ({"a": 1}, "object"),
+                     (True, "boolean")):
+        if t not in allowed and not (t == "integer" and "number" in allowed):
+            return value
+    raise AssertionError(node)
+
+
+def put_at(doc, path: list, value):
+    doc = json.loads(json.dumps(doc))
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return doc
+
+
+JSON_INPUTS = [(c, d, k) for c, d, k in INPUTS if KINDS[k].fmt == "json"]
+
+
+def test_every_leaf_of_the_exchanged_files_is_typed(ws):
+    """The schemas go to the leaves: every value in the valid example of each exchanged file has
+    a declared type (so a reader never indexes into an unchecked value)."""
+    untyped = []
+    for kind in sorted({k for _, _, k in JSON_INPUTS}):
+        doc = json.loads(Path(ws["valid"][kind]).read_text())
+        for path, _ in leaves(doc):
+            if not _types(schema_at(KINDS[kind].schema, doc, path)):
+                untyped.append(f"{kind}: {path}")
+    assert not untyped, "declare these in termforge/schemas.py:\n" + "\n".join(untyped)
+
+
+@pytest.mark.parametrize("cmd,dest,kind", JSON_INPUTS, ids=[f"{c}-{d}" for c, d, _ in JSON_INPUTS])
+def test_a_wrong_type_anywhere_gives_one_line(cmd, dest, kind, ws, tmp_path, capsys):
+    """Nested shapes: each leaf of the valid document, in turn, gets a value of the wrong type."""
+    valid = Path(valid_for(ws, kind))
+    doc = json.loads(valid.read_text())
+    failures = []
+    for i, (path, _) in enumerate(leaves(doc)):
+        node = schema_at(KINDS[kind].schema, doc, path)
+        if not _types(node):
+            continue  # test_every_leaf_of_the_exchanged_files_is_typed reports these
+        case = tmp_path / f"case{i}"
+        bad = case / valid.relative_to(ws["root"])
+        bad.parent.mkdir(parents=True)
+        bad.write_text(json.dumps(put_at(doc, path, wrong_value(node))))
+        before = _tree(case)
+        rc, err = run_main(_argv(cmd, COMMANDS[cmd], ws, case, dest, str(bad)), capsys)
+        problem = check_line(cmd, kind, str(bad), rc, err)
+        if problem is None and "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".") \
+                .split(".")[0].split("[")[0] not in err:
+            problem = f"does not name the key: {err!r}"
+        if problem is None and _tree(case) != before:
+            problem = f"files written: {sorted(set(_tree(case)) - set(before))}"
+        if problem:
+            failures.append(f"{path}: {problem}")
+    assert not failures, f"{cmd} {dest} ({kind}):\n" + "\n".join(failures)
+
+
+def test_task_json_fields_are_checked_by_their_readers(ws, tmp_path, capsys):
+    """task.json's signature fields and records, read by export (through a corpus manifest) and
+    passk (through a solve record), each to the leaves."""
+    tasks = tmp_path / "tasks"
+    shutil.copytree(ws["tasks"], tasks, ignore=shutil.ignore_patterns("manifests"))
+    task_json = tasks / ws["ids"][0] / "task.json"
+    good = json.loads(task_json.read_text())
+    corpus = tmp_path / "corpus.json"
+    corpus.write_text(json.dumps({**json.loads(Path(ws["valid"]["corpus_manifest"]).read_text()),
+                                  "tasks_dir": str(tasks)}))
+    solved = tmp_path / "solved.json"
+    solved.write_text(json.dumps({**json.loads(Path(ws["valid"]["solve_records"]).read_text()),
+                                  "tasks_dir": str(tasks)}))
+    cases = {"signature.domain": 12345, "signature.skills": "not-a-list", "signature.task_complexity": [1],
+             "actual.verifier_kind": {"a": 1}, "mismatch": "x", "environment.timeout_sec": "soon",
+             "id": "../../x"}
+    failures = []
+    for key, value in cases.items():
+        bad = put_at(good, key.split("."), value)
+        task_json.write_text(json.dumps(bad))
+        for argv in (["export", "--configfile", ws["valid"]["config"], "--corpus", str(corpus), "--out-dir",
+                      str(tmp_path / "out")],
+                     ["passk", "--solved", str(solved), "--out", str(tmp_path / "out" / "p.json"), "--csv",
+                      str(tmp_path / "out" / "p.csv"), "--sft", str(tmp_path / "out" / "sft.parquet")]):
+            rc, err = run_main(argv, capsys)
+            problem = check_refusal(argv[0], rc, err, str(task_json))
+            if problem is None and key.split(".")[-1] not in err:
+                problem = f"does not name {key}: {err!r}"
+            if problem is None and (tmp_path / "out").exists():
+                problem = f"wrote {_tree(tmp_path / 'out')}"
+            if problem:
+                failures.append(f"{argv[0]} {key}: {problem}")
+    task_json.write_text(json.dumps(good))
+    assert not failures, "\n".join(failures)
+
+
+def test_trajectory_message_contents_are_checked(ws, tmp_path, capsys):
+    record = json.loads(Path(ws["valid"]["solve_records"]).read_text())
+    traj = tmp_path / "traj.json"
+    traj.write_text(json.dumps({"messages": [{"role": "user", "content": {"parts": ["hi"]}}]}))
+    record["rollouts"][0]["trajectory"] = str(traj)
+    solved = tmp_path / "solved.json"
+    solved.write_text(json.dumps(record))
+    rc, err = run_main(["passk", "--solved", str(solved), "--out", str(tmp_path / "out" / "p.json"), "--csv",
+                        str(tmp_path / "out" / "p.csv"), "--sft", str(tmp_path / "out" / "sft.parquet")], capsys)
+    assert check_refusal("passk", rc, err, str(traj)) is None, err
+    assert "messages[0].content" in err and not (tmp_path / "out").exists()
+
+
+# -- one line, whatever the input holds ---------------------------------------------------------
+
+
+def test_a_newline_in_a_path_stays_on_one_line(ws, tmp_path, capsys):
+    bad = tmp_path / "results" / "eval" / "re\ncord.json"
+    rc, err = run_main(["eval-table", "--records", str(bad), "--out", str(tmp_path / "out.csv")], capsys)
+    assert check_refusal("eval-table", rc, err, repr(str(bad))) is None, err
+    assert "does not exist" in err
+
+
+def test_a_newline_in_a_config_key_stays_on_one_line(tmp_path, capsys):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text('corpus:\n  "n_tasks\\nevil": 3\n')
+    rc, err = run_main(["check-config", str(ROOT / "config.yaml"), str(cfg)], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "'n_tasks\\nevil'" in err, err
+
+
+def test_a_huge_value_is_shortened_with_its_length(ws, tmp_path, capsys):
+    huge = "x" * 5_000_000
+    record = json.loads(Path(ws["valid"]["eval_record"]).read_text())
+    record["summary"]["n_tasks"] = huge
+    bad = tmp_path / "results" / "eval" / "record.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(json.dumps(record))
+    rc, err = run_main(["eval-table", "--records", str(bad), "--out", str(tmp_path / "out.csv")], capsys)
+    assert check_refusal("eval-table", rc, err, str(bad)) is None, err
+    assert "(5000000 chars)" in err and len(err) < 600, err[:700]
+
+
+def test_a_huge_config_file_is_refused_by_its_size(tmp_path, capsys):
+    import time
+
+    cfg = tmp_path / "huge.yaml"
+    cfg.write_text("run_name: " + "x" * 50_000_000 + "\n")
+    start = time.monotonic()
+    rc, err = run_main(["check-config", str(cfg)], capsys)
+    assert rc == 2 and "50,000,011 bytes" in err and "not parsed" in err and len(err) < 400, err[:500]
+    assert time.monotonic() - start < 60  # parsing it would take minutes (a bound, not a timing claim)
+
+
+def test_an_output_that_is_a_directory_is_named_as_given(ws, tmp_path, capsys):
+    out = tmp_path / "results" / "eval" / "results.csv"
+    out.mkdir(parents=True)
+    rc, err = run_main(["eval-table", "--records", ws["valid"]["eval_record"], "--out", str(out)], capsys)
+    assert rc == 2 and err.startswith(f"termforge: error: eval-table: {out}: is a directory"), err
+    assert ".tmp" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_symlink_loop_is_named_as_one(ws, tmp_path, capsys):
+    loop = tmp_path / "results" / "solve" / "00000.json"
+    loop.parent.mkdir(parents=True)
+    loop.symlink_to(loop.name)
+    rc, err = run_main(["passk", "--solved", str(loop), "--out", str(tmp_path / "p.json"), "--csv",
+                        str(tmp_path / "p.csv")], capsys)
+    assert check_line("passk", "solve_records", str(loop), rc, err) is None, err
+    assert "symlink loop" in err
+    rc, err = run_main(["train", "--configfile", ws["valid"]["config"], "--out-dir", str(tmp_path / "t"),
+                        "--tasks-dir", str(loop)], capsys)
+    assert rc == 2 and "symlink loop" in err and "does not exist" not in err, err
+
+
+def test_a_failed_export_leaves_nothing_and_the_next_removes_stale_staging(ws, tmp_path, capsys):
+    """A failure after the checks writes nothing (the outputs are staged and published together),
+    and staging left by a killed run is removed by the next one."""
+    out = tmp_path / "export"
+    stale = [out / "harbor" / f".{ws['ids'][0]}.k1ll3d.partial", out / "dataset" / ".train.parquet.k1ll3d.partial"]
+    for p in stale:
+        p.mkdir(parents=True)
+    argv = ["export", "--configfile", ws["valid"]["config"], "--corpus", ws["valid"]["corpus_manifest"],
+            "--out-dir", str(out)]
+    import termforge.export
+
+    real = termforge.export.private_row
+
+    def fail_late(task_dir):  # past every check: as a full disk would
+        raise OSError(28, "No space left on device", str(task_dir / "private"))
+
+    termforge.export.private_row = fail_late
+    try:
+        rc, err = run_main(argv, capsys)
+    finally:
+        termforge.export.private_row = real
+    assert rc == 2 and "No space left" in err, err
+    assert not (out / "export.json").exists() and not (out / "dataset" / "train.parquet").exists()
+    assert [p for p in out.rglob("*") if p.name.endswith(".partial") and p not in stale] == []
+    rc, err = run_main(argv, capsys)
+    assert rc == 0, err
+    assert not any(p.exists() for p in stale) and (out / "export.json").is_file()
+    assert sorted(p.name for p in (out / "harbor").iterdir()) == sorted(ws["ids"])
+
+
+def test_an_output_folder_entry_linking_out_is_refused(ws, tmp_path, capsys):
+    """<images-dir>/<task id> is where build-images writes: a symlink there leading out of the
+    folder stops the command before anything is built."""
+    images, elsewhere = tmp_path / "images", tmp_path / "elsewhere"
+    images.mkdir()
+    elsewhere.mkdir()
+    (images / ws["ids"][0]).symlink_to(elsewhere, target_is_directory=True)
+    rc, err = run_main(["build-images", "--configfile", ws["valid"]["config"], "--manifest",
+                        ws["valid"]["shard_manifest"], "--images-dir", str(images), "--out",
+                        str(tmp_path / "out.json")], capsys)
+    assert check_refusal("build-images", rc, err, str(images / ws["ids"][0])) is None, err
+    assert "outside" in err and list(elsewhere.iterdir()) == [] and not (tmp_path / "out.json").exists()
+
+
+def test_stale_staging_is_removed_for_its_own_outputs_only(tmp_path):
+    """generate's shards share results/tasks: a shard removes its own tasks' leftovers, never the
+    staging directory another shard is writing at the same time."""
+    from termforge.io import clean_stale_staging
+
+    for name in (".tf-a.x1y2_z.partial", ".tf-b.k3j4ab.partial", ".tf-a.old-12", ".p.json.q9w8e7.tmp", ".keep"):
+        (tmp_path / name).mkdir()
+    assert clean_stale_staging(tmp_path, ["tf-a"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".keep", ".p.json.q9w8e7.tmp", ".tf-b.k3j4ab.partial"]
+    assert clean_stale_staging(tmp_path) == 2 and [p.name for p in tmp_path.iterdir()] == [".keep"]

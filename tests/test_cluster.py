@@ -138,3 +138,34 @@ def test_a_group_job_is_checked_as_one_request(inv):
                       inv)
     assert v.problems == ("cpus",) and v.keys() == ["cluster.cpu_threads", "corpus.shard_size"]
     assert v.line().startswith("the group job of serve_policy, solve x40 (one Slurm job, all at once) asks 48 CPUs")
+
+
+def _check_cluster(tmp_path, scontrol: str | None):
+    """`termforge check-cluster` with no scontrol on PATH, or with a stand-in printing what
+    Debian's scontrol prints where no controller can be reached."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # The host's programs (Snakemake wants bash, which ...) but its scontrol, if any.
+    for exe in [*Path("/usr/bin").iterdir(), *Path("/bin").iterdir()]:
+        if exe.name != "scontrol" and not (bin_dir / exe.name).exists():
+            (bin_dir / exe.name).symlink_to(exe)
+    if scontrol is not None:
+        (bin_dir / "scontrol").write_text(f"#!/bin/sh\nprintf '%s\\n' {scontrol} >&2\nexit 1\n")
+        (bin_dir / "scontrol").chmod(0o755)
+    return subprocess.run([sys.executable, "-m", "termforge.cli", "check-cluster", "--configfile",
+                           "configs/gpu-full.yaml"], cwd=REPO, capture_output=True, text=True,
+                          env={"PATH": str(bin_dir), "PYTHONPATH": str(REPO / "src"), "HOME": str(tmp_path)})
+
+
+@pytest.mark.parametrize("scontrol, reason", [
+    (None, "scontrol not found: this machine is not a Slurm submit host"),
+    ("'scontrol: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host' "
+     "'scontrol: error: fetch_config: DNS SRV lookup failed' "
+     "'scontrol: fatal: Could not establish a configuration source'",
+     "'scontrol show partition': scontrol: fatal: Could not establish a configuration source"),
+])
+def test_check_cluster_off_a_cluster_is_skipped(tmp_path, scontrol, reason):
+    res = _check_cluster(tmp_path, scontrol)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == f"termforge: check-cluster: no Slurm controller reachable: skipped ({reason})"
+    assert res.stderr == ""

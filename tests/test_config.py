@@ -29,6 +29,9 @@ BAD = [
     ({"corpus": {"taxonomy": "/nonexistent/tax.yaml"}}, "corpus.taxonomy", "does not exist"),
     ({"cluster": {"gpus_per_job": 0}}, "cluster.gpus_per_job", "out of range"),
     ({"corpus": {"domains": "security"}}, "corpus.domains", "expected array"),
+    # Names that become folders are one safe path component.
+    ({"ablations": {"..": {}}}, "ablations", "'..' is not a safe name"),
+    ({"run_name": "run\nx"}, "run_name", "'run\\nx' is not a safe name"),
 ]
 
 
@@ -118,12 +121,18 @@ def test_an_inherited_key_that_breaks_an_ablation_is_named():
 
 
 def test_trained_weights_need_a_backend_that_loads_them():
-    cfg = _merged({"models": {"policy": {"backend": "openai", "model": "m", "base_url": "http://h/v1"}}})
+    cfg = _merged({})
+    cfg["models"]["policy"] = {"backend": "openai", "model": "smollm2-135m-instruct", "base_url": "http://h/v1"}
     with pytest.raises(ConfigError, match=r"^ablations\.fkl: models\.policy\.backend: evaluating trained weights "
-                                          r"needs the transformers backend .*\(eval_aime of the trained weights\)"):
+                                          r"needs the transformers or the vllm backend .*got 'openai' "
+                                          r"\(eval_aime of the trained weights\)"):
         check_config(cfg)
     cfg["ablations"] = {}  # the untrained base policy evaluates through any backend
     check_config(cfg)
+    # The adapters are evaluated on the eval model's weights: both must name the same model.
+    cfg = _merged({"ablations": {"fkl": {"train": {"model": "other-model"}}}})
+    with pytest.raises(ConfigError, match=r"^ablations\.fkl: train\.model: 'other-model' is not models\.policy\.model"):
+        check_config(cfg)
 
 
 # -- ablations an overlay can replace ---------------------------------------------------------
@@ -226,3 +235,68 @@ def test_every_configfile_option_states_its_meaning_in_help():
                 options += 1
     assert options >= 15
     assert "config.yaml first, then each file" in _cli("plan", "--help").stdout.replace("\n", " ").replace("  ", " ")
+
+
+# -- nested `snakemake --config` values ----------------------------------------------------------
+# Snakemake parses a nested --config value with YAML's BaseLoader: every scalar arrives as a
+# string (snakemake/cli.py parse_config). termforge.config.coerce_cli_overrides types them by the
+# schema.
+
+def test_nested_cli_overrides_are_typed_by_the_schema():
+    from termforge.config import coerce_cli_overrides, deep_merge
+
+    overrides = {"corpus": {"n_tasks": "6", "mix": {"legacy": "0.25", "rl_v2": "0.75"}, "domains": ["security"]},
+                 "eval": {"aime": {"max_problems": "null", "thinking": "true"}},
+                 "ablations": {"lr": {"train": {"learning_rate": "1e-5", "lora_r": "4"}}}}
+    cfg = check_config(coerce_cli_overrides(deep_merge(BASE, overrides), overrides))
+    assert cfg["corpus"]["n_tasks"] == 6 and cfg["corpus"]["mix"] == {"legacy": 0.25, "rl_v2": 0.75}
+    assert cfg["corpus"]["domains"] == ["security"]
+    assert cfg["eval"]["aime"]["max_problems"] is None and cfg["eval"]["aime"]["thinking"] is True
+    assert cfg["ablations"]["lr"]["train"] == {"learning_rate": 1e-5, "lora_r": 4}
+    # A string that is not of the key's type stays a string: the error names the key and the value.
+    bad = {"corpus": {"n_tasks": "abc"}}
+    with pytest.raises(ConfigError, match=r"^corpus\.n_tasks: expected integer, got str 'abc'$"):
+        check_config(coerce_cli_overrides(deep_merge(BASE, bad), bad))
+    # Only the values given on the command line are converted: a config file stays strict.
+    with pytest.raises(ConfigError, match="corpus.n_tasks: expected integer"):
+        check_config(coerce_cli_overrides(deep_merge(BASE, bad), {}))
+
+
+def _dry_run(tmp_path, *config: str) -> subprocess.CompletedProcess:
+    (tmp_path / "config.yaml").write_text((ROOT / "config.yaml").read_text())
+    env = {**__import__("os").environ, "PATH": f"{Path(sys.executable).parent}:{__import__('os').environ['PATH']}"}
+    return subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "1", "-s", str(ROOT / "Snakefile"),
+                           "--directory", str(tmp_path), "results/axes/signatures.jsonl", "--config", *config],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_snakemake_nested_config_plans_the_given_number_of_tasks(tmp_path):
+    res = _dry_run(tmp_path, "corpus={n_tasks: 6}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert '"corpus.n_tasks":6' in res.stdout + res.stderr
+    bad = _dry_run(tmp_path, "corpus={n_tasks: abc}")
+    assert bad.returncode != 0
+    assert "termforge: config error: corpus.n_tasks: expected integer, got str 'abc'" in bad.stdout + bad.stderr
+
+
+def test_a_config_key_or_value_never_breaks_the_line(tmp_path):
+    cfg = _merged({"corpus": {"n_tasks\nx": 1}})
+    with pytest.raises(ConfigError) as exc:
+        check_config(cfg)
+    assert "\n" not in str(exc.value) and "'n_tasks\\nx'" in str(exc.value)
+    with pytest.raises(ConfigError) as exc:
+        check_config(_merged({"seed": "y" * 100_000}))
+    assert "(100000 chars)" in str(exc.value) and len(str(exc.value)) < 400
+
+
+def test_a_config_file_is_refused_by_size_before_it_is_parsed(tmp_path):
+    from termforge.config import MAX_CONFIG_BYTES, read_yaml
+
+    big = tmp_path / "big.yaml"
+    big.write_text("run_name: " + "x" * MAX_CONFIG_BYTES + "\n")
+    with pytest.raises(ConfigError, match="bytes, more than a config file may be .*not parsed"):
+        read_yaml(big)
+    loop = tmp_path / "loop.yaml"
+    loop.symlink_to(loop.name)
+    with pytest.raises(ConfigError, match="symlink loop"):
+        read_yaml(loop)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,26 @@ def test_readme_shows_the_current_dvc_stage_graph():
     text = (root / "README.md").read_text()
     block = text[text.index(README_DVC_BEGIN) + len(README_DVC_BEGIN):text.index(README_DVC_END)]
     assert block.strip() == dvc_dag_markdown(root).strip(), "run `termforge dag --readme README.md`"
+
+
+def _graph(dot_text: str) -> tuple[set, set]:
+    names = dot_nodes(dot_text)
+    return set(names.values()), {(names[a], names[b]) for a, b in dot_edges(dot_text)}
+
+
+@pytest.mark.slow
+def test_the_committed_pictures_are_what_make_dag_draws(tmp_path):
+    # `make dag` runs exactly this command; its outputs are committed and must show today's workflow.
+    recipe = subprocess.run(["make", "-n", "dag"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert "termforge dag --out docs/dag --mermaid docs/rulegraph.mmd --readme README.md" in recipe
+    write_dag_pictures(REPO, tmp_path)
+    for stem in ("rulegraph", "jobs"):
+        fresh = (tmp_path / f"{stem}.dot").read_text()
+        assert _graph((REPO / "docs" / "dag" / f"{stem}.dot").read_text()) == _graph(fresh), \
+            f"docs/dag/{stem}.dot is stale: run `make dag`"
+        assert (REPO / "docs" / "dag" / f"{stem}.png").read_bytes().startswith(PNG_SIGNATURE)
+    mermaid = (REPO / "docs" / "rulegraph.mmd").read_text()
+    nodes = dict(re.findall(r"^\s*(id\d+)\[([^\]]+)\]", mermaid, re.M))
+    edges = {(nodes[a], nodes[b]) for a, b in re.findall(r"^\s*(id\d+) --> (id\d+)", mermaid, re.M)}
+    assert (set(nodes.values()), edges) == _graph((tmp_path / "rulegraph.dot").read_text()), \
+        "docs/rulegraph.mmd is stale: run `make dag`"

@@ -28,7 +28,7 @@ VERIFIER_KEYS = {"network_mode", "allowed_hosts", "timeout_sec", "env", "user", 
                  "collect"}
 
 
-def _task(tmp_path: Path, task_id: str = "tf-0001.sec..x y", allow_network: bool = False):
+def _task(tmp_path: Path, task_id: str = "tf-0001.sec..x", allow_network: bool = False):
     d = tmp_path / "src" / "task"
     for sub, name, text in (("environment", "Dockerfile", "FROM debian:bookworm-slim\nWORKDIR /app\n"),
                             ("tests", "test.sh", "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"),
@@ -89,3 +89,23 @@ def test_export_parses_with_harbors_own_models_when_they_are_importable(tmp_path
     write_harbor_task(task, d, tmp_path / "out")
     cfg = TaskConfig.model_validate_toml((tmp_path / "out" / task["id"] / "task.toml").read_text())
     assert cfg.task is not None and cfg.environment.network_mode.value == "no-network"
+
+
+def test_exports_record_the_image_the_task_was_validated_on(tmp_path):
+    from termforge.export import IMAGE_COLUMNS, policy_row
+
+    image = {"image_digest": "0123456789abcdef01234567", "rootfs": "image", "base": "termforge-bookworm",
+             "base_names": ["termforge/base:bookworm"], "base_digest": "sha256:" + "a" * 64,
+             "base_lock_digest": "sha256:" + "b" * 64}
+    task, d = _task(tmp_path)
+    write_harbor_task(task, d, tmp_path / "out", image=image)
+    meta = tomllib.loads((tmp_path / "out" / task["id"] / "task.toml").read_text())["metadata"]
+    assert (meta["image_digest"], meta["base_image"], meta["base_digest"], meta["base_lock_digest"], meta["rootfs"]) == (
+        image["image_digest"], "termforge/base:bookworm", image["base_digest"], image["base_lock_digest"], "image")
+    task["mismatch"] = []
+    row = policy_row(task, image=image)
+    assert {c: row[c] for c in IMAGE_COLUMNS} == {c: meta[c] for c in IMAGE_COLUMNS}
+    # Unvalidated tasks: the columns are there, empty; task.toml says nothing it does not know.
+    assert all(policy_row(task)[c] is None for c in IMAGE_COLUMNS)
+    write_harbor_task(task, d, tmp_path / "bare")
+    assert "image_digest" not in tomllib.loads((tmp_path / "bare" / task["id"] / "task.toml").read_text())["metadata"]

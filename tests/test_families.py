@@ -65,3 +65,23 @@ def _leaf_strings(obj):
         s = str(obj)
         if not s.replace(".", "").isdigit() or len(s) >= 6:
             yield s
+
+
+@pytest.mark.parametrize("fam", FAMILIES, ids=lambda f: f.name)
+def test_family_instruction_gives_inputs_never_outputs(fam, tmp_path):
+    """Givens come from inputs, never from outputs: what the instruction states of the answer key
+    must be in the task's inputs (its files), the signature or the parameters it declares under
+    truth.given. (validate's instruction_states_output check runs the oracle on changed inputs and
+    catches outputs the data decides however they got into the instruction: test_sensitivity.py.)"""
+    from termforge.quality.leaks import against_inputs, environment_text, find_leaks
+
+    for seed in SEEDS:
+        task_dir = generate_task(_sig_for(fam, seed), tmp_path / "tasks", families=[fam])
+        truth = json.loads((task_dir / "private" / "truth.json").read_text())
+        meta = json.loads((task_dir / "task.json").read_text())
+        hidden = {k: v for k, v in truth.items() if k != "given"}
+        declared = "\n".join([json.dumps(truth.get("given", {}), sort_keys=True), json.dumps(meta["signature"]),
+                              *meta.get("output_paths", [])])
+        secrets = against_inputs(hidden, "private/truth.json", declared, environment_text(task_dir))
+        leaks = find_leaks((task_dir / "instruction.md").read_text(), secrets)
+        assert not leaks, f"{fam.name} seed {seed}: the instruction states {[x.describe() for x in leaks]}"

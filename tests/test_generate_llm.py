@@ -174,6 +174,45 @@ def environment_reply(prompt: str, writes_outside: bool) -> str:
             '```json environment\n{"apt_packages": ["python3-pil"]}\n```\n')
 
 
+def second_reply(prompt: str) -> str:
+    """An independent solution, as the solver step asks: from the instruction and /app's listing
+    (another algorithm than the oracle's: a union-find over the pixels)."""
+    files = json.loads(_blocks_of(prompt)["files"])
+    root = next(f["path"] for f in files if f["path"].endswith("/scan.png")).split("/")[2]
+    return f"""```bash solve.sh
+#!/bin/bash
+set -euo pipefail
+mkdir -p /app/out
+python3 - <<'PY'
+from PIL import Image
+names = {{}}
+for line in open("/app/{root}/palette.txt"):
+    name, code = line.split()
+    names[tuple(int(code[i:i + 2], 16) for i in (1, 3, 5))] = name
+img = Image.open("/app/{root}/scan.png").convert("RGB")
+w, h = img.size
+px = img.load()
+parent = {{}}
+def find(a):
+    while parent[a] != a:
+        parent[a] = parent[parent[a]]
+        a = parent[a]
+    return a
+for y in range(h):
+    for x in range(w):
+        if px[x, y] in names:
+            parent[(x, y)] = (x, y)
+            for q in ((x - 1, y), (x, y - 1)):
+                if q in parent and px[q] == px[x, y]:
+                    parent[find(q)] = find((x, y))
+counts = {{}}
+for p in {{find(p) for p in parent}}:
+    counts[names[px[p]]] = counts.get(names[px[p]], 0) + 1
+open("/app/out/census.txt", "w").write("".join(f"{{n}} {{counts[n]}}\\n" for n in sorted(counts)))
+PY
+```"""
+
+
 def scripted_author(messages: list[dict]) -> str:
     """Answers each step by reading its prompt; deterministic in the messages (so cacheable)."""
     step = P.step_of(messages)
@@ -189,6 +228,8 @@ def scripted_author(messages: list[dict]) -> str:
     if step == "environment":
         root = json.loads(_blocks_of(prompt)["fixtures"])[0]["install_to"].split("/")[2]
         return environment_reply(prompt, writes_outside=(root == "archive" or (root == "input" and not repair)))
+    if step == "second_solution":
+        return second_reply(prompt)
     raise AssertionError(f"unexpected conversation: {messages[-1]['content'][:200]}")
 
 
@@ -220,8 +261,9 @@ def test_one_repair_round_then_valid_task_and_cached_rerun_is_free_and_identical
         final_prompt = next(b["messages"][1]["content"] for b in server.chat_bodies()
                             if P.step_of(b["messages"]) == "final_test")
 
-    # Five calls: task, initial test, final test, environment, and the environment's repair.
-    assert first_requests == 5
+    # Six calls: task, initial test, final test, environment, the environment's repair, and the
+    # independent solution written from the instruction and /app alone.
+    assert first_requests == 6
     prov = read_json(task_dir / "task.json")["provenance"]
     assert prov["backend"] == "llm" and prov["model"] == "openai:fake-author"
     assert prov["repair_rounds"] == 1 and len(prov["rounds"]) == 2
@@ -238,7 +280,8 @@ def test_one_repair_round_then_valid_task_and_cached_rerun_is_free_and_identical
     assert "/etc/motd" in env_calls[1]["messages"][3]["content"]
     # Generation checked the candidate exactly as validation does, probes included.
     assert prov["checks"][:4] == ["static", "build", "initial_state", "final_fails_untouched"]
-    assert {"oracle_x2", "noop", "proof_of_run"} <= set(prov["checks"])
+    assert {"oracle_x2", "noop", "proof_of_run"} <= set(prov["checks"]) and prov["checks"][-1] == "second_solution"
+    assert any(c.startswith("input_sensitivity:sensitive") for c in prov["checks"])
     assert any(c.startswith("probe:") for c in prov["checks"])
 
     # The fixture was materialised before the verifier was asked for, and its facts were shown.
@@ -246,7 +289,9 @@ def test_one_repair_round_then_valid_task_and_cached_rerun_is_free_and_identical
     assert json.dumps(image["facts"]["per_colour"], indent=2, sort_keys=True).splitlines()[1].strip() in final_prompt
     truth = read_json(task_dir / "private" / "truth.json")
     assert truth["expected"]["census"].count("\n") == len(image["facts"]["per_colour"])
-    assert read_json(task_dir / "task.json")["environment"]["apt_packages"] == ["python3-pil"]
+    # python3-pil, which the reply declared, is in the base image: nothing extra to install.
+    assert read_json(task_dir / "task.json")["environment"] == {
+        "allow_network": False, "apt_packages": [], "base": "termforge/base:bookworm", "timeout_sec": 600}
 
     verdict = validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS)
     assert verdict.kept, (verdict.stage, verdict.reason, verdict.evidence)
@@ -256,10 +301,10 @@ def test_one_repair_round_then_valid_task_and_cached_rerun_is_free_and_identical
         model2 = _model(server2, tmp_path / "cache")
         again = generate_task_llm(sig, tmp_path / "run2", model2, max_repair_rounds=2, limits=LIMITS)
         assert server2.request_count() == 0
-    assert model2.hits == 5 and model2.misses == 0
+    assert model2.hits == 6 and model2.misses == 0
     assert _tree(again) == _tree(task_dir)
     # Finished tasks are skipped outright.
-    assert generate_task_llm(sig, tmp_path / "run2", model2) == again and model2.hits == 5
+    assert generate_task_llm(sig, tmp_path / "run2", model2) == again and model2.hits == 6
     assert [p.name for p in (tmp_path / "run2").iterdir()] == [sig["id"]]
 
 
@@ -273,9 +318,9 @@ def test_shard_records_failures_and_repairs_malformed_replies(tmp_path):
         model = _model(server, tmp_path / "cache")
         manifest = run_generate_shard_llm(sigs_path, 0, 2, tasks_dir, manifest_path, model, max_repair_rounds=2,
                                           limits=LIMITS)
-        # good: malformed task, repaired task, initial, final, environment = 5;
+        # good: malformed task, repaired task, initial, final, environment, second solution = 6;
         # never: task, initial, final, environment x 3 = 6.
-        assert server.request_count() == 11
+        assert server.request_count() == 12
 
         assert [t["id"] for t in manifest["tasks"]] == [good["id"]]
         assert manifest["tasks"][0]["family"] == "llm" and manifest["tasks"][0]["mismatch"] == []
@@ -301,7 +346,7 @@ def test_shard_records_failures_and_repairs_malformed_replies(tmp_path):
             generate_task_llm(never, tasks_dir, model, max_repair_rounds=2, limits=LIMITS)
         assert never["id"] in str(exc.value) and "after 2 repair rounds" in str(exc.value)
         assert "environment failed at build" in str(exc.value)
-        assert server.request_count() == 11
+        assert server.request_count() == 12
 
 
 # --------------------------------------------------------------------------------------------------
@@ -318,8 +363,9 @@ def test_reply_parsing_accepts_common_shapes_and_names_what_is_missing():
     assert parsed["solve_sh"].startswith("#!/bin/bash\nset -euo pipefail\n") and "echo hi" in parsed["solve_sh"]
     # A code block containing a fence survives inside a longer fence.
     env = parse_environment_reply("````bash setup.sh\ncat <<'EOF'\n```\nEOF\n````\n"
-                                  '```json environment\n{"apt_packages": ["python3-numpy", "bash"]}\n```')
-    assert "```" in env["setup_sh"] and env["apt_packages"] == ["python3-numpy"]
+                                  '```json environment\n{"apt_packages": ["sqlite3", "python3-numpy", "bash"]}\n```')
+    # What the base image already has is not a task's extra package.
+    assert "```" in env["setup_sh"] and env["apt_packages"] == ["sqlite3"]
     with pytest.raises(StepError) as exc:
         parse_environment_reply("```bash setup.sh\ntrue\n```")
     assert exc.value.step == "environment" and "'environment'" in exc.value.reason
@@ -408,3 +454,35 @@ def test_logs_sent_back_to_the_model_are_the_same_bytes_on_every_run():
     a = sanitize_log(run_log("0.05", "ab" * 12)[-4000:])
     b = sanitize_log(run_log("12.5", "cd" * 12)[-4000:])
     assert a == b and "1 failed in <t>s" in a and "TERMFORGE" not in a and len(a) <= 3000
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_an_llm_task_may_need_a_debian_package_the_host_lacks(tmp_path):
+    """The prompts offer the base image's packages and any Debian package; a generated task whose
+    setup needs one the host lacks builds on a derived base, and validates."""
+    import shutil
+
+    from termforge.images import ensure_task_base
+
+    pkg = next((p for p in ("datamash", "dc", "pv", "units") if shutil.which(p) is None), None)
+    if pkg is None:
+        pytest.skip("this host has every candidate package")
+
+    def author(messages: list[dict]) -> str:
+        if P.step_of(messages) != "environment":
+            return scripted_author(messages)
+        reply = environment_reply(messages[1]["content"], writes_outside=False)
+        return (reply.replace("set -euo pipefail\n", f"set -euo pipefail\ncommand -v {pkg} > /dev/null\n")
+                .replace('["python3-pil"]', f'["python3-pil", "{pkg}"]'))
+
+    with FakeOpenAIServer(replies=author) as server:
+        task_dir = generate_task_llm(_sig(1, "a hurried analyst"), tmp_path / "run", _model(server, tmp_path / "cache"),
+                                     max_repair_rounds=2, images_dir=tmp_path / "images", limits=LIMITS)
+        system = server.chat_bodies()[0]["messages"][0]["content"]
+    assert "python3-numpy" in system and "installed into the image at build time" in system
+    env = read_json(task_dir / "task.json")["environment"]
+    assert env["apt_packages"] == [pkg] and env["base"] == "termforge/base:bookworm"
+    verdict = validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS)
+    assert verdict.kept, (verdict.stage, verdict.reason)
+    assert pkg in ensure_task_base(env["base"], env["apt_packages"]).installed()

@@ -13,7 +13,8 @@ import pytest
 
 from conftest import make_signature, needs_bwrap
 from fake_openai_server import FakeOpenAIServer, Scripted
-from test_generate_llm import LIMITS, _blocks_of, environment_reply, final_reply, initial_reply, task_reply
+from test_generate_llm import (LIMITS, _blocks_of, environment_reply, final_reply, initial_reply, second_reply,
+                               task_reply)
 from termforge.generate import llm_prompts as P
 from termforge.generate.llm import failure_record_path, generate_task_llm, run_generate_shard_llm
 from termforge.io import read_json
@@ -50,6 +51,8 @@ def _root_of(prompt: str) -> str:
 def author(messages: list[dict]):
     step = P.step_of(messages)
     prompt = messages[1]["content"]
+    if step == "second_solution":
+        return second_reply(prompt)
     rounds = (len(messages) - 2) // 2  # 0 for a first attempt, 1 for a repair
     if step == "task":
         root = next(r for persona, r in PERSONAS.items() if persona in prompt)
@@ -177,7 +180,7 @@ def test_a_rejected_prompt_fails_only_its_task_and_the_shard_is_validated(tmp_pa
     assert failed["id"] == bad["id"] and failed["step"] == "task" and failed["stage"] == "request"
     assert "HTTP 400" in failed["reason"] and "maximum context length" in failed["reason"]
     assert read_json(failure_record_path(tasks_dir, bad["id"]))["stage"] == "request"
-    assert manifest["summary"]["candidates"] == 2 and manifest["summary"]["requests"]["requests"] == 5
+    assert manifest["summary"]["candidates"] == 2 and manifest["summary"]["requests"]["requests"] == 6
     # What it cost, at the configured price, beside what `termforge plan` projects for two tasks.
     usage, cost = manifest["summary"]["requests"], manifest["summary"]["cost"]
     assert cost["actual"]["cost_usd"] == round((usage["prompt_tokens"] * 3 + usage["completion_tokens"] * 15) / 1e6, 4)

@@ -66,6 +66,9 @@ def test_an_imported_task_passes_the_whole_validation_stage(imported, tmp_path):
     verdict = validate_task(d, BwrapRuntime(), tmp_path / "images", Limits(wall_sec=60, cpu_sec=60, memory_mb=2048))
     assert verdict.kept, (verdict.stage, verdict.reason)
     assert "oracle_x2" in verdict.checks and "noop" in verdict.checks
+    # On the image its Dockerfile names (FROM debian:bookworm-slim + its apt packages), not ours.
+    image = verdict.evidence["image"]
+    assert image["base"].startswith("debian-bookworm-slim+") and image["apt_packages"] == ["python3", "python3-pytest"]
 
 
 def test_imported_tasks_export_back_to_loadable_harbor_tasks(imported, tmp_path):
@@ -105,6 +108,18 @@ def test_a_dataset_id_is_fetched_with_the_harbor_cli(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{host_path}")
     summary = import_harbor("tb-mini@1.0", tmp_path / "b", name="tbm")
     assert summary["n_imported"] == 1 and (tmp_path / "b" / "tasks" / "tbm--fix-median" / "task.json").is_file()
+    # Without --name the dataset is named after the id; the Harbor tasks themselves are kept (what a
+    # Terminal-Bench eval reads: eval.tbench.tasks_dir), at harbor/ or where harbor_dir says.
+    summary = import_harbor("terminal-bench@2.0", tmp_path / "c", harbor_dir=tmp_path / "tb2")
+    assert summary["dataset"] == "terminal-bench-2.0" and summary["source"] == "terminal-bench@2.0"
+    assert (tmp_path / "tb2" / "fix-median" / "task.toml").is_file()
+    assert (tmp_path / "c" / "tasks" / "terminal-bench-2.0--fix-median" / "task.json").is_file()
+
+
+def test_a_local_dataset_is_copied_whole_for_the_evals(imported):
+    out, summary = imported
+    assert sorted(p.name for p in (out / "harbor").iterdir()) == sorted(p.name for p in TB_MINI.iterdir())
+    assert summary["harbor_dir"] == str(out / "harbor") and summary["dataset"] == "tb-mini"
 
 
 def test_import_harbor_cli(tmp_path):

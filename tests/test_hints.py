@@ -387,3 +387,43 @@ def test_errors_name_the_culprit(tasks, tmp_path):
         run_hints([task_dir, task_dir], "procedural", tmp_path)
     with pytest.raises(TermforgeError, match="task.json"):
         run_hints([tmp_path / "nowhere"], "procedural", tmp_path)
+
+
+# -- procedural hints true to their variant ---------------------------------------------------------
+
+
+def test_variants_with_different_questions_never_share_a_hint_and_a_moved_hint_is_off_task(tasks):
+    a, b = tasks["sqlite_shop_questions"]
+    qa, qb = (json.loads((d / "private" / "truth.json").read_text())["given"]["questions"] for d in (a, b))
+    assert qa != qb, "the two variants must ask different questions for this test to mean anything"
+    ha, hb = procedural_hint(a), procedural_hint(b)
+    assert ha != hb
+    for hint, questions in ((ha, qa), (hb, qb)):
+        for q, text in questions.items():
+            assert f'{q} ("' in hint and " ".join(text.split()[:3]) in hint, (q, hint)
+    # The hint of one variant, moved to the other, is caught as being about another task.
+    moved = check_hint(ha, b)
+    assert "off_task" in moved.kinds(), moved.to_dict(redact=False)
+    assert any("quotes a phrase the task does not have" in f["detail"] for f in moved.findings)
+    assert check_hint(ha, a).passed and check_hint(hb, b).passed
+
+
+def test_a_method_sentence_about_questions_the_variant_lacks_is_dropped():
+    from termforge.hints.fit import TaskFacts, check_sentence
+
+    facts = TaskFacts("answer these questions: q1: the largest order (ties: smallest id).", "", "", [], [])
+    assert check_sentence("For 'never' questions use NOT EXISTS or a LEFT JOIN.", facts)
+    assert not check_sentence("For rankings ORDER BY the aggregate with the stated tie-break.", facts)
+    never = TaskFacts("q2: customers who never ordered.", "", "", [], [])
+    assert not check_sentence("For 'never' questions use NOT EXISTS or a LEFT JOIN.", never)
+
+
+def test_no_url_path_is_named_as_a_file(tmp_path):
+    fam = next(f for f in FAMILIES if f.name == "binary_passphrase_recovery")
+    sig = make_signature(3, fam.domains[0], "multi_protocol", fam.fixture_kinds[0], corpus_kind="url-test")
+    task_dir = generate_task(sig, tmp_path, families=[fam])
+    instruction = (task_dir / "instruction.md").read_text()
+    assert "/results/NAME" in instruction, "the multi_protocol strategy serves results over HTTP"
+    hint = procedural_hint(task_dir)
+    assert "/results/" not in hint and check_hint(hint, task_dir).passed
+    assert all(p.startswith("/app/") for p in re.findall(r"`(/[^`]+)`", hint)), hint

@@ -4,6 +4,7 @@ secret's source without quoting it. A representative slice of the bench corpus r
 corpus is bench/bench_hint_gate.py."""
 
 import base64
+import hashlib
 import codecs
 import json
 
@@ -191,3 +192,87 @@ def test_records_and_lists_of_the_expected_output():
     assert not [x for x in find_leaks("Octal modes such as 0600 and 0644 are common.", s) if x.how == "pieces"]
     assert find_leaks("List dara, yusuf and gita.", s)[0].how == "pieces"
     assert not find_leaks("List the accounts, for example dara.", s)
+
+
+# -- meaning, not spelling (termforge.quality.disguises) ---------------------------------------------
+
+
+@pytest.mark.parametrize("text,how", [
+    ("the half-life lands between 55.5 and 56.5 s", "narrowing"),
+    ("about 56 ± 0.5 seconds", "narrowing"),
+    ("it is either 56 or 57", "narrowing"),
+    ("double 28.02 and you are there", "arithmetic"),
+    ("subtract 3.96 from 60 to check", "arithmetic"),
+    ("sechsundfünfzig Komma null vier", "words"),
+    ("cinquante-six virgule zéro quatre", "words"),
+    ("cincuenta y seis coma cero cuatro", "words"),
+    ("五十六点零四", "words"),
+])
+def test_numbers_by_meaning(text, how):
+    [leak] = find_leaks(text, _secrets(half_life_s=56.04))
+    assert leak.how == how, (text, leak)
+
+
+@pytest.mark.parametrize("text,how", [
+    (f"the sha256 is {hashlib.sha256(b'f9q54vph').hexdigest()}", "digest"),
+    (f"md5 {hashlib.md5(b'f9q54vph').hexdigest().upper()}", "digest"),
+    ("shift back by three: i9t54ysk", "cipher"),
+    ("mirror it: u9j54ekS", "cipher"),
+    ("..-. ----. --.- ..... ....- ...- .--. ....", "morse"),
+    ("foxtrot niner quebec five four victor papa hotel", "nato"),
+    ("Filter rows. 9 passes are enough. Query the log. 5 minutes. 4 checks. Verify. Parse. Hash it.", "acrostic"),
+    ("it matches ^f9q5.*ph$ exactly", "pattern"),
+    ("look for f9q5?vp* in the output", "pattern"),
+])
+def test_strings_by_meaning(text, how):
+    [leak] = find_leaks(text, _secrets(passphrase="f9q54vph"))
+    assert leak.how == how, (text, leak)
+
+
+@pytest.mark.parametrize("text", ["It began on 23 January 2023 at 3:19 AM.", "Check 23/01/2023 03:19.",
+                                  "The first try was Jan 23, 2023, 03:19:34."])
+def test_dates_in_any_format(text):
+    leaks = find_leaks(text, _secrets(first_attempt="2023-01-23T03:19:34"))
+    assert [leak.how for leak in leaks if leak.secret.text == "2023-01-23T03:19:34"] == ["date"], leaks
+    # Another day, or the same day at another time, is not the answer.
+    assert not [x for x in find_leaks(text.replace("23", "24"), _secrets(first_attempt="2023-01-23T03:19:34"))
+                if x.secret.text == "2023-01-23T03:19:34"]
+
+
+def test_honest_text_with_the_same_features_is_no_leak():
+    s = _secrets(half_life_s=56.04, passphrase="f9q54vph", first_attempt="2023-01-23T03:19:34")
+    for text in ("Search only 100 Hz to 3500 Hz and keep peaks within 3% of each other.",
+                 "Hash each input with sha256sum before and after to prove you did not modify it.",
+                 "Use a glob such as /app/logs/app.log.* and a regex like ^[a-z]+$ to reject bad names.",
+                 "Add up the parts and double-check the total; half-open ranges are easy to get wrong.",
+                 "Vérifiez chaque ligne et comparez avec le format demandé, puis triez avec sort -u.",
+                 "Convert every timestamp to UTC before you compare them.",
+                 "Echo the delta of each pair while you debug, then remove the echo lines."):
+        assert not find_leaks(text, s), text
+
+
+def test_common_words_are_never_secrets_on_their_own():
+    # A planted bug's line `section = ""` must not make the word "section" a secret.
+    s = SecretSet.from_values({"planted_bugs": {"default": {"buggy": 'section = ""', "fixed": 'section = "main"'}}},
+                              "private/truth.json")
+    assert not find_leaks("Read each section header and check which section a key before the first one gets.", s)
+    assert find_leaks('Change section = "" so it reads the default.', s)
+
+
+def test_pointers_to_the_planted_bug(tmp_path):
+    from conftest import make_signature
+    from termforge.generate.families import family_by_name
+    from termforge.generate.procedural import generate_task
+    from termforge.hints.gate import check_hint
+
+    fam = family_by_name("shell_script_fix")
+    task = generate_task(make_signature(0, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0]),
+                         tmp_path, families=[fam])
+    [bp, *_] = task_secrets(task).pointers
+    script = (task / "instruction.md").read_text()
+    assert bp.file in script or bp.file.endswith(".sh")
+    kinds = check_hint(f"Open /app/{bp.file} and go straight to line {bp.lines[0]}.", task).kinds()
+    assert "bug_pointer" in kinds, kinds
+    # A line number the text uses for something else is no pointer.
+    assert "bug_pointer" not in check_hint(f"Open /app/{bp.file} and read line {bp.lines[0] + 40} of the log.",
+                                           task).kinds()

@@ -83,7 +83,7 @@ def test_family_kills_a_sample_of_its_mutants(fam, tmp_path):
         pytest.skip(f"{fam.name} declares no output files (its final test inspects the tree itself)")
     rng = random.Random(fam.name)
     # Sample by operator, so the slice stays small: the answer-changing ones plus the allowed ones.
-    ops = ["bug_restored", "number_plus_1", "numbers_scaled", "nan", "line_dropped", "line_duplicated", "wrong_case"]
+    ops = ["bug_restored", "format_only", "number_plus_1", "numbers_scaled", "nan", "line_dropped", "line_duplicated", "wrong_case"]
     picked = ("truncated", *rng.sample(ops, 3), "trailing_blank_line", "lines_reordered")
     results = run_mutants(task, BwrapRuntime(), tmp_path / "images", LIMITS, names=picked)
     k = kill_rate(results)

@@ -350,6 +350,35 @@ def test_token_logprobs_match_the_loop_reference():
             assert result[b, t].item() == pytest.approx(row[ids[b, t]], abs=1e-6)
 
 
+@pytest.mark.parametrize("top_k,top_p", [(5, 1.0), (0, 0.7), (6, 0.8), (50, 0.95)])
+def test_truncated_token_logprobs_are_the_warped_distribution(top_k, top_p):
+    """With top-k / top-p, token_logprobs is log softmax over what transformers' own warpers keep
+    (temperature, then top-k, then top-p: the order generate and vLLM apply them), for every
+    token the warpers keep; a token they drop keeps a finite value in its own position's support."""
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    gen = torch.Generator().manual_seed(21)
+    logits = torch.randn(2, 5, 40, generator=gen) * 3
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(0.7)] + ([TopKLogitsWarper(top_k)] if top_k else [])
+                                  + ([TopPLogitsWarper(top_p)] if top_p < 1 else []))
+    warped = torch.log_softmax(warpers(None, logits.reshape(-1, 40).clone()), dim=-1).reshape(2, 5, 40)
+    for token in range(40):
+        ids = torch.full((2, 5), token)
+        result = token_logprobs(logits, ids, temperature=0.7, top_k=top_k, top_p=top_p)
+        expected = warped[..., token]
+        kept = torch.isfinite(expected)
+        assert torch.allclose(result[kept], expected[kept], atol=1e-5)
+        assert torch.isfinite(result).all()
+        # A dropped token: its own probability joins the kept mass, nothing else does.
+        full = torch.log_softmax(logits / 0.7, dim=-1)[..., token]
+        kept_mass = torch.logsumexp(torch.where(torch.isfinite(warped), logits / 0.7, float("-inf")), dim=-1)
+        own = (logits / 0.7)[..., token]
+        assert torch.allclose(result[~kept], (own - torch.logaddexp(kept_mass, own))[~kept], atol=1e-5)
+        assert (result[~kept] > full[~kept] - 1e-6).all()
+    assert torch.equal(token_logprobs(logits, ids, temperature=0.7),
+                       token_logprobs(logits, ids, temperature=0.7, top_k=0, top_p=1.0))
+
+
 def test_sampled_token_loss_value_gradient_and_mask():
     gen = torch.Generator().manual_seed(15)
     student = -torch.rand(3, 4, generator=gen, dtype=torch.float64) * 3

@@ -49,7 +49,7 @@ class ScriptedEngine:
     def ids_for(self, prompt_text, turn):
         return char_ids(self.tokenizer, self.script(prompt_text, turn)) + [self.tokenizer.eos_token_id]
 
-    def generate(self, prompts, max_new_tokens, seed):
+    def generate(self, prompts, max_new_tokens, seeds):
         self.calls.append(len(prompts))
         out = []
         for prompt, cap in zip(prompts, max_new_tokens):
@@ -218,12 +218,82 @@ def test_vllm_engine_is_greedy_equivalent_to_transformers(tmp_path):
     prompts = [tok("List the files in /app.", add_special_tokens=False)["input_ids"],
                tok("Count lines of /app/a.txt", add_special_tokens=False)["input_ids"]]
     hf = TransformersEngine(lambda: model, tok, temperature=1.0, top_p=1.0, top_k=1, stop_ids=stops)
-    got_hf = hf.generate(prompts, [16, 16], seed=0)
+    got_hf = hf.generate(prompts, [16, 16], seeds=[0, 1])
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
     vl = VLLMEngine(str(tmp_path / "m"), temperature=1.0, top_p=1.0, top_k=1, stop_ids=stops, lora_rank=8,
                     enable_sleep_mode=False)
-    got_vl = vl.generate(prompts, [16, 16], seed=0)
+    got_vl = vl.generate(prompts, [16, 16], seeds=[0, 1])
     for a, b in zip(got_hf, got_vl):
         assert a.token_ids == b.token_ids
         assert a.logprobs == pytest.approx(b.logprobs, abs=2e-2)
+
+
+@pytest.fixture(scope="module")
+def tiny_student(tmp_path_factory, tokenizer):
+    from conftest import save_tiny_llama
+    from termforge.models.transformers_backend import load_causal_lm
+    from termforge.opsd.config import OPSDConfig
+    from termforge.opsd.trainer import OPSDTrainer
+
+    path = save_tiny_llama(tmp_path_factory.mktemp("tiny-sampler"), tokenizer)
+    model, tok = load_causal_lm(path, device="cpu", dtype="float32")
+    cfg = OPSDConfig.from_dict({"model": path, "device": "cpu", "num_threads": 1, "lora_r": 4, "lora_alpha": 8.0,
+                                "lora_target_modules": ["q_proj", "v_proj"], "probe_size": 0})
+    return OPSDTrainer(cfg, model, tok)
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.1])
+def test_sampler_and_trainer_logprobs_agree_at_any_temperature(tiny_student, temperature):
+    """The engine reports the log-probability of each sampled token under the distribution it drew
+    it from (temperature, top-k 20, top-p 0.95: vLLM's processed log-probs); the trainer's GRPO
+    recomputes it from a full forward of the same ids (loss.token_logprobs with the same knobs).
+    They agree to 1e-3, so the importance ratio starts at 1. The raw log-softmax (vLLM's default)
+    and the untruncated tempered one both differ by far more: the check can fail."""
+    from termforge.opsd.loss import token_logprobs
+    from termforge.opsd.rollout import Trajectory, collate, stop_token_ids
+    from termforge.opsd.terminal import TransformersEngine
+
+    trainer = tiny_student
+    tok = trainer.tokenizer
+    engine = TransformersEngine(trainer.generation_model, tok, temperature=temperature, top_p=0.95, top_k=20,
+                                stop_ids=stop_token_ids(trainer.generation_model(), tok))
+    prompts = [tok(text, add_special_tokens=False)["input_ids"] for text in
+               ("List the files in /app.", "Count the lines of /app/data/a.txt and print the number.", "ls")]
+    samples = engine.generate(prompts, [24, 24, 24], seeds=[11, 12, 13])
+    trajs = [Trajectory(f"r{i}", p + s.token_ids, [0] * len(p) + [1] * len(s.token_ids), p + s.token_ids,
+                        [0] * len(p) + [1] * len(s.token_ids)) for i, (p, s) in enumerate(zip(prompts, samples))]
+    side, _ = collate(trajs, trainer.pad_id, trainer.device)
+    logits = trainer.student_logits(side, grad=False)
+    mask = side.token_mask
+    sampler = torch.zeros_like(mask, dtype=torch.float32)
+    for b, s in enumerate(samples):
+        assert len(s.token_ids) == len(s.logprobs) > 0
+        sampler[b, : len(s.logprobs)] = torch.tensor(s.logprobs)
+    trained = token_logprobs(logits, side.target_ids, temperature=temperature, top_k=20, top_p=0.95)
+    assert (trained - sampler)[mask].abs().max() < 1e-3
+    raw = token_logprobs(logits, side.target_ids)  # vLLM's default raw_logprobs
+    tempered = token_logprobs(logits, side.target_ids, temperature=temperature)  # no truncation
+    assert (raw - sampler)[mask].abs().max() > 1e-2
+    assert (tempered - sampler)[mask].abs().max() > 1e-2
+
+
+def test_transformers_engine_reply_depends_on_its_own_seed_only(tiny_student):
+    """A reply is the same whichever other rows share the generate call (and whatever padding
+    that brings): episodes can be spread over processes without changing what they sample."""
+    from termforge.opsd.rollout import stop_token_ids
+    from termforge.opsd.terminal import TransformersEngine
+
+    trainer = tiny_student
+    tok = trainer.tokenizer
+    engine = TransformersEngine(trainer.generation_model, tok, temperature=1.1, top_p=0.95, top_k=20,
+                                stop_ids=stop_token_ids(trainer.generation_model(), tok))
+    prompts = [tok(text, add_special_tokens=False)["input_ids"] for text in
+               ("a much longer first prompt that pads the others a lot", "short", "middle sized prompt")]
+    together = engine.generate(prompts, [10, 16, 12], seeds=[5, 6, 7])
+    for i in range(3):
+        alone = engine.generate([prompts[i]], [[10, 16, 12][i]], seeds=[[5, 6, 7][i]])[0]
+        assert alone.token_ids == together[i].token_ids
+        assert alone.logprobs == pytest.approx(together[i].logprobs, abs=1e-5)
+    other_seed = engine.generate([prompts[1]], [16], seeds=[99])[0]
+    assert other_seed.token_ids != together[1].token_ids

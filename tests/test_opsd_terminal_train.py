@@ -47,8 +47,8 @@ def corpus(tmp_path_factory):
     hints = [procedural_hint(tasks[0]), procedural_hint(tasks[1]), ""]
     # As the hints stage writes it: hinted tasks only; the corpus manifest lists every kept task.
     pq.write_table(pa.table({"task_id": [t.name for t in tasks[:2]], "demo": hints[:2]}), root / "demos.parquet")
-    atomic_write_json(root / "corpus.json", {"kept": [t.name for t in tasks]})
-    atomic_write_json(root / "passk.json", {"per_task": [
+    atomic_write_json(root / "corpus.json", {"tasks_dir": str(root / "tasks"), "kept": [t.name for t in tasks]})
+    atomic_write_json(root / "passk.json", {"tasks": 3, "overall": {}, "per_task": [
         {"task_id": tasks[0].name, "n": 2, "c": 0}, {"task_id": tasks[1].name, "n": 2, "c": 1},
         {"task_id": tasks[2].name, "n": 2, "c": 2}]})
     return root, tasks, hints
@@ -76,7 +76,7 @@ def test_objective_needs_terminal_data_and_kl_needs_fixed_teacher():
 
 
 def test_calibrated_pool_band_and_fallback(tmp_path):
-    atomic_write_json(tmp_path / "passk.json", {"per_task": [
+    atomic_write_json(tmp_path / "passk.json", {"tasks": 4, "overall": {}, "per_task": [
         {"task_id": "a", "n": 4, "c": 0}, {"task_id": "b", "n": 4, "c": 1}, {"task_id": "c", "n": 4, "c": 3},
         {"task_id": "d", "n": 4, "c": 4}]})
     pool, report = calibrated_pool(["a", "b", "c", "d", "e"], str(tmp_path / "passk.json"), 0.0, 1.0, "all")
@@ -115,13 +115,13 @@ def test_mixed_batch_composition_and_hint_only_in_the_teacher_view(tiny_model_di
     engine = run.engine(trainer)  # the real transformers engine on the tiny student
     generate, calls = engine.generate, []
 
-    def spy(prompts, caps, seed):
-        samples = generate(prompts, caps, seed)
+    def spy(prompts, caps, seeds):
+        samples = generate(prompts, caps, seeds)
         calls.append([(list(p), list(s.token_ids)) for p, s in zip(prompts, samples)])
         return samples
 
     engine.generate = spy
-    episodes, _ = run.run_episodes(trainer, opsd, seed=1)
+    episodes, _, _ = run.run_episodes(trainer, opsd, seed=1)
     for ep, hint in zip(episodes, hints[:2]):
         assert ep.status == "graded" and ep.num_scored > 0
         # scored ids = the ids the engine sampled for this episode, turn after turn
@@ -146,7 +146,7 @@ class HalfSolvingEngine:
         self.stop_ids = [tokenizer.eos_token_id]
         self.solutions = {(t / "instruction.md").read_text(): (t / "solution" / "solve.sh").read_text() for t in tasks}
 
-    def generate(self, prompts, max_new_tokens, seed):
+    def generate(self, prompts, max_new_tokens, seeds):
         out = []
         for row, prompt in enumerate(prompts):
             text = self.tokenizer.decode(prompt)
@@ -183,8 +183,8 @@ def test_grpo_groups_with_signal_train_and_zero_variance_is_reported(tiny_model_
     assert sorted(e["reward"] for e in saved) == [0.0, 1.0]
 
     class NeverSolves(HalfSolvingEngine):
-        def generate(self, prompts, max_new_tokens, seed):
-            return super().generate(prompts[:0], max_new_tokens, seed) or [
+        def generate(self, prompts, max_new_tokens, seeds):
+            return super().generate(prompts[:0], max_new_tokens, seeds) or [
                 Sample(self.tokenizer("no command", add_special_tokens=False)["input_ids"] + self.stop_ids,
                        [-1.0] * 3, "stop") for _ in prompts]
 
@@ -248,12 +248,12 @@ def test_active_sampling_refills_the_batch_with_groups_that_carry_signal(tiny_mo
             super().__init__(*a)
             self.calls = 0
 
-        def generate(self, prompts, max_new_tokens, seed):
+        def generate(self, prompts, max_new_tokens, seeds):
             self.calls += 1
             if self.calls == 1:
                 ids = self.tokenizer("no command", add_special_tokens=False)["input_ids"] + self.stop_ids
                 return [Sample(ids, [-1.0] * len(ids), "stop") for _ in prompts]
-            return super().generate(prompts, max_new_tokens, seed)
+            return super().generate(prompts, max_new_tokens, seeds)
 
     cfg = terminal_config(tiny_model_dir, root, objective="grpo", max_episode_tokens=4000, active_sampling_rounds=2,
                           episode_max_format_errors=1)
@@ -266,3 +266,113 @@ def test_active_sampling_refills_the_batch_with_groups_that_carry_signal(tiny_mo
     assert record["active_sampling_rounds"] == 1
     assert record["groups_all_failed"] == 1 and record["groups_kept"] == 1
     assert record["episodes"] == 4 and record["grpo_sequences"] == 2
+
+
+# One training run as torchrun starts it (or plain python): the policy is scripted by each reply's
+# seed, which names its episode, so whichever process an episode runs in it samples the same
+# reply: even seeds replay the oracle, odd ones only look. GRPO groups then carry signal (some
+# solved, some not), the OPSD part trains on the same tokens, and the run's update is fixed by
+# the seed alone.
+DISTRIBUTED_TERMINAL_SCRIPT = '''
+import json, os, sys
+from pathlib import Path
+from termforge.harness import SUBMIT_MARKER
+from termforge.opsd.config import OPSDConfig
+from termforge.opsd.terminal import Sample
+from termforge.opsd.terminal_train import TerminalRun, load_terminal_tasks
+from termforge.opsd.trainer import train
+
+cfg = OPSDConfig.from_dict(json.loads(sys.argv[1]))
+solutions = {(t / "instruction.md").read_text(): (t / "solution" / "solve.sh").read_text()
+             for t in Path(cfg.tasks_dir).iterdir() if (t / "instruction.md").exists()}
+replies = []
+
+
+class SeedParityEngine:
+    def __init__(self, tokenizer):
+        self.tokenizer, self.stop_ids = tokenizer, [tokenizer.eos_token_id]
+
+    def generate(self, prompts, max_new_tokens, seeds):
+        out = []
+        for prompt, seed in zip(prompts, seeds):
+            text = self.tokenizer.decode(prompt)
+            if text.count("<|im_start|>assistant") > 1:
+                reply = f"```bash\\necho {SUBMIT_MARKER}\\n```"
+            elif seed % 2 == 0:
+                solution = next(s for i, s in solutions.items() if i in text)
+                reply = f"```bash\\nbash <<'TF_EOF'\\n{solution}\\nTF_EOF\\n```"
+            else:
+                reply = "```bash\\nls\\n```"
+            ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"] + self.stop_ids
+            out.append(Sample(ids, [-1.0] * len(ids), "stop"))
+            replies.append(seed)
+        return out
+
+
+def scripted_engine(self, trainer):
+    if self._engine is None:
+        self._engine = SeedParityEngine(trainer.tokenizer)
+    return self._engine
+
+
+TerminalRun.engine = scripted_engine
+train(cfg, load_terminal_tasks(cfg), sys.argv[2])
+print(f"rank {os.environ.get('RANK', '0')} of {os.environ.get('WORLD_SIZE', '1')} sampled {len(replies)} replies",
+      flush=True)
+'''
+
+
+def distributed_terminal_config(tiny_model_dir, root) -> OPSDConfig:
+    return terminal_config(tiny_model_dir, root, max_steps=2, prompts_per_step=2, rollouts_per_prompt=2,
+                           group_size=2, micro_batch_size=1, max_episode_tokens=4000, probe_size=1,
+                           probe_max_new_tokens=6, rl_loss="ppo_clip", rl_pass_rate_low=0.0, checkpoint_every=0)
+
+
+@needs_bwrap
+def test_two_processes_give_the_terminal_update_of_one(tiny_model_dir, corpus, tmp_path):
+    """Terminal training over two CPU processes (gloo, as torchrun starts them): episodes sharded
+    over the processes, groups and advantages formed over the whole group wherever its episodes
+    ran, the loss normalised by the whole step, the gradients summed. Same adapter as one process
+    (up to float32 summation order: each process sums its own micro-batches' gradients first),
+    same metrics, same episode records."""
+    from safetensors.torch import load_file
+
+    root, _, _ = corpus
+    cfg = distributed_terminal_config(tiny_model_dir, root)
+    script = tmp_path / "terminal_run.py"
+    script.write_text(DISTRIBUTED_TERMINAL_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    params = json.dumps(cfg.to_dict())
+    one = subprocess.run([sys.executable, str(script), params, str(tmp_path / "one")], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          str(script), params, str(tmp_path / "two")], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    # Both processes sampled: the episodes really were spread over them.
+    counts = {line.split()[1]: int(line.split()[5]) for line in two.stdout.splitlines() if " sampled " in line}
+    assert set(counts) == {"0", "1"} and all(counts.values()), two.stdout[-2000:]
+    assert sum(counts.values()) == int(one.stdout.split(" sampled ")[1].split()[0])
+    a = load_file(str(tmp_path / "one" / "adapter" / "adapter_model.safetensors"))
+    b = load_file(str(tmp_path / "two" / "adapter" / "adapter_model.safetensors"))
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], atol=1e-6, rtol=1e-5)
+    ma, mb = read_jsonl(tmp_path / "one" / "metrics.jsonl"), read_jsonl(tmp_path / "two" / "metrics.jsonl")
+    assert [m["processes"] for m in ma] == [1, 1] and [m["processes"] for m in mb] == [2, 2]
+    for x, y in zip(ma, mb):
+        for key in ("episodes", "episodes_graded", "reward_mean", "reward_mean_grpo", "groups_kept",
+                    "groups_all_failed", "groups_all_solved", "opsd_tokens", "grpo_tokens", "sequences",
+                    "completion_tokens", "completion_len_max"):
+            assert x[key] == y[key], key
+        for key in ("loss", "opsd_loss", "grpo_loss", "opsd_kl_mean", "grpo_ratio_mean"):
+            assert y[key] == pytest.approx(x[key], rel=1e-4, abs=1e-7), key
+    # GRPO had groups with signal and OPSD had tokens, so both parts' cross-process paths ran.
+    assert sum(m["groups_kept"] for m in ma) >= 1 and all(m["opsd_tokens"] > 0 for m in ma)
+    for step in (1, 2):
+        name = f"episodes/step-{step:06d}.json"
+        assert read_json(tmp_path / "two" / name) == read_json(tmp_path / "one" / name)
+    probe_a, probe_b = read_json(tmp_path / "one" / "kl_probe.json"), read_json(tmp_path / "two" / "kl_probe.json")
+    assert probe_a["num_tokens"] == probe_b["num_tokens"] > 0
+    assert probe_b["before"] == pytest.approx(probe_a["before"], rel=1e-5)

@@ -81,8 +81,15 @@ def run_tree(tmp_path) -> Path:
 
 
 def add_planned_outputs(results: Path) -> None:
-    """Hints, training and eval outputs in the formats of their stages."""
+    """Review, hints, training and eval outputs in the formats of their stages."""
     from termforge.evals.run import write_eval_record, write_eval_table
+    from termforge.quality.review import run_review_shard, run_review_traces
+
+    # The embedded run's rubric review: no judge configured, so everything is "not reviewed".
+    for v in sorted((results / "validate").glob("*.json")):
+        run_review_shard(v, results / "review" / v.name)
+    for s in sorted((results / "solve").glob("[0-9]*.json")):
+        run_review_traces(s, results / "solve" / "reviews" / s.name)
 
     records = []
     for i, model in enumerate(("base",) + ABLATIONS):
@@ -170,6 +177,12 @@ def test_survival_and_drop_reasons_follow_the_run(partial):
     drops = read_csv(out / "tables" / "drop_reasons.csv")
     assert drops == [{"stage": "decontamination", "reason": corpus["dropped"][0]["reason"], "tasks": "1",
                       "example task ids": corpus["dropped"][0]["task_id"]}]
+    # The image the kept tasks were validated on, by base digest and lock (corpus manifest `images`).
+    images = read_csv(out / "tables" / "images.csv")
+    assert len(images) == 1 and images[0]["kept tasks"] == str(len(corpus["kept"]))
+    first = corpus["images"][corpus["kept"][0]]
+    assert (images[0]["base image"], images[0]["base digest"], images[0]["lock digest"]) == (
+        first["base"], first["base_digest"], first["base_lock_digest"])
 
 
 def test_composition_balance_and_family_tables(partial):
@@ -248,6 +261,10 @@ def read_csv_tsv(path: Path) -> dict:
 def test_full_report_compares_base_with_each_ablation(full):
     full_tree, out, info, text = full
     assert set(info["sections"].values()) == {"ok"}
+    # The review ran without a judge: recorded as such, never as a pass.
+    outcomes = {r["what"]: r for r in read_csv(out / "tables" / "review_outcomes.csv")}
+    assert outcomes["tasks"]["judge"] == "none" and int(outcomes["tasks"]["not_reviewed"]) > 0
+    assert int(outcomes["tasks"]["reviewed"]) == 0
     assert info["main_table"] == "eval_comparison"
     wide = read_csv(out / "tables" / "eval_comparison.csv")
     tidy = read_csv(full_tree / "eval" / "results.csv")
@@ -394,7 +411,7 @@ def test_terminal_run_shows_reward_curve_and_grpo_pool(tmp_path):
             fh.write(json.dumps({"step": step, "objective": "mixed", "loss": 0.5 / step, "kl_mean": 0.1 / step,
                                  "reward_mean": 0.25 * step, "opsd_loss": 0.3 / step, "grpo_loss": 0.2 / step,
                                  "groups_kept": step - 1}) + "\n")
-    (train / "summary.json").write_text(json.dumps({"rl_pool": {
+    (train / "summary.json").write_text(json.dumps({"weights": str(train / "final"), "rl_pool": {
         "rule": "0.0 < solve pass rate < 1.0", "pool": 2, "pool_by_band": {"hard": 1, "medium": 1},
         "candidates_by_band": {"hard": 1, "medium": 1, "unsolved": 3}, "fallback": None}}))
     build(results, tmp_path / "out")

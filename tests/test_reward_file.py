@@ -95,3 +95,25 @@ def test_huge_sparse_file_is_not_read(tmp_path):
 def test_missing_files_and_directory(tmp_path):
     assert "no reward.json or reward.txt" in read_reward(_dir(tmp_path)).error
     assert read_reward(tmp_path / "absent").rewards is None
+
+
+def test_json_booleans_are_numbers_as_harbor_makes_them(tmp_path):
+    # harbor/verifier/verifier.py accepts them (bool is an int) and VerifierResult's `float | int`
+    # turns True into 1.0.
+    r = read_reward(_dir(tmp_path, reward_json='{"reward": true, "style": false}'))
+    assert r.rewards == {"reward": 1.0, "style": 0.0} and type(r.rewards["reward"]) is float
+
+
+@pytest.mark.parametrize("rewards, problem", [
+    ({"reward": 1e308}, "reward reward=1e+308 outside [0, 1]"),
+    ({"reward": -1e308}, "reward reward=-1e+308 outside [0, 1]"),
+    ({"reward": 2}, "reward reward=2 outside [0, 1]"),
+    ({"reward": 1, "style": 1.5}, "reward style=1.5 outside [0, 1]"),
+    ({"reward": 0.5}, None),
+    ({"reward": 1.0, "style": 0}, None),
+])
+def test_rewards_outside_the_range_are_named(rewards, problem):
+    from termforge.reward_file import range_problem
+
+    assert range_problem(rewards) == problem
+    assert range_problem({"reward": 40}, (0, 100)) is None

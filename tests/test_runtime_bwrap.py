@@ -58,9 +58,14 @@ def test_cannot_write_outside_layer(session, tmp_path):
 
 
 def test_host_root_home_is_invisible(session):
-    res = session.exec("ls /root")
-    assert res.exit_code != 0
-    assert "No such file" in res.stderr
+    # The image's own /root (empty, mode 700) is there; nothing of the host's.
+    marker = Path.home() / f".tf-host-marker-{os.getpid()}"
+    marker.write_text("host secret")
+    try:
+        res = session.exec(f"cat /root/{marker.name} {marker}; ls -A /root")
+        assert res.exit_code != 0 and "host secret" not in res.stdout
+    finally:
+        marker.unlink()
 
 
 def test_capabilities_dropped(session):
@@ -109,3 +114,30 @@ def test_missing_debian_package_fails_build_with_reason(tmp_path):
                                                 "environment": {"apt_packages": ["no-such-package-xyz"]}}))
     res = BwrapRuntime().build(task, tmp_path / "images")
     assert not res.ok and "no-such-package-xyz" in res.reason
+
+
+def test_copies_in_and_out_never_follow_what_the_agent_left(session, tmp_path):
+    """copy_in writes through `cp` inside the sandbox, so a symlink the agent planted where the copy
+    goes resolves inside it (before #28 the host followed it, as root); copy_out never follows a
+    symlink and refuses FIFOs with a reason instead of hanging or raising something else."""
+    from termforge.errors import TermforgeError
+
+    outside = tmp_path / "host-target"
+    outside.mkdir()
+    assert session.exec(f"mkdir -p /app/step && ln -s {outside} /app/step/data && mkfifo /app/pipe && "
+                        "ln -s /etc /app/etc-link").ok
+    src = tmp_path / "workdir"
+    (src / "data").mkdir(parents=True)
+    (src / "data" / "input.txt").write_text("step two\n")
+    # Inside the sandbox the link dangles: cp refuses (the agent's doing, said with cp's reason),
+    # and nothing is written on the host through it.
+    with pytest.raises(TermforgeError, match="cannot overwrite non-directory"):
+        session.copy_in(src, "/app/step")
+    assert not list(outside.iterdir())
+    session.copy_in(src, "/app/step2")
+    assert session.exec("cat /app/step2/data/input.txt").stdout == "step two\n"
+    session.copy_out("/app/greeting.txt", tmp_path / "out" / "greeting.txt")
+    assert (tmp_path / "out" / "greeting.txt").read_text() == "hello\n"
+    for path, why in (("/app/pipe", "FIFO"), ("/app/etc-link/passwd", "not a plain directory")):
+        with pytest.raises(TermforgeError, match=why):
+            session.copy_out(path, tmp_path / "out" / "x")

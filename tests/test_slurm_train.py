@@ -1,7 +1,8 @@
 """One training process per GPU: the train rule's launcher (termforge.cluster.train_launcher) run
 for real. Two CPU processes with gloo, started by torchrun inside a Slurm job of the test cluster,
 and two torchrun agents started as two `srun` tasks that meet through Slurm's variables (the
-multi-node path, on one node), each give the adapter one process gives."""
+multi-node path, on one node), each give the adapter one process gives; so does terminal training
+(episodes in sandboxes, spread over the processes) launched the same way."""
 
 import os
 import subprocess
@@ -11,7 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import needs_bwrap
 from slurm_helpers import REPO_ROOT, slurm_cluster, snakemake_env  # noqa: F401
+from test_opsd_terminal_train import corpus  # noqa: F401
 from test_opsd_trainer import DATA_PARALLEL_SCRIPT, smol_tokenizer, tiny_model_dir  # noqa: F401
 
 from termforge.cluster import train_launcher, train_resources
@@ -81,3 +84,51 @@ def test_two_processes_through_slurm_give_the_adapter_of_one(slurm_cluster, tiny
         ranks = ("[rank0]:rank 0 of 2", "[rank1]:rank 1 of 2") if name == "torchrun" else (
             "[node0.gpu0]:rank 0 of 2", "[node1.gpu0]:rank 1 of 2")
         assert all(r in log for r in ranks), log[-2000:]
+
+
+@pytest.fixture(scope="module")
+def terminal_model_dir(tmp_path_factory):
+    from conftest import save_tiny_llama, smollm2_tokenizer
+
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama-slurm-terminal"), smollm2_tokenizer(),
+                           max_positions=4096)
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_terminal_training_on_two_processes_through_slurm(slurm_cluster, terminal_model_dir, corpus, tmp_path):
+    """The train rule's launcher for `cluster.gpus_per_job: 2` (torchrun, two processes) in a job of
+    the test cluster runs terminal training (episodes in bwrap sandboxes, spread over the two
+    processes) to the adapter one process gives."""
+    import json
+
+    from test_opsd_terminal_train import DISTRIBUTED_TERMINAL_SCRIPT, distributed_terminal_config
+
+    root, _, _ = corpus
+    cfg = distributed_terminal_config(terminal_model_dir, root)
+    program = tmp_path / "terminal_run.py"
+    program.write_text(DISTRIBUTED_TERMINAL_SCRIPT)
+    params = tmp_path / "params.json"
+    params.write_text(json.dumps(cfg.to_dict()))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT / "src"))
+    one = subprocess.run([sys.executable, str(program), params.read_text(), str(tmp_path / "one")], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-2000:]
+    reference = _adapter(tmp_path / "one")
+
+    job = tmp_path / "terminal.sh"
+    job.write_text(textwrap.dedent(f"""\
+        #!/bin/bash
+        set -euo pipefail
+        export OMP_NUM_THREADS=1 PYTHONPATH={REPO_ROOT / 'src'}
+        {train_launcher(2)} {program} "$(cat {params})" {tmp_path / 'two'}
+        """))
+    res = _sbatch(job, "-p", "cpu", "--mem=6000", "--ntasks=1", "--cpus-per-task=2",
+                  f"--output={tmp_path / 'terminal'}.log")
+    log = (tmp_path / "terminal.log").read_text(errors="replace") if (tmp_path / "terminal.log").exists() else ""
+    assert res.returncode == 0, f"sbatch {res.stderr}\n{log[-3000:]}"
+    two = _adapter(tmp_path / "two")
+    assert two.keys() == reference.keys()
+    for key in reference:
+        torch.testing.assert_close(two[key], reference[key], atol=1e-6, rtol=1e-5)
+    assert "[rank0]:rank 0 of 2 sampled" in log and "[rank1]:rank 1 of 2 sampled" in log, log[-2000:]

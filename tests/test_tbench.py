@@ -143,14 +143,12 @@ BAD_ENVIRONMENTS = {
                          "/usr/local/bin/tool is outside /app"),
     "run-writes-etc": ("FROM debian:bookworm-slim\nWORKDIR /app\nRUN echo x > /etc/tf-evil\n",
                        "tried to write outside /app"),
-    "alpine-base": ("FROM alpine:3.19\nWORKDIR /app\n", "not on the native runner's allow-list"),
+    "alpine-base": ("FROM alpine:3.19\nWORKDIR /app\n",
+                    "base image alpine:3.19 is not in termforge's image store; add it with `termforge images add"),
     "pip-install": ("FROM debian:bookworm-slim\nRUN pip install --no-cache-dir requests\nWORKDIR /app\n",
                     "pip install"),
-    # The image has no pytest, the host does: a test.sh running pytest would score on the host's.
-    "host-pytest-leak": ("FROM debian:bookworm-slim\nRUN apt-get install -y python3\nWORKDIR /app\n",
-                         "the host's pytest would stand in"),
-    "workdir-outside-app": ("FROM ubuntu:24.04\nWORKDIR /srv/data\n", "WORKDIR /srv/data is outside /app"),
-    "multi-stage": ("FROM debian:bookworm AS build\nRUN true\nFROM debian:bookworm-slim\n", "multi-stage"),
+    "workdir-outside-app": ("FROM debian:bookworm-slim\nWORKDIR /srv/data\n", "WORKDIR /srv/data is outside /app"),
+    "multi-stage": ("FROM debian:bookworm-slim AS build\nRUN true\nFROM debian:bookworm-slim\n", "multi-stage"),
     "heredoc": ("FROM debian:bookworm-slim\nWORKDIR /app\nRUN cat <<EOF > /app/x\nhello\nEOF\n", "heredocs"),
     "secret-mount": ("FROM debian:bookworm-slim\nRUN --mount=type=secret,id=tok cat /run/secrets/tok\n",
                      "--mount=type=secret"),
@@ -269,7 +267,7 @@ def test_dockerfile_plan_keeps_real_commands_and_drops_apt(tmp_path):
 @needs_bwrap
 def test_build_runs_steps_in_the_sandbox_and_caches(tmp_path):
     task = load_harbor_task(_task(tmp_path, "steps", (
-        "FROM ubuntu:24.04\nRUN apt-get install -y python3-pytest\nENV GREETING=hello\nWORKDIR /app/work\nCOPY server.log /tmp/stage/\n"
+        "FROM debian:bookworm-slim\nRUN apt-get install -y python3 python3-pytest\nENV GREETING=hello\nWORKDIR /app/work\nCOPY server.log /tmp/stage/\n"
         "RUN cp /tmp/stage/server.log . && echo \"$GREETING $(id -u)\" > greeting.txt && rm -r /tmp/stage\n"
         "ADD bundle.tar /app/vendor/\n"), {}))
     import tarfile
@@ -461,30 +459,17 @@ def test_control_rows_tell_a_broken_harness_from_a_weak_policy(images, tmp_path)
     assert control_checks(controls) == [f"oracle scores 0 on {tasks[0].name} (expected 1)"]
 
 
-def test_base_images_are_provided_only_from_the_allow_list(monkeypatch):
-    """A toolchain image runs natively only when the host has its toolchain at the tag's version;
-    a codename in the tag (golang:1.22-bookworm) says nothing about what the image provides."""
-    from termforge.evals import harbor_tasks
+def test_base_images_resolve_from_termforge_images_only():
+    """FROM names an image termforge has (a declared base under one of its image names, as
+    Docker normalises them); anything else is an environment error naming the image and the
+    command that adds it, whatever toolchains the host happens to have."""
     from termforge.evals.harbor_tasks import EnvironmentUnsupported, check_base_image
 
-    host = {"python3": (3, 11, 7), "go": None, "node": (20, 11, 0), "java": (17, 0, 15), "gcc": (12, 2, 0),
-            "rustc": None}
-    monkeypatch.setattr(harbor_tasks, "host_tool_version", lambda tool: host[tool])
-    assert check_base_image("debian:bookworm-slim") == check_base_image("ubuntu:24.04") == "debian"
-    assert check_base_image("python:3.11-slim-bookworm") == "python3"
-    assert check_base_image("ghcr.io/laude-institute/t-bench/python-3-11:20250620") == "python3"
-    assert check_base_image("node:20-bookworm") == "node"
-    for image, message in (
-            ("golang:1.22-bookworm", "provides go, which the host lacks (go: not found)"),
-            ("python:3.12", "provides python3 3.12, the host has 3.11.7"),
-            ("ghcr.io/laude-institute/t-bench/python-3-13:20250620", "provides python3 3.13"),
-            ("eclipse-temurin:21-jdk-jammy", "provides java 21, the host has 17.0.15"),
-            ("gcc:13", "provides gcc 13, the host has 12.2.0"),
-            ("rust:1.80-bookworm", "provides rustc, which the host lacks"),
-            ("python:latest", "names no python3 version"),
-            ("python:slim-bookworm", "names no python3 version"),
-            ("alpine:3.19", "allow-list"),
-            ("buildpack-deps:bookworm", "allow-list"),
-            ("ubuntu:24.04-alpine", "not Debian-based")):
-        with pytest.raises(EnvironmentUnsupported, match=re.escape(message)):
+    assert check_base_image("debian:bookworm-slim") == "debian-bookworm-slim"
+    assert check_base_image("docker.io/library/debian:bookworm-slim") == "debian-bookworm-slim"
+    assert check_base_image("termforge/base:bookworm") == "termforge-bookworm"
+    for image in ("python:3.11-slim-bookworm", "ubuntu:24.04", "rust:1.80-bookworm", "debian", "alpine:3.19",
+                  "ghcr.io/laude-institute/t-bench/python-3-11:20250620"):
+        with pytest.raises(EnvironmentUnsupported, match=re.escape(
+                f"base image {image} is not in termforge's image store; add it with `termforge images add {image}")):
             check_base_image(image)

@@ -126,6 +126,7 @@ def test_hijackable_tests_are_dropped_with_the_stage_named(tmp_path):
         "    import os\n"
         "    assert os.path.exists('/logs/verifier/reward.txt') or os.path.exists('/tmp/tool-ok')\n")
     (task / "solution" / "solve.sh").write_text("#!/bin/bash\nmkdir -p /app\nprintf 'touch /tmp/tool-ok\\n' > /app/check.sh\ntouch /app/errors.txt\n")
+    shutil.rmtree(task / "solution" / "alternatives")  # the family's second solution solves the real task
     v = _validate(task, tmp_path)
     assert not v.kept and v.stage == "hijack" and "hijack_direct" in v.reason, (v.stage, v.reason)
 

@@ -10,13 +10,16 @@ How bad input is reported (follow this when adding a command or an option):
   kind from termforge.schemas.KINDS: "shard_manifest", "corpus_manifest", "dataset", "config",
   "tasks_dir", ...) or `output_arg(sp, "--y", dir=False)`. Before the command runs, main() reads
   and checks every declared input through termforge.schemas (missing, unreadable, corrupt,
-  truncated, empty, wrong shape, naming task directories that do not exist), so a bad input
-  stops the command before it writes anything.
+  truncated, empty, wrong shape to the leaves, naming task directories that do not exist or that
+  reach outside themselves: termforge.containment), so a bad input stops the command before it
+  writes anything. Declared outputs are checked too: a file output that is a directory, and a
+  task's place in an output folder (<images-dir>/<task id>) that a symlink leads out of.
 - Stage code reads its inputs through termforge.schemas.read / termforge.io.load_* too; both
   raise termforge.errors.InputError, which main() prints as one line
   `termforge: error: <command>: <file>: <problem>` (plus how to rebuild a file the workflow
-  makes, from errors.PRODUCERS) and exit status 2. Outputs go through termforge.io's atomic
-  writers, so a failing command leaves no partial file.
+  makes, from errors.PRODUCERS) and exit status 2, always one line (errors.one_line). Outputs go
+  through termforge.io's atomic writers, so a failing command leaves no partial file; a command
+  with several outputs stages them and publishes them together (io.StagedOutputs).
 - tests/test_cli_bad_input.py walks this parser: every declared input of every command gets
   each kind of bad input, and an undeclared path-like argument fails that test.
 - A new kind of file: add a Kind (schema, format, checks of the files it names) to
@@ -31,7 +34,7 @@ import json
 import sys
 from pathlib import Path
 
-from termforge.errors import ConfigError, InputError, TermforgeError, os_error_problem
+from termforge.errors import ConfigError, InputError, TermforgeError, one_line, os_error_problem
 from termforge.io import atomic_write_json, atomic_write_text
 
 
@@ -59,20 +62,38 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def check_inputs(sp: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Read and check every declared input argument the user gave (termforge.schemas.read)."""
+    """Read and check every declared input argument the user gave (termforge.schemas.read), and
+    the declared outputs against them: a file output that is a directory, or a task's place in
+    an output folder that a symlink leads out of, stops the command before it starts."""
+    from termforge.containment import contained
     from termforge.schemas import read
 
+    task_ids: list[str] = []
     for action in sp._actions:
         kind = getattr(action, "termforge_input", None)
         value = getattr(args, action.dest, None)
         if kind is None or value is None:
             continue
         for path in value if isinstance(value, list) else [value]:
-            read(kind, path)
+            data = read(kind, path)
+            if kind == "shard_manifest":
+                task_ids += [t["id"] for t in data["tasks"]]
+    for action in sp._actions:
+        out = getattr(action, "termforge_output", None)
+        value = getattr(args, action.dest, None)
+        if out is None or value is None:
+            continue
+        if out == "file" and Path(value).is_dir():
+            raise InputError(value, "is a directory (expected a file to write)")
+        if out == "dir":
+            if Path(value).exists() and not Path(value).is_dir():
+                raise InputError(value, "is not a directory (expected a folder to write into)")
+            for tid in task_ids:  # each task's images, trajectories ... go to <dir>/<task id>
+                contained(value, tid, where=Path(value) / tid)
 
 
 def _stage_options(args, stage: str) -> dict:
-    from termforge.params import STAGE_KEYS, resolve_flat, stage_params
+    from termforge.params import flat_stage_keys, stage_params
 
     if args.params and args.configfile:
         raise ConfigError("give either --params or --configfile, not both")
@@ -85,7 +106,7 @@ def _stage_options(args, stage: str) -> dict:
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--params is not valid JSON: {exc}") from None
     try:
-        missing = [k for k in STAGE_KEYS[stage] if resolve_flat(opts, k) not in opts]
+        missing = [k for k in flat_stage_keys(opts, stage) if k not in opts]
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"--params for {stage} lacks {exc}") from None
     if missing:
@@ -107,6 +128,7 @@ def _configured(overlays: list[str] | None) -> dict:
 
 def cmd_check_config(args) -> int:
     from termforge.config import config_paths, model_names, shard_ids
+    from termforge.models.base import missing_api_keys
 
     if args.files and args.configfile:
         raise ConfigError("check-config: give the overlays either as arguments or after --configfile, not both")
@@ -116,13 +138,22 @@ def cmd_check_config(args) -> int:
     print(f"config OK ({' + '.join(map(str, config_paths(overlays)))}): run {cfg['run_name']!r}, "
           f"{cfg['corpus']['n_tasks']} tasks in {len(shard_ids(cfg))} shards of {cfg['corpus']['shard_size']}; "
           f"ablations planned and checked: {', '.join(ablations) or 'none'}")
+    for line in missing_api_keys(cfg):
+        print(f"termforge: warning: {line}", file=sys.stderr)
     return 0
 
 
 def cmd_check_cluster(args) -> int:
-    from termforge.cluster import check, format_table, read_inventory, rule_requests, workflow_rules
+    from termforge.cluster import NoController, check, format_table, read_inventory, rule_requests, workflow_rules
 
-    verdicts = check(rule_requests(*workflow_rules(Path(args.snakefile), args.configfile)), read_inventory())
+    requests = rule_requests(*workflow_rules(Path(args.snakefile), args.configfile))
+    try:
+        inventory = read_inventory()
+    except NoController as exc:
+        # Not a failure: the same command is right on a laptop and on the login node.
+        print(f"termforge: check-cluster: no Slurm controller reachable: skipped ({exc})")
+        return 0
+    verdicts = check(requests, inventory)
     print(format_table(verdicts))
     for v in verdicts:
         if not v.ok:
@@ -180,6 +211,7 @@ def cmd_generate(args) -> int:
         from termforge.generate.llm import run_generate_shard_llm
         from termforge.models.base import make_model
         from termforge.params import resolve_flat
+        from termforge.runtime.base import get_runtime
 
         key = resolve_flat(o, "models.{generate.model}")
         model = make_model(dict(o[key]), where=key)
@@ -192,7 +224,9 @@ def cmd_generate(args) -> int:
                                                              "max_repair_rounds": o["generate.max_repair_rounds"]},
                                                 "models": {o["generate.model"]: dict(o[key])},
                                                 "prices": o["prices"], "planning": o["planning"]},
-                                   workers=o["generate.workers"])
+                                   workers=o["generate.workers"],
+                                   second_solution=o["generate.second_solution"],
+                                   runtime=get_runtime("bwrap", rootfs=o["runtime.rootfs"]))
         finally:
             model.close()
         return 0
@@ -205,12 +239,36 @@ def cmd_generate(args) -> int:
 def cmd_export(args) -> int:
     from termforge.export import push_to_hub, run_export
 
+    if args.verifiers:
+        return _export_verifiers(args)
     o = _stage_options(args, "export")
     if not args.manifests and not args.corpus:
         raise ConfigError("export: give --corpus (kept tasks) or --manifests (every generated task)")
+    if args.oci and not args.images_dir:
+        raise ConfigError("export --oci: give --images-dir (the built task images, e.g. results/images)")
     run_export([Path(m) for m in args.manifests or []], Path(args.out_dir), Path(args.demos) if args.demos else None,
-               corpus_manifest=Path(args.corpus) if args.corpus else None, require_demo=o["export.require_demo"])
+               corpus_manifest=Path(args.corpus) if args.corpus else None, require_demo=o["export.require_demo"],
+               oci_images_dir=Path(args.images_dir) if args.oci else None)
     push_to_hub(Path(args.out_dir), o["export.hf_repo_id"], o["export.hf_token_env"], o["export.hf_private"])
+    return 0
+
+
+def _export_verifiers(args) -> int:
+    from termforge.export_verifiers import export_config, run_export_verifiers
+
+    if args.configfile and not args.params:
+        from termforge.config import load_config
+        from termforge.params import stage_params
+
+        o = stage_params(export_config(load_config(args.configfile)), "export_verifiers")
+    else:
+        o = _stage_options(args, "export_verifiers")
+    if not args.corpus:
+        raise ConfigError("export --verifiers: give --corpus (the corpus manifest of kept tasks)")
+    if not args.images_dir:
+        raise ConfigError("export --verifiers: give --images-dir (the built task images; rollouts run in them)")
+    run_export_verifiers(Path(args.corpus), Path(args.demos) if args.demos else None, Path(args.images_dir),
+                         Path(args.out_dir), o)
     return 0
 
 
@@ -219,7 +277,7 @@ def cmd_build_images(args) -> int:
 
     o = _stage_options(args, "build_images")
     run_build_shard(Path(args.manifest), Path(args.images_dir), Path(args.out), backend=o["runtime.backend"],
-                    timeout=o["runtime.build_timeout_sec"], workers=o["validate.workers"])
+                    timeout=o["runtime.build_timeout_sec"], workers=o["validate.workers"], rootfs=o["runtime.rootfs"])
     return 0
 
 
@@ -259,14 +317,48 @@ def cmd_validate(args) -> int:
     run_validate_shard(Path(args.manifest), Path(args.out), Path(args.images_dir), limits,
                        decontam_report=Path(args.decontam) if args.decontam else None,
                        workers=o["validate.workers"], oracle_repeats=o["validate.oracle_repeats"],
-                       backend=o["runtime.backend"], mutants=o["validate.mutants"])
+                       backend=o["runtime.backend"], mutants=o["validate.mutants"],
+                       sensitivity=o["validate.input_sensitivity"], rootfs=o["runtime.rootfs"])
     return 0
 
 
 def cmd_corpus_manifest(args) -> int:
     from termforge.quality.validate import write_corpus_manifest
 
-    write_corpus_manifest([Path(p) for p in args.verdicts], Path(args.out))
+    write_corpus_manifest([Path(p) for p in args.verdicts], Path(args.out),
+                          [Path(p) for p in args.reviews] if args.reviews is not None else None)
+    return 0
+
+
+def _review_judge(o: dict):
+    """The review judge (a ChatModel built from its `models` spec), or None when none is set."""
+    name = (o.get("review") or {}).get("judge")
+    if not name:
+        return None
+    from termforge.models.base import make_model
+    from termforge.params import flat_lookup
+
+    try:
+        spec = flat_lookup(o, f"models.{name}")
+    except KeyError:
+        raise ConfigError(f"review.judge: model {name!r} is not defined under models") from None
+    return make_model(dict(spec), where=f"models.{name}")
+
+
+def cmd_review(args) -> int:
+    from termforge.quality.review import run_review_shard, run_review_traces
+
+    o = _stage_options(args, "review")
+    judge = _review_judge(o)
+    r = o["review"]
+    try:
+        if args.solved:
+            run_review_traces(Path(args.solved), Path(args.out), judge, r["min_score"], r["batch_size"])
+        else:
+            run_review_shard(Path(args.verdicts), Path(args.out), judge, r["min_score"], r["batch_size"])
+    finally:
+        if judge is not None:
+            judge.close()
     return 0
 
 
@@ -320,7 +412,8 @@ def cmd_solve(args) -> int:
 def cmd_passk(args) -> int:
     from termforge.passk import run_passk
 
-    run_passk([Path(p) for p in args.solved], Path(args.out), Path(args.csv), Path(args.sft) if args.sft else None)
+    run_passk([Path(p) for p in args.solved], Path(args.out), Path(args.csv), Path(args.sft) if args.sft else None,
+              [Path(p) for p in args.trace_reviews or []])
     return 0
 
 
@@ -444,13 +537,74 @@ def cmd_eval_tbench(args) -> int:
 def cmd_import_harbor(args) -> int:
     from termforge.evals.harbor_import import import_harbor
 
-    s = import_harbor(args.source, Path(args.out_dir), args.name)
+    s = import_harbor(args.source, Path(args.out_dir), args.name,
+                      harbor_dir=Path(args.harbor_dir) if args.harbor_dir else None)
     for row in s["tasks"]:
         if not row["imported"]:
             print(f"import-harbor: {row['harbor_name']}: not imported: {row['reason']}")
     print(f"import-harbor: {s['n_imported']} of {s['n_tasks']} tasks imported into {s['manifest']}; register the "
           f"dataset for decontamination with decontam.jsonl: [{json.dumps(s['decontam_reference'])}]")
     return 0
+
+
+def cmd_images(args) -> int:
+    """`termforge images build|list|add|save|lock` (docs/images.md)."""
+    import time
+
+    from termforge.images import built_bases, ensure_base, ensure_task_base, image_cache_dir, load_declarations
+    from termforge.images.store import ImageStore, image_store_dir, register_base
+
+    cache = image_cache_dir(args.cache)
+    store = ImageStore(image_store_dir(args.store, cache))
+    if args.action == "build":
+        names = args.names or sorted(load_declarations())
+        start = time.monotonic()
+        built = [ensure_base(n, cache) for n in names]
+        for task_dir in args.harbor or []:
+            from termforge.evals.harbor_tasks import (EnvironmentUnsupported, check_base_image, load_harbor_dir,
+                                                      native_plan)
+
+            for task in load_harbor_dir(task_dir):
+                try:
+                    plan = native_plan(task)
+                    built.append(ensure_task_base(check_base_image(plan.base_image), plan.apt_packages, cache))
+                except EnvironmentUnsupported:
+                    continue  # the eval reports it as an environment error
+        for b in built:
+            register_base(b, store)
+        print(f"images build: {len({b.digest for b in built})} base image(s) ready in {time.monotonic() - start:.1f}s "
+              f"({', '.join(sorted({b.record['name'] for b in built}))}; cache {cache})")
+        return 0
+    if args.action == "list":
+        print(f"base images in the cache {cache}:")
+        for b in built_bases(cache):
+            r = b.record
+            print(f"  {r['name']:40s} {r['digest'][:19]}  {r['size'] / 1e6:6.0f} MB  {r['package_count']:4d} packages"
+                  f"  {' '.join(r['names'])}")
+        print(f"images in the store {store.root}:")
+        for image in store.images():
+            print(f"  {image.name:40s} {image.digest[:19]}  {image.size / 1e6:6.0f} MB  {len(image.layers)} layer(s)")
+        return 0
+    if args.action == "add":
+        if not args.names or len(args.names) != 2:
+            raise ConfigError("images add: give NAME and SOURCE (a rootfs tarball, OCI layout, OCI or docker archive)")
+        image = store.add(args.names[0], args.names[1], ref=args.ref)
+        print(f"images add: {image.name} {image.digest[:19]} ({len(image.layers)} layer(s), {image.size / 1e6:.0f} MB) "
+              f"-> {store.root}")
+        return 0
+    if args.action == "save":
+        if not args.names or len(args.names) != 2:
+            raise ConfigError("images save: give NAME and the OCI archive to write")
+        out = store.save(args.names[0], args.names[1])
+        print(f"images save: {args.names[0]} -> {out} (oci-archive)")
+        return 0
+    if args.action == "lock":
+        for name in args.names or sorted(load_declarations()):
+            b = ensure_base(name, cache)
+            print(f"# {b.record['name']} {b.digest} lock {b.record['lock_digest']}")
+            print("\n".join(b.lock_lines()))
+        return 0
+    raise ConfigError(f"images: unknown action {args.action!r}")
 
 
 def cmd_eval_table(args) -> int:
@@ -496,16 +650,26 @@ def cmd_hints(args) -> int:
 
 
 def cmd_dvc_yaml(args) -> int:
-    from termforge.config import REPO_ROOT, config_paths
+    import os
+
+    from termforge.config import REPO_ROOT, config_paths, read_yaml
     from termforge.dvcgen import dvc_yaml, snakemake_rules
 
-    import yaml
-
     cfg = _configured(args.configfile)
-    # dvc.yaml names config.yaml's params: check them against the file when it is the only one.
+    # Params are named in the files that write them, by paths relative to the first file's folder
+    # (the project, where dvc.yaml lives); the files after it are the stage commands' overlays.
     paths = config_paths(args.configfile)
-    raw = (yaml.safe_load(paths[0].read_text()) or {}) if len(paths) == 1 else None
-    sys.stdout.write(dvc_yaml(cfg, snakemake_rules(REPO_ROOT), raw))
+    root = paths[0].resolve().parent
+    files = [(os.path.relpath(p.resolve(), root), read_yaml(p)) for p in paths]
+    sys.stdout.write(dvc_yaml(cfg, snakemake_rules(REPO_ROOT), files=files))
+    return 0
+
+
+def cmd_dvc_receipt(args) -> int:
+    from termforge.dvcgen import write_receipt
+
+    write_receipt(args.stage, args.targets, args.out)
+    print(f"dvc-receipt: {args.stage}: {len(args.targets)} targets -> {args.out}")
     return 0
 
 
@@ -612,8 +776,20 @@ def build_parser() -> argparse.ArgumentParser:
     output_arg(sp, "--out", required=True, help="verdicts JSON")
     sp.set_defaults(func=cmd_validate)
 
+    sp = stage("review", "rubric review by a judge model of one validated shard's kept tasks")
+    input_arg(sp, "--verdicts", kind="verdicts", required=True, help="verdicts of one validated shard")
+    output_arg(sp, "--out", required=True, help="reviews JSON")
+    sp.set_defaults(func=cmd_review, solved=None)
+
+    sp = stage("review-traces", "rubric review by a judge model of one solve shard's successful rollouts")
+    input_arg(sp, "--solved", kind="solve_records", required=True, help="rollouts of one solve shard")
+    output_arg(sp, "--out", required=True, help="reviews JSON")
+    sp.set_defaults(func=cmd_review, verdicts=None)
+
     sp = sub.add_parser("corpus-manifest", help="merge shard verdicts into the manifest of kept tasks")
     input_arg(sp, "--verdicts", kind="verdicts", nargs="+", required=True)
+    input_arg(sp, "--reviews", kind="reviews", nargs="*",
+              help="rubric reviews of the shards: tasks the review dropped leave the corpus")
     output_arg(sp, "--out", required=True)
     sp.set_defaults(func=cmd_corpus_manifest)
 
@@ -623,7 +799,8 @@ def build_parser() -> argparse.ArgumentParser:
     output_arg(sp, "--images-dir", dir=True, required=True)
     output_arg(sp, "--trajectories", dir=True, required=True, help="directory for per-rollout trajectories")
     output_arg(sp, "--out", required=True, help="rollouts JSON of the shard")
-    sp.add_argument("--server", help="policy server JSON from serve-policy: solve through that server")
+    input_arg(sp, "--server", kind="policy_server",
+              help="policy server JSON from serve-policy: solve through that server")
     sp.set_defaults(func=cmd_solve)
 
     sp = stage("serve-policy", "serve the solve model over the OpenAI protocol until SIGTERM (a service job)")
@@ -636,6 +813,8 @@ def build_parser() -> argparse.ArgumentParser:
     output_arg(sp, "--out", required=True)
     output_arg(sp, "--csv", required=True)
     output_arg(sp, "--sft", help="parquet of successful rollouts (chat messages)")
+    input_arg(sp, "--trace-reviews", kind="reviews", nargs="*",
+              help="rubric reviews of the solve traces: a rollout they reject is no success")
     sp.set_defaults(func=cmd_passk)
 
     sp = stage("make-math-set", "generate the offline integer-answer math set (train + held-out)")
@@ -672,8 +851,24 @@ def build_parser() -> argparse.ArgumentParser:
     input_arg(sp, "source", kind="harbor_source",
               help="a Harbor task or dataset folder, or NAME[@VERSION] fetched with the harbor CLI")
     output_arg(sp, "--out-dir", dir=True, required=True)
-    sp.add_argument("--name", help="dataset name (task id prefix, reference source); default: the folder's name")
+    sp.add_argument("--name", help="dataset name (task id prefix, reference source); default: the folder's name, "
+                                   "or the dataset id (terminal-bench@2.0: terminal-bench-2.0)")
+    output_arg(sp, "--harbor-dir", dir=True,
+               help="where the Harbor tasks themselves go (what eval.tbench.tasks_dir names); default OUT_DIR/harbor")
     sp.set_defaults(func=cmd_import_harbor)
+
+    sp = sub.add_parser("images", help="base images and the local image store: build, list, add, save, lock")
+    sp.add_argument("action", choices=["build", "list", "add", "save", "lock"],
+                    help="build: the declared bases (all, or NAMES); list: the cache and the store; add NAME SOURCE: "
+                         "a rootfs tarball, OCI layout, OCI or docker archive into the store; save NAME ARCHIVE: "
+                         "an OCI archive; lock: the exact package versions of bases")
+    sp.add_argument("names", nargs="*", help="base or image names (add/save: NAME then the file)")
+    sp.add_argument("--ref", help="add: which image of a multi-image OCI layout or archive")
+    input_arg(sp, "--harbor", kind="harbor_source", nargs="*",
+              help="build: also the derived bases these Harbor task folders' Dockerfiles need")
+    output_arg(sp, "--cache", dir=True, help="image cache (default $TERMFORGE_IMAGE_CACHE, else the user cache)")
+    output_arg(sp, "--store", dir=True, help="image store (default $TERMFORGE_IMAGE_STORE, else <cache>/store)")
+    sp.set_defaults(func=cmd_images)
 
     sp = sub.add_parser("eval-table", help="merge eval records into the tidy results table")
     input_arg(sp, "--records", kind="eval_record", nargs="+", required=True)
@@ -716,11 +911,24 @@ def build_parser() -> argparse.ArgumentParser:
     input_arg(sp, "--configfile", kind="config", nargs="+", default=[], help=CONFIGFILE_HELP)
     sp.set_defaults(func=cmd_dvc_yaml)
 
-    sp = stage("export", "export the corpus: HF parquet, private table, Harbor task dirs")
+    sp = sub.add_parser("dvc-receipt", help="record the sha256 of a DVC stage's Snakemake targets (dvc.yaml runs it)")
+    sp.add_argument("--stage", required=True, help="the DVC stage")
+    input_arg(sp, "--targets", kind="text", nargs="+", required=True, help="the files the stage's Snakemake call built")
+    output_arg(sp, "--out", required=True, help="dvc-receipts/<stage>.json")
+    sp.set_defaults(func=cmd_dvc_receipt)
+
+    sp = stage("export", "export the corpus: HF parquet, private table, Harbor task dirs; or (--verifiers) a "
+                         "verifiers environment package with prime-rl configs")
     input_arg(sp, "--manifests", kind="shard_manifest", nargs="+", help="shard manifests: export every generated task")
     input_arg(sp, "--corpus", kind="corpus_manifest", help="corpus manifest: export the tasks validation kept")
     output_arg(sp, "--out-dir", dir=True, required=True)
     input_arg(sp, "--demos", kind="demos", help="demos.parquet from the hints stage")
+    sp.add_argument("--verifiers", action="store_true",
+                    help="write an installable verifiers environment package (and prime-rl configs) instead")
+    sp.add_argument("--oci", action="store_true",
+                    help="also write every task's image as OCI (out-dir/oci layout + oci.tar archive; bases stored once)")
+    input_arg(sp, "--images-dir", kind="results_dir",
+              help="the built task images (results/images): with --oci or --verifiers")
     sp.set_defaults(func=cmd_export)
     return p
 
@@ -732,15 +940,15 @@ def main(argv: list[str] | None = None) -> int:
         check_inputs(subcommands(parser)[args.command], args)
         return args.func(args)
     except InputError as exc:
-        print(f"termforge: error: {args.command}: {exc}", file=sys.stderr)
+        print(one_line(f"termforge: error: {args.command}: {exc}"), file=sys.stderr)
     except TermforgeError as exc:
-        print(f"termforge: error: {exc}", file=sys.stderr)
+        print(one_line(f"termforge: error: {exc}"), file=sys.stderr)
     except OSError as exc:
         # A file problem no reader anticipated (a full disk, a vanished folder): still one line
         # naming the file. An OSError without a file is a bug and keeps its traceback.
         if not exc.filename:
             raise
-        print(f"termforge: error: {args.command}: {InputError(exc.filename, os_error_problem(exc))}",
+        print(one_line(f"termforge: error: {args.command}: {InputError(exc.filename, os_error_problem(exc))}"),
               file=sys.stderr)
     return 2
 

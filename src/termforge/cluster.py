@@ -236,15 +236,25 @@ def parse_inventory(partitions_text: str, nodes_text: str) -> Inventory:
     return Inventory(partitions=partitions, nodes=tuple(nodes))
 
 
+class NoController(TermforgeError):
+    """No Slurm controller answers here: scontrol is missing, or cannot reach slurmctld."""
+
+
 def read_inventory() -> Inventory:
     """Partitions and nodes of the cluster this machine submits to, asked of `scontrol`."""
     if shutil.which("scontrol") is None:
-        raise TermforgeError("scontrol not found: this machine is not a Slurm submit host")
+        raise NoController("scontrol not found: this machine is not a Slurm submit host")
 
     def show(what: str) -> str:
-        res = subprocess.run(["scontrol", "-o", "show", what], capture_output=True, text=True, timeout=60)
+        try:
+            res = subprocess.run(["scontrol", "-o", "show", what], capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            raise NoController(f"'scontrol show {what}' did not answer within 60 s") from None
         if res.returncode != 0:
-            raise TermforgeError(f"'scontrol show {what}' failed: {(res.stderr or res.stdout).strip()[:300]}")
+            # scontrol's complaint spans several lines; its last (the fatal one, e.g. "Could not
+            # establish a configuration source" or "Unable to contact slurm controller") says it.
+            lines = [ln.strip() for ln in (res.stderr or res.stdout).splitlines() if ln.strip()]
+            raise NoController(f"'scontrol show {what}': {lines[-1][:200] if lines else f'exit {res.returncode}'}")
         return res.stdout
 
     return parse_inventory(show("partition"), show("node"))
@@ -391,8 +401,8 @@ def preflight(workflow) -> None:
         return
     try:
         inv = read_inventory()
-    except TermforgeError as exc:
-        print(f"termforge: cluster check skipped: {exc}", file=sys.stderr)
+    except NoController as exc:
+        print(f"termforge: cluster check: no Slurm controller reachable: skipped ({exc})", file=sys.stderr)
         return
     bad = [v for v in check(requests, inv) if not v.ok]
     if bad:

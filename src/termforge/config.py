@@ -11,13 +11,14 @@ import copy
 import functools
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
-from termforge.errors import ConfigError, os_error_problem
+from termforge.errors import ConfigError, os_error_problem, show_key, show_path, show_value
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = Path(os.environ.get("TERMFORGE_SCHEMA", REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"))
@@ -48,10 +49,23 @@ def deep_merge(base: dict, overlay: dict) -> dict:
     return out
 
 
+# A config file is a few kilobytes; PyYAML takes minutes on tens of megabytes, so a file this
+# large is refused by its size before it is parsed.
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def read_yaml(path: str | Path) -> dict:
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"config file {path} does not exist")
+    shown = show_path(path)
+    try:
+        size = os.stat(path).st_size
+    except OSError as exc:
+        raise ConfigError(f"config file {shown} {os_error_problem(exc)}") from None
+    if path.is_dir():
+        raise ConfigError(f"config file {shown} is a directory, not a file")
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {shown} is {size:,} bytes, more than a config file may be "
+                          f"({MAX_CONFIG_BYTES:,}); not parsed")
     try:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
@@ -60,15 +74,15 @@ def read_yaml(path: str | Path) -> dict:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1} column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"config file {path} is not valid YAML{where}: {problem}") from None
+        raise ConfigError(f"config file {shown} is not valid YAML{where}: {show_value(problem)[1:-1]}") from None
     except OSError as exc:
-        raise ConfigError(f"config file {path} {os_error_problem(exc)}") from None
+        raise ConfigError(f"config file {shown} {os_error_problem(exc)}") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"config file {path} is not UTF-8 text") from None
+        raise ConfigError(f"config file {shown} is not UTF-8 text") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path}: the top level must be a mapping, got {type(data).__name__}")
+        raise ConfigError(f"config file {shown}: the top level must be a mapping, got {type(data).__name__}")
     return data
 
 
@@ -119,7 +133,7 @@ def load_overlays(overlays: list[str | Path] | None, base: str | Path = BASE_CON
 def _key_path(path) -> str:
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        out += f"[{part}]" if isinstance(part, int) else (f".{show_key(part)}" if out else show_key(part))
     return out or "<top level>"
 
 
@@ -128,18 +142,29 @@ def _describe(error: jsonschema.ValidationError) -> str:
     v = error.validator
     if v == "additionalProperties":
         allowed = sorted((error.schema.get("properties") or {}).keys())
-        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
-        key = f"{where}.{extra[0]}" if extra and where != "<top level>" else (extra[0] if extra else where)
+        extra = sorted(map(str, set(error.instance) - set(allowed))) if isinstance(error.instance, dict) else []
+        name = show_key(extra[0]) if extra else ""
+        key = f"{where}.{name}" if extra and where != "<top level>" else (name if extra else where)
         return f"{key}: unknown key (allowed here: {', '.join(allowed)})"
     if v == "enum":
-        return f"{where}: {error.instance!r} is not one of {', '.join(map(str, error.validator_value))}"
+        return f"{where}: {show_value(error.instance)} is not one of {', '.join(map(str, error.validator_value))}"
     if v == "type":
         expected = error.validator_value
         expected = " or ".join(expected) if isinstance(expected, list) else expected
-        return f"{where}: expected {expected}, got {type(error.instance).__name__} {error.instance!r}"
+        return f"{where}: expected {expected}, got {type(error.instance).__name__} {show_value(error.instance)}"
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-        return f"{where}: {error.instance!r} is out of range ({v} {error.validator_value})"
-    return f"{where}: {error.message}"
+        return f"{where}: {show_value(error.instance)} is out of range ({v} {error.validator_value})"
+    if v == "pattern" and error.validator_value == SAFE_NAME_PATTERN:
+        return (f"{where}: {show_value(error.instance)} is not a safe name (it names a folder: letters, digits, "
+                f"'.', '_' and '-', starting with a letter or digit)")
+    if v == "pattern":
+        return f"{where}: {show_value(error.instance)} does not match {show_value(error.validator_value)}"
+    # jsonschema's own wording embeds the whole instance: shorten it.
+    return f"{where}: {show_value(error.message, 200)[1:-1]}"
+
+
+# The schema's pattern for names that become folders (run_name, ablation names).
+SAFE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(?![\s\S])"
 
 
 def _with_defaults(validator_cls):
@@ -156,10 +181,35 @@ def _with_defaults(validator_cls):
     return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})
 
 
+# A number in exponent form without a dot (1e-05): YAML 1.2 reads it as a number, PyYAML (YAML 1.1,
+# which Snakemake and termforge read config files with) as a string. DVC writes YAML 1.2, and
+# `dvc exp run -S config.yaml:train.learning_rate=1e-5` writes exactly this.
+_EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _exponent_floats(node, schema: dict) -> None:
+    """Read such strings as the numbers they are, where the schema expects a number."""
+    if not isinstance(node, dict) or not isinstance(schema, dict):
+        return
+    props = schema.get("properties") or {}
+    extra = schema.get("additionalProperties")
+    for key, value in node.items():
+        sub = props.get(key, extra if isinstance(extra, dict) else None)
+        if not isinstance(sub, dict):
+            continue
+        types = sub.get("type")
+        types = types if isinstance(types, list) else [types]
+        if isinstance(value, str) and "number" in types and _EXPONENT_FLOAT.fullmatch(value):
+            node[key] = float(value)
+        else:
+            _exponent_floats(value, sub)
+
+
 def check_config(config: dict) -> dict:
     """Validate (filling defaults) and return a new config dict; raise one ConfigError on the first problem."""
     schema = load_schema()
     cfg = copy.deepcopy(config)
+    _exponent_floats(cfg, schema)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), _key_path(e.absolute_path)))
     if errors:
@@ -176,9 +226,16 @@ def _check_semantics(cfg: dict) -> None:
         raise ConfigError(f"corpus.mix: shares must sum to 1, got {total:g} ({mix})")
     if cfg["corpus"]["shard_size"] > cfg["corpus"]["n_tasks"]:
         cfg["corpus"]["shard_size"] = cfg["corpus"]["n_tasks"]
+    from termforge.models.base import model_spec_problem
+
+    if problem := model_spec_problem(cfg):
+        raise ConfigError(problem)
     tax = cfg["corpus"].get("taxonomy")
     if tax and not Path(tax).exists():
         raise ConfigError(f"corpus.taxonomy: file {tax} does not exist")
+    judge = (cfg.get("review") or {}).get("judge")
+    if judge and judge not in (cfg.get("models") or {}):
+        raise ConfigError(f"review.judge: model {judge!r} is not defined under models")
     check_planned_jobs(cfg)
 
 
@@ -247,3 +304,79 @@ def section(cfg: dict, *keys: str) -> Any:
     for k in keys:
         node = node[k]
     return node
+
+
+# -- nested `snakemake --config` values ------------------------------------------------------------
+# Snakemake parses `--config key=value` with int, float and bool for a top-level value but hands a
+# nested one (`corpus={n_tasks: 6}`) to YAML's BaseLoader, which keeps every scalar a string.
+# coerce_cli_overrides converts such a string by the type the schema gives its key, so nested
+# overrides work; a string that is not of that type ('abc' for an integer) is left alone, and
+# check_config then names the key and the value.
+
+def _schema_at(schema: dict, path: list[str], root: dict) -> dict | None:
+    node: dict | None = schema
+    for i, key in enumerate(path):
+        if node is None:
+            return None
+        if i == 2 and path[0] == "ablations" and key in ("train", "eval"):
+            # An ablation overrides train/eval keys: below it, their schema is the top level's.
+            node = (root.get("properties") or {}).get(key)
+            continue
+        props = node.get("properties") or {}
+        if isinstance(key, int):
+            node = node.get("items") if isinstance(node.get("items"), dict) else None
+        elif key in props:
+            node = props[key]
+        elif isinstance(node.get("additionalProperties"), dict):
+            node = node["additionalProperties"]
+        else:
+            return None
+    return node
+
+
+def _coerce_scalar(text: str, schema: dict | None):
+    types = (schema or {}).get("type")
+    types = [types] if isinstance(types, str) else list(types or [])
+    if not types or "string" in types:
+        return text
+    import re
+
+    if "null" in types and text in ("", "~", "null", "Null", "NULL"):
+        return None
+    if "boolean" in types and text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if "integer" in types and re.fullmatch(r"[-+]?[0-9]+", text):
+        return int(text)
+    if "number" in types and re.fullmatch(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?", text):
+        value = float(text)
+        return int(value) if value.is_integer() and re.fullmatch(r"[-+]?[0-9]+", text) else value
+    return text
+
+
+def coerce_cli_overrides(config: dict, overrides) -> dict:
+    """config with each string a nested `--config` override put there converted by its key's type
+    in the schema (see above). overrides: the values given with --config (Snakemake's
+    workflow.config_settings.config); config: the merged config they are part of."""
+    schema = load_schema()
+    cfg = copy.deepcopy(config)
+
+    def convert(value, path: list):
+        if isinstance(value, str):
+            return _coerce_scalar(value, _schema_at(schema, path, schema))
+        if isinstance(value, list):
+            return [convert(v, [*path, i]) for i, v in enumerate(value)]
+        if isinstance(value, dict):
+            return {k: convert(v, [*path, k]) for k, v in value.items()}
+        return value
+
+    def walk(over, node: dict, path: list) -> None:
+        for key, value in over.items():
+            if key not in node:
+                continue
+            if hasattr(value, "items") and isinstance(node[key], dict):
+                walk(value, node[key], [*path, key])
+            else:
+                node[key] = convert(node[key], [*path, key])
+
+    walk(overrides, cfg, [])
+    return cfg

@@ -29,16 +29,19 @@ PRODUCERS: tuple[tuple[str, str], ...] = (
     ("results/images/manifests/{shard}.json", "build_images"),
     ("results/decontam/report.json", "decontaminate"),
     ("results/validate/{shard}.json", "validate"),
+    ("results/review/{shard}.json", "review"),
     ("results/corpus/manifest.json", "corpus_manifest"),
-    ("results/serve/policy.json", "serve_policy"),
+    ("results/serve/{server}.json", "serve_policy"),
     ("results/solve/{shard}.json", "solve"),
     ("results/solve/trajectories/", "solve"),
+    ("results/solve/reviews/{shard}.json", "review_traces"),
     ("results/solve/passk.json", "passk"),
     ("results/solve/passk.csv", "passk"),
     ("results/solve/sft.parquet", "passk"),
     ("results/hints/demos.parquet", "hints"),
     ("results/hints/coverage.json", "hints"),
     ("results/export/export.json", "export"),
+    ("results/export/verifiers/export.json", "export_verifiers"),
     ("results/runs/{model}/train/summary.json", "train_opsd"),
     ("results/runs/{model}/eval/aime.json", "eval_aime"),
     ("results/runs/{model}/eval/tbench.json", "eval_tbench"),
@@ -85,6 +88,60 @@ def rebuild_advice(path: str | os.PathLike) -> str:
     return f"it is made by rule {rule}: delete it and rerun snakemake (or run `snakemake --forcerun {rule}`)"
 
 
+# -- one line, of bounded length ----------------------------------------------------------------
+# A message names paths, keys and values that came from the user's files, so any of them may hold
+# a newline or be megabytes long: each is shown through these, and main() passes the whole line
+# through one_line() as a last guard.
+
+VALUE_CHARS = 80    # a value is shown up to this many characters, then "... (N chars)"
+PATH_CHARS = 240    # a path longer than this is cut in the middle
+LINE_CHARS = 2000   # no message line is longer than this
+
+
+def _escaped(text: str) -> str:
+    """text with every non-printable character written as its Python escape."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def show_path(path: str | os.PathLike) -> str:
+    """A path as it goes into a message: as is when it is plain, else quoted with escapes (a
+    newline in a file name cannot break the line), and cut in the middle when very long."""
+    text = os.fsdecode(os.fspath(path))
+    shown = text if text.isprintable() and text.strip() == text and text else repr(text)
+    if len(shown) > PATH_CHARS:
+        half = PATH_CHARS // 2
+        shown = f"{shown[:half]}...{shown[-half:]} ({len(text)} chars)"
+    return shown
+
+
+def show_key(key: object) -> str:
+    """One component of a key path: as is when it is a plain name, else quoted."""
+    text = str(key)
+    if re.fullmatch(r"[A-Za-z0-9_@.:+-]{1,80}", text):
+        return text
+    return show_value(text)
+
+
+def show_value(value: object, limit: int = VALUE_CHARS) -> str:
+    """repr(value) on one line, shortened to about `limit` characters with the full length stated."""
+    if isinstance(value, (str, bytes)):
+        size, unit = len(value), "chars" if isinstance(value, str) else "bytes"
+        text = repr(value[: limit + 1])
+    else:
+        text = repr(value)
+        size, unit = len(text), "chars"
+    text = _escaped(text)
+    if len(text) > limit:
+        return f"{text[:limit]}... ({size} {unit})"
+    return text
+
+
+def one_line(message: str, limit: int = LINE_CHARS) -> str:
+    """message with control characters escaped and its length capped: always one terminal line."""
+    text = _escaped(message)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
 class InputError(TermforgeError):
     """A stage input (file or directory) is missing, unreadable, corrupt or of the wrong shape.
 
@@ -96,7 +153,7 @@ class InputError(TermforgeError):
         self.path = os.fspath(path)
         self.problem = problem
         self.advice = rebuild_advice(self.path)
-        msg = f"{self.path}: {problem}"
+        msg = f"{show_path(self.path)}: {problem}"
         if self.advice:
             msg += f"; {self.advice}"
         super().__init__(msg)
@@ -108,5 +165,7 @@ def os_error_problem(exc: OSError) -> str:
 
     words = {errno.ENOENT: "does not exist", errno.EACCES: "is not readable (permission denied)",
              errno.EPERM: "is not readable (operation not permitted)", errno.EISDIR: "is a directory, not a file",
-             errno.ENOTDIR: "is not a directory (or a parent of it is a file)"}
+             errno.ENOTDIR: "is not a directory (or a parent of it is a file)",
+             errno.ELOOP: "is a symlink loop (too many levels of symbolic links)",
+             errno.ENAMETOOLONG: "has a name too long for the file system"}
     return words.get(exc.errno, exc.strerror or type(exc).__name__)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
+from termforge.containment import check_task_id, contained, copy_regular_tree, read_regular
 from termforge.errors import TermforgeError
-from termforge.io import atomic_write_json, canonical_json, publish_dir, staging_dir
+from termforge.io import StagedOutputs, atomic_write_json, canonical_json, clean_stale_staging
 from termforge.schemas import kept_task_dirs, read
 
 AXIS_COLUMNS = ("corpus_kind", "domain", "skill_type", "skills", "persona", "language", "anchor",
@@ -19,7 +19,7 @@ AXIS_COLUMNS = ("corpus_kind", "domain", "skill_type", "skills", "persona", "lan
 DIFFICULTY = {"short": "easy", "moderate": "medium", "complex": "hard", "intricate": "hard"}
 
 
-def load_tasks(manifests: list[Path]) -> list[tuple[dict, Path]]:
+def load_tasks(manifests: list[Path], kind: str = "task") -> list[tuple[dict, Path]]:
     """(task.json, task_dir) for every task listed in the shard manifests, in manifest order."""
     out = []
     for m in manifests:
@@ -27,7 +27,7 @@ def load_tasks(manifests: list[Path]) -> list[tuple[dict, Path]]:
         tasks_dir = Path(manifest["tasks_dir"])
         for entry in manifest["tasks"]:
             task_dir = tasks_dir / entry["id"]
-            out.append((read("task", task_dir / "task.json"), task_dir))
+            out.append((read(kind, task_dir / "task.json"), task_dir))
     return out
 
 
@@ -37,7 +37,20 @@ def task_axes(task: dict) -> dict:
     return {**task["signature"], **(task.get("actual") or {})}
 
 
-def policy_row(task: dict, demos: dict[str, str] | None = None) -> dict:
+# What an export records of the image each task was validated on (the corpus manifest's
+# `images`, from validation): None where it is not known (an export of unvalidated tasks).
+IMAGE_COLUMNS = ("image_digest", "base_image", "base_digest", "base_lock_digest", "rootfs")
+
+
+def image_columns(image: dict | None) -> dict:
+    image = image or {}
+    names = image.get("base_names") or []
+    return {"image_digest": image.get("image_digest"), "base_image": names[0] if names else image.get("base"),
+            "base_digest": image.get("base_digest"), "base_lock_digest": image.get("base_lock_digest"),
+            "rootfs": image.get("rootfs")}
+
+
+def policy_row(task: dict, demos: dict[str, str] | None = None, image: dict | None = None) -> dict:
     sig, axes = task["signature"], task_axes(task)
     row = {"task_id": task["id"], "instruction": task["instruction"], "family": task["family"]}
     for col in AXIS_COLUMNS:
@@ -49,17 +62,24 @@ def policy_row(task: dict, demos: dict[str, str] | None = None) -> dict:
     row["mismatch"] = canonical_json(task["mismatch"])
     if demos is not None:
         row["demo"] = demos.get(task["id"])
+    row.update(image_columns(image))
     return row
 
 
 def private_row(task_dir: Path) -> dict:
-    tests = {p.name: p.read_text() for p in sorted((task_dir / "tests").iterdir()) if p.is_file()}
+    # Regular files inside the task directory only (termforge.containment): a symlink in a task
+    # never brings a host file into the private table.
+    def text(*rel: str) -> str:
+        return read_regular(task_dir.joinpath(*rel), task_dir).decode("utf-8", errors="replace")
+
+    tests = {p.name: text("tests", p.name) for p in sorted((task_dir / "tests").iterdir())
+             if p.is_file() or p.is_symlink()}
     return {
         "task_id": task_dir.name,
-        "truth": (task_dir / "private" / "truth.json").read_text(),
-        "method_note": (task_dir / "private" / "method.md").read_text(),
+        "truth": text("private", "truth.json"),
+        "method_note": text("private", "method.md"),
         "tests": canonical_json(tests),
-        "oracle": (task_dir / "solution" / "solve.sh").read_text(),
+        "oracle": text("solution", "solve.sh"),
     }
 
 
@@ -80,7 +100,7 @@ def harbor_task_name(task_id: str, org: str = HARBOR_ORG) -> str:
     return f"{org}/{re.sub(r'[.]{2,}', '.', name)}"
 
 
-def harbor_task_toml(task: dict) -> str:
+def harbor_task_toml(task: dict, image: dict | None = None) -> str:
     sig = task_axes(task)
     env = task.get("environment", {})
     keywords = [sig["domain"], task["family"], *sig.get("skills", [])]
@@ -100,7 +120,12 @@ def harbor_task_toml(task: dict) -> str:
             lines.append(f"{col} = [" + ", ".join(_toml_str(v) for v in value) + "]")
         elif value is not None:
             lines.append(f"{col} = {_toml_str(str(value))}")
-    timeout = float(env.get("timeout_sec", 600))
+    # The environment the task was validated on: environment/Dockerfile starts FROM base_image
+    # (`termforge images save` writes it as an OCI archive for docker/podman load).
+    for col, value in image_columns(image).items():
+        if value is not None:
+            lines.append(f"{col} = {_toml_str(str(value))}")
+    timeout = float(600 if env.get("timeout_sec") is None else env["timeout_sec"])
     lines += ["", "[verifier]", "timeout_sec = 120.0", "", "[agent]", f"timeout_sec = {timeout}", "",
               "[environment]", "build_timeout_sec = 600.0", "cpus = 1", "memory_mb = 2048", "storage_mb = 10240",
               f"network_mode = {_toml_str('public' if env.get('allow_network') else 'no-network')}", ""]
@@ -117,14 +142,28 @@ def _world_readable(root: Path) -> None:
         path.chmod(mode | (0o755 if path.is_dir() or mode & 0o100 else 0o644))
 
 
-def write_harbor_task(task: dict, task_dir: Path, out_dir: Path) -> None:
-    """One Harbor task directory: everything except private/ and our own task.json."""
-    final = out_dir / task["id"]
-    stage = staging_dir(final)
+def write_harbor_task(task: dict, task_dir: Path, out_dir: Path, staged: StagedOutputs | None = None,
+                      image: dict | None = None) -> None:
+    """One Harbor task directory: everything except private/ and our own task.json (`image`: the
+    corpus manifest's record of the image it was validated on). With staged, it is published with
+    the command's other outputs; otherwise at once."""
+    final = contained(out_dir, check_task_id(task["id"], task_dir / "task.json"))
+    own = staged is None
+    staged = staged or StagedOutputs()
+    try:
+        _write_harbor_task(task, task_dir, staged.dir(final), image)
+        if own:
+            staged.publish()
+    finally:
+        if own:
+            staged.discard()
+
+
+def _write_harbor_task(task: dict, task_dir: Path, stage: Path, image: dict | None = None) -> None:
     (stage / "instruction.md").write_text(task["instruction"])
-    (stage / "task.toml").write_text(harbor_task_toml(task))
+    (stage / "task.toml").write_text(harbor_task_toml(task, image))
     for sub in ("environment", "tests", "solution"):
-        shutil.copytree(task_dir / sub, stage / sub)
+        copy_regular_tree(task_dir / sub, stage / sub)  # regular files only, never a host file
     (stage / "environment" / "container.def").unlink(missing_ok=True)
     _world_readable(stage)
     # Harbor runs tests/test.sh itself: always the current one, which runs pytest isolated from
@@ -135,7 +174,6 @@ def write_harbor_task(task: dict, task_dir: Path, out_dir: Path) -> None:
     (stage / "tests" / "test.sh").chmod(0o755)
     for path in sorted(stage.rglob("*"), reverse=True):
         os.utime(path, (0, 0), follow_symlinks=False)
-    publish_dir(stage, final)
 
 
 def write_parquet(rows: list[dict], path: Path) -> None:
@@ -144,21 +182,32 @@ def write_parquet(rows: list[dict], path: Path) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    datasets.Dataset.from_list(rows).to_parquet(str(tmp))
-    os.replace(tmp, path)
+    try:
+        datasets.Dataset.from_list(rows).to_parquet(str(tmp))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
-def load_kept_tasks(corpus_manifest: Path) -> list[tuple[dict, Path]]:
+def load_kept_tasks(corpus_manifest: Path, kind: str = "task") -> list[tuple[dict, Path]]:
     """(task.json, task_dir) for the tasks validation kept, in the manifest's order."""
     corpus = read("corpus_manifest", corpus_manifest)
-    return [(read("task", d / "task.json"), d) for _, d in kept_task_dirs(Path(corpus_manifest), corpus)]
+    return [(read(kind, d / "task.json"), d) for _, d in kept_task_dirs(Path(corpus_manifest), corpus)]
 
 
 def run_export(manifests: list[Path], out_dir: Path, demos_path: Path | None = None,
-               corpus_manifest: Path | None = None, require_demo: bool = False) -> dict:
-    """Export the kept tasks of the corpus manifest (or every task of the shard manifests)."""
+               corpus_manifest: Path | None = None, require_demo: bool = False,
+               oci_images_dir: Path | None = None) -> dict:
+    """Export the kept tasks of the corpus manifest (or every task of the shard manifests); with
+    `oci_images_dir` (the built images), also every task's image as an OCI layout and archive
+    (out_dir/oci, out_dir/oci.tar) in which the base images are stored once.
+
+    Every output is staged and published together at the end: a failure part way (a task
+    directory holding what no task may, a full disk) leaves the previous export as it was."""
     out_dir = Path(out_dir)
-    tasks = load_kept_tasks(corpus_manifest) if corpus_manifest else load_tasks(manifests)
+    tasks = (load_kept_tasks(corpus_manifest, "full_task") if corpus_manifest
+             else load_tasks(manifests, "full_task"))
+    images = read("corpus_manifest", corpus_manifest).get("images", {}) if corpus_manifest else {}
     if not tasks:
         raise TermforgeError("export: the manifests list no tasks")
     demos = None
@@ -169,17 +218,30 @@ def run_export(manifests: list[Path], out_dir: Path, demos_path: Path | None = N
         if demos is None:
             raise TermforgeError("export.require_demo: needs the hints stage's demos.parquet")
         tasks = [(t, d) for t, d in tasks if demos.get(t["id"])]
-    write_parquet([policy_row(t, demos) for t, _ in tasks], out_dir / "dataset" / "train.parquet")
-    write_parquet([private_row(d) for _, d in tasks], out_dir / "private" / "private.parquet")
-    harbor = out_dir / "harbor"
-    harbor.mkdir(parents=True, exist_ok=True)
-    for task, task_dir in tasks:
-        write_harbor_task(task, task_dir, harbor)
-    summary = {"tasks": len(tasks), "dataset": str(out_dir / "dataset" / "train.parquet"),
-               "private": str(out_dir / "private" / "private.parquet"), "harbor_dir": str(harbor),
-               "with_demo": sum(1 for t, _ in tasks if demos and demos.get(t["id"]))}
-    atomic_write_json(out_dir / "export.json", summary)
-    print(f"export: {len(tasks)} tasks -> dataset, private table and Harbor task dirs in {out_dir}")
+    dataset = contained(out_dir, "dataset", "train.parquet")
+    private = contained(out_dir, "private", "private.parquet")
+    harbor = contained(out_dir, "harbor")
+    with StagedOutputs() as staged:
+        clean_stale_staging(harbor)  # a failed export's staging directories
+        write_parquet([policy_row(t, demos, images.get(t["id"])) for t, _ in tasks], staged.file(dataset))
+        write_parquet([private_row(d) for _, d in tasks], staged.file(private))
+        for task, task_dir in tasks:
+            write_harbor_task(task, task_dir, harbor, staged, images.get(task["id"]))
+        summary = {"tasks": len(tasks), "dataset": str(dataset), "private": str(private), "harbor_dir": str(harbor),
+                   "images": {t["id"]: images[t["id"]]["image_digest"] for t, _ in tasks if t["id"] in images},
+                   "with_demo": sum(1 for t, _ in tasks if demos and demos.get(t["id"]))}
+        if oci_images_dir is not None:
+            from termforge.images.oci import export_task_images
+
+            layout, archive = contained(out_dir, "oci"), contained(out_dir, "oci.tar")
+            oci = export_task_images([(t["id"], contained(oci_images_dir, t["id"])) for t, _ in tasks],
+                                     staged.dir(layout), archive=staged.file(archive))
+            summary["oci"] = {"layout": str(layout), "archive": str(archive),
+                              "images": {k: v["name"] for k, v in oci["images"].items()}}
+        atomic_write_json(staged.file(contained(out_dir, "export.json")), summary)
+        staged.publish()
+    print(f"export: {len(tasks)} tasks -> dataset, private table and Harbor task dirs"
+          f"{' and OCI images' if oci_images_dir is not None else ''} in {out_dir}")
     return summary
 
 

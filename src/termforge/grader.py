@@ -2,19 +2,26 @@
 
 Inside the verifier sandbox, the agent's programs still run whenever a test executes them, with
 the grader's uid. So the verdict never travels through anything they can reach: not a file under
-/logs, not a line on a shared stdout. The host hands the sandbox one end of a socketpair (the
-*boot* socket, fd number in TERMFORGE_GRADER_FD). The grader, `python3 -I /verifier/grade.py`,
-first makes itself non-dumpable (so /proc/<pid>/fd, /proc/<pid>/mem and ptrace are closed to
-same-uid processes) and marks the boot socket close-on-exec, then says hello; the host answers with
-a *private* socket (SCM_RIGHTS), created only now, that the grader also marks close-on-exec. Only
-then does pytest import the pristine tests and run them. The verdict (collected test ids and
-each one's outcome) goes back on the private socket. Everything else the host sees on the boot
-socket after the handshake came from somebody who is not the grader: an integrity finding.
+/logs, not a line on a shared stdout. The host hands the sandbox's first process one end of a
+socketpair (the *boot* socket, fd number in TERMFORGE_GRADER_FD). That process,
+`python3 -I /verifier/grade.py` (termforge/grading/grade.py), first makes itself non-dumpable (so
+/proc/<pid>/fd, /proc/<pid>/mem, ptrace and pidfd_getfd are closed to same-uid processes) and marks
+the boot socket close-on-exec, then says hello; the host answers with a *private* socket
+(SCM_RIGHTS), created only now, that it also marks close-on-exec. Everything else the host sees on
+the boot socket after the handshake came from somebody who is not the grader: a finding.
 
-When the grader is the sandbox's first process (termforge's own tasks) nobody else ever holds
-the boot socket. On the Terminal-Bench path, test.sh's bash holds it too; a process the tests
-start could reach it through /proc/<bash>/fd, but by then the grader already holds the private
-socket and the host no longer listens for a hello.
+termforge's own tasks: the first process is the grader itself; the verdict (collected test ids,
+each one's outcome, processes left alive) goes back on the private socket.
+
+Harbor tasks, whose test.sh may run the agent's code before it runs the tests: the first process
+is the grader's *supervisor* (`grade.py --supervise test.sh`). It holds the channel and starts
+test.sh without it (nothing test.sh runs ever holds either socket); when test.sh calls
+/verifier/run-tests, that client asks the supervisor over a request socket, and the supervisor
+forks the grader (the same non-dumpable process, never an exec) on the pristine, read-only /tests.
+Anyone test.sh started can ask too, but all they get is the real grader on the real tests, once:
+a second request is refused and reported. At the end the supervisor reports (test.sh's status,
+how many requests, how the grader ended) on the private socket; a verification without that
+report (the supervisor was killed) is a 0 with a finding.
 """
 
 from __future__ import annotations
@@ -25,126 +32,23 @@ import selectors
 import socket
 import threading
 
-GRADER_FD_ENV = "TERMFORGE_GRADER_FD"
-HELLO = b"termforge-grader-hello"
+from termforge.grading import program
+from termforge.grading.grade import GRADER_FD_ENV, HELLO
+
 MAX_MESSAGE = 1 << 20
 
-GRADE_PY = r'''
-import ctypes
-import os
-import sys
-
-# Before anything else: no /proc/<pid>/mem, /proc/<pid>/fd or ptrace for same-uid processes.
-ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-import array
-import json
-import signal
-import socket
-
-os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-sys.dont_write_bytecode = True  # no __pycache__ copy of the tests
-
-
-def channel():
-    fd = os.environ.pop("TERMFORGE_GRADER_FD", None)
-    if fd is None:
-        return None
-    boot = socket.socket(fileno=int(fd))
-    boot.set_inheritable(False)
-    boot.sendmsg([HELLO])
-    fds = array.array("i")
-    _, anc, _, _ = boot.recvmsg(64, socket.CMSG_SPACE(fds.itemsize))
-    for level, kind, data in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-    for extra in fds[1:]:
-        os.close(extra)
-    if not fds:
-        sys.exit(3)
-    os.set_inheritable(fds[0], False)
-    boot.detach()
-    os.close(int(fd))
-    return socket.socket(fileno=fds[0])
-
-
-CHANNEL = channel()
-import pytest  # noqa: E402
-
-
-class Proof:
-    def __init__(self):
-        self.collected = []
-        self.outcomes = {}
-
-    def pytest_collection_modifyitems(self, session, config, items):
-        self.collected = [item.nodeid for item in items]
-
-    def pytest_collection_finish(self, session):
-        # Programs the tests start must not read the expected values from the test files.
-        for path in {str(item.path) for item in session.items}:
-            if path.startswith("/tests/") and os.path.exists(path):
-                os.unlink(path)
-
-    def pytest_runtest_logreport(self, report):
-        rank = {"passed": 0, "skipped": 1, "failed": 2}
-        if report.failed:
-            state = "failed"
-        elif report.skipped:
-            state = "skipped"
-        elif report.when == "call":
-            state = "passed"
-        else:
-            return
-        old = self.outcomes.get(report.nodeid)
-        if old is None or rank[state] > rank[old]:
-            self.outcomes[report.nodeid] = state
-
-
-def ancestors():
-    pids, pid = set(), os.getpid()
-    while pid > 1:
-        pids.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    return pids | {1}
-
-
-def leftovers():
-    """Processes the tests started that are still alive: reported, then killed."""
-    mine, found = ancestors(), []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in mine:
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[0] in "ZX":
-                        continue  # exited, not yet reaped by the sandbox's init
-                with open(f"/proc/{name}/comm") as f:
-                    found.append(f.read().strip()[:40])
-                os.kill(int(name), signal.SIGKILL)
-            except OSError:
-                pass
-    return found
-
-
-proof = Proof()
-code = pytest.main(["-q", "-p", "no:cacheprovider", "--import-mode=importlib", "--rootdir=/tests",
-                    *sys.argv[1:]], plugins=[proof])
-left = leftovers()
-ok = bool(proof.collected) and all(proof.outcomes.get(n) == "passed" for n in proof.collected)
-if CHANNEL is not None:
-    CHANNEL.sendall(json.dumps({"collected": proof.collected, "outcomes": proof.outcomes,
-                                "exitstatus": int(code), "leftover": left}).encode())
-    CHANNEL.close()
-print(f"\ntermforge grader: {sum(v == 'passed' for v in proof.outcomes.values())}/{len(proof.collected)} passed")
-sys.exit(0 if ok else 1)
-'''.replace("HELLO", repr(HELLO))
-
+GRADE_PY = program("grade.py")
 RUN_TESTS = """#!/bin/bash
-exec /usr/bin/python3 -I /verifier/grade.py "$@"
+exec /usr/bin/python3 -I /verifier/grade.py --request "$@"
 """
+
+
+def _kind(data: bytes) -> str | None:
+    try:
+        message = json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return message.get("kind") if isinstance(message, dict) else None
 
 
 class GraderChannel:
@@ -155,6 +59,8 @@ class GraderChannel:
         self.host, self.boot = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.private: socket.socket | None = None
         self.verdicts: list[bytes] = []
+        self.reports: list[bytes] = []
+        self.report: dict | None = None  # the supervisor's (Harbor tasks), once finish() ran
         self.findings: list[str] = []
         self._stop = threading.Event()
         self._sel = selectors.DefaultSelector()
@@ -200,7 +106,7 @@ class GraderChannel:
         if not data:
             self._sel.unregister(self.private)
             return
-        self.verdicts.append(data)
+        (self.reports if _kind(data) == "supervisor" else self.verdicts).append(data)
 
     def _poll(self, timeout: float) -> bool:
         events = self._sel.select(timeout)
@@ -227,6 +133,7 @@ class GraderChannel:
             if s is not None:
                 s.close()
         self._sel.close()
+        self.report = self._report()
         if len(self.verdicts) > 1:
             self.findings.append(f"reward channel touched: {len(self.verdicts)} verdict messages")
             return None
@@ -243,6 +150,19 @@ class GraderChannel:
             self.findings.append("reward channel touched: the verdict message has the wrong shape")
             return None
         return verdict
+
+    def _report(self) -> dict | None:
+        if len(self.reports) > 1:
+            self.findings.append(f"reward channel touched: {len(self.reports)} supervisor reports")
+            return None
+        if not self.reports:
+            return None
+        try:
+            report = json.loads(self.reports[0].decode())
+        except (UnicodeDecodeError, ValueError):
+            self.findings.append("reward channel touched: the supervisor's report is not JSON")
+            return None
+        return report if isinstance(report, dict) else None
 
 
 __all__ = ["GraderChannel", "GRADE_PY", "RUN_TESTS", "GRADER_FD_ENV"]

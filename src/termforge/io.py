@@ -45,6 +45,20 @@ def atomic_write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> Non
     """atomic_write_bytes of the chunks' concatenation, without building it in memory first
     (gathered writes straight from the chunks: no copy in user space)."""
     path = Path(path)
+    try:
+        _write_then_rename(path, chunks)
+    except OSError as exc:
+        # An error about the temporary sibling (the output is a directory, its folder is read
+        # only) names the output the user gave instead.
+        if exc.filename is not None and os.fspath(exc.filename) != os.fspath(path) and \
+                Path(os.fspath(exc.filename)).name.startswith(f".{path.name}."):
+            if isinstance(exc, IsADirectoryError) or path.is_dir():
+                raise InputError(path, "is a directory (expected a file to write)") from None
+            raise type(exc)(exc.errno, exc.strerror, os.fspath(path)) from None
+        raise
+
+
+def _write_then_rename(path: Path, chunks: Iterable[bytes]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -175,11 +189,25 @@ def load_parquet(path: str | os.PathLike, columns: Iterable[str] = (), require_r
     return table
 
 
+def stat_problem(path: str | os.PathLike) -> str | None:
+    """Why path cannot be stat'ed, in words (a symlink loop named as one), or None."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return os_error_problem(exc)
+    except ValueError:  # a NUL in the name
+        return "is not a valid path (it holds a NUL character)"
+    return None
+
+
 def require_dir(path: str | os.PathLike) -> Path:
     """An input directory that must exist (and be a directory)."""
     p = Path(path)
-    if not p.exists():
+    problem = stat_problem(p)
+    if problem == "does not exist":
         raise InputError(path, "does not exist (expected a directory)")
+    if problem:
+        raise InputError(path, problem)
     if not p.is_dir():
         raise InputError(path, "is not a directory")
     if not os.access(p, os.R_OK | os.X_OK):
@@ -229,15 +257,103 @@ def staging_dir(final: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
 
 
-def clean_stale_staging(root: Path) -> int:
-    """Remove staging leftovers of a killed run; returns how many were removed."""
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
+def _staging_owner(name: str) -> str | None:
+    """The output a staging leftover belongs to: `.{output}.{random}.partial` (or `.tmp`), or
+    `.{output}.old-{pid}`; None for any other name. mkstemp/mkdtemp's random part has no dot."""
+    if not name.startswith("."):
+        return None
+    for suffix in (".partial", ".tmp"):
+        if name.endswith(suffix) and "." in name[1:-len(suffix)]:
+            return name[1:-len(suffix)].rsplit(".", 1)[0]
+    if ".old-" in name:
+        return name[1:].rsplit(".old-", 1)[0]
+    return None
+
+
+def clean_stale_staging(root: Path, names: Iterable[str] | None = None) -> int:
+    """Remove staging leftovers of a killed or failed run; returns how many were removed.
+    With names, only the leftovers of those outputs: other jobs (another shard of generate) may
+    be writing beside them."""
+    wanted = None if names is None else set(names)
     n = 0
     if root.is_dir():
         for p in root.iterdir():
-            if p.name.startswith(".") and (p.name.endswith(".partial") or ".old-" in p.name):
-                shutil.rmtree(p, ignore_errors=True)
+            owner = _staging_owner(p.name)
+            if owner is not None and (wanted is None or owner in wanted):
+                _remove(p)
                 n += 1
     return n
+
+
+class StagedOutputs:
+    """The outputs of one command, written aside and published together at the end.
+
+    `file(final)` and `dir(final)` give a hidden staging sibling to write into; `publish()`
+    renames every one into place (in the order staged, a directory replacing any old one). If
+    the command fails before publishing, every staging path is removed, so a failure after the
+    input checks writes nothing. Staging leftovers of an earlier failed run of the same outputs
+    are removed when an output is staged again.
+
+        with StagedOutputs() as out:
+            atomic_write_json(out.file(json_path), data)
+            write_parquet(rows, out.file(parquet_path))
+            out.publish()
+    """
+
+    def __init__(self) -> None:
+        self._moves: list[tuple[Path, Path, bool]] = []
+
+    def _fresh(self, final: Path) -> None:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_staging(final.parent, [final.name])
+
+    def file(self, final: str | os.PathLike) -> Path:
+        final = Path(final)
+        self._fresh(final)
+        if final.is_dir() and not final.is_symlink():
+            raise InputError(final, "is a directory (expected a file to write)")
+        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent)
+        os.close(fd)
+        self._moves.append((Path(tmp), final, False))
+        return Path(tmp)
+
+    def dir(self, final: str | os.PathLike) -> Path:
+        final = Path(final)
+        self._fresh(final)
+        tmp = staging_dir(final)
+        self._moves.append((tmp, final, True))
+        return tmp
+
+    def publish(self) -> None:
+        moves, self._moves = self._moves, []
+        try:
+            for i, (tmp, final, is_dir) in enumerate(moves):
+                if is_dir:
+                    publish_dir(tmp, final)
+                else:
+                    os.chmod(tmp, 0o644)  # mkstemp makes the file private; outputs are readable
+                    os.replace(tmp, final)
+        except BaseException:
+            self._moves = moves[i:]
+            raise
+
+    def discard(self) -> None:
+        for tmp, _, _ in self._moves:
+            _remove(tmp)
+        self._moves = []
+
+    def __enter__(self) -> "StagedOutputs":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.discard()
 
 
 def make_task_id(corpus_seed: int, index: int, signature: dict) -> str:

@@ -37,10 +37,9 @@ def _sampling(cfg: dict, path: tuple[str, ...], seeded: bool) -> None:
 def _eval_weights(cfg: dict, trained: bool, benchmark: str) -> None:
     if not trained:
         return
-    from termforge.evals.run import trained_weights_problem
+    from termforge.evals.run import trained_policy_problem
 
-    key = f"models.{cfg['eval']['model']}"
-    problem = trained_weights_problem(cfg["models"].get(cfg["eval"]["model"]) or {}, key)
+    problem = trained_policy_problem(cfg)
     if problem:
         raise ConfigError(f"{problem} (eval_{benchmark} of the trained weights)")
 

@@ -49,6 +49,11 @@ DEFAULT_ASSUMPTIONS: dict[str, float] = {
     "hint_prompt_tokens": 2500,
     "hint_output_tokens": 300,
     "hint_repair_rounds": 0.3,
+    # review: the judge's prompt (rubric, instruction, tests, oracle or a trace) and its JSON reply.
+    "review_prompt_tokens": 3000,
+    "review_output_tokens": 250,
+    # Share of solve rollouts that succeed (their traces are reviewed too).
+    "solved_fraction": 0.3,
     # AIME-style evaluation: problem prompt; tb evaluation: tasks when tasks_dir cannot be counted.
     "aime_prompt_tokens": 200,
     "tbench_tasks": 10,
@@ -57,7 +62,8 @@ DEFAULT_ASSUMPTIONS: dict[str, float] = {
 }
 
 # Length caps of the llm generation chain's steps (termforge.generate.llm.STEP_MAX_TOKENS).
-_STEP_MAX_TOKENS_FALLBACK = {"task": 4096, "initial_test": 2048, "final_test": 4096, "environment": 2048}
+_STEP_MAX_TOKENS_FALLBACK = {"task": 4096, "initial_test": 2048, "final_test": 4096, "environment": 2048,
+                             "second_solution": 4096}
 _LOCAL_BACKENDS = ("transformers", "vllm")
 
 
@@ -132,6 +138,8 @@ class _Plan:
             return
         a = self.a
         caps = _step_caps()
+        if not gen.get("second_solution", True):
+            caps.pop("second_solution", None)  # the independent solver's call per candidate
         steps = len(caps)
         mean_cap = sum(caps.values()) / steps
         rounds_max = int(gen.get("max_repair_rounds", 2))
@@ -189,6 +197,21 @@ class _Plan:
         self.add("hints", h.get("model", "policy"), (calls_exp, calls_max),
                  (calls_exp * a["hint_prompt_tokens"], calls_max * (a["hint_prompt_tokens"] + max_new)),
                  (calls_exp * out_one, calls_max * max_new), f"up to {rounds_max} repair rounds")
+
+    def review(self, n_tasks: int) -> None:
+        r = self.cfg.get("review") or {}
+        if not r.get("judge"):
+            self.notes.append("review: no judge, every task and trace recorded not_reviewed (no model calls)")
+            return
+        a = self.a
+        k = int((self.cfg.get("solve") or {}).get("k", 2))
+        kept = n_tasks * a["kept_fraction"]
+        calls_exp = kept + kept * k * a["solved_fraction"]
+        calls_max = 2 * (n_tasks + n_tasks * k)  # every task and rollout, each with one format retry
+        self.add("review", r["judge"], (calls_exp, calls_max),
+                 (calls_exp * a["review_prompt_tokens"], calls_max * a["review_prompt_tokens"] * 1.2),
+                 (calls_exp * a["review_output_tokens"], calls_max * a["review_output_tokens"] * 2),
+                 f"one judgment per kept task and per successful rollout (k={k}); cached")
 
     def evals(self, root: Path | None) -> None:
         ev = self.cfg.get("eval")
@@ -293,6 +316,7 @@ def estimate(cfg: dict, assumptions: Mapping[str, float] | None = None, root: st
     plan.generate(n_tasks)
     plan.solve(n_tasks)
     plan.hints(n_tasks)
+    plan.review(n_tasks)
     plan.evals(Path(root) if root is not None else None)
     plan.train()
     priced = [p for p in plan.phases if p["cost_usd"] is not None]

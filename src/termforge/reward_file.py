@@ -10,7 +10,13 @@ Parsing follows Harbor 0.26 (`harbor/verifier/verifier.py`, `Verifier.verify` an
 `_parse_reward_json` / `_parse_reward_text`): reward.json wins when present and must be a JSON
 object of finite numbers; otherwise reward.txt must hold one finite number (Python `float()`
 syntax), which becomes `{"reward": value}`; an empty file, unparsable text or a non-finite value
-is a verifier parse error: no reward at all (not a 0).
+is a verifier parse error: no reward at all (not a 0). A JSON boolean is a number to Harbor
+(`isinstance(True, int)` passes its check and `VerifierResult`'s `float | int` makes it 1.0): read
+as 1.0 / 0.0 here too.
+
+Harbor accepts any finite number; termforge's own safety rule on top (`range_problem`): a reward
+outside [0, 1], or the task's declared range, is scored 0 with a finding by the caller (a reward of
+1e308 or -1e308 would make a run's mean reward infinite, and 2 is not a pass rate).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ REWARD_JSON = "reward.json"
 REWARD_TXT = "reward.txt"
 MAX_REWARD_BYTES = 4096
 HEADLINE_KEY = "reward"
+DEFAULT_REWARD_RANGE = (0.0, 1.0)
 
 
 class UnsafeFile(Exception):
@@ -122,7 +129,16 @@ def parse_reward_json(data: bytes) -> dict[str, float]:
             raise ValueError(f"reward.json: non-numeric reward {key}={value!r}")
         if not math.isfinite(value):
             raise ValueError(f"reward.json: non-finite reward {key}={value!r}")
-    return {str(k): v for k, v in rewards.items()}
+    return {str(k): float(v) if isinstance(v, bool) else v for k, v in rewards.items()}
+
+
+def range_problem(rewards: dict[str, float], reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE) -> str | None:
+    """Why a valid reading is not a reward termforge scores (a value outside the range), or None."""
+    lo, hi = reward_range
+    for key, value in rewards.items():
+        if not lo <= value <= hi:
+            return f"reward {key}={value!r} outside [{lo:g}, {hi:g}]"
+    return None
 
 
 def parse_reward_text(data: bytes) -> dict[str, float]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from termforge.errors import ConfigError, TermforgeError
-from termforge.io import atomic_write_json, read_json
+from termforge.io import atomic_write_json
 
 ENGINES = ("transformers", "vllm")
 # The options of a `backend: vllm` model spec that `vllm serve` takes as flags of the same name.
@@ -235,9 +235,11 @@ def _pid_alive(pid: int) -> bool:
 def served_model_spec(server_json: str | os.PathLike, concurrency: int, wait: bool = True) -> dict[str, Any]:
     """The `backend: openai` spec a client uses to reach the server described by `server_json`,
     once that server answers."""
-    info = read_json(server_json)
+    from termforge.schemas import read
+
+    info = read("policy_server", server_json)
     for key in ("base_url", "health_url", "model"):
-        if not info.get(key):
+        if not info[key]:
             raise TermforgeError(f"{server_json}: no {key!r}; not written by `termforge serve-policy`")
     if wait:
         wait_until_healthy(info, str(server_json))

@@ -23,7 +23,7 @@ from termforge.errors import TermforgeError
 from termforge.harness import SUBMIT_MARKER, HarnessConfig, run_episode
 from termforge.io import append_jsonl, atomic_write_json, read_jsonl_tolerant, seed_from
 from termforge.models.base import ChatModel, Completion, Messages, SamplingParams
-from termforge.runtime.base import Limits, get_runtime
+from termforge.runtime.base import Limits, get_runtime, task_image
 from termforge.verifier import run_verifier
 
 VERIFIER_PATHS = ("/logs/verifier", "reward.txt", "reward.json", "/tests/", "test_final_state", "/verifier/")
@@ -97,7 +97,7 @@ def rollout_once(model: ChatModel, runtime, images_dir: Path, task_dir: Path, ro
     """One rollout: fresh sandbox, the harness episode, the agent stops, the clean verifier grades."""
     task_id = task_dir.name
     instruction = (task_dir / "instruction.md").read_text()
-    image = runtime.load(images_dir, task_id) if hasattr(runtime, "load") else runtime.build(task_dir, images_dir).image
+    image = task_image(runtime, images_dir, task_dir)
     sampling = settings.harness.sampling.replace(seed=seed_from(settings.seed, task_id, rollout) % (2**31))
     locked = _Locked(model, model_lock) if model_lock else model
     start = time.monotonic()

@@ -5,12 +5,14 @@ A Harbor task is a directory with instruction.md, task.toml, environment/Dockerf
 multi-step task has steps/<name>/ with each step's instruction (and tests, solution, workdir).
 task.toml is read as Harbor 0.26 reads it (harbor/models/task/config.py; docs/terminal-bench.md).
 
-The bwrap runtime runs tasks over the host's read-only /usr with a private writable /app, so only
-a host-compatible subset of Dockerfiles can be "built" here, by interpreting them:
+The bwrap runtime runs tasks on an image's read-only root filesystem with a private writable
+/app; this builder makes that image by interpreting the Dockerfile:
 
-- FROM: ignored, after checking that the base is Debian-like (the host is Debian); one stage only.
-- RUN apt-get install ...: the packages must already be installed on the host (dpkg-query);
-  apt-get update/clean and `rm -rf /var/lib/apt/lists/*` are dropped.
+- FROM: resolved to a base image termforge has (termforge.images: a declared base under one of
+  its image names, e.g. debian:bookworm-slim); any other image is an environment error naming it
+  and the command that adds it. One stage only.
+- RUN apt-get install ...: the packages make a derived base (the FROM base plus them, built once
+  and shared); apt-get update/clean and `rm -rf /var/lib/apt/lists/*` are dropped.
 - COPY/ADD of files from environment/: copied into the task layer under /app (or into a build
   scratch /tmp that must be empty again when the build ends); local tar archives given to ADD
   are extracted, as Docker does.
@@ -27,7 +29,6 @@ the build fails with a reason naming the line, and evaluation counts it apart fr
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -35,21 +36,23 @@ import posixpath
 import re
 import shlex
 import shutil
-import subprocess
+import stat
 import tarfile
 import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from termforge.errors import TermforgeError
+from termforge.containment import contained, tree_problem
+from termforge.errors import InputError, TermforgeError, show_path
 from termforge.io import atomic_write_json, publish_dir, read_json, stable_hash, staging_dir
 from termforge.runtime.base import Bind, BuildResult, Image, Limits
-from termforge.runtime.bwrap import (BwrapSession, missing_debian_packages, run_sandboxed, sandbox_argv,
+from termforge.runtime import trees
+from termforge.runtime.bwrap import (BwrapSession, image_summary, layer_problem, run_sandboxed, sandbox_argv,
                                      tree_digest)
 
 # Bumped whenever the interpretation of a Dockerfile changes, so cached layers are rebuilt.
-BUILDER_VERSION = "harbor-bwrap-2"
+BUILDER_VERSION = "harbor-bwrap-3"
 TASK_ROOT = "/app"
 
 # Harbor's defaults for fields a task.toml leaves out (harbor/models/task/config.py): the verifier
@@ -387,6 +390,10 @@ def load_harbor_task(task_dir: str | Path) -> HarborTask:
     task_dir = Path(task_dir)
     if not task_dir.is_dir():
         raise HarborTaskError(f"Harbor task {task_dir}: not a directory")
+    # Third-party tasks are untrusted: nothing in one may lead out of it (termforge.containment).
+    found = tree_problem(task_dir)
+    if found:
+        raise _bad(task_dir, f"{show_path(found[0])} {found[1]}")
     if not (task_dir / "task.toml").is_file():
         raise _bad(task_dir, "missing task.toml")
     try:
@@ -489,6 +496,7 @@ def resolve_env(values: dict, where: str, host_env: dict | None = None) -> dict:
 
 
 def _task_dirs(root: Path) -> list[Path]:
+    # A symlinked task directory is listed too: load_harbor_task refuses it if it leads out.
     dirs = [d for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith(".")
             and ((d / "task.toml").exists() or (d / "instruction.md").exists())]
     if not dirs:
@@ -506,9 +514,13 @@ def load_harbor_dataset(root: str | Path) -> tuple[list[HarborTask], list[Broken
     tasks, broken = [], []
     for d in dirs:
         try:
+            if d != root:
+                contained(root, d.name)  # a task directory that is a symlink out of the dataset
             tasks.append(load_harbor_task(d))
         except HarborTaskError as exc:
             broken.append(BrokenTask(d.name, d, str(exc)))
+        except InputError as exc:
+            broken.append(BrokenTask(d.name, d, f"Harbor task {d}: {exc.problem}"))
     names = [t.name for t in tasks]
     for t in list(tasks):
         if names.count(t.name) > 1:
@@ -619,92 +631,17 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.split(r"[.-]", m.group(0))) if m else ()
 
 
-def _run_version(argv: list[str]) -> str:
-    try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return res.stdout + res.stderr
-
-
-# How to ask the host for each toolchain's version (what the sandbox over the host's /usr gets).
-_HOST_VERSION = {
-    "python3": (["python3", "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"], r"(\d+(?:\.\d+)+)"),
-    "go": (["go", "version"], r"go(\d+(?:\.\d+)+)"),
-    "node": (["node", "--version"], r"v(\d+(?:\.\d+)+)"),
-    "java": (["java", "-version"], r"version \"(\d+(?:\.\d+)*)"),
-    "gcc": (["gcc", "-dumpfullversion", "-dumpversion"], r"(\d+(?:\.\d+)*)"),
-    "rustc": (["rustc", "--version"], r"rustc (\d+(?:\.\d+)+)"),
-}
-
-
-@functools.lru_cache(maxsize=None)
-def host_tool_version(tool: str) -> tuple[int, ...] | None:
-    """The host's version of a toolchain, or None when it is not installed."""
-    if shutil.which(tool) is None:
-        return None
-    argv, pattern = _HOST_VERSION[tool]
-    m = re.search(pattern, _run_version(argv))
-    return _version_tuple(m.group(1)) if m else ()
-
-
-# The native runner's allow-list of base images. Debian and Ubuntu stand for the host's Debian
-# /usr (apt packages are checked on the host one by one). A toolchain image is provided only when
-# the host has that toolchain at the version its tag names, to the precision given here
-# (python:3.12 needs a host python3 3.12; node:20 a host node 20); a tag that names no version
-# (latest, slim) could be anything, so it is not provided. Everything else is an environment error.
-HOST_DEBIAN_IMAGES = ("debian", "ubuntu")
-TOOLCHAIN_IMAGES = {"python": ("python3", 2), "golang": ("go", 2), "node": ("node", 1),
-                    "eclipse-temurin": ("java", 1), "openjdk": ("java", 1), "amazoncorretto": ("java", 1),
-                    "gcc": ("gcc", 1), "rust": ("rustc", 2)}
-
-
 def check_base_image(image: str) -> str:
-    """The kind of base image the native runner provides for `image` ("debian" or the toolchain's
-    name); EnvironmentUnsupported names what is missing otherwise."""
-    base, tag = _image_name_tag(image)
-    # Terminal-Bench's own bases are named like python-3-13 or ubuntu-24-04.
-    m = re.fullmatch(r"([a-z]+(?:-[a-z]+)*)-(\d+(?:-\d+)*)", base)
-    version_text = tag
-    if m and (m.group(1) in HOST_DEBIAN_IMAGES or m.group(1) in TOOLCHAIN_IMAGES):
-        base, version_text = m.group(1), m.group(2)
-    if "alpine" in tag or "windows" in tag:
-        raise EnvironmentUnsupported(f"base image {image} is not Debian-based; the native runner runs on the "
-                                     "host's Debian /usr")
-    if base in HOST_DEBIAN_IMAGES:
-        return "debian"
-    if base not in TOOLCHAIN_IMAGES:
-        raise EnvironmentUnsupported(
-            f"base image {image} is not on the native runner's allow-list ({', '.join(HOST_DEBIAN_IMAGES)}, "
-            f"or {', '.join(sorted(TOOLCHAIN_IMAGES))} when the host has that toolchain)")
-    tool, precision = TOOLCHAIN_IMAGES[base]
-    wanted = _version_tuple(version_text)
-    if len(wanted) < precision:
-        raise EnvironmentUnsupported(
-            f"base image {image}: its tag names no {tool} version to {precision} place(s), so the native runner "
-            "cannot tell whether the host's matches")
-    have = host_tool_version(tool)
-    if have is None:
-        raise EnvironmentUnsupported(f"base image {image} provides {tool}, which the host lacks ({tool}: not found)")
-    if have[:precision] != wanted[:precision]:
-        raise EnvironmentUnsupported(
-            f"base image {image} provides {tool} {'.'.join(map(str, wanted[:precision]))}, the host has "
-            f"{'.'.join(map(str, have)) or 'an unknown version'}")
-    return tool
+    """The base termforge builds for a Dockerfile's FROM `image` (a declared base's name): the
+    image itself, never the host. EnvironmentUnsupported names an image termforge does not have."""
+    from termforge.images import find_base_for
 
-
-# Host programs that would stand in for ones an image lacks: a test.sh that runs pytest scores on
-# the host's pytest even where the image has none (Harbor: "pytest: command not found").
-PYTEST_PACKAGES = {"python3-pytest", "pytest"}
-
-
-def check_host_leaks(task: HarborTask, plan: "BuildPlan") -> None:
-    text = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in task.test_scripts)
-    code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
-    if re.search(r"\bpytest\b", code) and not PYTEST_PACKAGES & set(plan.apt_packages):
+    decl = find_base_for(image)
+    if decl is None:
         raise EnvironmentUnsupported(
-            f"tests/test.sh runs pytest, which base image {plan.base_image} does not provide (the Dockerfile "
-            "installs no python3-pytest): the host's pytest would stand in for a missing one")
+            f"base image {image} is not in termforge's image store; add it with "
+            f"`termforge images add {image} TARBALL|OCI` (`termforge images list` shows what is there)")
+    return decl.name
 
 
 def _split_shell(command: str) -> list[tuple[str, str]]:
@@ -787,7 +724,8 @@ def _apt_packages(words: list[str], where: str) -> list[str] | None:
                 raise EnvironmentUnsupported(f"{where}: installing the local package file {a} needs root")
             pkgs.append(re.split(r"[=/]", a, maxsplit=1)[0])
         return pkgs
-    raise EnvironmentUnsupported(f"{where}: `{words[0]} {sub}` cannot be emulated over the host's packages")
+    raise EnvironmentUnsupported(f"{where}: `{words[0]} {sub}` is not supported by the bwrap builder "
+                                 "(apt-get install makes a derived base image)")
 
 
 def _is_apt_housekeeping(words: list[str]) -> bool:
@@ -806,8 +744,8 @@ def _check_downloader(words: list[str], where: str) -> None:
     if prog in ("pip", "pip3") or (prog.startswith("python") and words[1:3] == ["-m", "pip"]):
         if "install" in words:
             raise EnvironmentUnsupported(
-                f"{where}: pip install needs network and writes outside /app; the bwrap runtime offers "
-                "only the host's Debian packages (e.g. python3-numpy instead)")
+                f"{where}: pip install needs network and writes outside /app; the bwrap builder installs "
+                "Debian packages only (e.g. python3-numpy instead)")
     elif prog == "git" and "clone" in words:
         raise EnvironmentUnsupported(f"{where}: git clone needs network at build time")
     elif prog in DOWNLOADERS or FETCHING_SUBCOMMANDS.get(prog, set()) & set(words[1:]):
@@ -1017,11 +955,11 @@ def check_test_sh_offline(task: HarborTask) -> None:
                     "that needs root and network, which the bwrap runtime does not give")
 
 
-def native_plan(task: HarborTask, check_leaks: bool = True) -> BuildPlan:
+def native_plan(task: HarborTask) -> BuildPlan:
     """Everything the native runner can tell about a task without building it: the BuildPlan, or
     EnvironmentUnsupported with the first reason it cannot run (unsupported task.toml features, a
     prebuilt image, a test.sh that installs its toolchain, a Dockerfile it cannot interpret, a base
-    image or Debian package the host lacks, a host program that would stand in for a missing one)."""
+    image termforge does not have)."""
     if task.unsupported:
         raise EnvironmentUnsupported("; ".join(task.unsupported))
     if task.dockerfile is None:
@@ -1030,15 +968,7 @@ def native_plan(task: HarborTask, check_leaks: bool = True) -> BuildPlan:
                                          "(no environment/Dockerfile)")
         raise EnvironmentUnsupported("environment/ has no Dockerfile for the native runner to build")
     check_test_sh_offline(task)
-    plan = plan_dockerfile(task.dockerfile, task.environment_dir)
-    missing = missing_debian_packages(plan.apt_packages)
-    if missing:
-        raise EnvironmentUnsupported(
-            f"the bwrap runtime runs on the host's /usr, which lacks Debian packages {missing} "
-            "(apt-get install them on the host, or use the apptainer or harbor runner)")
-    if check_leaks:
-        check_host_leaks(task, plan)
-    return plan
+    return plan_dockerfile(task.dockerfile, task.environment_dir)
 
 
 def native_blocker(task: HarborTask) -> str | None:
@@ -1085,8 +1015,27 @@ def _extract(archive: Path, dest: Path) -> None:
                                                     if hasattr(tarfile, "fully_trusted_filter") else {}))
 
 
+def _no_symlink_on_the_way(base: Path, dest: Path, where: str) -> None:
+    """COPY/ADD write on the host: a destination whose path passes through a symlink a RUN step
+    made (/app/x -> /etc) would write outside the layer, so it is refused (Docker would follow the
+    link inside the container; the host must not)."""
+    cur = base
+    for part in dest.relative_to(base).parts:
+        cur = cur / part
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or cur == dest):
+            raise EnvironmentUnsupported(f"{where}: the destination passes through {cur.relative_to(base)}, "
+                                         "which is not a plain directory (a symlink a RUN step made?)")
+
+
 def _apply_copy(step: CopyStep, layer: Path, tmp: Path) -> None:
     dest = _host(layer, tmp, step.dest)
+    base = layer if dest == layer or layer in dest.parents else tmp
+    where = f"Dockerfile line {step.lineno} ({step.dest})"
+    _no_symlink_on_the_way(base, dest, where)
     if not step.sources:  # WORKDIR
         dest.mkdir(parents=True, exist_ok=True)
         return
@@ -1095,14 +1044,19 @@ def _apply_copy(step: CopyStep, layer: Path, tmp: Path) -> None:
             _extract(src, dest)
             continue
         if src.is_dir():
-            shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+            problems = trees.copy_tree(src, dest, trees.Bounds(seconds=None))
+            if problems:
+                raise EnvironmentUnsupported(f"{where}: copying {src.name} failed: {problems[0]}")
             if step.chmod is not None:
-                for p in [dest, *dest.rglob("*")]:
-                    if not p.is_symlink():
-                        p.chmod(step.chmod)
+                os.chmod(dest, step.chmod)
+                for e in trees.TreeWalk(dest, trees.Bounds(seconds=None)):
+                    if not stat.S_ISLNK(e.st.st_mode):
+                        os.chmod(e.name, step.chmod, dir_fd=e.dir_fd)
             continue
         target = dest / src.name if (step.dest_is_dir or dest.is_dir()) else dest
         target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink():
+            target.unlink()  # replaced, never written through
         shutil.copy2(src, target)
         if step.chmod is not None:
             target.chmod(step.chmod)
@@ -1115,39 +1069,43 @@ def _first_line_with(text: str, needles: tuple[str, ...]) -> str | None:
     return None
 
 
-def harbor_image_digest(task: HarborTask) -> str:
-    # test.sh is part of it: what it runs decides whether a host program would stand in for one
-    # the image lacks (check_host_leaks).
-    return stable_hash([BUILDER_VERSION, tree_digest(task.environment_dir), task.allow_internet,
-                        [p.read_text(errors="replace") for p in task.test_scripts]], 24)
+def harbor_image_digest(task: HarborTask, base_digest: str = "") -> str:
+    """The cache key of a Harbor task's image: its environment/ and the base it builds on."""
+    return stable_hash([BUILDER_VERSION, tree_digest(task.environment_dir), task.allow_internet, base_digest], 24)
 
 
 def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits | None = None,
-                       timeout: float | None = None) -> BuildResult:
+                       timeout: float | None = None, image_cache: str | Path | None = None) -> BuildResult:
     """Build a Harbor task's environment as a bwrap image (images_dir/<name>/layer + image.json,
-    the layout BwrapRuntime.start expects). A failure is an environment error: BuildResult.ok is
-    False and reason says why. Content-addressed: an unchanged environment/ is not rebuilt."""
+    the layout BwrapRuntime.start expects) on the base image its FROM names. A failure is an
+    environment error: BuildResult.ok is False and reason says why. Content-addressed: an
+    unchanged environment/ on an unchanged base is not rebuilt."""
+    from termforge.images import ensure_task_base
+
     start = time.monotonic()
 
     def fail(reason: str, log: str = "") -> BuildResult:
         reason = f"task {task.name}: {reason}"
         return BuildResult(False, None, reason, (log + "\n" + reason).strip(), time.monotonic() - start)
 
-    if task.unsupported:  # task.toml, not the image: checked before any cached layer is reused
-        return fail("; ".join(task.unsupported))
+    try:
+        plan = native_plan(task)
+    except EnvironmentUnsupported as exc:
+        return fail(str(exc))
+    check_base_image(plan.base_image)
+    request = {"base": plan.base_image, "apt_packages": sorted(set(plan.apt_packages))}
+    try:
+        base = ensure_task_base(request["base"], request["apt_packages"], image_cache)
+    except TermforgeError as exc:
+        return fail(f"base image {plan.base_image} + {request['apt_packages']}: {exc}")
     final = Path(images_dir) / task.slug
-    digest = harbor_image_digest(task)
+    digest = harbor_image_digest(task, base.digest)
     meta_path = final / "image.json"
     if meta_path.exists():
         meta = read_json(meta_path)
         if meta.get("digest") == digest and meta.get("backend") == "bwrap":
             log = (final / "build.log").read_text() if (final / "build.log").exists() else ""
-            return BuildResult(True, _image(task, final, meta), "cached", log, 0.0, cached=True)
-    try:
-        # The host-leak check comes after the build, so a Dockerfile's own failure is named first.
-        plan = native_plan(task, check_leaks=False)
-    except EnvironmentUnsupported as exc:
-        return fail(str(exc))
+            return BuildResult(True, _image(task, final, meta, str(base.rootfs)), "cached", log, 0.0, cached=True)
     timeout = float(timeout or task.build_timeout_sec)
     limits = limits or Limits(wall_sec=timeout, cpu_sec=int(timeout),
                               memory_mb=max(task.memory_mb or 0, NATIVE_MEMORY_MB))
@@ -1155,7 +1113,8 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
     layer, tmp, home, logs = stage / "layer", stage / "tmp", stage / "home", stage / "logs"
     for d in (layer, tmp, home, logs):
         d.mkdir()
-    log_lines = [f"# {BUILDER_VERSION}: base {plan.base_image}; host packages {plan.apt_packages}"]
+    log_lines = [f"# {BUILDER_VERSION}: FROM {plan.base_image} = base {base.record['name']} {base.digest[:19]}"
+                 f" (apt packages {request['apt_packages']})"]
     try:
         for step in plan.steps:
             if isinstance(step, CopyStep):
@@ -1165,8 +1124,8 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
             if remaining <= 0:
                 return fail(f"build timed out after {timeout:.0f}s", "\n".join(log_lines))
             # /logs exists at run time (Harbor mounts it); writes there while building are dropped.
-            argv = sandbox_argv(layer, step.argv, binds=[Bind(logs, "/logs", writable=True)], env=step.env,
-                                cwd=step.cwd, allow_network=False, tmp_dir=tmp, home_dir=home)
+            argv = sandbox_argv(layer, step.argv, rootfs=base.rootfs, binds=[Bind(logs, "/logs", writable=True)],
+                                env=step.env, cwd=step.cwd, allow_network=False, tmp_dir=tmp, home_dir=home)
             res = run_sandboxed(argv, remaining, limits)
             log_lines.append(f"$ RUN {step.text}  (line {step.lineno}, exit {res.exit_code}, "
                              f"{res.duration_sec:.2f}s)\n{res.stdout}{res.stderr}")
@@ -1179,33 +1138,41 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
                 return fail(f"{where} tried to write outside {TASK_ROOT}: {outside}", "\n".join(log_lines))
             if res.exit_code != 0:
                 return fail(f"{where} failed with exit code {res.exit_code}: {res.tail(300)}", "\n".join(log_lines))
-        check_host_leaks(task, plan)
         leftovers = [f"/tmp/{p.name}" for p in tmp.iterdir()] + [f"/home/user/{p.name}" for p in home.iterdir()]
         if leftovers:
             return fail(f"the build left files outside {TASK_ROOT} ({', '.join(sorted(leftovers))}), "
                         "which bwrap sessions would not see", "\n".join(log_lines))
+        unwalkable = layer_problem(layer, limits)
+        if unwalkable:
+            return fail(f"the build left a task layer the host cannot walk: {unwalkable}", "\n".join(log_lines))
         for d in (tmp, home, logs):
-            shutil.rmtree(d)
+            trees.remove_tree(d)
+        layer_digest = tree_digest(layer)
         meta = {"task_id": task.name, "backend": "bwrap", "digest": digest, "allow_network": task.allow_internet,
                 "kind": "harbor", "builder": BUILDER_VERSION, "base_image": plan.base_image,
-                "apt_packages": plan.apt_packages, "workdir": plan.workdir, "env": plan.env}
+                "apt_packages": plan.apt_packages, "workdir": plan.workdir, "env": plan.env,
+                "rootfs": "image", "base_request": request, "base": base.ref(), "layer_digest": layer_digest,
+                "image_digest": stable_hash([base.digest, layer_digest], 24)}
         (stage / "build.log").write_text("\n".join(log_lines) + "\n")
         atomic_write_json(stage / "image.json", meta)
         publish_dir(stage, final)
         stage = None
-        return BuildResult(True, _image(task, final, meta), "built", "\n".join(log_lines), time.monotonic() - start)
+        return BuildResult(True, _image(task, final, meta, str(base.rootfs)), "built", "\n".join(log_lines),
+                           time.monotonic() - start)
     except EnvironmentUnsupported as exc:
         return fail(str(exc), "\n".join(log_lines))
     except OSError as exc:
         return fail(f"copying the environment's files failed: {exc}", "\n".join(log_lines))
     finally:
         if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
+            trees.remove_tree(stage)
 
 
-def _image(task: HarborTask, path: Path, meta: dict) -> Image:
+def _image(task: HarborTask, path: Path, meta: dict, rootfs: str) -> Image:
     return Image(task.slug, "bwrap", path, meta["digest"], bool(meta.get("allow_network", False)),
-                 meta={k: meta[k] for k in ("workdir", "env", "base_image", "apt_packages") if k in meta})
+                 meta={**image_summary(meta),
+                       **{k: meta[k] for k in ("workdir", "env", "base_image", "apt_packages") if k in meta}},
+                 rootfs=rootfs)
 
 
 class HarborSession(BwrapSession):

@@ -16,12 +16,39 @@ from termforge.models.base import ChatModel, make_model
 TABLE_COLUMNS = ("model", "benchmark", "metric", "value", "n", "stderr")
 
 
+# Backends that can evaluate trained weights (a PEFT adapter or a full model directory).
+TRAINED_WEIGHT_BACKENDS = ("transformers", "vllm")
+
+
 def trained_weights_problem(spec: dict, where: str = "models.policy") -> str | None:
     """Why the model spec cannot evaluate trained weights, or None. load_policy applies the
-    weights through transformers; the plan-time check (termforge.plancheck) asks the same."""
-    if spec.get("backend") != "transformers":
-        return (f"{where}.backend: evaluating trained weights needs the transformers backend here "
-                f"(serve them with vLLM through the openai backend on GPUs), got {spec.get('backend')!r}")
+    weights through transformers or vLLM (LoRA); the plan-time check (termforge.plancheck) asks the same."""
+    if spec.get("backend") not in TRAINED_WEIGHT_BACKENDS:
+        return (f"{where}.backend: evaluating trained weights needs the transformers or the vllm backend "
+                f"(one of {', '.join(TRAINED_WEIGHT_BACKENDS)}), got {spec.get('backend')!r}")
+    return None
+
+
+def trained_policy_problem(cfg: dict) -> str | None:
+    """Why the weights cfg's training writes could not be evaluated by its eval model, or None.
+
+    An ablation's evals load its trained adapter on the eval model's base weights, so the model
+    the trainer adapted (train.model) and the eval model must be the same, and the eval model's
+    backend must be one that loads trained weights."""
+    evals = cfg.get("eval") or {}
+    if not any((evals.get(b) or {}).get("enabled") for b in ("aime", "tbench")):
+        return None
+    name = evals.get("model")
+    spec = (cfg.get("models") or {}).get(name)
+    if spec is None:
+        return f"eval.model: {name!r} is not defined under models"
+    if problem := trained_weights_problem(spec, f"models.{name}"):
+        return problem
+    trained = (cfg.get("train") or {}).get("model")
+    if trained != spec.get("model"):
+        return (f"train.model: {trained!r} is not models.{name}.model ({spec.get('model')!r}); the trained adapters "
+                f"are evaluated on the eval model's weights, so both must name the same model")
+    return None
     return None
 
 
@@ -36,6 +63,8 @@ def load_policy(spec: dict, weights_dir: Path | None, where: str = "models.polic
     problem = trained_weights_problem(spec, where)
     if problem:
         raise TermforgeError(f"{problem} ({weights_dir})")
+    if spec.get("backend") == "vllm":
+        return _vllm_policy(spec, weights_dir, where)
     from termforge.models.transformers_backend import TransformersChatModel, load_causal_lm
 
     options = {k: spec[k] for k in ("device", "dtype", "batch_size", "num_threads") if k in spec}
@@ -52,6 +81,20 @@ def load_policy(spec: dict, weights_dir: Path | None, where: str = "models.polic
     model.eval()
     return TransformersChatModel(f"{spec['model']}+{weights_dir.parent.parent.name}", loaded=(model, tokenizer),
                                  **{k: v for k, v in options.items() if k in ("batch_size", "num_threads")})
+
+
+def _vllm_policy(spec: dict, weights_dir: Path, where: str) -> ChatModel:
+    """The trained policy on vLLM: an adapter is served by the engine's LoRA support on the base
+    weights (not merged); a full model directory is loaded in place of the base model."""
+    if (weights_dir / "adapter_config.json").exists():
+        import json
+
+        rank = int(json.loads((weights_dir / "adapter_config.json").read_text()).get("r") or 16)
+        return make_model({**spec, "lora": {"path": str(weights_dir), "rank": rank,
+                                            "name": weights_dir.parent.parent.name}}, where=where)
+    if (weights_dir / "config.json").exists():
+        return make_model({**spec, "model": str(weights_dir)}, where=where)
+    raise TermforgeError(f"trained weights not found in {weights_dir} (no adapter_config.json or config.json)")
 
 
 def harness_agent(model: ChatModel, cfg: HarnessConfig, name: str):

@@ -67,7 +67,7 @@ from termforge.evals.harbor_tasks import (NATIVE_MEMORY_MB, BrokenTask, HarborSe
                                           build_harbor_image, resolve_env)
 from termforge.io import atomic_write_json, atomic_write_text, read_json
 from termforge.metrics import pass_at_k
-from termforge.reward_file import HEADLINE_KEY, RewardReading
+from termforge.reward_file import DEFAULT_REWARD_RANGE, HEADLINE_KEY, RewardReading
 from termforge.runtime.base import Bind, BuildResult, Limits
 from termforge.runtime.bwrap import SANDBOX_PATH, tree_digest
 
@@ -362,6 +362,11 @@ class _Job:
     limits: Limits | None
     work_root: Path | None
     dataset: str | None
+    # (task name, tests root) -> recorded_tests(...) of the task's untouched environment.
+    recorded: dict = field(default_factory=dict)
+
+    def expected(self, task: HarborTask, tests_root: Path) -> list[str] | None:
+        return expected_from(self.recorded.get((task.name, str(tests_root))))
 
 
 def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attempt: int) -> dict:
@@ -422,7 +427,7 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
         else:
             if _agent_phase(job, session, task, result, result):
                 _verifier_phase(session, task, task.path, task.verifier_timeout_sec, [task.verifier_env], result,
-                                trial_dir, tf)
+                                trial_dir, tf, job.expected(task, task.path))
             else:
                 tf["error_kind"] = OTHER_ERROR
         types = [e["exception_type"] for e in [result["exception_info"]] + [
@@ -462,7 +467,7 @@ def _agent_phase(job: _Job, session: HarborSession, view: HarborTask, target: di
 
 
 def _verifier_phase(session: HarborSession, task: HarborTask, tests_root: Path, timeout: float, env_tables: list,
-                    target: dict, out_dir: Path, tf: dict) -> None:
+                    target: dict, out_dir: Path, tf: dict, expected: list[str] | None = None) -> None:
     """Run the verifier for `target` (the trial, or one step): its rewards, or the exception Harbor
     would record; a harness failure marks the trial an error (tf error_kind)."""
     target["verifier"] = phase = {"started_at": _now(), "finished_at": None}
@@ -476,7 +481,7 @@ def _verifier_phase(session: HarborSession, task: HarborTask, tests_root: Path, 
         tf["error_kind"] = OTHER_ERROR
         return
     try:
-        verdict = run_harbor_verifier(session, task, env, tests_root=tests_root, timeout=timeout)
+        verdict = run_harbor_verifier(session, task, env, tests_root=tests_root, timeout=timeout, expected=expected)
     except Exception as exc:  # the harness failed to grade: an error, never a reward
         phase["finished_at"] = _now()
         target["exception_info"] = _exception_info("VerifierError", f"{type(exc).__name__}: {exc}",
@@ -552,7 +557,8 @@ def _run_steps(job: _Job, task: HarborTask, session: HarborSession, result: dict
                 tf["error_kind"] = OTHER_ERROR
                 break
             _verifier_phase(session, task, step.tests_root, step.verifier_timeout_sec or task.verifier_timeout_sec,
-                            [task.verifier_env, step.verifier_env], sr, trial_dir / "steps" / step.name, tf)
+                            [task.verifier_env, step.verifier_env], sr, trial_dir / "steps" / step.name, tf,
+                            job.expected(task, step.tests_root))
             if tf["error_kind"]:
                 break
         if sr["exception_info"] and not sr["verifier_result"]:
@@ -593,19 +599,36 @@ def _reward_exception(error: str | None) -> str:
     return "VerifierOutputParseError"
 
 
+def reward_range(task: HarborTask) -> tuple[float, float]:
+    """The rewards termforge scores for a task: [0, 1], or [metadata] reward_range = [lo, hi]."""
+    value = task.metadata.get("reward_range")
+    if value is None:
+        return DEFAULT_REWARD_RANGE
+    ok = (isinstance(value, list) and len(value) == 2
+          and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+          and value[0] < value[1])
+    if not ok:
+        raise TermforgeError(f"task {task.name}: task.toml [metadata] reward_range must be [low, high] "
+                             f"(finite numbers, low < high), got {value!r}")
+    return float(value[0]), float(value[1])
+
+
 def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict, *, tests_root: Path | None = None,
-                        timeout: float | None = None) -> dict:
+                        timeout: float | None = None, expected: list[str] | None = None,
+                        record: bool = False) -> dict:
     """Run tests/test.sh as Harbor's verifier does, in a clean sandbox after the agent stopped
     (fresh /tests and /logs, no inherited variables, the task's [verifier].env, from the image's
     WORKDIR), through termforge's grader (termforge.verifier.run_verifier with harbor=True): a
-    test.sh that uses /verifier/run-tests is graded by the grader's own verdict, any other by the
-    reward files read with Harbor's rules. tests_root is the directory whose tests/ is copied in
-    (a step's own, for multi-step tasks)."""
+    test.sh that uses /verifier/run-tests is graded by the grader's own verdict, whose collected
+    set must equal `expected` (recorded_tests), any other by the reward files read with Harbor's
+    rules. tests_root is the directory whose tests/ is copied in (a step's own, for multi-step
+    tasks)."""
     from termforge.verifier import run_verifier
 
     verdict = run_verifier(session, tests_root or task.path, timeout=timeout or task.verifier_timeout_sec,
                            cwd=session.task_workdir, harbor=True,
-                           env={**env, "PATH": verifier_path(session.image_env)})
+                           env={**env, "PATH": verifier_path(session.image_env)}, expected=expected,
+                           record=record, reward_range=reward_range(task))
     reading = dict(verdict.reading or {"rewards": None, "reward": None, "headline": None, "source": None,
                                        "error": verdict.reason})
     if verdict.limit_hit:
@@ -614,7 +637,67 @@ def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict, *, 
     return {"reading": reading, "timed_out": verdict.timed_out, "exit_code": verdict.exit_code,
             "collected": verdict.collected, "passed": verdict.passed, "failed": verdict.failed,
             "reason": verdict.reason, "graded_by": verdict.graded_by, "findings": verdict.findings,
-            "output": verdict.output}
+            "collected_ids": verdict.collected_ids, "output": verdict.output}
+
+
+RECORD_FILE = "recorded_tests.json"
+
+
+def _step_env_tables(task: HarborTask, tests_root: Path) -> list:
+    tables = [task.verifier_env]
+    for step in task.steps:
+        if step.tests_root == tests_root:
+            tables.append(step.verifier_env)
+            break
+    return tables
+
+
+def recorded_tests(task: HarborTask, build: BuildResult, tests_root: Path, limits: Limits | None = None,
+                   work_root: Path | None = None) -> dict | None:
+    """The test set a task's verifier collects on its untouched environment: {"uses_grader": bool,
+    "collected": [ids]}, recorded once per image and tests (kept beside the image, like validation's
+    recorded set for termforge's own tasks). A trial's grader verdict must collect exactly this set,
+    so a test.sh that runs the agent's code first cannot have the grader run on fewer tests; a task
+    whose test.sh never asks for the grader gets none, and a grader verdict there is a 0. None when
+    it could not be recorded (then a grader verdict cannot be checked: 0)."""
+    from termforge.io import stable_hash
+
+    path = build.image.path / RECORD_FILE
+    key = stable_hash([build.image.digest, tree_digest(tests_root / "tests")], 24)
+    try:
+        table = read_json(path) if path.is_file() else {}
+    except (OSError, ValueError):
+        table = {}
+    if isinstance(table.get(key), dict):
+        return table[key]
+    limits = limits or default_limits(task)
+    try:
+        env: dict = {}
+        for t in _step_env_tables(task, tests_root):
+            env.update(resolve_env(t, f"task {task.name} verifier env"))
+        session = HarborSession(build.image, limits, work_root)
+    except Exception:  # noqa: BLE001 - unrecordable: the trials' grader verdicts then score 0
+        return None
+    try:
+        session.image_env.update(resolve_env(task.environment_env, f"task {task.name} [environment] env"))
+        verdict = run_harbor_verifier(session, task, env, tests_root=tests_root, record=True)
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        session.stop()
+    if verdict["timed_out"] or verdict["graded_by"] == "host":
+        return None
+    entry = {"uses_grader": verdict["graded_by"] == "grader",
+             "collected": sorted(verdict["collected_ids"]) if verdict["graded_by"] == "grader" else []}
+    table[key] = entry
+    atomic_write_json(path, table)
+    return entry
+
+
+def expected_from(entry: dict | None) -> list[str] | None:
+    if entry is None:
+        return None
+    return list(entry["collected"]) if entry.get("uses_grader") else []
 
 
 def _reusable(trial_dir: Path, agent_name: str, checksum: str) -> dict | None:
@@ -652,6 +735,8 @@ def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | 
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
         raise TermforgeError(f"run_native: duplicate task names {dup}")
+    for task in tasks:
+        reward_range(task)  # a malformed [metadata] reward_range is bad input: said before anything runs
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     name = agent_name or agent_display_name(agent)
@@ -670,6 +755,13 @@ def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | 
             for attempt in range(k):
                 old = _reusable(out_dir / f"{task.slug}__{attempt}", name, checksums[task.name]) if resume else None
                 (done.append(old) if old else todo.append((task, attempt)))
+
+        def record(task):
+            for root in sorted({task.path, *(st.tests_root for st in task.steps)}):
+                job.recorded[(task.name, str(root))] = recorded_tests(task, builds[task.name], root, job.limits,
+                                                                      job.work_root)
+
+        list(pool.map(record, [t for t in tasks if builds[t.name].ok and any(item[0] is t for item in todo)]))
         lock = threading.Lock()
 
         def one(item):

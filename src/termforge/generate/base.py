@@ -9,6 +9,7 @@ A task directory (README, "What you get")::
     environment/container.def, environment/Dockerfile   the same environment for Apptainer/Docker
     tests/test_initial_state.py, tests/test_final_state.py, tests/test.sh
     solution/solve.sh        the oracle (runs with cwd /app)
+    solution/alternatives/   second solutions, each required to score 1 too (optional)
     private/truth.json       the answer key: host side only
     private/method.md        the method note (hints are written from it)
 
@@ -23,9 +24,16 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from termforge.images.declarations import DEFAULT_BASE, declared_packages
+
 APP = "/app"
 FIXTURES_IN_SANDBOX = "/tmp/env/fixtures"
-BASE_APT_PACKAGES = ("python3", "python3-pytest", "bash", "coreutils")
+# What every task may take for granted: the packages the default base image declares (python3 and
+# pytest for the grader, numpy, Pillow, binutils, file; termforge/images/bases/). A task lists
+# only what it needs beyond them in `apt_packages` (a derived base image installs those).
+# (bash and coreutils are Essential: in every Debian image, listed for the prompts' sake.)
+ESSENTIAL_PACKAGES = ("bash", "coreutils")
+BASE_APT_PACKAGES = tuple(sorted(set(declared_packages(DEFAULT_BASE)) | set(ESSENTIAL_PACKAGES)))
 
 
 @dataclass
@@ -53,9 +61,12 @@ class TaskSpec:
     output_paths: list[str] = field(default_factory=list)
     """Absolute paths the agent must create (checked to exist after the oracle)."""
     apt_packages: tuple[str, ...] = ()
-    """Debian packages the task needs beyond BASE_APT_PACKAGES (python3-numpy, python3-pil, gcc...)."""
+    """Debian packages the task needs beyond BASE_APT_PACKAGES (gcc, sqlite3, ffmpeg...; any Debian package)."""
     allow_network: bool = False
     timeout_sec: int = 600
+    alternatives: dict[str, str] = field(default_factory=dict)
+    """Second solutions (name -> bash script), written to solution/alternatives/<name>.sh: an
+    independent implementation that validation requires to score 1 like the oracle."""
 
 
 TASK_COMPLEXITIES = ("short", "moderate", "complex", "intricate")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import random
 import subprocess
 import re
@@ -42,19 +43,27 @@ from termforge.generate.base import BASE_APT_PACKAGES, TaskSpec, bash_script, in
 from termforge.generate.families.data_science import PALETTE, png_rgb
 from termforge.generate.families.scientific_computing import _spaced_values, _wav_bytes
 from termforge.generate.families.security import compile_c
-from termforge.generate.stage import shard_signatures
+from termforge.generate.stage import check_kept_task_dirs, shard_signatures
 from termforge.generate.writer import task_files, write_task_dir
 from termforge.io import atomic_write_json, clean_stale_staging, read_json, seed_from, stable_hash
 from termforge.models.base import ChatModel, SamplingParams
 from termforge.models.openai_backend import ModelRequestError
-from termforge.quality.leaks import SecretSet, find_leaks
+from termforge.quality.leaks import SecretSet, against_inputs, find_leaks
 from termforge.quality.validate import TaskVerdict, validate_task
 from termforge.runtime.base import Limits, Runtime
+from termforge.schemas import read
 
 BACKEND = "llm"
 FAMILY = "llm"
 FAILURES_DIRNAME = ".llm-failures"
-STEP_MAX_TOKENS = {"task": 4096, "initial_test": 2048, "final_test": 4096, "environment": 2048}
+STEP_MAX_TOKENS = {"task": 4096, "initial_test": 2048, "final_test": 4096, "environment": 2048,
+                   "second_solution": 4096}
+# What the independent solver is shown of /app (environment_listing).
+LISTING_FILES = 100
+LISTING_LINES = 40
+LISTING_CHARS = 16000
+# The second solver may fix its own script once after it fails to run, as an agent would.
+SECOND_SOLUTION_ATTEMPTS = 2
 # Regenerating a step invalidates the steps written from its output.
 DEPENDENTS = {"task": ("initial_test", "final_test", "environment"), "initial_test": ("environment",),
               "final_test": (), "environment": ()}
@@ -332,9 +341,10 @@ def _host_installed(packages: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def runtime_packages(runtime: Runtime) -> tuple[str, ...] | None:
-    """The extra Debian packages a task may declare in this runtime: bwrap runs over the host's
-    root, so only what the host has installed; None (anything) for image-building runtimes."""
-    if getattr(runtime, "name", "") != "bwrap":
+    """The extra Debian packages a task may declare in this runtime: None (any Debian package,
+    installed into a derived base image at build time), except over the host's root
+    (`runtime.rootfs: host`), where only what the host has installed can be offered."""
+    if getattr(runtime, "name", "") != "bwrap" or getattr(runtime, "rootfs_mode", "image") != "host":
         return None
     return _host_installed(OFFERABLE_PACKAGES)
 
@@ -462,31 +472,65 @@ _COLLECTION_TROUBLE = re.compile(r"ERROR collecting|SyntaxError|IndentationError
 # The chain
 
 
-def visible_leak(spec: TaskSpec, fixtures: list[dict]) -> tuple[str, str, str] | None:
+def declared_text(spec: TaskSpec, fixtures: list[dict], sig: dict | None = None) -> str:
+    """What the task declares without any answer: the signature, the paths of its inputs and
+    deliverables, and the parameters its author put under truth.given (a threshold, a format)."""
+    parts = [json.dumps(P._signature_view(sig), sort_keys=True)] if sig else []
+    parts += list(spec.output_paths) + [f.get("install_to", "") for f in fixtures]
+    parts.append(json.dumps(spec.truth.get("given", {}), sort_keys=True))
+    return "\n".join(parts)
+
+
+def input_text(spec: TaskSpec, fixtures: list[dict]) -> str:
+    """The task's input data as the agent can read it: the text fixtures."""
+    return "\n".join(f["data"].decode("utf-8", "replace") for f in fixtures if f["kind"] == "text")
+
+
+def visible_leak(spec: TaskSpec, fixtures: list[dict], sig: dict | None = None) -> tuple[str, str, str] | None:
     """The first answer found, in any disguise (termforge.quality.leaks), in what the agent or the
     image can see: (the step that wrote that text, the file, what leaked, described without
-    quoting it). Values the instruction or truth.given state are not secret."""
-    given = "\n".join([spec.instruction, json.dumps(spec.truth.get("given", {}), sort_keys=True)])
+    quoting it).
+
+    Givens come from inputs, never from outputs: a value is given only when the signature, the
+    declared paths and parameters (truth.given) or the input data hold it. The instruction is
+    scanned like every other file, so an expected output it states (as an "example", restated in
+    prose) is a leak blamed on the task step; input data may be named in it freely."""
+    declared = declared_text(spec, fixtures, sig)
     hidden = {k: v for k, v in spec.truth.items() if k not in ("given", "expected")}
-    secrets = SecretSet.from_values(hidden, "task", given=given).merge(
-        SecretSet.from_values({"expected": spec.truth.get("expected", {})}, "final_test", given=given))
-    visible = [("task", "instruction.md", spec.instruction), ("environment", "environment/setup.sh", spec.setup_sh)]
+    expected = {"expected": spec.truth.get("expected", {})}
+    inputs = input_text(spec, fixtures)
+    in_instruction = against_inputs(hidden, "task", declared, inputs).merge(
+        against_inputs(expected, "final_test", declared, inputs))
+    in_files = SecretSet.from_values(hidden, "task", given=declared).merge(
+        SecretSet.from_values(expected, "final_test", given=declared))
+    leaks = find_leaks(spec.instruction, in_instruction)
+    if leaks:
+        return "task", "instruction.md", leaks[0].describe()
+    visible = [("environment", "environment/setup.sh", spec.setup_sh)]
     visible += [("task", f"environment/fixtures/{f['path']}", f["data"].decode("utf-8", "replace"))
                 for f in fixtures if f["kind"] == "text"]
     for step, rel, text in visible:
-        leaks = find_leaks(text, secrets, input_data=rel != "instruction.md")
+        leaks = find_leaks(text, in_files, input_data=True)
         if leaks:
             return step, rel, leaks[0].describe()
     return None
 
 
-def split_told(expected: dict, instruction: str) -> tuple[dict, dict]:
-    """The final test's expected values split into those the instruction already states and the rest."""
+def _leaves(obj: Any) -> list[str]:
+    if isinstance(obj, dict):
+        return [x for v in obj.values() for x in _leaves(v)]
+    if isinstance(obj, list):
+        return [x for v in obj for x in _leaves(v)]
+    return [] if obj is None or isinstance(obj, bool) else [str(obj)]
+
+
+def split_declared(expected: dict, declared: set[str]) -> tuple[dict, dict]:
+    """The final test's expected values split into those the task declared up front (every leaf one
+    of `declared`: its paths and truth.given parameters) and the outputs (the rest, secret)."""
     told, hidden = {}, {}
     for key, value in expected.items():
-        leaves = [str(v) for v in (value.values() if isinstance(value, dict) else
-                                   value if isinstance(value, list) else [value])]
-        (told if leaves and all(leaf in instruction for leaf in leaves) else hidden)[key] = value
+        leaves = _leaves(value)
+        (told if leaves and all(leaf in declared for leaf in leaves) else hidden)[key] = value
     return told, hidden
 
 
@@ -507,9 +551,72 @@ def task_json_llm(sig: dict, spec: TaskSpec, fixtures: list[dict], provenance: d
     }
 
 
+def environment_listing(session) -> list[dict]:
+    """What an agent sees in /app: every file's path and size, and small text files' first lines."""
+    root = session._host_path("/app")
+    out, budget = [], LISTING_CHARS
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            if len(out) >= LISTING_FILES or p.is_symlink() or not p.is_file():
+                continue
+            data = p.read_bytes()
+            row = {"path": "/app/" + str(p.relative_to(root)), "bytes": len(data),
+                   "executable": bool(p.stat().st_mode & 0o111)}
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            if text is not None and "\x00" not in text and budget > 0:
+                lines = text.splitlines()
+                shown = "\n".join(lines[:LISTING_LINES])[:min(budget, 3000)]
+                row["text" if len(lines) <= LISTING_LINES and len(shown) == len(text.rstrip("\n")) else "head"] = shown
+                budget -= len(shown)
+            out.append(row)
+    return out
+
+
+def _outputs_of(session, paths: list[str]) -> dict[str, bytes | None]:
+    got = {}
+    for p in paths:
+        try:
+            host = session._host_path(p)
+            got[p] = host.read_bytes() if host.is_file() and not host.is_symlink() else None
+        except TermforgeError:
+            got[p] = None
+    return got
+
+
+def _normalised(outputs: dict[str, bytes | None]) -> dict[str, list[str]]:
+    return {p: [" ".join(ln.split()) for ln in (d or b"").decode("utf-8", "replace").splitlines() if ln.strip()]
+            for p, d in outputs.items()}
+
+
+def outputs_diff(want: dict[str, bytes | None], got: dict[str, bytes | None], limit: int = 60) -> str:
+    """A unified diff per deliverable, oracle first (for the author of the task, host side)."""
+    import difflib
+
+    out = []
+    for p in sorted(want):
+        a = (want[p] or b"").decode("utf-8", "replace").splitlines()
+        b = (got.get(p) or b"").decode("utf-8", "replace").splitlines()
+        if got.get(p) is None:
+            out.append(f"{p}: the independent solution did not write it")
+        elif a != b:
+            out += list(difflib.unified_diff(a, b, f"{p} (solve.sh)", f"{p} (independent)", lineterm="", n=1))[:limit]
+    return "\n".join(out)
+
+
+def parse_second_solution_reply(text: str) -> str:
+    blocks = _parse(lambda: P.reply_blocks(text, [("solve.sh", ("bash", "sh", "shell"))]), P.SECOND_SOLUTION)
+    return _script(blocks["solve.sh"])
+
+
 class _Chain:
     def __init__(self, sig: dict, model: ChatModel, sampling: SamplingParams, runtime: Runtime,
-                 images_dir: Path, work: Path, limits: Limits, base_image: str, max_repair_rounds: int):
+                 images_dir: Path, work: Path, limits: Limits, base_image: str, max_repair_rounds: int,
+                 second_solution: bool = True):
         self.sig = sig
         self.task_id = sig["id"]
         self.model = model
@@ -529,11 +636,16 @@ class _Chain:
         self.check_log: list[dict] = []
         self._finish_reason = ""
         self.packages = runtime_packages(runtime)
+        self.second_solution = second_solution
+        self.alternative: str | None = None
+        self._asking = ""
 
     # -- model calls -----------------------------------------------------------------------------
 
     def _ask(self, step: str, prompt: str, repair: StepError | None, round_no: int) -> str:
-        messages = [{"role": "system", "content": P.system_prompt(self.packages)}, {"role": "user", "content": prompt}]
+        self._asking = step
+        system = P.solver_system_prompt(self.packages) if step == P.SECOND_SOLUTION else P.system_prompt(self.packages)
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
         previous = self.conversations.get(step)
         if repair is not None and previous is not None and previous[0] == messages:
             # The step's own conversation goes on: the model sees what it wrote and why it failed.
@@ -571,6 +683,8 @@ class _Chain:
         self.outputs[step] = parsed
 
     def _current_step(self) -> str:
+        if self._asking == P.SECOND_SOLUTION:
+            return P.SECOND_SOLUTION
         return next((step for step in P.STEPS if step not in self.outputs), P.STEPS[-1])
 
     def _prompt(self, step: str) -> str:
@@ -595,11 +709,14 @@ class _Chain:
     def spec(self) -> TaskSpec:
         task, env = self.outputs["task"], self.outputs["environment"]
         truth = dict(task["truth"])
-        told, hidden = split_told(self.outputs["final_test"]["expected"], self._instruction())
+        # Givens come from inputs, never from outputs: an expected value is given only when it is
+        # one the task declared before any answer existed (a deliverable's path, an input's path, a
+        # parameter under the task's truth.given), never because the instruction happens to state it.
+        declared = {*task["output_paths"], *(f["install_to"] for f in self.fixtures),
+                    *_leaves(truth.get("given", {}))}
+        told, hidden = split_declared(self.outputs["final_test"]["expected"], declared)
         truth["expected"] = hidden
         if told:
-            # Expected values the instruction states (an output path, a threshold) are given, not
-            # secret: validation and the hints gate then do not flag the instruction for them.
             truth["given"] = {**truth.get("given", {}), "expected": told}
         return TaskSpec(
             instruction=self._instruction(), setup_sh=env["setup_sh"],
@@ -608,6 +725,7 @@ class _Chain:
             method_note=task["method_note"], verifier_kind=self.sig["verifier_kind"],
             fixture_kind=self.sig["fixture_kind"], fixtures={f["path"]: f["data"] for f in self.fixtures},
             output_paths=task["output_paths"], apt_packages=tuple(env["apt_packages"]),
+            alternatives={"independent": self.alternative} if self.alternative else {},
         )
 
     def files(self, provenance: dict) -> dict[str, tuple[bytes, int]]:
@@ -637,11 +755,83 @@ class _Chain:
         if cand.exists():
             shutil.rmtree(cand)
         write_task_dir(cand, self.files({"backend": BACKEND, "candidate": True}))
+        self.alternative = None
         verdict = validate_task(cand, self.runtime, self.images_dir, self.limits)
         self.check_log.append({"stage": verdict.stage, "kept": verdict.kept})
         if not verdict.kept:
             raise self._blame(verdict)
-        return verdict.checks
+        if not self.second_solution:
+            return verdict.checks
+        self._second_solution_check(cand, verdict.evidence.get("collected"))
+        self.check_log.append({"stage": "second_solution", "kept": True})
+        return [*verdict.checks, "second_solution"]
+
+    # -- the second solution ----------------------------------------------------------------------
+
+    def _second_solution_check(self, cand: Path, collected: list[str] | None) -> None:
+        """A model writes an independent solution from the instruction and /app alone (never the
+        oracle, tests or answer key); the task is kept only when it also scores 1. Otherwise the
+        step at fault is sent the evidence: the final test when the two solutions' deliverables
+        agree (it rejects a right answer), the task (instruction or oracle) when they differ or the
+        instruction gave the solver too little to go on."""
+        from termforge.verifier import run_oracle, run_verifier
+
+        build = self.runtime.build(cand, self.images_dir, timeout=self.limits.wall_sec * 2)
+        if not build.ok:
+            raise StepError("environment", "build", f"build failed: {build.reason}", sanitize_log(build.log))
+        with self.runtime.start(build.image, self.limits) as s:
+            listing = environment_listing(s)
+        prompt = P.second_solution_prompt(self._instruction(), listing)
+        round_no = len(self.rounds) - 1
+        paths = self.outputs["task"]["output_paths"]
+        trouble: StepError | None = None
+        for _attempt in range(SECOND_SOLUTION_ATTEMPTS):
+            reply = self._ask(P.SECOND_SOLUTION, prompt, trouble, round_no)
+            try:
+                if self._finish_reason == "length":
+                    raise StepError(P.SECOND_SOLUTION, "truncated", "the reply was cut off at the token limit")
+                script = parse_second_solution_reply(reply)
+            except StepError as exc:
+                trouble = exc
+                continue
+            with self.runtime.start(build.image, self.limits) as s:
+                res = s.exec(script, timeout=self.limits.wall_sec)
+                got = _outputs_of(s, paths)
+                verdict = run_verifier(s, cand, timeout=self.limits.wall_sec, expected=collected)
+            if verdict.reward == 1.0:
+                self.alternative = script
+                return
+            if not res.ok:
+                trouble = StepError(P.SECOND_SOLUTION, "second_solution", f"the script exited {res.exit_code}",
+                                    sanitize_log(res.tail(LOG_CHARS)))
+                continue
+            break
+        else:
+            raise StepError("task", "second_solution",
+                            "an independent solution written from the instruction and /app alone could not produce "
+                            "the deliverables: the instruction must name every input and state exactly what to "
+                            "compute and how to write it (the solver's last error is below)",
+                            trouble.log if trouble else "")
+        with self.runtime.start(build.image, self.limits) as s:
+            run_oracle(s, cand, timeout=self.limits.wall_sec)
+            want = _outputs_of(s, paths)
+        failure = sanitize_log(verdict.output, LOG_CHARS // 2)
+        if got == want:
+            raise StepError("final_test", "second_solution",
+                            "the final test rejects an independent solution whose deliverables are byte-identical to "
+                            "the oracle's: it checks something the instruction does not ask for", failure)
+        diff = outputs_diff(want, got)
+        if _normalised(got) == _normalised(want):
+            raise StepError("final_test", "second_solution",
+                            "the final test rejects an independent solution whose deliverables differ from the "
+                            "oracle's only in whitespace or blank lines: it is stricter than the instruction",
+                            sanitize_log(diff + "\n" + failure))
+        raise StepError("task", "second_solution",
+                        "an independent solution written from the instruction and /app alone computes different "
+                        "deliverables than solve.sh, and the final test (written from solve.sh) rejects it: either "
+                        "the instruction is ambiguous or incomplete, or solve.sh computes something other than what "
+                        "it asks. Make the instruction, the oracle and the answer key agree (oracle's deliverables "
+                        "first, the independent ones second)", sanitize_log(diff + "\n" + failure))
 
     def _blame(self, verdict: TaskVerdict) -> StepError:
         """Which step wrote the part that failed, and what it must hear to fix it."""
@@ -662,6 +852,22 @@ class _Chain:
             return StepError(blame, "initial_state", reason, log)
         if stage == "static":
             return StepError("task", "static", reason, log)
+        if stage == "instruction_states_output":
+            return StepError("task", stage, f"{reason}: the instruction may show the format with placeholders, "
+                                            "never values the oracle computes", log)
+        if stage == "input_sensitivity":
+            sens = ev.get("sensitivity") or {}
+            detail = json.dumps({k: sens.get(k) for k in ("inputs", "perturbations", "changed_outputs")},
+                                sort_keys=True)[:LOG_CHARS]
+            if sens.get("blame") == "final_test":
+                return StepError("final_test", stage, f"{reason}: run the deliverable programs on inputs and check "
+                                                      "what they print", detail)
+            return StepError("task", stage, f"the oracle (solve.sh) does not compute its answer from the inputs: "
+                                            f"{reason}. It must read the inputs the instruction names and compute "
+                                            "every deliverable from them, never write a constant or read a file the "
+                                            "instruction does not name", detail)
+        if stage == "second_solution":
+            return StepError("task", stage, reason, sanitize_log(ev.get("second_solution") or output))
         if stage == "oracle" and reason.startswith("solve.sh exited"):
             return StepError("task", "oracle", f"{reason}: the oracle itself fails", sanitize_log(ev.get("oracle", "")))
         advice = {
@@ -683,12 +889,13 @@ class _Chain:
         return StepError("final_test", stage, f"{advice} ({reason})", log)
 
     def _leak_checks(self, spec: TaskSpec) -> None:
-        leak = visible_leak(spec, self.fixtures)
+        leak = visible_leak(spec, self.fixtures, self.sig)
         if leak is not None:
             step, rel, what = leak
             raise StepError(step, "static", f"{what} appears in {rel}, which the agent can read: the instruction, "
-                                            "setup.sh and fixtures must not contain answers, in any form (values "
-                                            "the agent is told belong under truth.given)")
+                                            "setup.sh and fixtures must not contain answers, in any form. The "
+                                            "instruction may state inputs and the parameters declared under "
+                                            "truth.given, never an expected output, not even as an example")
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -752,9 +959,9 @@ def failure_record_path(out_root: Path, task_id: str) -> Path:
 
 
 def generate_task_llm(sig: dict, out_root: Path, model: ChatModel, max_repair_rounds: int = 2,
-                      base_image: str = "debian:bookworm-slim", images_dir: Path | None = None, *,
+                      base_image: str = "termforge/base:bookworm", images_dir: Path | None = None, *,
                       runtime: Runtime | None = None, limits: Limits | None = None,
-                      sampling: SamplingParams | None = None) -> Path:
+                      sampling: SamplingParams | None = None, second_solution: bool = True) -> Path:
     """Write one task directory with the llm chain (atomically) and return its path.
 
     A finished task (task.json present) is kept as it is. `images_dir`, when given, keeps the image
@@ -781,7 +988,7 @@ def generate_task_llm(sig: dict, out_root: Path, model: ChatModel, max_repair_ro
     images = work / "images" if own_images else Path(images_dir)
     try:
         chain = _Chain(sig, model, sampling or model.default_sampling, runtime, images, work, limits, base_image,
-                       max_repair_rounds)
+                       max_repair_rounds, second_solution)
         checks, error = chain.run()
         record_path = failure_record_path(out_root, task_id)
         if error is None:
@@ -805,9 +1012,10 @@ def generate_task_llm(sig: dict, out_root: Path, model: ChatModel, max_repair_ro
 
 def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, tasks_dir: Path,
                            manifest_path: Path, model: ChatModel, max_repair_rounds: int = 2,
-                           base_image: str = "debian:bookworm-slim", images_dir: Path | None = None,
+                           base_image: str = "termforge/base:bookworm", images_dir: Path | None = None,
                            workers: int = 1, *, runtime: Runtime | None = None, limits: Limits | None = None,
-                           sampling: SamplingParams | None = None, cost_config: dict | None = None) -> dict:
+                           sampling: SamplingParams | None = None, cost_config: dict | None = None,
+                           second_solution: bool = True) -> dict:
     """Generate every task of the shard with the llm chain and write the shard manifest.
 
     cost_config (the generate, models, prices and planning sections): the summary then sets what
@@ -817,9 +1025,10 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
     costs nothing and fails the same way). The manifest lists published tasks under "tasks" (the
     procedural manifest's shape) and failures under "failed", each with its reason and record."""
     tasks_dir = Path(tasks_dir)
+    sigs = shard_signatures(Path(signatures_path), shard, shard_size)  # before anything is written
+    check_kept_task_dirs(tasks_dir, sigs)
     tasks_dir.mkdir(parents=True, exist_ok=True)
-    removed = clean_stale_staging(tasks_dir)
-    sigs = shard_signatures(Path(signatures_path), shard, shard_size)
+    removed = clean_stale_staging(tasks_dir, [s["id"] for s in sigs])  # other shards write beside it
     if runtime is None:
         from termforge.runtime.bwrap import BwrapRuntime
 
@@ -833,7 +1042,7 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
             return sig["id"], existed, None  # the run is stopping: send nothing more
         try:
             generate_task_llm(sig, tasks_dir, model, max_repair_rounds, base_image, images_dir, runtime=runtime,
-                              limits=limits, sampling=sampling)
+                              limits=limits, sampling=sampling, second_solution=second_solution)
         except ModelRequestError as exc:
             if exc.is_configuration:
                 configuration_error.set()
@@ -856,7 +1065,7 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
         if sig["id"] in failed_ids:
             chains.append(read_json(failure_record_path(tasks_dir, sig["id"]))["provenance"])
             continue
-        task = read_json(tasks_dir / sig["id"] / "task.json")
+        task = read("full_task", tasks_dir / sig["id"] / "task.json")
         chains.append(task["provenance"])
         entries.append({"id": sig["id"], "family": task["family"], "domain": sig["domain"],
                         "mismatch": [m["axis"] for m in task["mismatch"]]})
@@ -885,4 +1094,5 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
 
 __all__ = ["generate_task_llm", "run_generate_shard_llm", "LLMGenerationError", "StepError", "FIXTURE_MAKERS",
            "materialise_fixtures", "failure_record_path", "chain_summary", "visible_leak", "sanitize_log", "parse_task_reply",
-           "parse_initial_reply", "parse_final_reply", "parse_environment_reply", "task_json_llm"]
+           "parse_initial_reply", "parse_final_reply", "parse_environment_reply", "task_json_llm",
+           "parse_second_solution_reply", "environment_listing", "declared_text", "input_text"]

@@ -25,11 +25,14 @@ import re
 from dataclasses import dataclass
 
 from termforge.errors import TermforgeError
+from termforge.generate.base import BASE_APT_PACKAGES
 from termforge.io import pretty_json
 
-PROMPT_VERSION = "llm-chain-2"
+PROMPT_VERSION = "llm-chain-3"
 
 STEPS = ("task", "initial_test", "final_test", "environment")
+# Asked after the candidate passed validation, never part of the repair chain's outputs.
+SECOND_SOLUTION = "second_solution"
 STEP_MARKER = "[termforge step: {step}]"
 
 
@@ -49,8 +52,8 @@ executed, exactly as written, in this sandbox:
 - The agent works in /app, which is writable. The rest of the filesystem is read-only, except the
   private scratch directories /tmp and /home/user. There is no network and no root; nothing can be
   installed at run time.
-- The userland is Debian bookworm: bash, coreutils, grep, sed, awk, python3 (3.11) with the standard
-  library and pytest. {packages}
+- The userland is a Debian bookworm image: bash, coreutils, grep, sed, awk, and the image's own
+  packages: {base_packages} (python3 is 3.11, with its standard library). {packages}
 - environment/setup.sh runs once at build time with bash, as uid 1000, cwd /app; the fixture files
   are readable at /tmp/env/fixtures/<path> only while it runs. It may write only under /app.
 - The oracle solution/solve.sh runs like the agent would: bash, cwd /app, after the build.
@@ -62,23 +65,42 @@ executed, exactly as written, in this sandbox:
 Answer in exactly the reply format each request gives: fenced code blocks whose info string is a
 language and a name (for example ```bash solve.sh). Text outside the blocks is ignored."""
 
-ANY_PACKAGE = ("Any other Debian package (python3-numpy, python3-pil, sqlite3, gcc, jq, ...) must be "
-               "declared by the environment step.")
+ANY_PACKAGE = ("Any other Debian bookworm package (sqlite3, gcc, jq, ffmpeg, r-base-core, "
+               "default-jdk-headless, ...) is installed into the image at build time when the environment "
+               "step declares it.")
 
 
 def system_prompt(packages: tuple[str, ...] | None = None) -> str:
-    """What every step is told about the sandbox. `packages`: the only extra Debian packages the
-    chosen runtime can provide (bwrap runs over the host's root, so only what the host has
-    installed); None where any package can be installed at build time (apptainer)."""
+    """What every step is told about the sandbox. The image's own packages (the default base's
+    declaration, termforge/images/bases/) are always there; `packages`: the only extra Debian
+    packages the runtime can provide (`runtime.rootfs: host` runs over the host's root, so only
+    what the host has installed); None where any package is installed at build time (images)."""
     if packages is None:
         offer = ANY_PACKAGE
     else:
         offer = ("Only these other Debian packages can be declared by the environment step (nothing else "
                  "can be installed in this runtime): " + (", ".join(packages) or "none") + ".")
-    return _SYSTEM_TEMPLATE.format(packages=offer)
+    return _SYSTEM_TEMPLATE.format(packages=offer, base_packages=", ".join(BASE_APT_PACKAGES))
 
 
 SYSTEM_PROMPT = system_prompt(None)
+
+_SOLVER_TEMPLATE = """\
+You solve tasks in a Linux sandbox, as a terminal agent would, by writing one bash script. The
+script runs in /app (writable), as uid 1000, with no network and no root; nothing can be installed.
+The userland is Debian bookworm: bash, coreutils, grep, sed, awk, python3 (3.11) with the standard
+library. {packages} You see only the instruction and the files in /app: compute every deliverable
+from those files, exactly as the instruction asks.
+
+Answer in exactly the reply format the request gives: fenced code blocks whose info string is a
+language and a name (```bash solve.sh). Text outside the blocks is ignored."""
+
+
+def solver_system_prompt(packages: tuple[str, ...] | None = None) -> str:
+    """What the independent solver is told about the sandbox (the agent's view, no authoring)."""
+    offer = ("Other packages the task declared may be installed." if packages is None else
+             "Packages the task declared from these may be installed: " + (", ".join(packages) or "none") + ".")
+    return _SOLVER_TEMPLATE.format(packages=offer)
 
 
 VERIFIER_KIND_GUIDE = {
@@ -191,11 +213,12 @@ What the signature asks for:
 
 Rules:
 - The instruction states every output path (absolute, under /app, in backticks) and its exact
-  format, and names every input by its /app path. It never states or hints at the answer.
+  format, and names every input by its /app path. It never states or hints at the answer: no
+  expected output, not even as an "example" of the format (show the format with placeholders).
 - truth is the answer key: what you already know about the correct result, and the rules the
-  verifier will apply. Values the agent is told anyway (paths, formats, thresholds) go under
-  truth.given; every other string of 6 or more characters in truth is secret and must not appear in
-  the instruction or in any environment file.
+  verifier will apply. Parameters the agent is told (paths, formats, thresholds) go under
+  truth.given; they must never be outputs. Everything else in truth, and every value the final
+  test expects, is secret: it must not appear in the instruction or in any environment file.
 - solve.sh is the oracle: a bash script run in /app that produces the correct result by actually
   computing it from the files in /app (it may use only what the environment provides).
 - method_note explains how to discover the answer (the method, the traps), not the answer itself.
@@ -285,7 +308,8 @@ Rules:
 - Clear assertion messages that say what was wrong without printing the expected answer.
 
 Reply with exactly two blocks: the test, and the expected values it checks (merged into the answer
-key under "expected"):
+key under "expected"; these are outputs, secret from the agent; parameters the instruction states
+stay in truth.given):
 
 ```python test_final_state.py
 ...
@@ -320,9 +344,9 @@ The fixtures:
 It must not create the deliverables ({", ".join(declared_output_paths) or "none"}) and must not
 contain any part of the answer.
 
-Packages: python3, python3-pytest, bash and coreutils are always there. List every other Debian
-package that the agent, the oracle or the tests need (for example python3-numpy, python3-pil,
-sqlite3, gcc), by its exact Debian name.
+Packages: the image already has {", ".join(BASE_APT_PACKAGES)}, bash and coreutils. List every
+other Debian package that the agent, the oracle or the tests need (for example sqlite3, gcc, jq,
+python3-scipy), by its exact Debian bookworm name: it is installed into the image at build time.
 
 Reply with exactly two blocks:
 
@@ -351,6 +375,33 @@ def _fixture_row(f: dict, facts: bool) -> dict:
     if facts:
         row["facts"] = f["facts"]
     return row
+
+
+def second_solution_prompt(instruction: str, listing: list[dict]) -> str:
+    """An independent solver: it sees what an agent sees (the instruction and the files under
+    /app), never the oracle, the tests, the answer key or the fixture facts."""
+    return f"""\
+{_marker("second_solution")}
+Solve this task yourself, as the agent would: from the instruction and the files in /app alone.
+Write a bash script that runs in /app (bash, uid 1000, no network, nothing can be installed) and
+leaves every deliverable exactly as the instruction asks, computed from the input files. Do not
+guess: read the inputs in the script.
+
+The instruction:
+
+{_block("markdown", "instruction.md", instruction)}
+
+The files under /app right after setup (small text files shown whole or by their first lines):
+
+{_block("json", "files", pretty_json(listing))}
+
+Reply with exactly one block:
+
+```bash solve.sh
+#!/bin/bash
+set -euo pipefail
+...
+```"""
 
 
 def repair_prompt(step: str, stage: str, reason: str, log: str) -> str:
@@ -502,5 +553,5 @@ def reply_blocks(text: str, wanted: list[tuple[str, tuple[str, ...]]]) -> dict[s
 __all__ = [
     "PROMPT_VERSION", "STEPS", "SYSTEM_PROMPT", "ReplyFormatError", "Block", "fenced_blocks", "find_block",
     "parse_json_block", "reply_blocks", "system_prompt", "task_prompt", "initial_test_prompt", "final_test_prompt",
-    "environment_prompt", "repair_prompt", "step_of",
+    "environment_prompt", "repair_prompt", "step_of", "second_solution_prompt", "solver_system_prompt",
 ]

@@ -125,13 +125,13 @@ def task_json(sig: dict, built: BuiltTask, provenance: dict) -> dict:
     }
 
 
-def generate_task(sig: dict, out_root: Path, base_image: str = "debian:bookworm-slim",
+def generate_task(sig: dict, out_root: Path, base_image: str = "termforge/base:bookworm",
                   families: list[TaskFamily] | None = None) -> Path:
     """Write one task directory (atomically) and return its path; an existing one is kept."""
     return write_task(sig, out_root, base_image, families)[0]
 
 
-def write_task(sig: dict, out_root: Path, base_image: str = "debian:bookworm-slim",
+def write_task(sig: dict, out_root: Path, base_image: str = "termforge/base:bookworm",
                families: list[TaskFamily] | None = None) -> tuple[Path, dict | None]:
     """generate_task, also returning the files it wrote (None when the directory was kept)."""
     final = Path(out_root) / sig["id"]

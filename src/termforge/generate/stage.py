@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from tqdm import tqdm
 
+from termforge.containment import check_task_dir
 from termforge.errors import InputError, TermforgeError
 from termforge.generate.procedural import write_task
-from termforge.io import atomic_write_json, clean_stale_staging, read_json
+from termforge.io import atomic_write_json, clean_stale_staging
 from termforge.quality.decontam import documents_path, task_document_bytes, task_document_from_files, write_task_documents
 from termforge.schemas import read
 
@@ -21,6 +23,15 @@ def shard_signatures(signatures_path: Path, shard: int, shard_size: int) -> list
         raise InputError(signatures_path, f"has {len(sigs)} signatures, none for shard {shard:05d} "
                                           f"(shard_size {shard_size})")
     return chunk
+
+
+def check_kept_task_dirs(tasks_dir: Path, sigs: list[dict]) -> None:
+    """A task directory an earlier run left is kept as it is, so it is checked first: one that
+    is a symlink out of tasks_dir or holds one (or a special file) stops the shard before
+    anything is written (termforge.containment)."""
+    for sig in sigs:
+        if os.path.lexists(tasks_dir / sig["id"]):
+            check_task_dir(tasks_dir, sig["id"])
 
 
 def _one(args: tuple[dict, str, str, str]) -> tuple[str, bool, bytes]:
@@ -37,13 +48,14 @@ def _one(args: tuple[dict, str, str, str]) -> tuple[str, bool, bytes]:
 
 
 def run_generate_shard(signatures_path: Path, shard: int, shard_size: int, tasks_dir: Path, manifest_path: Path,
-                       backend: str = "procedural", base_image: str = "debian:bookworm-slim",
+                       backend: str = "procedural", base_image: str = "termforge/base:bookworm",
                        workers: int = 1) -> dict:
     """Generate every task of the shard (finished ones are skipped) and write the shard manifest."""
     sigs = shard_signatures(Path(signatures_path), shard, shard_size)  # before anything is written
     tasks_dir = Path(tasks_dir)
+    check_kept_task_dirs(tasks_dir, sigs)
     tasks_dir.mkdir(parents=True, exist_ok=True)
-    removed = clean_stale_staging(tasks_dir)
+    removed = clean_stale_staging(tasks_dir, [s["id"] for s in sigs])  # other shards write beside it
     jobs = [(s, str(tasks_dir), backend, base_image) for s in sigs]
     skipped = 0
     desc = f"generate shard {shard:05d}"
@@ -55,7 +67,7 @@ def run_generate_shard(signatures_path: Path, shard: int, shard_size: int, tasks
     skipped = sum(1 for _, existed, _ in results if existed)
     entries = []
     for sig in sigs:
-        task = read_json(tasks_dir / sig["id"] / "task.json")
+        task = read("full_task", tasks_dir / sig["id"] / "task.json")
         entries.append({"id": sig["id"], "family": task["family"], "domain": sig["domain"],
                         "mismatch": [m["axis"] for m in task["mismatch"]],
                         "fallback": bool((task.get("generation") or {}).get("fallback"))})

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
-from termforge.generate.base import BASE_APT_PACKAGES, FIXTURES_IN_SANDBOX, TaskSpec
+from termforge.generate.base import BASE_APT_PACKAGES, ESSENTIAL_PACKAGES, FIXTURES_IN_SANDBOX, TaskSpec
+from termforge.images.declarations import declared_packages
 from termforge.io import pretty_json, publish_dir, staging_dir
 from termforge.verifier import TEST_SH
 
@@ -13,9 +15,23 @@ EXECUTABLE = 0o755
 REGULAR = 0o644
 
 
+def task_environment(environment: dict, spec: TaskSpec, base_image: str) -> dict:
+    """task.json's `environment`: the base image it builds on, and the Debian packages it needs on
+    top of that base (its own, plus what tasks take for granted when the base lacks it)."""
+    have = set(declared_packages(base_image)) | set(ESSENTIAL_PACKAGES)
+    apt = (set(spec.apt_packages) | set(BASE_APT_PACKAGES)) - have
+    return {**environment, "base": base_image, "apt_packages": sorted(apt | set(spec.apt_packages))}
+
+
 def container_def(spec: TaskSpec, base_image: str) -> str:
-    """Apptainer definition for the same environment bwrap builds from setup.sh."""
-    pkgs = " ".join(sorted(set(BASE_APT_PACKAGES) | set(spec.apt_packages)))
+    """Apptainer definition for the same environment the bwrap runtime builds: the base image
+    (docs/images.md: `apptainer build` from its OCI archive) plus the task's layer."""
+    pkgs = " ".join(task_environment({}, spec, base_image)["apt_packages"])
+    # Only what the base lacks: the Apptainer runtime builds on the derived base, which has them
+    # all (and then needs no network); on the plain base they are installed here.
+    install = (f"    missing=$(for p in {pkgs}; do dpkg -s \"$p\" >/dev/null 2>&1 || echo \"$p\"; done)\n"
+               "    if [ -n \"$missing\" ]; then apt-get update && apt-get install -y --no-install-recommends "
+               "$missing && rm -rf /var/lib/apt/lists/*; fi\n") if pkgs else ""
     return (
         f"Bootstrap: docker\nFrom: {base_image}\n\n"
         "%files\n"
@@ -23,8 +39,7 @@ def container_def(spec: TaskSpec, base_image: str) -> str:
         "    environment/fixtures /tmp/env/fixtures\n\n"
         "%post\n"
         "    export DEBIAN_FRONTEND=noninteractive\n"
-        f"    apt-get update && apt-get install -y --no-install-recommends {pkgs}\n"
-        "    rm -rf /var/lib/apt/lists/*\n"
+        f"{install}"
         "    mkdir -p /app /logs/verifier && cd /app && bash /tmp/env/setup.sh && rm -rf /tmp/env\n\n"
         "%environment\n"
         "    export LANG=C.UTF-8\n\n"
@@ -34,11 +49,15 @@ def container_def(spec: TaskSpec, base_image: str) -> str:
 
 
 def dockerfile(spec: TaskSpec, base_image: str) -> str:
-    pkgs = " ".join(sorted(set(BASE_APT_PACKAGES) | set(spec.apt_packages)))
+    """The task's image as a Dockerfile: FROM the base as the image store names it (termforge
+    images list), the task's extra packages, then setup.sh makes /app as the bwrap build does."""
+    pkgs = " ".join(task_environment({}, spec, base_image)["apt_packages"])
+    install = (f"RUN apt-get update && apt-get install -y --no-install-recommends {pkgs} "
+               "&& rm -rf /var/lib/apt/lists/*\n") if pkgs else ""
     return (
         f"FROM {base_image}\n"
         "ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8\n"
-        f"RUN apt-get update && apt-get install -y --no-install-recommends {pkgs} && rm -rf /var/lib/apt/lists/*\n"
+        f"{install}"
         "COPY setup.sh /tmp/env/setup.sh\n"
         "COPY fixtures /tmp/env/fixtures\n"
         "RUN mkdir -p /app /logs/verifier && cd /app && bash /tmp/env/setup.sh && rm -rf /tmp/env\n"
@@ -48,6 +67,7 @@ def dockerfile(spec: TaskSpec, base_image: str) -> str:
 
 def task_files(task_json: dict, spec: TaskSpec, base_image: str) -> dict[str, tuple[bytes, int]]:
     """Every file of the task directory: relative path -> (bytes, mode)."""
+    task_json = {**task_json, "environment": task_environment(task_json.get("environment", {}), spec, base_image)}
     files: dict[str, tuple[bytes, int]] = {
         "task.json": (pretty_json(task_json).encode(), REGULAR),
         "instruction.md": (spec.instruction.encode(), REGULAR),
@@ -62,6 +82,10 @@ def task_files(task_json: dict, spec: TaskSpec, base_image: str) -> dict[str, tu
         "private/truth.json": (pretty_json(spec.truth).encode(), REGULAR),
         "private/method.md": ((spec.method_note.strip() + "\n").encode(), REGULAR),
     }
+    for name, script in sorted(spec.alternatives.items()):
+        if not re.fullmatch(r"[a-z0-9_-]+", name):
+            raise ValueError(f"alternative solution name {name!r}: letters, digits, _ and - only")
+        files[f"solution/alternatives/{name}.sh"] = (script.encode(), EXECUTABLE)
     for rel, data in spec.fixtures.items():
         if rel.startswith("/") or ".." in Path(rel).parts:
             raise ValueError(f"fixture path {rel!r} must be relative and stay under fixtures/")
@@ -83,4 +107,4 @@ def write_task_dir(final: Path, files: dict[str, tuple[bytes, int]]) -> None:
     publish_dir(stage, final)
 
 
-__all__ = ["task_files", "write_task_dir", "container_def", "dockerfile", "FIXTURES_IN_SANDBOX"]
+__all__ = ["task_files", "write_task_dir", "container_def", "dockerfile", "task_environment", "FIXTURES_IN_SANDBOX"]

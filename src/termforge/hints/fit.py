@@ -123,6 +123,11 @@ CLAIMS: tuple[tuple[str, re.Pattern[str], Callable[[TaskFacts], bool]], ...] = (
     ("globs", re.compile(r"\bglobs?\b", re.I), lambda f: _has_folders(f) or bool(re.search(r"glob|wildcard|\*", f.instruction))),
     ("sample files", re.compile(r"sample files|against the sample", re.I), _mentions("sample")),
     ("a worked example", re.compile(r"worked example", re.I), _stated(r"example")),
+    ("'never' questions", re.compile(r"'never' questions|\bnever questions|\bnever\b.{0,20}\bquestions?\b", re.I),
+     _stated(r"\bnever\b|\bno \w+ (?:ever|at all)\b")),
+    ("rankings", re.compile(r"\brankings?\b|\btop[- ]n\b", re.I),
+     _stated(r"largest|highest|most|top \d|smallest|lowest|fewest|rank")),
+    ("tie-breaks", re.compile(r"\btie[- ]?breaks?\b", re.I), _stated(r"\bties?\b|tie-?break")),
 )
 
 # Statements of how the task was generated: never in a hint unless the instruction says the same.
@@ -221,10 +226,43 @@ def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def rules_sentence(instruction: str) -> str | None:
-    """A sentence from the variant's own rules: how many the instruction lists, to check one by one."""
+_ITEM = re.compile(r"^\s*(?:[-*]|\d+\.)\s+(.+)$", re.M)
+_LABEL = re.compile(r"^\*\*([^*]{1,30})\*\*\s*[:.-]?\s*")
+_SPECIFIC = re.compile(r"`([^`\n/]{1,30})`")
+QUOTE_WORDS = 8
+MAX_ITEMS = 6
+
+
+def _words_of(text: str, n: int) -> str:
+    words = re.sub(r"[`*]", "", text).split()
+    return " ".join(words[:n]).rstrip(",;:.")
+
+
+def variant_sentence(instruction: str) -> str | None:
+    """A sentence only this variant's hint has: the points its instruction lists, each by its label
+    and its opening words in quotes (two variants with different questions never share it), or,
+    without a list, the specifics the instruction names in backticks. Restating the instruction is
+    allowed; the gate checks every quoted phrase against the task (hints/shape.py)."""
     body = instruction.split("## Deliverables")[0]
-    rules = re.findall(r"^\s*(?:[-*]|\d+\.)\s+\S", body, re.M)
-    if len(rules) < 2:
-        return None
-    return f"Work through the {len(rules)} points the instruction lists one at a time, each with a check of its own."
+    items = [m.group(1).strip() for m in _ITEM.finditer(body)]
+    if len(items) >= 2:
+        parts = []
+        for item in items[:MAX_ITEMS]:
+            label = _LABEL.match(item)
+            text = item[label.end():] if label else item
+            quote = _words_of(text, QUOTE_WORDS)
+            parts.append(f'{label.group(1)} ("{quote}")' if label else f'"{quote}"')
+        more = f" and {len(items) - MAX_ITEMS} more" if len(items) > MAX_ITEMS else ""
+        return (f"Work through the {len(items)} points the instruction lists one at a time, each with a check of its "
+                f"own: {'; '.join(parts)}{more}.")
+    # No list: the first sentence of the request that names a specific (a backticked value that is
+    # not a path, or a number), quoted: variants that differ there get different hints.
+    text = re.sub(r"^\s*(?:#.*|_From .*_)\s*$", "", body, flags=re.M)
+    sentences = [x.strip() for x in re.split(r"(?<=[.!?])\s+", " ".join(text.split())) if x.strip()]
+    pick = next((x for x in sentences if any("/" not in m.group(1) for m in _SPECIFIC.finditer(x))
+                 or re.search(r"\d", x)), sentences[0] if sentences else "")
+    quote = _words_of(pick, QUOTE_WORDS + 4)
+    if len(quote.split()) >= 4:
+        return f'Start from what this variant asks, "{quote}", and keep every step to it.'
+    return None
+

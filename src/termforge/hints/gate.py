@@ -32,6 +32,7 @@ FINDING_KINDS = (
     "literal_answer",
     "disguised_answer",
     "bug_name",
+    "bug_pointer",
     "test_assertion",
     "truth_ngram",
     "oracle_ngram",
@@ -40,11 +41,11 @@ FINDING_KINDS = (
     "off_task",
 )
 # Findings that say a secret got out (the others are about form and fit).
-LEAK_FINDINGS = ("literal_answer", "disguised_answer", "bug_name", "test_assertion", "truth_ngram", "oracle_ngram",
+LEAK_FINDINGS = ("literal_answer", "disguised_answer", "bug_name", "bug_pointer", "test_assertion", "truth_ngram", "oracle_ngram",
                  "test_reference", "oracle_path")
 # Which finding a leak of each secret kind (termforge.quality.leaks.KINDS) becomes.
 _LEAK_FINDING = {"answer": "literal_answer", "answer_key": "literal_answer", "bug_name": "bug_name",
-                 "assertion": "test_assertion"}
+                 "assertion": "test_assertion", "pointer": "bug_pointer"}
 
 # Names of the verifier's files and the places it lives; an agent that reads or writes them is
 # attacking the grader, and a hint must not point there.
@@ -132,6 +133,10 @@ def load_context(task_dir: str | Path, n: int = DEFAULT_NGRAM, max_words: int = 
             raise TermforgeError(f"{truth_path}: not valid JSON ({exc})") from None
     hidden = {k: v for k, v in truth.items() if k != "given"} if isinstance(truth, dict) else truth
     oracle = _read_text(task_dir / "solution" / "solve.sh", required=False)
+    # Second solutions (solution/alternatives/) are solutions too: a hint pastes neither.
+    alt_dir = task_dir / "solution" / "alternatives"
+    if alt_dir.is_dir():
+        oracle += "\n" + "\n".join(_read_text(p, required=False) for p in sorted(alt_dir.glob("*.sh")))
 
     instr_ngrams = set(ngrams(words_of(instruction), n))
 

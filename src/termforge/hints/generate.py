@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from termforge.errors import TermforgeError
 from termforge.hints import prompts
-from termforge.hints.fit import fit_sentences, rules_sentence
+from termforge.hints.fit import fit_sentences, variant_sentence
 from termforge.hints.judge import HintChecker, corpus_recall
 from termforge.hints.shape import clean_structure
 from termforge.hints.gate import (
@@ -163,12 +163,14 @@ def procedural_parts(task_dir: str | Path) -> tuple[str, list[str], str]:
     instruction = (task_dir / "instruction.md").read_text(encoding="utf-8")
     meta = _task_meta(task_dir)
 
-    # Only facts the instruction states: deliverables it names, and the other paths it names.
+    # Only facts the instruction states: deliverables it names, and the other paths it names under
+    # /app (a path outside it, such as a URL's `/results/NAME`, is no file to inspect).
     shown = _paths_in(instruction)
     deliverables = [p for p in meta.get("output_paths") or [] if p in instruction]
     inputs = [
         p for p in shown
-        if is_task_path(p.rstrip("/")) and p not in deliverables and p.rstrip("/") not in deliverables
+        if p.startswith("/app/") and is_task_path(p.rstrip("/")) and p not in deliverables
+        and p.rstrip("/") not in deliverables
     ][:_INPUT_PATHS_MAX]
 
     # The frame says only what is true of every task: look at what you are given, check what you deliver.
@@ -178,11 +180,12 @@ def procedural_parts(task_dir: str | Path) -> tuple[str, list[str], str]:
         opening = "Inspect what /app holds before you change anything."
     if not method.endswith((".", "!", "?")):
         method += "."
-    # The family's note, minus what does not hold for this variant, plus the variant's own rules.
+    # The variant's own sentence first (so trimming for length never drops it), then the family's
+    # note minus what does not hold for this variant.
     sentences, _ = fit_sentences([s.strip() for s in _SENTENCE_END.split(method) if s.strip()], task_dir)
-    rules = rules_sentence(instruction)
-    if rules:
-        sentences.append(rules)
+    own = variant_sentence(instruction)
+    if own:
+        sentences.insert(0, own)
     if deliverables:
         closing = f"Check {_join([_code(p) for p in deliverables])} against the instruction's format before you finish."
     else:

@@ -133,12 +133,14 @@ KIND_HELP = {
     "literal_answer": "the hint states a value from the answer key",
     "disguised_answer": "the hint carries a value from the answer key in disguise",
     "bug_name": "the hint names a planted bug",
+    "bug_pointer": "the hint points at where a planted bug is (its line, its function, the line that holds it)",
     "test_assertion": "the hint restates a value the verifier checks",
     "truth_ngram": "the hint copies a run of words from the answer key",
     "oracle_ngram": "the hint copies a run of words from the reference solution",
     "test_reference": "the hint points at the verifier's files",
     "oracle_path": "the hint names a path only the reference solution uses",
-    "off_task": "the hint is not about this task (it shares no files, paths or terms with it, or names others)",
+    "off_task": "the hint is not about this task (it shares no files, paths or terms with it, or names or quotes "
+                "others)",
     "judge_leak": "a reviewer found that the hint reveals something the agent must discover",
     "probe_leak": "a reader given only the instruction and the hint could produce the answer",
 }

@@ -216,6 +216,34 @@ def _hint_names(hint: str) -> set[str]:
     return {n.lower() for n in found if len(n) >= 3}
 
 
+_QUOTED = re.compile(r'"([^"\n]{3,200})"|“([^”\n]{3,200})”')
+_LABEL_ID = re.compile(r"(?<![\w-])(q\d{1,2})(?![\w-])", re.I)
+_COLOUR = re.compile(r"#[0-9a-fA-F]{6}\b")
+
+
+def _plain(text: str) -> str:
+    return " ".join(re.sub(r"[`*]", "", text).lower().split())
+
+
+def variant_findings(hint: str, terms: TaskTerms) -> list[str]:
+    """What a hint says about a variant this task is not: phrases it quotes from an instruction
+    (three words or more) that this task's text lacks, question labels (q1, q2 ...) and colour codes
+    the task does not have. A hint moved between two variants of one family fails here when the
+    variants differ."""
+    text = _plain(terms.text)
+    out = []
+    for m in _QUOTED.finditer(hint):
+        quote = _plain(m.group(1) or m.group(2))
+        if len(quote.split()) >= 3 and quote not in text:
+            out.append("quotes a phrase the task does not have")
+    labels = {m.group(1).lower() for m in _LABEL_ID.finditer(hint)}
+    if any(not re.search(rf"(?<![\w-]){lab}(?![\w-])", text) for lab in labels):
+        out.append("names a question the task does not have")
+    if any(c.lower() not in text for c in _COLOUR.findall(hint)):
+        out.append("names a colour the task does not have")
+    return out
+
+
 def mapping_findings(hint: str, terms: TaskTerms, min_words: int = 3) -> list[dict[str, str]]:
     """Is this hint about this task? Findings of kind `off_task` (details never quote the hint)."""
     names = _hint_names(hint)
@@ -231,6 +259,8 @@ def mapping_findings(hint: str, terms: TaskTerms, min_words: int = 3) -> list[di
     if foreign:
         out.append({"kind": "off_task", "detail": f"names {len(foreign)} file(s) or path(s) the task does not have",
                     "evidence": ", ".join(foreign[:5])})
+    for detail in dict.fromkeys(variant_findings(hint, terms)):
+        out.append({"kind": "off_task", "detail": detail, "evidence": ""})
     if not shared_names and len(shared_words) < min_words:
         out.append({"kind": "off_task",
                     "detail": f"shares no file name or path and {len(shared_words)} distinctive word(s) with its task",

@@ -1,4 +1,4 @@
-"""Chat models: one interface (`ChatModel`), three backends, a response cache, a `vllm serve` runner.
+"""Chat models: one interface (`ChatModel`), four backends (openai, anthropic, transformers, vllm), a response cache, a `vllm serve` runner.
 
 Backends are imported lazily by `make_model`, so importing this package needs neither torch nor vllm.
 """

@@ -45,10 +45,15 @@ class VLLMChatModel(ChatModel):
         dtype: str = "auto",
         engine_seed: int = 0,
         engine_kwargs: dict[str, Any] | None = None,
+        lora: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(model_name, sampling)
+        """`lora`: a trained adapter to generate with, {path, rank, name} (termforge.evals.run sets it
+        when evaluating an ablation): vLLM applies it on the base weights, unmerged."""
+        super().__init__(model_name if not lora else f"{model_name}+{lora['name']}", sampling)
         if engine_kwargs is not None and not isinstance(engine_kwargs, dict):
             raise ConfigError(f"engine_kwargs: expected a mapping, got {engine_kwargs!r}")
+        if lora is not None and not (isinstance(lora, dict) and {"path", "rank", "name"} <= set(lora)):
+            raise ConfigError(f"lora: expected a mapping with path, rank and name, got {lora!r}")
         self._vllm = _import_vllm()
         self.dtype = dtype
         kwargs: dict[str, Any] = {
@@ -61,11 +66,21 @@ class VLLMChatModel(ChatModel):
         }
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
+        self._lora_request = None
+        if lora:
+            from vllm.lora.request import LoRARequest
+
+            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=int(lora["rank"]))
+            self._lora_request = LoRARequest(str(lora["name"]), 1, str(lora["path"]))
+        self.lora = dict(lora) if lora else None
         self.llm = self._vllm.LLM(**kwargs)
         self.counters = {"calls": 0, "sequences": 0, "prompt_tokens": 0, "completion_tokens": 0}
 
     def identity(self) -> dict[str, Any]:
-        return {**super().identity(), "dtype": self.dtype}
+        ident = {**super().identity(), "dtype": self.dtype}
+        if self.lora:
+            ident["adapter"] = self.lora["path"]
+        return ident
 
     def stats(self) -> dict[str, Any]:
         return dict(self.counters)
@@ -88,7 +103,8 @@ class VLLMChatModel(ChatModel):
         check_n(n)
         conversations = [check_messages(m) for m in conversations]
         outputs = self.llm.chat(
-            conversations, sampling_params=self._vllm_sampling(sampling, n), use_tqdm=False
+            conversations, sampling_params=self._vllm_sampling(sampling, n), use_tqdm=False,
+            **({"lora_request": self._lora_request} if self._lora_request is not None else {}),
         )
         results = []
         for request in outputs:

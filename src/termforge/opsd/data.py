@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from termforge.containment import contained
 from termforge.errors import ConfigError, TermforgeError
 from termforge.io import seed_from
 from termforge.opsd.config import OPSDConfig
@@ -172,7 +173,7 @@ def load_terminal_rows(cfg: OPSDConfig, demos: str | None = None, tasks_dir: str
         if not hint:
             without_hint += 1  # reward-only task: nothing privileged to distil from
             continue
-        instruction_path = Path(tasks_dir) / str(record["task_id"]) / "instruction.md"
+        instruction_path = contained(tasks_dir, record["task_id"], "instruction.md")  # ids checked by read()
         if not instruction_path.is_file():
             raise TermforgeError(f"task {record['task_id']}: listed in {demos} but {instruction_path} is missing")
         instruction = instruction_path.read_text()

@@ -30,6 +30,7 @@ __all__ = [
     "divergence_name",
     "generalized_jsd_token_loss",
     "sampled_token_loss",
+    "sampling_threshold",
     "token_logprobs",
     "trim_to_longest",
 ]
@@ -365,16 +366,63 @@ def sampled_token_loss(student_logprobs_of_sampled: torch.Tensor,
 
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, *,
-                   temperature: float = 1.0) -> torch.Tensor:
-    """log softmax(logits / temperature) at token_ids: [B, T, V] x [B, T] -> [B, T], in float32+."""
+                   temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Log-probabilities of token_ids under the sampling distribution: [B, T, V] x [B, T] -> [B, T],
+    in float32+.
+
+    With top_k 0 and top_p 1 (the defaults) that is log softmax(logits / temperature). With
+    truncation it is the distribution a sampler draws from after temperature, top-k, then top-p
+    (vLLM's `logprobs_mode="processed_logprobs"`, transformers' warpers, in the same order):
+    log softmax over the kept entries only, so an importance ratio against a sampler's processed
+    log-probs starts at 1. A token the truncation would drop (a boundary tie, or rounding between
+    two implementations) stays in the support of its own position, so its log-probability is
+    finite."""
     if logits.shape[:-1] != token_ids.shape:
         raise ValueError(f"token_ids shape {tuple(token_ids.shape)} must match the logits' leading "
                          f"dims {tuple(logits.shape[:-1])}")
     if not temperature > 0.0:
         raise ValueError(f"temperature must be > 0; got {temperature}")
+    if top_k < 0 or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_k must be >= 0 and top_p in (0, 1]; got {top_k}, {top_p}")
     scaled = logits.to(_compute_dtype(logits)) / temperature
     picked = scaled.gather(-1, token_ids.unsqueeze(-1).long()).squeeze(-1)
-    return picked - torch.logsumexp(scaled, dim=-1)
+    threshold = sampling_threshold(scaled, top_k, top_p)
+    if threshold is None:
+        return picked - torch.logsumexp(scaled, dim=-1)
+    threshold = threshold.unsqueeze(-1)
+    kept = torch.logsumexp(scaled.masked_fill(scaled < threshold, float("-inf")), dim=-1)
+    dropped = picked < threshold.squeeze(-1)
+    return picked - torch.logaddexp(kept, picked.masked_fill(~dropped, float("-inf")))
+
+
+@torch.no_grad()
+def sampling_threshold(scaled: torch.Tensor, top_k: int = 0, top_p: float = 1.0,
+                       chunk_rows: int = 256) -> torch.Tensor | None:
+    """The smallest kept value per row of temperature-scaled logits [..., V] after top-k then
+    top-p, or None when neither truncates. The kept set is every entry at or above it.
+
+    Top-p follows vLLM's `apply_top_k_top_p` (and transformers' TopPLogitsWarper): sort the
+    surviving entries ascending, drop those whose cumulative probability is <= 1 - top_p, always
+    keep the largest. After top-k only its k values can survive, so only they are sorted; top-p
+    alone sorts whole rows, `chunk_rows` at a time."""
+    vocab = scaled.shape[-1]
+    use_k = 0 < top_k < vocab
+    if not use_k and top_p >= 1.0:
+        return None
+    rows = scaled.reshape(-1, vocab)
+    out = torch.empty(rows.shape[0], dtype=scaled.dtype, device=scaled.device)
+    for start in range(0, rows.shape[0], chunk_rows):
+        chunk = rows[start: start + chunk_rows]
+        values = chunk.topk(top_k, dim=-1).values.flip(-1) if use_k else chunk.sort(dim=-1).values
+        if top_p < 1.0:
+            cumulative = values.softmax(dim=-1).cumsum(dim=-1)
+            drop = cumulative <= 1.0 - top_p
+            drop[:, -1] = False
+            first_kept = drop.sum(dim=-1, keepdim=True)  # dropped entries are a prefix of the ascending sort
+            out[start: start + chunk_rows] = values.gather(-1, first_kept).squeeze(-1)
+        else:
+            out[start: start + chunk_rows] = values[:, 0]
+    return out.reshape(scaled.shape[:-1])
 
 
 def trim_to_longest(input_ids: torch.Tensor, attention_mask: torch.Tensor,

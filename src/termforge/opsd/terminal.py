@@ -42,7 +42,7 @@ from termforge.errors import TermforgeError
 from termforge.harness import EpisodeDriver, HarnessConfig
 from termforge.io import seed_from
 from termforge.opsd.rollout import _encode, _render, prompt_token_ids
-from termforge.runtime.base import Limits
+from termforge.runtime.base import Limits, task_image
 
 __all__ = [
     "EpisodeSpec",
@@ -52,6 +52,7 @@ __all__ = [
     "TransformersEngine",
     "VLLMEngine",
     "continuation_text",
+    "episode_seed",
     "run_terminal_episodes",
 ]
 
@@ -61,7 +62,8 @@ _PLACEHOLDER = "TFPLACEHOLDERREPLY"
 @dataclass
 class Sample:
     """One sampled reply: exact token ids (through the stop token when one was sampled), the
-    sampling policy's log-probability of each (at the sampling temperature), and why it ended."""
+    sampling policy's log-probability of each (the distribution it was drawn from: temperature,
+    then top-k, then top-p, renormalised; vLLM's processed log-probs), and why it ended."""
 
     token_ids: list[int]
     logprobs: list[float]
@@ -69,15 +71,55 @@ class Sample:
 
 
 class RolloutEngine(Protocol):
-    """Generates the next reply of many conversations at once from their token ids."""
+    """Generates the next reply of many conversations at once from their token ids. `seeds` holds
+    one seed per conversation: a reply depends on its own prompt and seed only, never on which
+    other conversations share the call (so episodes can be spread over processes)."""
 
-    def generate(self, prompts: Sequence[list[int]], max_new_tokens: Sequence[int], seed: int) -> list[Sample]:
+    def generate(self, prompts: Sequence[list[int]], max_new_tokens: Sequence[int],
+                 seeds: Sequence[int]) -> list[Sample]:
         ...
+
+
+class _SeededSampler:
+    """A transformers logits processor that samples each row from its own generator.
+
+    generate() runs greedy; this processor applies transformers' own warpers (temperature, top-k,
+    top-p: the ones `do_sample=True` would apply, in its order), draws the token as vLLM does
+    (argmax of probs / q with q ~ Exp(1) from the row's generator, the exponential race, which
+    samples from probs), records its log-probability under the warped distribution, and hands
+    greedy a one-hot score. A row's draws come from its generator alone, so its reply does not
+    depend on the batch it was sampled in."""
+
+    def __init__(self, warpers: Any, seeds: Sequence[int], device: Any):
+        import torch
+
+        self.warpers = warpers
+        self.generators = []
+        for seed in seeds:
+            g = torch.Generator(device=device)
+            g.manual_seed(int(seed) % (2**63))
+            self.generators.append(g)
+        self.logprobs: list[Any] = []
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        warped = self.warpers(input_ids, scores.float())
+        logprobs = torch.log_softmax(warped, dim=-1)
+        q = torch.empty_like(logprobs)
+        for row, g in enumerate(self.generators):
+            q[row].exponential_(generator=g)
+        chosen = (logprobs.exp() / q).argmax(dim=-1)
+        self.logprobs.append(logprobs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1))
+        onehot = torch.full_like(scores, float("-inf"))
+        onehot.scatter_(-1, chosen.unsqueeze(-1), 0.0)
+        return onehot
 
 
 class TransformersEngine:
     """transformers `generate` over a left-padded batch (CPU or GPU), on the module `model_fn`
-    returns at call time (the trainer's current student, LoRA on)."""
+    returns at call time (the trainer's current student, LoRA on); each row sampled from its own
+    seed (_SeededSampler)."""
 
     def __init__(self, model_fn: Callable[[], Any], tokenizer: Any, *, temperature: float, top_p: float,
                  top_k: int, stop_ids: Sequence[int]):
@@ -88,38 +130,48 @@ class TransformersEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
         self.calls = 0
 
-    def generate(self, prompts: Sequence[list[int]], max_new_tokens: Sequence[int], seed: int) -> list[Sample]:
-        import torch
-        from transformers import GenerationConfig
+    def _warpers(self):
+        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+        warpers = LogitsProcessorList()
+        if self.temperature != 1.0:
+            warpers.append(TemperatureLogitsWarper(self.temperature))
+        if self.top_k:
+            warpers.append(TopKLogitsWarper(self.top_k))
+        if self.top_p < 1.0:
+            warpers.append(TopPLogitsWarper(self.top_p))
+        return warpers
+
+    def generate(self, prompts: Sequence[list[int]], max_new_tokens: Sequence[int],
+                 seeds: Sequence[int]) -> list[Sample]:
+        import torch
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        if len(seeds) != len(prompts):
+            raise TermforgeError(f"rollout engine: {len(prompts)} prompts but {len(seeds)} seeds")
         model = self.model_fn()
         device = next(model.parameters()).device
         cap = max(max_new_tokens)
-        config = GenerationConfig(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                                  max_new_tokens=cap, pad_token_id=self.pad_id, eos_token_id=self.stop_ids,
-                                  return_dict_in_generate=True, output_logits=True)
+        config = GenerationConfig(do_sample=False, max_new_tokens=cap, pad_token_id=self.pad_id,
+                                  eos_token_id=self.stop_ids, return_dict_in_generate=True)
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
         for i, p in enumerate(prompts):
             input_ids[i, width - len(p):] = torch.tensor(p)
             attention[i, width - len(p):] = 1
+        sampler = _SeededSampler(self._warpers(), seeds, device)
         was_training = model.training
         model.eval()
-        devices = [device.index or 0] if device.type == "cuda" else []
         try:
-            with torch.random.fork_rng(devices=devices), torch.inference_mode():
-                torch.manual_seed(seed % (2**63))
+            with torch.inference_mode():
                 out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                                     generation_config=config)
+                                     generation_config=config, logits_processor=LogitsProcessorList([sampler]))
         finally:
             model.train(was_training)
         self.calls += 1
         new = out.sequences[:, width:]
-        # Raw logits per step -> log-probs of the sampled tokens under the sampling temperature
-        # (the behaviour policy's log-probs, before top-k/top-p truncation, as vLLM reports them).
-        logits = torch.stack(out.logits, dim=1).float() / self.temperature
-        picked = torch.log_softmax(logits, dim=-1).gather(-1, new[:, : logits.shape[1]].unsqueeze(-1)).squeeze(-1)
+        picked = torch.stack(sampler.logprobs, dim=1).float().cpu()
         samples = []
         for row, limit in enumerate(max_new_tokens):
             ids = new[row].tolist()
@@ -137,12 +189,19 @@ class VLLMEngine:
     memory fraction (`gpu_memory_utilization`) and sleeps between rollout phases; the adapter
     being trained is saved each step and handed over as a `LoRARequest`, so rollouts always come
     from the current student. Written against vLLM's public API (LLM.generate with
-    TokensPrompt, SamplingParams(logprobs=0), LoRARequest, LLM.sleep/wake_up); vllm is not
-    installed on the CPU machines this project is tested on, so it is imported only here."""
+    TokensPrompt, SamplingParams(logprobs=0, seed=...), LoRARequest, LLM.sleep/wake_up); vllm is
+    not installed on the CPU machines this project is tested on, so it is imported only here.
+
+    The engine is built with `logprobs_mode="processed_logprobs"` (vLLM >= 0.10.2): the sampled
+    token's log-probability comes from the distribution it was drawn from (after temperature,
+    top-k and top-p), which is what the trainer recomputes (loss.token_logprobs with the same
+    knobs). vLLM's default, raw_logprobs, reports the softmax of the raw logits, whose ratio to
+    the trainer's is not 1 at any temperature but 1 (TMax's open-instruct asks for processed
+    log-probs for this reason)."""
 
     def __init__(self, base_model: str, *, temperature: float, top_p: float, top_k: int, stop_ids: Sequence[int],
                  lora_rank: int, gpu_memory_utilization: float = 0.35, max_model_len: int | None = None,
-                 enable_sleep_mode: bool = True, seed: int = 0):
+                 enable_sleep_mode: bool = True, seed: int = 0, external_launcher: bool = False):
         try:
             import vllm  # noqa: F401
         except ImportError as exc:
@@ -152,9 +211,13 @@ class VLLMEngine:
 
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.stop_ids = list(stop_ids)
+        # Under torchrun (one trainer process per GPU) each process runs its own engine on its own
+        # GPU: vLLM's "external_launcher" backend takes the launcher's process and device instead
+        # of spawning workers (as TRL's colocated mode does, tensor parallel size 1).
+        launcher = {"distributed_executor_backend": "external_launcher"} if external_launcher else {}
         self.llm = LLM(model=base_model, enable_lora=True, max_lora_rank=lora_rank, seed=seed,
                        gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                       enable_sleep_mode=enable_sleep_mode)
+                       enable_sleep_mode=enable_sleep_mode, logprobs_mode="processed_logprobs", **launcher)
         self.sleeping = False
         self.adapter_path: str | None = None
         self.adapter_version = 0
@@ -174,16 +237,18 @@ class VLLMEngine:
             self.llm.wake_up()
             self.sleeping = False
 
-    def generate(self, prompts: Sequence[list[int]], max_new_tokens: Sequence[int], seed: int) -> list[Sample]:
+    def generate(self, prompts: Sequence[list[int]], max_new_tokens: Sequence[int],
+                 seeds: Sequence[int]) -> list[Sample]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.lora.request import LoRARequest
 
         self.wake()
+        # A per-request seed gives each request its own generator in vLLM's sampler.
         params = [SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or -1,
                                  max_tokens=int(n), stop_token_ids=self.stop_ids, logprobs=0,
-                                 seed=seed_from("vllm-row", seed, i) % (2**31), detokenize=False)
-                  for i, n in enumerate(max_new_tokens)]
+                                 seed=int(s) % (2**31), detokenize=False)
+                  for n, s in zip(max_new_tokens, seeds)]
         lora = (LoRARequest(f"student-{self.adapter_version}", self.adapter_version, self.adapter_path)
                 if self.adapter_path else None)
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
@@ -192,7 +257,8 @@ class VLLMEngine:
         for out in outputs:
             c = out.outputs[0]
             ids = list(c.token_ids)
-            lps = [next(iter(d.values())).logprob if d else 0.0 for d in (c.logprobs or [{}] * len(ids))]
+            # logprobs=0 returns the sampled token's entry (vLLM adds it to the top-0 list).
+            lps = [d[t].logprob if d and t in d else 0.0 for t, d in zip(ids, c.logprobs or [{}] * len(ids))]
             samples.append(Sample(ids, [float(x) for x in lps],
                                   "stop" if c.finish_reason == "stop" else "length"))
         return samples
@@ -228,6 +294,12 @@ class EpisodeSpec:
     part: str  # "opsd" | "grpo" | "probe"
 
 
+def episode_seed(seed: int, spec: EpisodeSpec, attempt: int, turn: int) -> int:
+    """The sampling seed of one reply: the run's seed for this batch, the episode, which attempt
+    of it (an infra retry samples afresh) and which turn."""
+    return seed_from("terminal-generate", seed, spec.task_id, spec.rollout, spec.part, attempt, turn)
+
+
 @dataclass(eq=False)  # identity semantics: episodes are tracked in sets across retry rounds
 class TerminalEpisode:
     spec: EpisodeSpec
@@ -255,7 +327,7 @@ class TerminalEpisode:
                 "status": self.status, "reward": self.reward, "end_reason": self.end_reason, "turns": self.turns,
                 "format_errors": self.format_errors, "scored_tokens": self.num_scored, "tokens": len(self.ids),
                 "budget_cut_replies": self.budget_cut_replies, "infra_attempts": len(self.infra_attempts),
-                "verifier_reason": self.verifier.get("reason")}
+                "verifier_reason": self.verifier.get("reason"), "hacked": list(self.verifier.get("hacked") or [])}
 
 
 class _Live:
@@ -283,10 +355,13 @@ def _close(live: _Live) -> None:
 def run_terminal_episodes(engine: RolloutEngine, tokenizer: Any, specs: Sequence[EpisodeSpec], *,
                           tasks_dir: Path, images_dir: Path, runtime: Any, harness: HarnessConfig, limits: Limits,
                           seed: int, max_new_tokens: int, max_episode_tokens: int | None = None,
-                          thinking: bool | None = None, max_infra_retries: int = 2, workers: int = 4
+                          thinking: bool | None = None, max_infra_retries: int = 2, workers: int = 4,
+                          expected: dict[str, list[str]] | None = None
                           ) -> tuple[list[TerminalEpisode], dict[str, Any]]:
     """Run `specs` concurrently (one batched generate per turn); returns the episodes in the order
-    of `specs` and counters (generate calls, infra retries, budget-ended episodes, timings)."""
+    of `specs` and counters (generate calls, infra retries, budget-ended episodes, timings).
+    `expected` maps task ids to the test ids validation recorded (the corpus manifest's
+    `collected`): a grade that collects another set is a 0."""
     episodes = [TerminalEpisode(spec) for spec in specs]
     stats = {"generate_calls": 0, "infra_retries": 0, "generate_s": 0.0, "env_s": 0.0, "grade_s": 0.0}
     pending = list(range(len(episodes)))
@@ -299,7 +374,7 @@ def run_terminal_episodes(engine: RolloutEngine, tokenizer: Any, specs: Sequence
             failed = _run_round(engine, tokenizer, [episodes[i] for i in pending], attempt, pool, stats,
                                 tasks_dir=Path(tasks_dir), images_dir=Path(images_dir), runtime=runtime,
                                 harness=harness, limits=limits, seed=seed, max_new_tokens=max_new_tokens,
-                                max_episode_tokens=max_episode_tokens, thinking=thinking)
+                                max_episode_tokens=max_episode_tokens, thinking=thinking, expected=expected or {})
             pending = [i for i in pending if episodes[i] in failed]
     for i in pending:
         episodes[i].status, episodes[i].reward = "infra_failed", None
@@ -313,8 +388,8 @@ def _infra(episode: TerminalEpisode, attempt: int, exc: BaseException) -> None:
 
 
 def _run_round(engine, tokenizer, episodes: list[TerminalEpisode], attempt: int, pool, stats, *, tasks_dir,
-               images_dir, runtime, harness, limits, seed, max_new_tokens, max_episode_tokens, thinking
-               ) -> set:
+               images_dir, runtime, harness, limits, seed, max_new_tokens, max_episode_tokens, thinking,
+               expected: dict[str, list[str]]) -> set:
     failed: set = set()
     stop_ids = list(getattr(engine, "stop_ids", []) or [tokenizer.eos_token_id])
 
@@ -323,8 +398,7 @@ def _run_round(engine, tokenizer, episodes: list[TerminalEpisode], attempt: int,
         try:
             task_dir = tasks_dir / ep.spec.task_id
             instruction = (task_dir / "instruction.md").read_text()
-            image = runtime.load(images_dir, ep.spec.task_id) if hasattr(runtime, "load") else \
-                runtime.build(task_dir, images_dir).image
+            image = task_image(runtime, images_dir, task_dir)
             session = runtime.start(image, limits)
             shell = session.open_shell()
             driver = EpisodeDriver(shell, instruction, harness)
@@ -345,7 +419,6 @@ def _run_round(engine, tokenizer, episodes: list[TerminalEpisode], attempt: int,
         else:
             live.append(lv)
     finished: list[_Live] = []
-    turn = 0
     while live:
         ready = []
         for lv in live:
@@ -364,12 +437,14 @@ def _run_round(engine, tokenizer, episodes: list[TerminalEpisode], attempt: int,
         if not ready:
             break
         t0 = time.perf_counter()
+        # Each reply's seed names its episode, attempt and turn: the same episode samples the
+        # same reply whichever other episodes (or processes) share the call.
         samples = engine.generate([lv.ids for lv, _ in ready], [room for _, room in ready],
-                                  seed_from("terminal-generate", seed, attempt, turn))
+                                  [episode_seed(seed, lv.episode.spec, attempt, len(lv.driver.turns))
+                                   for lv, _ in ready])
         gen_s = time.perf_counter() - t0
         stats["generate_s"] += gen_s
         stats["generate_calls"] += 1
-        turn += 1
 
         def act(item) -> tuple[_Live, str | None, BaseException | None]:
             (lv, _), sample = item
@@ -412,15 +487,20 @@ def _run_round(engine, tokenizer, episodes: list[TerminalEpisode], attempt: int,
 
         try:
             lv.shell.close()  # the agent's processes end with its shell, before grading (as solve)
-            verdict = run_verifier(lv.session, tasks_dir / lv.episode.spec.task_id, timeout=limits.wall_sec)
+            task_id = lv.episode.spec.task_id
+            verdict = run_verifier(lv.session, tasks_dir / task_id, timeout=limits.wall_sec,
+                                   expected=expected.get(task_id))
         except Exception as exc:  # noqa: BLE001
             _close(lv)
             return lv, exc
         lv.session.stop()
         ep = lv.episode
-        ep.status, ep.reward = "graded", verdict.reward
+        # A grade with integrity findings is a 0 whatever the tests said (as a hacked rollout is a
+        # failure in pass@k): the policy must never be rewarded for a forge that half worked.
+        ep.status, ep.reward = "graded", 0.0 if verdict.findings else verdict.reward
         ep.verifier = {"reason": verdict.reason, "tests_ran": verdict.tests_ran, "passed": verdict.passed,
-                       "collected": verdict.collected}
+                       "collected": verdict.collected, "graded_by": verdict.graded_by,
+                       "limit_hit": verdict.limit_hit, "hacked": list(verdict.findings)}
         return lv, None
 
     t0 = time.perf_counter()

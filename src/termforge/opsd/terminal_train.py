@@ -15,6 +15,15 @@ A step:
      gradient loss normalised over the GRPO part), accumulated over micro-batches;
   5. gradient clip, AdamW, schedule, EMA teacher, as the math trainer.
 
+On N processes (torchrun, one per GPU, on one node or several): every process derives the same
+step specs, runs its share (specs[rank::N]; each reply's seed names its episode, so an episode
+samples the same tokens wherever it runs), and the episodes' outcomes are gathered so that every
+process forms the same groups, drops the same zero-variance groups, runs the same refill rounds
+and computes the same advantages. Each process then backpropagates its own trajectories with the
+loss normalised by the whole step's token counts, outside DDP (processes may hold different
+numbers of micro-batches, or none), and the gradients are summed over processes before the
+clip and the optimizer step: the update one process would make with every episode.
+
 The RL pool comes from the solve stage's pass rates: tasks solved sometimes but not always by
 default (TMax: a task always or never solved gives a group with no signal). When the band is
 empty (the embedded weak model solves nothing), `rl_pool_fallback: all` uses every kept task and
@@ -25,25 +34,45 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from termforge.containment import contained
 from termforge.errors import ConfigError, TermforgeError
-from termforge.io import atomic_write_json, read_json, seed_from
+from termforge.io import atomic_write_json, seed_from
 from termforge.opsd.config import OPSDConfig
 from termforge.opsd.data import PromptRow, step_row_indices, teacher_messages
 from termforge.opsd.loss import divergence_name
 from termforge.opsd.rollout import Trajectory, collate, prompt_token_ids, stop_token_ids
 
-__all__ = ["TerminalRun", "calibrated_pool", "load_terminal_tasks"]
+__all__ = ["Outcome", "TerminalRun", "calibrated_pool", "load_terminal_tasks"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What every process needs of an episode that may have run in another one: its spec and its
+    result, without its tokens (small, picklable, gathered after each batch of episodes)."""
+
+    spec: Any  # terminal.EpisodeSpec
+    status: str
+    reward: float | None
+    end_reason: str
+    turns: int
+    num_scored: int
+    budget_cut_replies: int
+    summary: dict
+
+    @classmethod
+    def of(cls, episode: Any) -> "Outcome":
+        return cls(episode.spec, episode.status, episode.reward, episode.end_reason, episode.turns,
+                   episode.num_scored, episode.budget_cut_replies, episode.summary())
 
 
 def load_terminal_tasks(cfg: OPSDConfig, where: str = "train") -> list[PromptRow]:
     """Every kept task (cfg.corpus's `kept` list, else the tasks of demos.parquet), with its hint
     from demos.parquet when it has one (the hints stage lists hinted tasks only; the others are
     GRPO-only): PromptRows whose privileged context may be empty."""
-    import pyarrow.parquet as pq
-
     from termforge.harness import initial_messages
 
     if not cfg.demos:
@@ -52,20 +81,19 @@ def load_terminal_tasks(cfg: OPSDConfig, where: str = "train") -> list[PromptRow
         raise ConfigError(f"{where}.tasks_dir: data_kind terminal needs the folder of task directories")
     if not Path(cfg.demos).is_file():
         raise ConfigError(f"{where}.demos: {cfg.demos} does not exist")
-    table = pq.read_table(cfg.demos)
-    for column in ("task_id", "demo"):
-        if column not in table.column_names:
-            raise ConfigError(f"{where}.demos: {cfg.demos} has no column {column!r}")
-    hints = {str(r["task_id"]): (r.get("demo") or "").strip() for r in table.to_pylist()}
+    from termforge.schemas import read  # shapes to the leaves; task ids are safe path components
+
+    table = read("demos", cfg.demos)
+    hints = {r["task_id"]: (r.get("demo") or "").strip() for r in table.to_pylist()}
     if cfg.corpus:
         if not Path(cfg.corpus).is_file():
             raise ConfigError(f"{where}.corpus: {cfg.corpus} does not exist")
-        task_ids = [str(t) for t in read_json(cfg.corpus).get("kept", [])]
+        task_ids = list(read("corpus_manifest", cfg.corpus, check_refs=False)["kept"])
     else:
         task_ids = list(hints)
     rows = []
     for task_id in task_ids:
-        path = Path(cfg.tasks_dir) / task_id / "instruction.md"
+        path = contained(cfg.tasks_dir, task_id, "instruction.md")
         if not path.is_file():
             raise TermforgeError(f"task {task_id}: listed as kept but {path} is missing")
         rows.append(PromptRow(id=task_id, prompt_messages=tuple(initial_messages(path.read_text())),
@@ -88,7 +116,9 @@ def calibrated_pool(task_ids: Sequence[str], passk_path: str | None, low: float,
     if passk_path:
         if not Path(passk_path).is_file():
             raise ConfigError(f"train.passk: {passk_path} does not exist")
-        per_task = {e["task_id"]: e for e in read_json(passk_path).get("per_task", [])}
+        from termforge.schemas import read
+
+        per_task = {e["task_id"]: e for e in read("passk", passk_path)["per_task"]}
     bands = {t: difficulty_band(per_task[t]["n"], per_task[t]["c"]) if t in per_task else "not_solved_yet"
              for t in task_ids}
     pool = [t for t in task_ids if t in per_task and per_task[t]["n"]
@@ -140,6 +170,10 @@ class TerminalRun:
                                      task_timeout_sec=cfg.episode_task_timeout_sec)
         self.limits = Limits(wall_sec=cfg.sandbox_wall_sec, cpu_sec=cfg.sandbox_cpu_sec,
                              memory_mb=cfg.sandbox_memory_mb)
+        # The test ids validation recorded per kept task: every episode's grade must collect them.
+        from termforge.schemas import read
+
+        self.collected: dict[str, list[str]] = dict(read("corpus_manifest", cfg.corpus).get("collected") or {}) if cfg.corpus else {}
         self._engine = None
 
     # -- episodes ---------------------------------------------------------------------------
@@ -152,7 +186,7 @@ class TerminalRun:
                 self._engine = VLLMEngine(self.cfg.model, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
                                           top_k=self.cfg.top_k, stop_ids=stops, lora_rank=self.cfg.lora_r,
                                           gpu_memory_utilization=self.cfg.vllm_gpu_memory_utilization,
-                                          seed=self.cfg.seed)
+                                          seed=self.cfg.seed, external_launcher=trainer.num_processes > 1)
             else:
                 from termforge.opsd.terminal import TransformersEngine
 
@@ -160,21 +194,33 @@ class TerminalRun:
                                                   temperature=self.cfg.temperature, top_p=self.cfg.top_p,
                                                   top_k=self.cfg.top_k, stop_ids=stops)
         if self.cfg.rollout_engine == "vllm":
-            adapter = self.out_dir / "vllm-adapter"
-            trainer.unwrapped.save_pretrained(adapter)  # the current student, handed over as a LoRARequest
+            # The current student, handed over as a LoRARequest (each process its own copy).
+            adapter = self.out_dir / ("vllm-adapter" if trainer.num_processes == 1
+                                      else f"vllm-adapter-rank{trainer.process_index}")
+            trainer.unwrapped.save_pretrained(adapter)
             self._engine.set_adapter(str(adapter))
         return self._engine
 
     def run_episodes(self, trainer: Any, specs, seed: int, max_new_tokens: int | None = None):
+        """Run this process's share of `specs` (all of them on one process): (local episodes,
+        outcomes of every episode in the order of `specs`, counters summed over processes)."""
         from termforge.opsd.terminal import run_terminal_episodes
 
         cfg = self.cfg
-        return run_terminal_episodes(
-            self.engine(trainer), trainer.tokenizer, specs, tasks_dir=Path(cfg.tasks_dir),
+        world, rank = trainer.num_processes, trainer.process_index
+        local, stats = run_terminal_episodes(
+            self.engine(trainer), trainer.tokenizer, list(specs)[rank::world], tasks_dir=Path(cfg.tasks_dir),
             images_dir=Path(cfg.images_dir), runtime=self.runtime, harness=self.harness, limits=self.limits,
             seed=seed, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
             max_episode_tokens=cfg.max_episode_tokens, thinking=cfg.student_thinking,
-            max_infra_retries=cfg.max_infra_retries, workers=cfg.episode_workers)
+            max_infra_retries=cfg.max_infra_retries, workers=cfg.episode_workers, expected=self.collected)
+        if world == 1:
+            return local, [Outcome.of(e) for e in local], stats
+        shares = trainer.gather_objects([Outcome.of(e) for e in local])
+        outcomes = [shares[i % world][i // world] for i in range(len(specs))]  # back in the order of specs
+        keys = sorted(k for k, v in stats.items() if isinstance(v, (int, float)))
+        stats = dict(zip(keys, trainer.global_sums([stats[k] for k in keys])))
+        return local, outcomes, stats
 
     def opsd_trajectory(self, trainer: Any, episode) -> Trajectory:
         """The episode's exact token stream for the student; for the teacher the same stream after
@@ -194,10 +240,14 @@ class TerminalRun:
 
         for row in probe_rows:
             self.rows.setdefault(row.id, row)
-        episodes, _ = self.run_episodes(trainer, [EpisodeSpec(r.id, 0, "probe") for r in probe_rows],
-                                        seed_from("opsd-probe-sample", self.cfg.seed),
-                                        max_new_tokens=self.cfg.probe_max_new_tokens)
-        return [self.opsd_trajectory(trainer, e) for e in episodes if e.status == "graded" and e.num_scored]
+        specs = [EpisodeSpec(r.id, 0, "probe") for r in probe_rows]
+        episodes, _, _ = self.run_episodes(trainer, specs, seed_from("opsd-probe-sample", self.cfg.seed),
+                                           max_new_tokens=self.cfg.probe_max_new_tokens)
+        local = {(e.spec.task_id, e.spec.rollout): self.opsd_trajectory(trainer, e).to_dict()
+                 for e in episodes if e.status == "graded" and e.num_scored}
+        found = {k: v for share in trainer.gather_objects(list(local.items())) for k, v in share}
+        return [Trajectory.from_dict(found[(s.task_id, s.rollout)]) for s in specs
+                if (s.task_id, s.rollout) in found]
 
     # -- one step ---------------------------------------------------------------------------
     def step_specs(self, step: int):
@@ -218,22 +268,20 @@ class TerminalRun:
         import torch
 
         from termforge.opsd.rl import filter_zero_variance_groups, group_advantages
+        from termforge.opsd.terminal import EpisodeSpec
 
         cfg = self.cfg
-        if trainer.num_processes != 1:
-            raise ConfigError("train.data_kind: terminal episodes train on one process (no accelerate launch yet)")
         if trainer.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(trainer.device)
         started = time.perf_counter()
         specs = self.step_specs(step)
-        episodes, estats = self.run_episodes(trainer, specs, seed_from("terminal-step", cfg.seed, step))
-        group_rewards = self._groups(episodes)
+        episodes, outcomes, estats = self.run_episodes(trainer, specs, seed_from("terminal-step", cfg.seed, step))
+        group_rewards = self._groups(outcomes)
         filt = filter_zero_variance_groups(group_rewards)
         rounds_used = 0
         totals = Counter({k: v for k, v in filt.counts.items()})
         kept_groups = list(filt.kept)
-        from termforge.opsd.terminal import EpisodeSpec
-
+        # Every process sees every outcome, so all take the same refill decisions.
         while (cfg.objective in ("grpo", "mixed") and self.pool and len(kept_groups) < cfg.prompts_per_step
                and rounds_used < cfg.active_sampling_rounds):
             rounds_used += 1
@@ -243,41 +291,47 @@ class TerminalRun:
                      for slot, i in enumerate(step_row_indices(len(self.pool), step, need,
                                                                seed_from("grpo-refill", cfg.seed, rounds_used)))
                      for g in range(cfg.group_size)]
-            more, more_stats = self.run_episodes(trainer, extra, seed_from("terminal-refill", cfg.seed, step,
-                                                                           rounds_used))
+            more, more_outcomes, more_stats = self.run_episodes(
+                trainer, extra, seed_from("terminal-refill", cfg.seed, step, rounds_used))
             for key in ("generate_calls", "infra_retries", "infra_failed", "generate_s", "env_s", "grade_s"):
                 estats[key] = estats.get(key, 0) + more_stats.get(key, 0)
             episodes += more
-            new_groups = self._groups(more)
+            outcomes += more_outcomes
+            new_groups = self._groups(more_outcomes)
             refill = filter_zero_variance_groups(new_groups)
             totals.update(refill.counts)
             kept_groups += refill.kept[: need]
             group_rewards.update(new_groups)
         rollout_s = time.perf_counter() - started
 
-        # -- trajectories of each part ------------------------------------------------------
+        # -- advantages from the whole groups, trajectories of this process's episodes ------
+        members = defaultdict(list)
+        for o in outcomes:
+            if o.spec.part == "grpo" and o.status == "graded":
+                members[self._group_key(o)].append(o)
+        advantage = {}
+        for key in kept_groups:
+            for o, adv in zip(members[key], group_advantages([o.reward for o in members[key]], cfg.advantage)):
+                advantage[(o.spec.task_id, o.spec.rollout)] = adv
         opsd_trajs = [self.opsd_trajectory(trainer, e) for e in episodes
                       if e.spec.part == "opsd" and e.status == "graded" and e.num_scored]
         grpo_trajs = []
-        by_group = defaultdict(list)
         for e in episodes:
-            if e.spec.part == "grpo" and e.status == "graded":
-                by_group[self._group_key(e)].append(e)
-        for key in kept_groups:
-            members = by_group[key]
-            advantages = group_advantages([e.reward for e in members], cfg.advantage)
-            for e, adv in zip(members, advantages):
-                if not e.num_scored:
-                    continue
-                grpo_trajs.append(Trajectory(e.spec.task_id, list(e.ids), list(e.mask), list(e.ids), list(e.mask),
-                                             finish_reason=e.end_reason,
-                                             meta={"advantage": adv, "reward": e.reward,
-                                                   "old_logprobs": [lp for lp, m in zip(e.logprobs, e.mask) if m]}))
+            adv = advantage.get((e.spec.task_id, e.spec.rollout)) if e.spec.part == "grpo" else None
+            if adv is None or e.status != "graded" or not e.num_scored:
+                continue
+            grpo_trajs.append(Trajectory(e.spec.task_id, list(e.ids), list(e.mask), list(e.ids), list(e.mask),
+                                         finish_reason=e.end_reason,
+                                         meta={"advantage": adv, "reward": e.reward,
+                                               "old_logprobs": [lp for lp, m in zip(e.logprobs, e.mask) if m]}))
 
         # -- loss and update ---------------------------------------------------------------
         trainer.model.train()
-        opsd = self._opsd_part(trainer, opsd_trajs)
-        grpo = self._grpo_part(trainer, grpo_trajs)
+        sizes = trainer.global_sums([sum(t.num_scored for t in opsd_trajs), len(opsd_trajs),
+                                     sum(t.num_scored for t in grpo_trajs), len(grpo_trajs)])
+        opsd = self._opsd_part(trainer, opsd_trajs, tokens=int(sizes[0]), sequences=int(sizes[1]))
+        grpo = self._grpo_part(trainer, grpo_trajs, tokens=int(sizes[2]), sequences=int(sizes[3]))
+        trainer.all_reduce_gradients()
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
         params = [p for _, p in trainer.trainable]
         has_grad = any(p.grad is not None for p in params)
@@ -288,10 +342,11 @@ class TerminalRun:
         trainer.optimizer.zero_grad(set_to_none=True)
         trainer.update_teacher()
         step_s = time.perf_counter() - started
-        record = self._record(step, episodes, estats, totals, rounds_used, opsd, grpo, grad_norm, lr,
+        record = self._record(step, outcomes, estats, totals, rounds_used, opsd, grpo, grad_norm, lr,
                               rollout_s, step_s, trainer)
-        atomic_write_json(self.out_dir / "episodes" / f"step-{step + 1:06d}.json",
-                          [e.summary() for e in episodes])
+        if trainer.accelerator.is_main_process:
+            atomic_write_json(self.out_dir / "episodes" / f"step-{step + 1:06d}.json",
+                              [o.summary for o in outcomes])
         return record
 
     def _group_key(self, episode) -> str:
@@ -299,47 +354,53 @@ class TerminalRun:
         # twice in a step makes two groups.
         return f"{episode.spec.task_id}#{episode.spec.rollout // self.cfg.group_size}"
 
-    def _groups(self, episodes) -> dict[str, list[float]]:
+    def _groups(self, outcomes) -> dict[str, list[float]]:
         groups: dict[str, list[float]] = defaultdict(list)
-        for e in episodes:
-            if e.spec.part == "grpo" and e.status == "graded":
-                groups[self._group_key(e)].append(e.reward)
+        for o in outcomes:
+            if o.spec.part == "grpo" and o.status == "graded":
+                groups[self._group_key(o)].append(o.reward)
         return dict(groups)
 
     def _micro_batches(self, trajectories):
         size = self.cfg.micro_batch_size
         return [trajectories[i: i + size] for i in range(0, len(trajectories), size)]
 
-    def _opsd_part(self, trainer: Any, trajectories: list[Trajectory]) -> dict[str, Any]:
+    def _opsd_part(self, trainer: Any, trajectories: list[Trajectory], tokens: int, sequences: int
+                   ) -> dict[str, Any]:
+        """Backward of this process's OPSD trajectories, normalised by the part's `tokens` over
+        all processes; returns the part's stats over all processes (collective)."""
         cfg = self.cfg
-        tokens = sum(t.num_scored for t in trajectories)
-        out = {"sequences": len(trajectories), "tokens": tokens, "loss": 0.0, "kl_mean": 0.0, "clipped_fraction": 0.0}
+        out = {"sequences": sequences, "tokens": tokens, "loss": 0.0, "kl_mean": 0.0, "clipped_fraction": 0.0}
         if not tokens:
             return out
         scale = cfg.opsd_weight / tokens if cfg.objective == "mixed" else 1.0 / tokens
-        loss_total = kl_total = clipped_total = 0.0
-        vocab = 1
+        loss_total = kl_total = clipped_terms = 0.0
+        vocab = 0
         for micro in self._micro_batches(trajectories):
             student_side, teacher_side = collate(micro, trainer.pad_id, trainer.device)
-            loss_sum, stats, micro_vocab = trainer.micro_batch_loss(student_side, teacher_side)
+            loss_sum, stats, micro_vocab = trainer.micro_batch_loss(student_side, teacher_side, synced=False)
             vocab = micro_vocab or vocab
             trainer.accelerator.backward(loss_sum * scale)
             loss_total += float(loss_sum.detach())
             kl_total += stats.kl_mean * stats.num_tokens
-            clipped_total += stats.clipped_fraction * stats.num_tokens * vocab
-        out.update(loss=loss_total / tokens, kl_mean=kl_total / tokens,
-                   clipped_fraction=clipped_total / (tokens * vocab))
+            clipped_terms += stats.clipped_fraction * stats.num_tokens * (micro_vocab or 1)
+        loss_total, kl_total, clipped_terms, vocab_sum, with_vocab = trainer.global_sums(
+            [loss_total, kl_total, clipped_terms, vocab, 1.0 if vocab else 0.0])
+        vocab = vocab_sum / with_vocab if with_vocab else 1.0
+        out.update(loss=loss_total / tokens, kl_mean=kl_total / tokens, clipped_fraction=clipped_terms / (tokens * vocab))
         return out
 
-    def _grpo_part(self, trainer: Any, trajectories: list[Trajectory]) -> dict[str, Any]:
+    def _grpo_part(self, trainer: Any, trajectories: list[Trajectory], tokens: int, sequences: int
+                   ) -> dict[str, Any]:
+        """Backward of this process's GRPO trajectories with per-token weights over the whole
+        part (`tokens`, `sequences` over all processes); the part's stats (collective)."""
         import torch
 
         from termforge.opsd.loss import token_logprobs
         from termforge.opsd.rl import pg_token_weights, policy_gradient_loss
 
         cfg = self.cfg
-        tokens = sum(t.num_scored for t in trajectories)
-        out = {"sequences": len(trajectories), "tokens": tokens, "loss": 0.0, "pg_clipped_fraction": 0.0,
+        out = {"sequences": sequences, "tokens": tokens, "loss": 0.0, "pg_clipped_fraction": 0.0,
                "ratio_mean": 1.0, "kl_ref_mean": 0.0}
         if not tokens:
             return out
@@ -357,13 +418,14 @@ class TerminalRun:
             if cfg.kl_coef:
                 with torch.inference_mode():
                     ref = token_logprobs(trainer.teacher_logits(side), side.target_ids,
-                                         temperature=cfg.temperature).clone()
-            logits = trainer.student_logits(side)
-            # The policy's log-probs at the sampling temperature: the ratio's numerator matches the
-            # sampling log-probs' denominator.
-            new = token_logprobs(logits, side.target_ids, temperature=cfg.temperature)
-            weights = pg_token_weights(side.token_mask, cfg.pg_reduction, num_sequences=len(trajectories),
-                                       num_tokens=tokens)
+                                         temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p).clone()
+            logits = trainer.student_logits(side, synced=False)
+            # The policy's log-probs under the distribution the engine sampled from (temperature,
+            # top-k, top-p, renormalised), as the engines report theirs (processed log-probs): the
+            # ratio starts at 1 at any temperature.
+            new = token_logprobs(logits, side.target_ids, temperature=cfg.temperature, top_k=cfg.top_k,
+                                 top_p=cfg.top_p)
+            weights = pg_token_weights(side.token_mask, cfg.pg_reduction, num_sequences=sequences, num_tokens=tokens)
             loss, stats = policy_gradient_loss(new, old, adv, side.token_mask, weights.to(new.dtype),
                                                loss=cfg.rl_loss, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                                                dppo_threshold=cfg.dppo_threshold, ref_logprobs=ref,
@@ -374,12 +436,14 @@ class TerminalRun:
             clipped += stats.clipped_fraction * stats.num_tokens
             ratio += stats.ratio_mean * stats.num_tokens
             kl_ref += stats.kl_ref_mean * stats.num_tokens
+        loss_total, clipped, ratio, kl_ref = trainer.global_sums([loss_total, clipped, ratio, kl_ref])
         out.update(loss=loss_total, pg_clipped_fraction=clipped / tokens, ratio_mean=ratio / tokens,
                    kl_ref_mean=kl_ref / tokens)
         return out
 
     def _record(self, step, episodes, estats, totals, rounds_used, opsd, grpo, grad_norm, lr, rollout_s, step_s,
                 trainer) -> dict[str, Any]:
+        """The step's metrics from every episode's outcome (all processes')."""
         cfg = self.cfg
         graded = [e for e in episodes if e.status == "graded"]
 
@@ -395,6 +459,7 @@ class TerminalRun:
         record: dict[str, Any] = {
             "step": step + 1,
             "objective": cfg.objective,
+            "processes": trainer.num_processes,
             "loss": weight_opsd * opsd["loss"] + weight_rl * grpo["loss"],
             # The OPSD part's divergence, named after what it is (as the math trainer names it).
             "divergence": divergence,
@@ -418,6 +483,8 @@ class TerminalRun:
             "episodes": len(episodes),
             "episodes_graded": len(graded),
             "episodes_infra_failed": sum(e.status == "infra_failed" for e in episodes),
+            # Graded 0 whatever the tests said: the grade carried integrity findings.
+            "episodes_hacked": sum(bool(e.summary.get("hacked")) for e in graded),
             "infra_retries": estats.get("infra_retries", 0),
             "episodes_token_budget": sum(e.end_reason == "token_budget" for e in graded),
             "replies_cut_by_budget": sum(e.budget_cut_replies for e in graded),

@@ -252,11 +252,13 @@ class OPSDTrainer:
         with self.teacher_view() as teacher, torch.inference_mode():
             return self._forward_logits(teacher, side)
 
-    def student_logits(self, side: SideBatch, grad: bool = True) -> Any:
-        """Student logits [B, slots, V]; with grad=False in eval mode (for the probe)."""
+    def student_logits(self, side: SideBatch, grad: bool = True, synced: bool = True) -> Any:
+        """Student logits [B, slots, V]; with grad=False in eval mode (for the probe). With
+        synced=False the forward bypasses DDP: its gradients stay in this process until
+        all_reduce_gradients() (for steps whose processes run different numbers of forwards)."""
         torch = _torch()
         if grad:
-            return self._forward_logits(self.model, side)
+            return self._forward_logits(self.model if synced else self.unwrapped, side)
         was_training = self.unwrapped.training
         self.unwrapped.eval()
         try:
@@ -269,6 +271,66 @@ class OPSDTrainer:
     def rollouts(self, rows: Sequence[PromptRow], step: int) -> list[Trajectory]:
         seed = seed_from("opsd-rollout", self.cfg.seed, step, self.accelerator.process_index)
         return sample_rollouts(self.generation_model(), self.tokenizer, rows, self.cfg, seed)
+
+    # -- collectives (every process must call them, in the same order) -----------------------
+    @property
+    def process_index(self) -> int:
+        return self.accelerator.process_index
+
+    def gather_objects(self, items: Sequence[Any]) -> list[list[Any]]:
+        """Every process's `items` (picklable), in process order."""
+        if self.num_processes == 1:
+            return [list(items)]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.num_processes
+        dist.all_gather_object(out, list(items))
+        return out
+
+    def global_sums(self, values: Sequence[float]) -> list[float]:
+        """Element-wise sums over processes, in float64."""
+        if self.num_processes == 1:
+            return [float(v) for v in values]
+        torch = _torch()
+        tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
+        return [float(v) for v in self.accelerator.reduce(tensor, reduction="sum")]
+
+    def all_reduce_gradients(self) -> None:
+        """Sum the trainable parameters' gradients over processes, for a step whose forwards
+        bypassed DDP (student_logits(synced=False)) so that processes could run different numbers
+        of micro-batches, none included. A parameter that has a gradient in no process keeps
+        none (the optimizer then leaves it alone, as one process would)."""
+        if self.num_processes == 1:
+            return
+        import torch.distributed as dist
+
+        torch = _torch()
+        params = [p for _, p in self.trainable]
+        has = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=self.device)
+        dist.all_reduce(has)
+        params = [p for p, present in zip(params, has.tolist()) if present]
+
+        def reduce(bucket: list[Any]) -> None:
+            flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float()
+                              for p in bucket])
+            dist.all_reduce(flat)
+            offset = 0
+            for p in bucket:
+                p.grad = flat[offset: offset + p.numel()].view_as(p).to(p.dtype).clone()
+                offset += p.numel()
+
+        bucket, size = [], 0
+        for p in params:  # buckets of ~64M values bound the float32 copy for full fine-tuning
+            bucket.append(p)
+            size += p.numel()
+            if size >= 2**26:
+                reduce(bucket)
+                bucket, size = [], 0
+        if bucket:
+            reduce(bucket)
+        for (_, p), present in zip(self.trainable, has.tolist()):
+            if not present:
+                p.grad = None
 
     def _global_sum(self, value: float) -> float:
         if self.num_processes == 1:
@@ -284,17 +346,18 @@ class OPSDTrainer:
         tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
         return float(self.accelerator.gather(tensor).max())
 
-    def micro_batch_loss(self, student_side, teacher_side):
+    def micro_batch_loss(self, student_side, teacher_side, synced: bool = True):
         """The summed OPSD loss of one micro-batch (full-vocabulary divergence with the per-entry
         clip, or the sampled-token variant), its stats, and the vocabulary size (None for the
-        sampled-token loss). The teacher's scores carry no gradient."""
+        sampled-token loss). The teacher's scores carry no gradient. `synced` as in
+        student_logits."""
         torch = _torch()
         from termforge.opsd.loss import generalized_jsd_token_loss, sampled_token_loss, token_logprobs
 
         cfg = self.cfg
         if cfg.loss_type == "full_vocab":
             t_logits = self.teacher_logits(teacher_side)
-            s_logits = self.student_logits(student_side)
+            s_logits = self.student_logits(student_side, synced=synced)
             loss_sum, stats = generalized_jsd_token_loss(
                 s_logits, t_logits, student_side.token_mask, beta=cfg.beta, temperature=self.temperature,
                 token_clip=cfg.token_clip, chunk_size=cfg.loss_chunk_size, reduction="sum")
@@ -302,7 +365,7 @@ class OPSDTrainer:
         with torch.inference_mode():
             t_lp = token_logprobs(self.teacher_logits(teacher_side), teacher_side.target_ids,
                                   temperature=self.temperature)
-        s_logits = self.student_logits(student_side)
+        s_logits = self.student_logits(student_side, synced=synced)
         s_lp = token_logprobs(s_logits, student_side.target_ids, temperature=self.temperature)
         loss_sum, stats = sampled_token_loss(s_lp, t_lp.clone(), student_side.token_mask, reduction="sum")
         return loss_sum, stats, None

@@ -38,6 +38,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from termforge.containment import read_regular
 from termforge.errors import ConfigError, TermforgeError
 from termforge.io import atomic_write_chunks, read_json
 
@@ -564,7 +565,9 @@ def load_harbor_references(directory: str | Path, source: str | None = None) -> 
         if any(part.startswith(".") for part in rel.parts):
             continue
         task_name = rel.as_posix() if rel.parts else root.name
-        refs.append(RefDoc(f"{source}/{task_name}", source, path.read_text(encoding="utf-8", errors="replace")))
+        # A third-party dataset: an instruction.md linking out of it is refused (containment).
+        text = read_regular(path, root).decode("utf-8", errors="replace")
+        refs.append(RefDoc(f"{source}/{task_name}", source, text))
     if not refs:
         raise TermforgeError(f"no */instruction.md found under reference task directory {root}")
     return refs
@@ -912,8 +915,9 @@ def read_task_documents(path: str | Path, tasks_dir: str | Path, ids: Sequence[s
             or header.get("tasks_dir") != base or header.get("ids") != list(ids)):
         return {}
     lengths = header.get("lengths")
-    if not isinstance(lengths, list) or len(lengths) != len(ids) or cut + 1 + sum(lengths) != len(blob):
-        return {}
+    if (not isinstance(lengths, list) or len(lengths) != len(ids)
+            or not all(type(n) is int and n >= 0 for n in lengths) or cut + 1 + sum(lengths) != len(blob)):
+        return {}  # a cache of another shape is no cache: the task directories are read instead
     out: dict[str, bytes] = {}
     ends = itertools.accumulate(lengths, initial=cut + 1)
     pos = next(ends)

@@ -40,12 +40,13 @@ from typing import Any, Iterable, Iterator
 from termforge.errors import TermforgeError
 
 # Secret kinds, in the order a report lists them.
-KINDS = ("answer", "bug_name", "answer_key", "assertion")
+KINDS = ("answer", "bug_name", "answer_key", "assertion", "pointer")
 KIND_WORDS = {
     "answer": "a value from the answer key",
     "bug_name": "the name of a planted bug",
     "answer_key": "a key of the answer key",
     "assertion": "a value the verifier asserts",
+    "pointer": "where a planted bug is",
 }
 # How a secret was found; everything but "literal" is a disguise.
 HOW_WORDS = {
@@ -65,6 +66,17 @@ HOW_WORDS = {
     "reversed": "reversed",
     "base64": "base64-encoded",
     "hex": "hex-encoded",
+    "cipher": "under a classical cipher (a Caesar shift or Atbash)",
+    "morse": "in Morse code",
+    "nato": "in the spelling alphabet",
+    "acrostic": "as the first letters of words, sentences or lines",
+    "digest": "as a digest (a hash of it)",
+    "date": "as the same date or time in another format",
+    "pattern": "as a pattern (regex or glob) that matches only it",
+    "narrowing": "narrowed to a small range or a short list of alternatives",
+    "line": "as its line number",
+    "function": "by the function that holds it",
+    "pointer_phrase": "described as the line that holds it",
 }
 
 # Values this common say nothing alone; they leak only in context.
@@ -72,6 +84,33 @@ COMMON_WORDS = frozenset(
     {"true", "false", "none", "null", "yes", "no", "ok", "nan", "inf", "-inf", "n/a", "na", "error", "err",
      "allow", "deny", "pass", "fail"}
 )
+# Everyday English and the words code is written in: a secret that is one of them alone (a field
+# of a planted code line such as `section = ""`) says nothing; it leaks only beside another piece.
+EVERYDAY_WORDS = frozenset("""
+about above access account action active address after again against agent all allow also always amount
+and answer any append apply archive area argument args argv array assert attempt audit author auto
+available average back backup base batch before begin being below between binary block body bool both
+break broken bucket buffer build bytes cache call case category cause change char check child class
+clean clear client close code column columns command comment commit common config connect content
+context copy correct count counts create current cursor daily data database date day debug decode
+default define delete depth detail device dict diff directory disk done down drop each edit else empty
+encode end entries entry environment error errors event every example exit expected export false field
+fields file files filter final first fix fixed flag float folder format found frame from function
+global group hash have head header height help high history home host hour import index info input
+insert install integer item items join json just keep kernel key keys kind label last later layer
+left length level limit line lines link list load local lock log login logs long loop lower main make
+manager map mark master match max mean median memory merge message method middle min minute missing
+mode model month name names need network never new next node none normal note null number object
+offset old only open option options order orders other output owner page pair parent parse part pass
+password patch path pattern peak period point policy pool port position post prefix price print
+process product profile program query queue quote random range rate read reader record records region
+release remote remove report request reset resolve result results return revenue right root round
+row rows rule rules run sample scale scan schema score script search second section select send
+separator server service session set settings shape size skip sort sorted source space split stack
+start state status step stop store string strip sum summary table tail target task test text then
+time timeout title token total trace true type unit unknown update upper user users value values
+version view week weight width window word words work write year zone
+""".split())
 _STRONG_ALNUM = 4  # a string secret with fewer letters/digits than this needs context
 _SQUASH_MIN = 5  # shortest secret matched letter by letter
 _ENCODED_MIN = 6  # shortest string looked for in ROT13 or reversed text
@@ -145,6 +184,20 @@ class Leak:
         return f"{KIND_WORDS.get(self.secret.kind, self.secret.kind)} ({self.secret.source}), {HOW_WORDS[self.how]}"
 
 
+@dataclass(frozen=True)
+class BugPointer:
+    """Where a planted bug sits in the task's files: pointing there gives the finding away."""
+
+    file: str  # the file's name as the agent sees it
+    lines: tuple[int, ...]  # 1-based line numbers of the buggy code
+    function: str | None  # the function holding it, when the file has several
+    tokens: tuple[str, ...]  # identifiers of the buggy line that few other lines use
+    source: str
+
+    def secret(self, what: str) -> Secret:
+        return Secret(what, "pointer", self.source)
+
+
 @dataclass
 class SecretSet:
     """Secrets minus what is given. `given` is the text the agent sees (instruction and the like):
@@ -157,6 +210,11 @@ class SecretSet:
     """Tokens the agent is shown (instruction, environment): two of them side by side are no split secret."""
     code: dict[tuple[str, ...], str] = field(default_factory=dict)
     """Runs of CODE_SHINGLE code tokens of the key's code values (a fix) that nothing given shows."""
+    pointers: list[BugPointer] = field(default_factory=list)
+    """Planted bugs' places (task_secrets reads them from the truth and the environment)."""
+    piece_window: int | None = None
+    """Pieces of one answer line leak together only within this many words of each other (None:
+    anywhere). A hint is a paragraph; an instruction is long, and names labels and numbers apart."""
 
     def __post_init__(self) -> None:
         self._given_view = _View.of("plain", self.given) if self.given else None
@@ -187,7 +245,8 @@ class SecretSet:
     def merge(self, other: "SecretSet") -> "SecretSet":
         given = "\n".join(t for t in (self.given, other.given) if t)
         return SecretSet([*self.secrets, *other.secrets], given=given, code={**other.code, **self.code},
-                         shown=self.shown | other.shown)
+                         shown=self.shown | other.shown, pointers=[*self.pointers, *other.pointers],
+                         piece_window=self.piece_window or other.piece_window)
 
     def __len__(self) -> int:
         return len(self.secrets)
@@ -280,7 +339,11 @@ class _View:
     def of(cls, name: str, raw: str, orig: str = "") -> "_View":
         text = _norm(raw)
         if name in ("plain", "words"):
-            text = _digits_for_words(text) if name == "words" else text
+            if name == "words":
+                from termforge.quality.disguises import multilingual_digits
+
+                # Number words of the major languages first ("dreiundzwanzig"), then English.
+                text = _digits_for_words(" ".join(multilingual_digits(text).split()))
         tokens = [(m.group(0), m.start(), m.end()) for m in _TOKEN.finditer(text)]
         squash, bounds, pos = [], {0}, 0
         for tok, _, _ in tokens:
@@ -299,7 +362,8 @@ class _View:
                 continue
             unit = _UNIT.match(text, m.end())
             if unit and unit.group(1) in _UNIT_SCALE and _UNIT_SCALE[unit.group(1)] != 1.0:
-                scale = Decimal(repr(_UNIT_SCALE[unit.group(1)]))
+                # normalize(): 1E+3, not 1000.0 (whose trailing zeros would read as precision)
+                scale = Decimal(repr(_UNIT_SCALE[unit.group(1)])).normalize()
                 numbers.append((value * scale, tol * scale, m.group(0) + unit.group(0), -1 - idx))
         for m in _HEX_INT.finditer(text):
             numbers.append((Decimal(int(m.group(1), 16)), Decimal(0), m.group(0), _bisect(starts, m.start())))
@@ -479,7 +543,7 @@ def _is_short(secret: Secret) -> bool:
     low = _norm(secret.text)
     if secret.kind == "bug_name" and re.fullmatch(r"[a-z]+", low):
         return True  # a one-word bug name ("loop", "ties") is an everyday word until called a bug
-    return len(_alnum(low)) < _STRONG_ALNUM or low in COMMON_WORDS
+    return len(_alnum(low)) < _STRONG_ALNUM or low in COMMON_WORDS or low in EVERYDAY_WORDS
 
 
 def _literal_re(norm_secret: str) -> re.Pattern[str]:
@@ -534,9 +598,12 @@ def _string_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]
         return None
     sq = _alnum(ns)
     if len(sq) >= _SQUASH_MIN and not (sq.isdigit() and secret.number is not None):
+        # One word of a longer secret (`section` of `section = ""`) is that word, not the secret.
+        several = len(_TOKEN.findall(ns)) >= 2
         start = view.squash.find(sq)
         while start != -1:
-            if start in view.bounds and start + len(sq) in view.bounds:
+            if start in view.bounds and start + len(sq) in view.bounds and (
+                    several or any(b in view.bounds for b in range(start + 1, start + len(sq)))):
                 return "spaced", sq
             start = view.squash.find(sq, start + 1)
     if len(sq) >= _SPLIT_MIN:
@@ -566,6 +633,8 @@ def _number_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]
     # A verifier holds many numbers (labels, cases): a match to one of them must be more precise.
     need = min(4 if secret.kind == "assertion" else 3, _sig_digits(x))
     for value, tol, evidence, idx in view.numbers:
+        if idx < 0 and view.name not in ("plain", "words"):
+            continue  # a unit read into reversed or decoded text is noise
         if not _near(value, tol, x, xtol):
             continue
         if idx >= 0 and _written_sig(value) < need and value != x:
@@ -602,37 +671,44 @@ def _number_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]
 def _piece_leaks(views: list[_View], secrets: SecretSet) -> list[Leak]:
     """Two or more pieces of one answer line in the text (an expected row described field by
     field), even when each piece alone says nothing."""
-    found: dict[str, list[tuple[Secret, str]]] = {}
+    found: dict[str, list[tuple[Secret, str, int]]] = {}
     for secret in secrets.secrets:
         if not secret.source.endswith(("(part)", "(field)")):
             continue
         group = secret.source.rsplit(" (", 1)[0]
         ns = _norm(secret.text)
         for view in views:
-            hit = None
+            hit, where = None, -1
             if secret.number is not None:
                 x = secret.number
                 need = min(3, _sig_digits(x))
-                hit = next((e for v, tol, e, idx in view.numbers if _near(v, tol, x, _half_ulp(x))
-                            and (v == x or _written_sig(v) >= need)), None)
+                hit, where = next(((e, abs(idx) if idx >= 0 else -1 - idx) for v, tol, e, idx in view.numbers
+                                   if _near(v, tol, x, _half_ulp(x)) and (v == x or _written_sig(v) >= need)),
+                                  (None, -1))
             elif len(_alnum(ns)) >= 2:
                 m = _literal_re(ns).search(view.text)
-                hit = m.group(0) if m else None
+                if m:
+                    hit, where = m.group(0), _bisect([t[1] for t in view.tokens], m.start())
             if hit:
-                found.setdefault(group, []).append((secret, hit))
+                found.setdefault(group, []).append((secret, hit, where if view is views[0] else -1))
                 break
     out = []
+    window = secrets.piece_window
     for group, hits in sorted(found.items()):
-        texts = {_norm(s.text) for s, _ in hits}
-        if len(texts) >= 2 and any(s.weak or _is_short(s) for s, _ in hits):
+        texts = {_norm(s.text) for s, _, _ in hits}
+        if len(texts) >= 2 and any(s.weak or _is_short(s) for s, _, _ in hits):
+            if window is not None and not any(
+                    a[2] >= 0 and b[2] >= 0 and _norm(a[0].text) != _norm(b[0].text) and abs(a[2] - b[2]) <= window
+                    for a in hits for b in hits):
+                continue  # the pieces are far apart: a label and a number the text names for other reasons
             first = hits[0][0]
             out.append(Leak(Secret(group, first.kind, group, first.context), "pieces", "plain",
-                            " / ".join(e for _, e in hits)))
+                            " / ".join(e for _, e, _ in hits)))
     # The first field of three or more lines of one expected list (the accounts an audit must list).
     lists: dict[str, set[str]] = {}
     for group, hits in found.items():
         m = re.match(r"^(.*)\[(\d+)\]$", group)
-        if m and any(_names_a_row(s) for s, _ in hits):
+        if window is None and m and any(_names_a_row(s) for s, _, _ in hits):
             lists.setdefault(m.group(1), set()).add(m.group(2))
     for parent, lines in sorted(lists.items()):
         if len(lines) >= 3 and not any(leak.secret.source.startswith(parent + "[") for leak in out):
@@ -713,6 +789,135 @@ def find_leaks(text: str, secrets: SecretSet, input_data: bool = False) -> list[
                     how = view.name
                 out.append(Leak(secret, how, view.name, evidence))
                 break
+    if len(text) <= MEANING_MAX_CHARS:
+        out += _meaning_leaks(text, views, secrets, {id(leak.secret) for leak in out}, input_data)
+    return out
+
+
+# -- meaning: what a text reveals without spelling the value (termforge.quality.disguises) -------------
+
+MEANING_MAX_CHARS = 200_000  # the readings below are for authored text (hints, instructions), not data dumps
+_CIPHER_MIN = 6
+_ACROSTIC_MIN = {"words": 6, "sentences": 5, "lines": 5}
+
+
+def _meaning_leaks(text: str, views: list["_View"], secrets: SecretSet, found: set[int],
+                   input_data: bool) -> list[Leak]:
+    from termforge.quality import disguises as D
+
+    out: list[Leak] = []
+    plain = views[0]
+    given = secrets.given
+    decoded = [("morse", d) for d in D.morse_decoded(text)] + [("nato", d) for d in D.nato_decoded(text)]
+    decoded_sq = [(name, "".join(_TOKEN.findall(_norm(d)))) for name, d in decoded]
+    heads = D.initials(text)
+    hexes = D.hex_runs(text)
+    patterns = D.patterns_in(text)
+    dates = D.dates_in(text)
+    clocks = D.clocks_in(text)
+    given_dates = D.dates_in(given) if given else []
+    numeric_texts = [v.text for v in views[:2]]
+    ranges = [r for t in numeric_texts for r in D.intervals_in(t)]
+    alternatives = [a for t in numeric_texts for a in D.alternatives_in(t)]
+    spoken = [a for t in numeric_texts for a in D.spoken_arithmetic(t)]
+    given_low = given.lower()
+    for secret in secrets.secrets:
+        if id(secret) in found or secret.weak or input_data and secret.source.endswith(("(part)", "(field)")):
+            continue
+        if input_data:
+            # Data files are full of dates, numbers, words and ranges that the answer is made from:
+            # there only a digest of a secret is read as one (a cached hash of the answer).
+            if hexes and len(secret.text.strip()) >= 3:
+                digests = D.digests_of(secret.text.strip())
+                h = next((h for h in hexes if h in digests), None)
+                if h:
+                    out.append(Leak(secret, "digest", "meaning", f"{digests[h]} {h[:12]}..."))
+            continue
+        hit = _meaning_hit(secret, plain, decoded_sq, heads, hexes, patterns, dates, clocks, given_dates, ranges,
+                           alternatives, spoken, given_low, D)
+        if hit:
+            out.append(Leak(secret, hit[0], "meaning", hit[1]))
+    if not input_data:
+        out += _pointer_leaks(text, secrets, D)
+    return out
+
+
+def _meaning_hit(secret: Secret, plain: "_View", decoded_sq, heads, hexes, patterns, dates, clocks, given_dates,
+                 ranges, alternatives, spoken, given_low: str, D) -> tuple[str, str] | None:
+    ns = _alnum(secret.text)
+    short = _is_short(secret)
+    when = D.secret_datetime(secret.text)
+    if when is not None:
+        day, hms = when
+        if any(D.same_day(g, day) and (hms is None or D.same_time(gt, hms)) for g, gt, _ in given_dates):
+            return None  # the instruction states this date
+        for d, t, ev in dates:
+            if D.same_day(d, day) and D.valid_date((d[0] or 2000, d[1], d[2])) and (
+                    hms is None or D.same_time(t, hms) or any(D.same_time(c, hms) for c, _ in clocks)):
+                return "date", ev
+    if short:
+        return None
+    letters = sum(ch.isalpha() for ch in ns)
+    if secret.number is None or len(ns) >= _SQUASH_MIN + 1:
+        if len(ns) >= _CIPHER_MIN and letters >= 4:
+            for name, variant in D.cipher_variants(ns):
+                start = plain.squash.find(variant)
+                while start != -1:
+                    if start in plain.bounds and start + len(variant) in plain.bounds:
+                        return "cipher", variant
+                    start = plain.squash.find(variant, start + 1)
+        if len(ns) >= _SQUASH_MIN:
+            for name, sq in decoded_sq:
+                if ns in sq:
+                    return name, ns
+            for where, letters_of in heads.items():
+                if len(ns) >= _ACROSTIC_MIN[where] and ns in letters_of:
+                    return "acrostic", f"{where}: {ns}"
+            for pattern in patterns:
+                if D.pattern_pins(pattern, secret.text):
+                    return "pattern", pattern
+    if hexes and len(secret.text.strip()) >= 3:
+        digests = D.digests_of(secret.text.strip())
+        for h in hexes:
+            if h in digests:
+                return "digest", f"{digests[h]} {h[:12]}..."
+    x = secret.number
+    if x is not None and _sig_digits(x) >= 2:
+        for lo, hi, ev in ranges:
+            if D.narrows(lo, hi, x) and not (str(lo) in given_low and str(hi) in given_low):
+                return "narrowing", ev
+        for values, ev in alternatives:
+            if any(D.near_alternative(v, x) for v in values) and not all(str(v) in given_low for v in values):
+                return "narrowing", ev
+        if _sig_digits(x) >= 3:
+            for value, ev in spoken:
+                if value is not None and _near(value, Decimal(0), x, _half_ulp(x)):
+                    return "arithmetic", ev
+    return None
+
+
+def _pointer_leaks(text: str, secrets: SecretSet, D) -> list[Leak]:
+    out = []
+    given = secrets.given
+    refs = D.line_refs(text)
+    for bp in secrets.pointers:
+        hit = None
+        for a, b, ev in refs:
+            if b - a <= 3 and any(a <= n <= b for n in bp.lines) and not D.line_refs(given):
+                hit = ("line", ev)
+                break
+        if hit is None and bp.function and re.search(rf"(?<![\w.]){re.escape(bp.function)}(?![\w])", text) and \
+                not re.search(rf"(?<![\w.]){re.escape(bp.function)}(?![\w])", given):
+            hit = ("function", bp.function)
+        if hit is None and bp.tokens:
+            for m in D.POINTER_PHRASE.finditer(text):
+                window = text[m.end():m.end() + 100]
+                named = [t for t in bp.tokens if re.search(rf"(?<![\w]){re.escape(t)}(?![\w])", window)]
+                if named:
+                    hit = ("pointer_phrase", m.group(0) + " ... " + named[0])
+                    break
+        if hit:
+            out.append(Leak(bp.secret(bp.file), hit[0], "meaning", hit[1]))
     return out
 
 
@@ -926,13 +1131,147 @@ def task_secrets(task_dir: str | Path) -> SecretSet:
             for name, value in _test_constants(path):
                 verifier += list(_secrets_from(value, f"tests/{path.name}", "assertion", name))
     verifier = [s for s in verifier if _strong_assertion(s)]
+    answers.pointers = bug_pointers(task_dir, truth)
     if verifier:
         # Verifier constants the agent can read in its files (fixture names, paths) are not secret.
         known = {_norm(s.text) for s in answers.secrets}
         verifier = [s for s in verifier if _norm(s.text) not in known]
         asserted = SecretSet(verifier, given=given + "\n" + env)
-        return SecretSet([*answers.secrets, *asserted.secrets], given=given, code=answers.code, shown=answers.shown)
+        return SecretSet([*answers.secrets, *asserted.secrets], given=given, code=answers.code, shown=answers.shown,
+                         pointers=answers.pointers)
     return answers
+
+
+PIECE_WINDOW = 12
+
+
+def against_inputs(values: Any, source: str, declared: str, inputs: str, kind: str = "answer") -> SecretSet:
+    """Secrets of `values` for a text the task's author wrote (its instruction): only what the
+    agent would see without the answer is subtracted, never the text under scan itself.
+    `declared` (paths, parameters the task declares, the signature) is given outright; `inputs`
+    (fixtures, the environment) gives whole values, and makes short pieces of an answer weak, as
+    task_secrets does."""
+    out = SecretSet.from_values(values, source, kind, given=declared)
+    # A short value (a count of 2, a flag) is everywhere in a page of instructions, and its key's
+    # words are too (the count is of what the task is about): alone it says nothing there; beside
+    # another piece of its answer line ("2 red") it does.
+    # So is a word of an answer line (a row label such as "macro avg", an "unknown" bucket): the format
+    # the instruction fixes; a number of such a line with three or more digits is still the answer.
+    out = SecretSet([Secret(s.text, s.kind, s.source, s.context, weak=True)
+                     if _is_short(s) or (s.number is None and s.source.endswith(("(part)", "(field)"))) else s
+                     for s in out.secrets], given=declared)
+    if inputs:
+        view = _View.of("plain", inputs)
+        kept = []
+        for s in out.secrets:
+            if not _matches_plain(s, view):
+                kept.append(s)
+            elif s.source.endswith(("(part)", "(field)")):
+                kept.append(Secret(s.text, s.kind, s.source, s.context, weak=True))
+            # else: a whole value the inputs hold is data the agent reads, not an answer
+        out = SecretSet(kept, given=declared)
+        out.shown = frozenset(_TOKEN.findall(_norm(declared + "\n" + inputs)))
+    out.piece_window = PIECE_WINDOW
+    return out
+
+
+def output_lines_changed(before: dict[str, bytes], after: dict[str, bytes | None]) -> dict[str, list[str]]:
+    """Per output file, the lines of `before` that `after` lacks: what the data decides (a header,
+    a key or a unit the format fixes stays the same when the inputs change)."""
+    out: dict[str, list[str]] = {}
+    for path, data in sorted(before.items()):
+        try:
+            old = data.decode("utf-8").splitlines()
+            new = set((after.get(path) or b"").decode("utf-8", "replace").splitlines())
+        except UnicodeDecodeError:
+            continue
+        changed = [ln.strip() for ln in old if ln.strip() and ln not in new]
+        if changed:
+            out[path] = changed[:200]
+    return out
+
+
+def stated_outputs(text: str, changed_lines: dict[str, list[str]], inputs: str, unchanged: str = "",
+                   declared: str = "") -> list[Leak]:
+    """Output values the data decides (output_lines_changed) that `text` states: an expected output
+    written into an instruction, verbatim, as an "example", or restated in prose. Whatever the
+    inputs hold is given (an output line copied from a log the agent reads is no leak); a piece of
+    a line that the outputs on other inputs (`unchanged`) also hold (a row label, a year, a unit)
+    is format, and counts only beside another piece of its line. `declared`: what the task declares
+    outright (truth.given, its paths), given as in against_inputs."""
+    shown = "\n".join(t for t in (inputs, unchanged) if t)
+    sets = [against_inputs(lines, f"oracle output {path}", declared, shown)
+            for path, lines in sorted(changed_lines.items())]
+    if not sets:
+        return []
+    merged = sets[0]
+    for other in sets[1:]:
+        merged = merged.merge(other)
+    return find_leaks(text, merged)
+
+
+_KEYWORDS = frozenset("""
+def return if elif else for while in not and or is lambda true false none self cls import from as with try
+except finally raise pass break continue class yield global print len range str int float list dict set
+sorted open read write then do done fi case esac echo local function let declare export printf test
+""".split())
+_PY_DEF = re.compile(r"^(\s*)def\s+([A-Za-z_]\w*)\s*\(")
+_SH_DEF = re.compile(r"^(\s*)(?:function\s+)?([A-Za-z_][\w-]*)\s*\(\)\s*\{?")
+
+
+def _bug_snippets(truth: Any) -> list[tuple[str | None, str, str]]:
+    """(file or None, buggy code, where in the truth) of every planted bug the answer key records."""
+    out: list[tuple[str | None, str, str]] = []
+    if not isinstance(truth, dict):
+        return out
+    bugs = truth.get("planted_bugs")
+    if isinstance(bugs, dict):
+        for i, (name, info) in enumerate(sorted(bugs.items())):
+            if isinstance(info, dict):
+                for key in ("buggy", "wrong", "code"):
+                    if isinstance(info.get(key), str) and info[key].strip():
+                        out.append((info.get("file"), info[key], f"planted_bugs[key {i}]"))
+    for i, item in enumerate(truth.get("faulty_lines") or []):
+        if isinstance(item, dict) and isinstance(item.get("wrong"), str) and item["wrong"].strip():
+            out.append((item.get("file"), item["wrong"], f"faulty_lines[{i}]"))
+    return out
+
+
+def bug_pointers(task_dir: Path, truth: Any) -> list[BugPointer]:
+    """Where each planted bug sits in the environment's files: its line numbers, the function around
+    it (when the file has several), and the identifiers of its line few other lines use."""
+    env = task_dir / "environment" / "fixtures"
+    files: list[tuple[str, list[str]]] = []
+    if env.is_dir():
+        for p in sorted(env.rglob("*")):
+            if p.is_file() and p.stat().st_size < 1_000_000:
+                try:
+                    files.append((str(p.relative_to(env)), p.read_text(encoding="utf-8").splitlines()))
+                except (UnicodeDecodeError, OSError):
+                    continue
+    out = []
+    for file_hint, code, where in _bug_snippets(truth):
+        first = code.strip().splitlines()[0].strip()
+        if len(first) < 4:
+            continue
+        for rel, lines in files:
+            if file_hint and Path(file_hint).name != Path(rel).name:
+                continue
+            hits = [i + 1 for i, ln in enumerate(lines) if first in ln]
+            if not hits:
+                continue
+            defs = [(i, m) for i, ln in enumerate(lines) for m in [(_PY_DEF.match(ln) or _SH_DEF.match(ln))] if m]
+            function = None
+            if len(defs) >= 2:
+                before = [m.group(2) for i, m in defs if i < hits[0] - 1]
+                function = before[-1] if before else None
+            idents = [t for t in re.findall(r"[A-Za-z_][A-Za-z0-9_]{2,}", first) if t.lower() not in _KEYWORDS]
+            rare = tuple(sorted({t for t in idents
+                                 if sum(1 for ln in lines if re.search(rf"(?<![\w]){re.escape(t)}(?![\w])", ln)) <= 2}))
+            out.append(BugPointer(Path(rel).name, tuple(hits), function, rare,
+                                  f"private/truth.json:{where} (in {Path(rel).name})"))
+            break
+    return out
 
 
 def _truth(task_dir: Path) -> Any:

@@ -3,7 +3,9 @@ tells right from wrong.
 
 Generic over tasks (procedural or LLM-written): given a task directory and the oracle's output
 files, `mutants()` produces named mutants, each with what the verifier must say:
-  expect 0 (answer-changing): a number +1 / -1 (for metric-threshold verifiers, every number
+  expect 0 (answer-changing): a format-only fake (every value the instruction does not state
+    replaced by one of the same shape: digits and letters rotated, separators, line count and
+    the instruction's own words kept), a number +1 / -1 (for metric-threshold verifiers, every number
     moved far off instead: one step may stay within the tolerance), NaN, inf; a line dropped or duplicated; lines
     reordered where the instruction says order matters; the file truncated; the wrong case where
     the instruction specifies one; for a program the agent had to fix, the planted bug restored
@@ -18,6 +20,7 @@ bench/bench_mutation.py prints the kill rate per family over several seeds.
 
 from __future__ import annotations
 
+import codecs
 import random
 import re
 from dataclasses import asdict, dataclass
@@ -92,6 +95,24 @@ def _number_mutants(path: str, data: bytes, rng: random.Random, tolerant: bool =
     return out
 
 
+_VALUE = re.compile(rb"[A-Za-z0-9]+")
+_DIGITS = bytes.maketrans(b"0123456789", b"5678901234")
+
+
+def format_only(data: bytes, instruction: str) -> bytes:
+    """The same layout with other values: what an agent that only matched the format would write.
+    Tokens the instruction states (a header, a key such as q1, a unit) are kept."""
+    stated = set(re.findall(r"[a-z0-9]+", instruction.lower()))
+
+    def swap(m: re.Match) -> bytes:
+        tok = m.group()
+        if tok.decode().lower() in stated:
+            return tok
+        return codecs.encode(tok.decode(), "rot13").encode().translate(_DIGITS)
+
+    return _VALUE.sub(swap, data)
+
+
 def _line_mutants(path: str, data: bytes, rng: random.Random, instruction: str) -> list[Mutant]:
     trailing = data.endswith(b"\n")
     lines = (data[:-1] if trailing else data).split(b"\n")
@@ -136,6 +157,9 @@ def mutants(task_dir: Path, outputs: dict[str, bytes], originals: dict[str, byte
             if original is not None and original != data:
                 out.append(Mutant(f"bug_restored@{path}", path, original, 0.0))
             continue
+        fake = format_only(data, instruction)
+        if fake != data:
+            out.append(Mutant(f"format_only@{path}", path, fake, 0.0))
         out += _number_mutants(path, data, rng, tolerant)
         out += _line_mutants(path, data, rng, instruction)
         if CASE_WORDS.search(instruction) and data.upper() != data and data.lower() != data.upper():
@@ -161,9 +185,9 @@ def _read_outputs(session, paths: list[str]) -> dict[str, bytes | None]:
 
 
 # The kinds a bounded probe samples first: one of each, in this order (the ones that catch the
-# verifier defects seen in practice: a value off by one, a non-finite number, a line missing or
+# verifier defects seen in practice: a test that checks only the format, a value off by one, a non-finite number, a line missing or
 # repeated, a bug put back, the case changed), then the allowed perturbations.
-PROBE_ORDER = ("bug_restored", "number_plus_1", "numbers_scaled", "nan", "line_dropped", "line_duplicated",
+PROBE_ORDER = ("bug_restored", "format_only", "number_plus_1", "numbers_scaled", "nan", "line_dropped", "line_duplicated",
                "wrong_case", "truncated", "inf", "number_minus_1", "lines_reordered", "trailing_blank_line")
 
 

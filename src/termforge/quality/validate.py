@@ -6,7 +6,10 @@ grade must collect) -> oracle scores exactly 1 (twice: flaky verifiers are rejec
 agent scores 0 -> every reward-hack probe scores 0, including the hijack class (a payload planted
 in each program the final tests execute, trying every route to a forged grade) -> mutants of the
 oracle's outputs that change the answer score 0 and allowed ones score 1 (quality/mutation.py,
-`mutants` of them) -> the verifier's tests provably ran. Every verdict carries its reason and the
+`mutants` of them) -> the oracle computes from the inputs (quality/sensitivity.py: a task whose
+answer does not move with its inputs is dropped) -> the verifier's tests provably ran. Second
+solutions (solution/alternatives/*.sh: a family's second reference implementation, or the
+independent solution the llm generator had a model write) must score 1 like the oracle. Every verdict carries its reason and the
 evidence (logs) that support it.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +29,10 @@ from termforge.errors import TermforgeError
 from termforge.io import append_jsonl, atomic_write_json, read_json, read_jsonl_tolerant
 from termforge.runtime.base import Image, Limits
 from termforge.runtime.base import get_runtime
+from termforge.runtime.trees import Bounds, TreeWalk, read_at
 from termforge.quality.hijack import hijack_probes
 from termforge.quality.mutation import mutation_probe
+from termforge.quality.sensitivity import input_sensitivity
 from termforge.verifier import Verdict, run_oracle, run_test_file, run_verifier
 
 REQUIRED_FILES = ("task.json", "instruction.md", "environment/setup.sh", "tests/test_initial_state.py",
@@ -34,6 +40,7 @@ REQUIRED_FILES = ("task.json", "instruction.md", "environment/setup.sh", "tests/
 TASK_JSON_KEYS = {"id": str, "signature": dict, "instruction": str, "family": str, "environment": dict}
 IMAGE_TEXT_FILES = ("environment/setup.sh", "environment/container.def", "environment/Dockerfile")
 ABS_PATH_RE = re.compile(r"`(/app/[A-Za-z0-9_./-]+)`")
+ALTERNATIVES_DIR = "solution/alternatives"
 MIN_SECRET_LEN = 6
 # Mutants of the oracle's outputs every task must grade right (validate.mutants).
 DEFAULT_MUTANTS = 4
@@ -153,10 +160,13 @@ def static_checks(task_dir: Path) -> dict:
             raise _Fail("static", f"{rel} loads code into the grader's process (the agent's programs must run "
                                   f"as subprocesses): {'; '.join(loads[:3])}")
     truth_blob = (task_dir / "private" / "truth.json").read_bytes().strip()
-    for path in sorted(env_dir.rglob("*")):
-        if path.is_file():
-            if path.name == "truth.json" or (len(truth_blob) > 20 and truth_blob in path.read_bytes()):
-                raise _Fail("static", f"the answer key is copied into the image: {path.relative_to(task_dir)}")
+    walk = TreeWalk(env_dir, Bounds(seconds=None))
+    for e in walk:
+        if e.name == "truth.json" or (stat.S_ISREG(e.st.st_mode) and len(truth_blob) > 20
+                                      and truth_blob in read_at(e.dir_fd, e.name)):
+            raise _Fail("static", f"the answer key is copied into the image: environment/{e.rel}")
+    if walk.incomplete:
+        raise _Fail("static", f"environment/ cannot be walked: {walk.incomplete}")
     return task
 
 
@@ -235,7 +245,7 @@ def _check_output_paths(session, task_dir: Path) -> None:
 
 def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
                   oracle_repeats: int = 2, probes: dict[str, str] | None = None,
-                  mutants: int = DEFAULT_MUTANTS) -> TaskVerdict:
+                  mutants: int = DEFAULT_MUTANTS, sensitivity: bool = True) -> TaskVerdict:
     task_dir = Path(task_dir)
     task_id = task_dir.name
     checks: list[str] = []
@@ -249,6 +259,7 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
             raise _Fail("build", f"build failed: {build.reason}", {"build_log": build.log[-4000:]})
         checks.append("build")
         image = build.image
+        evidence["image"] = image.meta
         with runtime.start(image, limits) as untouched:
             initial = run_test_file(untouched, task_dir, "test_initial_state.py", timeout=limits.wall_sec)
             if initial.reward != 1.0:
@@ -281,6 +292,13 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
                        if i else f"oracle scored {verdict.reward} ({verdict.reason})")
                 raise _Fail(stage, why, {"verifier": _verdict_evidence(verdict), "oracle": log})
         checks.append(f"oracle_x{oracle_repeats}")
+        for alt in alternative_solutions(task_dir):
+            verdict, log = _run_agent(runtime, image, limits, alt.read_text(), task_dir, expected=collected)
+            if verdict.reward != 1.0:
+                raise _Fail("second_solution", f"the second solution {alt.name} scored {verdict.reward} where the "
+                                               f"oracle scores 1 ({verdict.reason})",
+                            {"verifier": _verdict_evidence(verdict), "second_solution": log})
+            checks.append(f"second_solution:{alt.name}")
         noop, _ = _run_agent(runtime, image, limits, "true", task_dir, expected=collected)
         if noop.reward != 0.0:
             raise _Fail("noop", f"a no-op agent scored {noop.reward}", {"verifier": _verdict_evidence(noop)})
@@ -295,6 +313,8 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
             checks.append(f"probe:{name}")
         if mutants:
             _mutation_check(task_dir, runtime, image, limits, mutants, checks, evidence)
+        if sensitivity:
+            _sensitivity_check(task_dir, runtime, image, limits, checks, evidence, collected)
         checks.append("proof_of_run")
         return TaskVerdict(task_id, True, "kept", "all checks passed", evidence, checks)
     except _Fail as f:
@@ -321,9 +341,34 @@ def _mutation_check(task_dir: Path, runtime, image, limits: Limits, limit: int, 
     checks.append(f"mutation:{len(results)}")
 
 
+def alternative_solutions(task_dir: Path) -> list[Path]:
+    """Second solutions of a task, checked like the oracle (module doc)."""
+    alt = Path(task_dir) / ALTERNATIVES_DIR
+    return sorted(alt.glob("*.sh")) if alt.is_dir() else []
+
+
+def _sensitivity_check(task_dir: Path, runtime, image, limits: Limits, checks: list[str], evidence: dict,
+                       collected: list[str]) -> None:
+    """An answer that does not move with the inputs drops the task (quality/sensitivity.py)."""
+    try:
+        report = input_sensitivity(task_dir, runtime, image, limits, expected=collected)
+    except RuntimeError as exc:
+        raise _Fail("input_sensitivity", f"the input-sensitivity check could not run: {exc}") from None
+    evidence["sensitivity"] = report.to_dict()
+    if report.restated:
+        raise _Fail("instruction_states_output", "the instruction states output values the inputs decide (givens "
+                                                 "come from inputs, never from outputs): " + "; ".join(report.restated),
+                    {"sensitivity": report.to_dict()})
+    if report.drop:
+        raise _Fail("input_sensitivity", report.reason, {"sensitivity": report.to_dict()})
+    state = "sensitive" if report.sensitive else ("ignores_inputs" if report.oracle_ignores_inputs else "n/a")
+    checks.append(f"input_sensitivity:{state}")
+
+
 def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, limits: Limits,
                        decontam_report: Path | None = None, workers: int = 1, oracle_repeats: int = 2,
-                       backend: str = "bwrap", mutants: int = DEFAULT_MUTANTS) -> dict:
+                       backend: str = "bwrap", mutants: int = DEFAULT_MUTANTS, sensitivity: bool = True,
+                       rootfs: str = "image") -> dict:
     """Validate every task of a shard. Verdicts are checkpointed per task (a rerun after a kill
     re-validates only unfinished tasks); the final verdicts file is written atomically."""
     from termforge.schemas import read
@@ -340,13 +385,14 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
     checkpoint = Path(str(out_path) + ".partial.jsonl")
     done = {row["task_id"]: row for row in read_jsonl_tolerant(checkpoint)}
     todo = [t for t in ids if t not in done]
-    runtime = get_runtime(backend)
+    runtime = get_runtime(backend, rootfs=rootfs)
 
     def one(task_id: str) -> dict:
         if task_id in dropped_contaminated:
             verdict = TaskVerdict(task_id, False, "decontamination", dropped_contaminated[task_id])
         else:
-            verdict = validate_task(tasks_dir / task_id, runtime, images_dir, limits, oracle_repeats, mutants=mutants)
+            verdict = validate_task(tasks_dir / task_id, runtime, images_dir, limits, oracle_repeats, mutants=mutants,
+                                    sensitivity=sensitivity)
         row = verdict.to_dict()
         append_jsonl(checkpoint, row)
         return row
@@ -364,20 +410,35 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
     return result
 
 
-def write_corpus_manifest(verdict_paths: list[Path], out_path: Path) -> dict:
-    """The kept tasks of the corpus, and counts of kept and dropped tasks per reason stage."""
-    kept, dropped, per_stage, collected = [], [], {}, {}
-    tasks_dir = None
+def write_corpus_manifest(verdict_paths: list[Path], out_path: Path, review_paths: list[Path] | None = None) -> dict:
+    """The kept tasks of the corpus, and counts of kept and dropped tasks per reason stage.
+
+    `review_paths` (the rubric review of each shard, quality/review.py): a task the review dropped
+    leaves the corpus with the stage `review` and the judge's reason; the manifest records how many
+    tasks were reviewed, dropped or not reviewed, and the distribution of every rubric score."""
+    from termforge.quality.review import RUBRIC, STATUSES, distribution
     from termforge.schemas import read
+
+    kept, dropped, per_stage, collected, images = [], [], {}, {}, {}
+    tasks_dir = None
+    reviews: dict[str, dict] = {}
+    for p in review_paths or []:
+        for r in read("reviews", p)["reviews"]:
+            reviews[r["task_id"]] = r
 
     for p in verdict_paths:
         shard = read("verdicts", p)
         tasks_dir = shard["tasks_dir"]
         for v in shard["verdicts"]:
+            review = reviews.get(v["task_id"]) if v["kept"] else None
+            if v["kept"] and review is not None and review["status"] in ("dropped", "unparsed"):
+                v = {**v, "kept": False, "stage": "review", "reason": review["reason"] or review["status"]}
             if v["kept"]:
                 kept.append(v["task_id"])
                 if v.get("evidence", {}).get("collected"):
                     collected[v["task_id"]] = v["evidence"]["collected"]
+                if v.get("evidence", {}).get("image"):
+                    images[v["task_id"]] = v["evidence"]["image"]
             else:
                 dropped.append({"task_id": v["task_id"], "stage": v["stage"], "reason": v["reason"]})
                 per_stage[v["stage"]] = per_stage.get(v["stage"], 0) + 1
@@ -385,12 +446,27 @@ def write_corpus_manifest(verdict_paths: list[Path], out_path: Path) -> dict:
         raise TermforgeError("validate: no verdict files given")
     # The test ids each kept task's final test collected on its pristine environment: every later
     # grade (solve) must collect exactly these.
-    manifest = {"tasks_dir": tasks_dir, "kept": kept, "dropped": dropped, "collected": collected,
+    # The image each kept task was validated on (image digest = base digest + layer digest): a
+    # verdict holds for that environment, and later stages and exports say which it was.
+    manifest = {"tasks_dir": tasks_dir, "kept": kept, "dropped": dropped, "collected": collected, "images": images,
                 "counts": {"total": len(kept) + len(dropped), "kept": len(kept), "dropped": len(dropped),
                            "dropped_by_stage": dict(sorted(per_stage.items()))}}
+    if review_paths is not None:
+        rows = list(reviews.values())
+        manifest["review"] = {s: sum(1 for r in rows if r["status"] == s) for s in STATUSES}
+        manifest["review"]["distribution"] = distribution(rows, tuple(RUBRIC))
+        manifest["review"]["not_reviewed_kept"] = sorted(t for t in kept if reviews.get(t, {}).get("status")
+                                                         == "not_reviewed")
     atomic_write_json(out_path, manifest)
-    print(f"corpus manifest: {len(kept)} kept, {len(dropped)} dropped {manifest['counts']['dropped_by_stage']}")
+    review_note = ""
+    if review_paths is not None:
+        r = manifest["review"]
+        review_note = (f"; review: {r['reviewed']} passed, {r['dropped'] + r['unparsed']} dropped, "
+                       f"{r['not_reviewed']} not reviewed")
+    print(f"corpus manifest: {len(kept)} kept, {len(dropped)} dropped {manifest['counts']['dropped_by_stage']}"
+          f"{review_note}")
     return manifest
 
 
-__all__ = ["validate_task", "run_validate_shard", "write_corpus_manifest", "PROBES", "static_checks"]
+__all__ = ["validate_task", "run_validate_shard", "write_corpus_manifest", "PROBES", "static_checks",
+           "alternative_solutions"]

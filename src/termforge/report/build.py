@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping
 from termforge.errors import InputError, TermforgeError
 from termforge.generate.honour import AXES as HONOUR_AXES
 from termforge.generate.honour import SHAPE_AXES
-from termforge.io import atomic_write_bytes, atomic_write_text, load_json, load_jsonl, read_input_text
+from termforge.io import atomic_write_bytes, atomic_write_text, read_input_text
 from termforge.schemas import read, read_optional
 from termforge.report import plots
 
@@ -32,7 +32,7 @@ TABLE_NAMES = (
     "overview", "axis_balance", "corpus_composition", "family_mix", "honoured_axes", "survival", "drop_reasons",
     "decontam_summary", "decontam_hits", "decontam_near_duplicates", "passk_overall", "passk_by_bucket",
     "passk_bands", "hack_rate", "hint_coverage", "training_summary", "training_curves", "grpo_pool", "eval_comparison",
-    "rule_cost", "generation_checks",
+    "rule_cost", "generation_checks", "review_outcomes", "review_scores", "review_drops", "images",
 )
 PLOT_NAMES = ("composition", "survival", "passk", "training", "eval", "cost")
 MAX_HTML_ROWS = 60
@@ -115,10 +115,6 @@ def _img_html(png: bytes, alt: str, name: str) -> str:
             f"<figcaption>{html.escape(alt)} (<code>{html.escape(name)}.png</code>)</figcaption></figure>")
 
 
-def _read_optional_json(path: Path) -> Any | None:
-    return load_json(path) if path.is_file() else None
-
-
 class _Builder:
     def __init__(self, results: Path, gpu_rules: Mapping[str, float]):
         self.results = results
@@ -168,6 +164,8 @@ class _Builder:
         self.corpus = read_optional("corpus_manifest", r / "corpus" / "manifest.json")
         self.passk = read_optional("passk", r / "solve" / "passk.json")
         self.hints = read_optional("hint_coverage", r / "hints" / "coverage.json")
+        self.reviews = [read("reviews", p) for p in sorted((r / "review").glob("*.json"))]
+        self.reviews += [read("reviews", p) for p in sorted((r / "solve" / "reviews").glob("*.json"))]
         self.eval_csv = r / "eval" / "results.csv"
         bench_dir = r / "benchmarks"
         self.benchmarks = [(f.relative_to(bench_dir), _read_benchmark(f))
@@ -316,12 +314,35 @@ class _Builder:
         reason_rows = [[s, r, len(ids), sorted(ids)[:3]]
                        for (s, r), ids in sorted(grouped.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
         self._generation_checks(sec)
+        self._images(sec)
         if reason_rows:
             self.add_table(sec, Table("drop_reasons", ["stage", "reason", "tasks", "example task ids"], reason_rows,
                                       "Why tasks were dropped"))
         else:
             sec.parts.append("<p>No task was dropped.</p>")
         return sec
+
+    def _images(self, sec: Section) -> None:
+        """The environments the kept tasks were validated on (corpus manifest `images`): each base
+        image by digest and lock, and how many kept tasks ran on it; a verdict holds for that image."""
+        images = (self.corpus or {}).get("images") or {}
+        if not images:
+            if self.corpus is not None:
+                sec.parts.append("<p>The corpus manifest records no task images (it predates image recording).</p>")
+            return
+        groups: dict[tuple, list[str]] = {}
+        for tid, im in sorted(images.items()):
+            key = (im.get("rootfs"), im.get("base"), " ".join(im.get("base_names") or []), im.get("base_digest"),
+                   im.get("base_lock_digest"), " ".join(im.get("apt_packages") or []))
+            groups.setdefault(key, []).append(tid)
+        rows = [[("the host's /usr (runtime.rootfs: host)" if rootfs == "host" else base), names, digest, lock,
+                 extra, len(ids), ids[:3]]
+                for (rootfs, base, names, digest, lock, extra), ids in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+        self.facts["base images"] = len(groups)
+        self.add_table(sec, Table("images", ["base image", "image names", "base digest", "lock digest",
+                                             "task apt packages", "kept tasks", "example task ids"], rows,
+                                  "What the kept tasks were validated on (each task's image digest is in "
+                                  "results/corpus/manifest.json)"))
 
     def _generation_checks(self, sec: Section) -> None:
         """llm backend: what generation's own checks rejected and repaired, and what it cost."""
@@ -436,6 +457,45 @@ class _Builder:
                                       "Hacked rollouts per family (counted as failures, kept out of the SFT set)"))
         return sec
 
+    def review_section(self) -> Section:
+        from termforge.quality.review import STATUSES
+
+        sec = Section("review", "Rubric review",
+                      "A judge model scores each kept task (instruction clear, tests match the instruction, "
+                      "solution legitimate, no shortcut) and each successful solve trace, 1-5 with reasons; "
+                      "below the bar a task leaves the corpus and a trace stops counting as a success. With "
+                      "no judge configured everything is recorded as not reviewed.",
+                      "results/review/*.json, results/solve/reviews/*.json")
+        if not self.reviews:
+            return self.not_run(sec, self.results / "review")
+        rows = []
+        for kind in ("tasks", "traces"):
+            docs = [d for d in self.reviews if d["kind"] == kind]
+            if docs:
+                counts = {st: sum(1 for d in docs for r in d["reviews"] if r["status"] == st) for st in STATUSES}
+                judge = next((d["stats"].get("judge") for d in docs if d.get("stats", {}).get("judge")), None)
+                calls = sum(d.get("stats", {}).get("calls", 0) for d in docs)
+                cached = sum((d.get("stats", {}).get("model") or {}).get("cache_hits", 0) for d in docs)
+                rows.append([kind, judge or "none", *(counts[st] for st in STATUSES), calls, cached])
+        self.add_table(sec, Table("review_outcomes", ["what", "judge", *STATUSES, "judge calls", "cache hits"],
+                                  rows, "Outcomes (not_reviewed: no judge configured)"))
+        dist: dict[tuple[str, str], dict[str, int]] = {}
+        for d in self.reviews:
+            for crit, scores in (d.get("distribution") or {}).items():
+                row = dist.setdefault((d["kind"], crit), {str(i): 0 for i in range(1, 6)})
+                for score, n in scores.items():
+                    row[score] = row.get(score, 0) + n
+        if any(sum(v.values()) for v in dist.values()):
+            self.add_table(sec, Table("review_scores", ["what", "criterion", "1", "2", "3", "4", "5"],
+                                      [[k, c, *(v[str(i)] for i in range(1, 6))] for (k, c), v in sorted(dist.items())],
+                                      "Distribution of rubric scores"))
+        drops = [[d["kind"], r["task_id"] + (f"#{r['rollout']}" if "rollout" in r else ""), r["status"], r["reason"]]
+                 for d in self.reviews for r in d["reviews"] if r["status"] in ("dropped", "unparsed")]
+        if drops:
+            self.add_table(sec, Table("review_drops", ["what", "task", "status", "reason"], drops,
+                                      "Dropped by the review, with the judge's reason"))
+        return sec
+
     def hints_section(self) -> Section:
         sec = Section("hints", "Hint coverage",
                       "Method-level hints written for kept tasks. A hint that still leaks the answer after "
@@ -494,15 +554,15 @@ class _Builder:
                 "objective", "reward_mean", "opsd_loss", "grpo_loss", "groups_kept"]
         for path in runs:
             name = path.parent.parent.name
-            rows = sorted((r for r in load_jsonl(path, require_rows=False) if "step" in r), key=lambda r: r["step"])
+            rows = sorted((r for r in read("train_metrics", path) if "step" in r), key=lambda r: r["step"])
             for r in rows:  # older metrics files name these kl_mean, completion_len and peak_mem_mb
                 r.setdefault("divergence_mean", r.get("kl_mean"))
                 r.setdefault("completion_len_mean", r.get("completion_len"))
                 r.setdefault("peak_memory_mb", r.get("peak_mem_mb"))
             curves[name] = rows
             long_rows += [[name, r["step"]] + [r.get(c) for c in cols] for r in rows]
-            probe = _read_optional_json(path.parent / "kl_probe.json") or {}
-            reward = _read_optional_json(path.parent / "reward_probe.json") or {}
+            probe = read_optional("kl_probe", path.parent / "kl_probe.json") or {}
+            reward = read_optional("reward_probe", path.parent / "reward_probe.json") or {}
             held_out = (f"{len(reward.get('rows') or [])} x {reward.get('episodes_per_task')}"
                         if reward.get("rows") else None)
 
@@ -525,7 +585,7 @@ class _Builder:
                                   "Training summary per ablation"))
         pools = []
         for path in runs:  # terminal runs: the calibrated GRPO pool, per difficulty band of solve
-            pool = (_read_optional_json(path.parent / "summary.json") or {}).get("rl_pool") or {}
+            pool = (read_optional("train_summary", path.parent / "summary.json") or {}).get("rl_pool") or {}
             if pool:
                 pools.append([path.parent.parent.name, pool.get("rule"), pool.get("pool"),
                               ", ".join(f"{b}: {n}" for b, n in (pool.get("pool_by_band") or {}).items()),
@@ -653,7 +713,7 @@ class _Builder:
         rows = [["signatures sampled", len(self.signatures)]]
         if "kept" in self.facts:
             rows.append(["tasks kept", self.facts["kept"]])
-        for key in ("pass@1", "hint coverage", "models evaluated", "wall time (s)", "CPU hours"):
+        for key in ("base images", "pass@1", "hint coverage", "models evaluated", "wall time (s)", "CPU hours"):
             if key in self.facts:
                 rows.append([key, self.facts[key]])
         rows.append(["sections not run", ", ".join(s.title for s in sections if not s.ran) or "none"])
@@ -663,8 +723,8 @@ class _Builder:
     def build(self) -> list[Section]:
         self.load()
         self.has_eval = self.eval_csv.is_file()
-        body = [self.composition(), self.survival(), self.decontamination(), self.passk_section(),
-                self.hints_section(), self.training(), self.evaluation(), self.cost()]
+        body = [self.composition(), self.survival(), self.decontamination(), self.review_section(),
+                self.passk_section(), self.hints_section(), self.training(), self.evaluation(), self.cost()]
         return [self.overview(body)] + body
 
 

@@ -1,6 +1,8 @@
-"""Apptainer runtime (clusters): base images per domain, one content-addressed SIF per task
-layered on its base, every run `--containall --no-home --cleanenv`, no network unless the task
-declares it, and a fresh writable overlay per session.
+"""Apptainer runtime (clusters): the task's base image (the same declared or derived base the
+bwrap runtime runs, termforge.images) as a SIF built from the image store's OCI layout
+(`apptainer build base.sif oci://<store>:<name>`), one content-addressed SIF per task layered on
+it, every run `--containall --no-home --cleanenv`, no network unless the task declares it, and a
+fresh writable overlay per session.
 
 Apptainer is not installable on the termforge CI machines: everything here is tested up to the
 command line it runs, and tests/test_apptainer.py runs it for real wherever `apptainer` exists.
@@ -18,10 +20,9 @@ from pathlib import Path
 from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, atomic_write_text, read_json, stable_hash
 from termforge.runtime.base import Bind, BuildResult, ExecResult, Image, Limits, Runtime, Session
+from termforge.runtime import trees
 from termforge.runtime.bwrap import run_sandboxed, tree_digest
 
-ENVS_DIR = Path(__file__).resolve().parents[3] / "envs" / "apptainer"
-INTRICATE = "intricate"
 
 
 def dockerfile_to_def(dockerfile: Path) -> str:
@@ -41,25 +42,21 @@ def layer_on_base(definition: str, base_sif: Path) -> str:
     return f"Bootstrap: localimage\nFrom: {base_sif}\n\n{body.lstrip()}"
 
 
-def base_name(task: dict) -> str:
-    sig = task.get("signature", {})
-    return INTRICATE if sig.get("task_complexity") == "intricate" else sig.get("domain", "file_operations")
-
-
 class ApptainerRuntime(Runtime):
     name = "apptainer"
 
     def __init__(self, images_root: str | Path | None = None, apptainer: str = "apptainer",
-                 envs_dir: str | Path = ENVS_DIR, dry_run: bool | None = None):
+                 dry_run: bool | None = None, image_cache: str | Path | None = None, store=None):
         self.apptainer = apptainer
-        self.envs_dir = Path(envs_dir)
+        self.image_cache = image_cache
+        self.store = store
         self.images_root = Path(images_root) if images_root else None
         self.dry_run = shutil.which(apptainer) is None if dry_run is None else dry_run
         self.commands: list[list[str]] = []  # every command line run (or, in a dry run, planned)
         self._planned_bases: set[Path] = set()
 
     # -- command lines -----------------------------------------------------------------------
-    def build_argv(self, sif: Path, definition: Path) -> list[str]:
+    def build_argv(self, sif: Path, definition: Path | str) -> list[str]:
         return [self.apptainer, "build", "--fakeroot", "--force", str(sif), str(definition)]
 
     def overlay_argv(self, overlay: Path, size_mb: int = 1024) -> list[str]:
@@ -90,30 +87,35 @@ class ApptainerRuntime(Runtime):
         return ExecResult(res.returncode, res.stdout, res.stderr, time.monotonic() - start)
 
     # -- builds ------------------------------------------------------------------------------
-    def base_def(self, name: str) -> Path:
-        path = self.envs_dir / f"base-{name}.def"
-        if not path.exists():
-            raise TermforgeError(f"no Apptainer base definition for {name!r} at {path}")
-        return path
+    def build_base(self, task: dict, images_dir: Path, timeout: float = 3600) -> tuple[Path, dict]:
+        """The SIF of the task's base image (its declared base plus its apt_packages, as the bwrap
+        runtime builds it), from the image store's OCI layout; one per base digest."""
+        from termforge.images import DEFAULT_BASE, ensure_task_base
+        from termforge.images.store import ImageStore, image_store_dir, register_base
 
-    def build_base(self, name: str, images_dir: Path, timeout: float = 3600) -> Path:
-        definition = self.base_def(name)
-        digest = stable_hash(definition.read_bytes(), 16)
-        sif = Path(images_dir) / "bases" / f"{name}-{digest}.sif"
+        env = task.get("environment", {}) or {}
+        built = ensure_task_base(env.get("base") or DEFAULT_BASE, env.get("apt_packages", []), self.image_cache)
+        store = self.store or ImageStore(image_store_dir(None, self.image_cache))
+        stored = register_base(built, store)[0]
+        sif = Path(images_dir) / "bases" / f"{built.record['name']}-{built.digest[7:19]}.sif"
         if not sif.exists() and sif not in self._planned_bases:
             self._planned_bases.add(sif)
             sif.parent.mkdir(parents=True, exist_ok=True)
-            res = self._run(self.build_argv(sif, definition), timeout)
+            res = self._run(self.build_argv(sif, f"oci://{store.root}:{stored.name}"), timeout)
             if not res.ok:
-                raise TermforgeError(f"base image {name}: apptainer build failed: {res.tail(500)}")
-        return sif
+                raise TermforgeError(f"base image {stored.name}: apptainer build failed: {res.tail(500)}")
+        return sif, built.ref()
 
     def build(self, task_dir: Path, images_dir: Path, timeout: float = 1800) -> BuildResult:
         task_dir = Path(task_dir)
         task = read_json(task_dir / "task.json")
         env_dir = task_dir / "environment"
         start = time.monotonic()
-        base = self.build_base(base_name(task), images_dir)
+        try:
+            base, base_ref = self.build_base(task, images_dir)
+        except TermforgeError as exc:
+            reason = f"task {task['id']}: base image: {exc}"
+            return BuildResult(False, None, reason, reason, time.monotonic() - start)
         if (env_dir / "container.def").exists():
             definition = (env_dir / "container.def").read_text()
         elif (env_dir / "Dockerfile").exists():
@@ -121,7 +123,7 @@ class ApptainerRuntime(Runtime):
         else:
             reason = f"task {task['id']}: environment/ has neither container.def nor Dockerfile"
             return BuildResult(False, None, reason, reason, 0.0)
-        digest = stable_hash([tree_digest(env_dir), str(base)], 24)
+        digest = stable_hash([tree_digest(env_dir), base_ref["digest"]], 24)
         out = Path(images_dir) / task["id"]
         allow_network = bool(task.get("environment", {}).get("allow_network", False))
         image = Image(task["id"], self.name, out, digest, allow_network)
@@ -141,7 +143,8 @@ class ApptainerRuntime(Runtime):
         if not self.dry_run:
             (out / "image.sif.tmp").replace(out / "image.sif")
         atomic_write_json(meta, {"task_id": task["id"], "backend": self.name, "digest": digest,
-                                 "allow_network": allow_network, "base": str(base), "dry_run": self.dry_run})
+                                 "allow_network": allow_network, "base_sif": str(base), "base": base_ref,
+                                 "rootfs": "image", "dry_run": self.dry_run})
         return BuildResult(True, image, "built", log, time.monotonic() - start)
 
     def start(self, image: Image, limits: Limits | None = None) -> "ApptainerSession":
@@ -177,4 +180,4 @@ class ApptainerSession(Session):
         Path(dst).write_text(res.stdout)
 
     def stop(self) -> None:
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        trees.remove_tree(self.workdir)

@@ -25,8 +25,9 @@ class Limits:
 
     Hitting one is the sandboxed program's failure (a 0 with a reason), never the host's: the
     process count, open files and file size are rlimits of the sandbox's own uid; the writable
-    layer (/app and /home/user) is watched and the sandbox killed when it grows past `disk_mb`;
-    /tmp is a tmpfs of `tmp_mb`."""
+    layer (/app and /home/user) is watched and the sandbox killed when it grows past `disk_mb`, or
+    when it holds a tree deeper than `tree_depth` levels or larger than `tree_entries` entries
+    (which the watcher could not measure); /tmp is a tmpfs of `tmp_mb`."""
 
     wall_sec: float = 120.0
     cpu_sec: int = 120
@@ -36,6 +37,10 @@ class Limits:
     max_file_mb: int = 512
     disk_mb: int = 1024
     tmp_mb: int = 256
+    # How far the host walks what a sandbox wrote (disk watch, cleanup checks, log scans): a tree
+    # deeper or larger than this cannot be measured, which kills the sandbox (runtime/trees.py).
+    tree_depth: int = 128
+    tree_entries: int = 200_000
 
     @classmethod
     def from_options(cls, o: dict) -> "Limits":
@@ -65,7 +70,9 @@ class ExecResult:
 
 @dataclass
 class Image:
-    """A built task environment. For bwrap it is a directory holding the task layer (/app)."""
+    """A built task environment. For bwrap it is a directory holding the task layer (/app) and
+    image.json; `rootfs` is the base image's root filesystem that sessions bind read-only as `/`
+    (or "host": the host's /usr and /etc, only where `runtime.rootfs: host` was chosen)."""
 
     task_id: str
     backend: str
@@ -73,6 +80,7 @@ class Image:
     digest: str
     allow_network: bool = False
     meta: dict = field(default_factory=dict)
+    rootfs: str = ""
 
 
 @dataclass
@@ -118,6 +126,20 @@ class Runtime:
         raise NotImplementedError
 
 
+def task_image(runtime: Runtime, images_dir: Path, task_dir: Path) -> Image:
+    """A task's built image: loaded from the images folder where the backend keeps one per task,
+    else built (backends cache their builds)."""
+    task_dir = Path(task_dir)
+    if hasattr(runtime, "load"):
+        return runtime.load(images_dir, task_dir.name)
+    built = runtime.build(task_dir, images_dir)
+    if not built.ok or built.image is None:
+        from termforge.errors import TermforgeError
+
+        raise TermforgeError(f"task {task_dir.name}: its image did not build ({built.reason})")
+    return built.image
+
+
 def get_runtime(name: str, **options) -> Runtime:
     """Runtime by config name; heavy backends import only when chosen."""
     if name == "bwrap":
@@ -127,6 +149,8 @@ def get_runtime(name: str, **options) -> Runtime:
     if name == "apptainer":
         from termforge.runtime.apptainer import ApptainerRuntime
 
+        # Apptainer always runs the image (runtime.rootfs: host is a bwrap-only opt-in).
+        options.pop("rootfs", None)
         return ApptainerRuntime(**options)
     from termforge.errors import ConfigError
 

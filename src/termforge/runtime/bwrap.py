@@ -1,17 +1,25 @@
-"""Bubblewrap runtime: the host's /usr and /etc read-only, a private writable task layer at /app.
+"""Bubblewrap runtime: the task's image as a read-only `/`, a private writable task layer at /app.
 
-Layout inside every sandbox (the host root is not bound whole because
-a read-only / cannot get the /app mount point): tmpfs /, read-only /usr and /etc, /bin /lib
-/lib64 /sbin symlinks, fresh /dev /proc /tmp /home/user, the task layer bound at /app; new
-user, pid, ipc, uts, cgroup and net namespaces; uid 1000; every capability dropped; killed with
-its parent. Limits: wall clock (the caller's timeout), CPU seconds, address space, process count,
-open files and file size (rlimits), a size-capped /tmp, and a watch on the writable layer that kills
-the sandbox once /app and /home/user hold more than `Limits.disk_mb`.
+Layout inside every sandbox: the base image's root filesystem (termforge.images: built by
+mmdebstrap, cached per user) bound read-only as `/`, fresh /dev /proc /tmp /home/user over the
+mount points the image provides, the task layer bound at /app; new user, pid, ipc, uts, cgroup
+and net namespaces; uid 1000; every capability dropped; killed with its parent. Nothing of the
+host's /usr, /etc or PATH is visible. (`runtime.rootfs: host`, an explicit opt-in recorded in
+every image.json, runs over the host's /usr and /etc instead: a tmpfs `/` with those bound
+read-only, as before images.) Limits: wall clock (the caller's timeout), CPU seconds, address
+space, process count, open files and file size (rlimits), a size-capped /tmp, and a watch on the
+writable layer that kills the sandbox once /app and /home/user hold more than `Limits.disk_mb`.
 
 When the host runs as root, each session runs under its own unprivileged host uid (the sandbox's
 uid 1000 maps to it): the kernel never applies RLIMIT_NPROC to root, so a sandbox mapped to root
 could fork without bound, and a uid of its own keeps one session's count (and files) apart from
 every other's.
+
+bwrap itself starts with an empty environment (`SANDBOX_HOST_ENV`): its processes inside the
+sandbox (pid 1, the reaper) keep the environment they were started with, and /proc/1/environ is
+readable by the sandbox's uid, so anything of the orchestrator's environment (API keys) would be
+readable by the agent. Every tree the sandbox wrote is walked, measured, copied and removed on the
+host through `runtime.trees` (iterative, bounded, never following a symlink).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import resource
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -29,10 +38,17 @@ from pathlib import Path
 
 from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, read_json, stable_hash
+from termforge.runtime import trees
 from termforge.runtime.base import Bind, BuildResult, ExecResult, Image, Limits, Runtime, Session
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+# `rootfs` value meaning the host's /usr and /etc (runtime.rootfs: host), instead of an image.
+HOST_ROOTFS = "host"
+# Bumped when what goes into a task image changes, so cached task layers are rebuilt.
+IMAGE_FORMAT = "bwrap-image-2"
 OUTPUT_CAP = 4 * 1024 * 1024
+# The environment bwrap itself is started with: nothing of the host's (see the module docstring).
+SANDBOX_HOST_ENV: dict[str, str] = {}
 
 
 def bwrap_available() -> bool:
@@ -43,6 +59,7 @@ def sandbox_argv(
     layer: Path,
     command: list[str],
     *,
+    rootfs: str | os.PathLike,
     binds: list[Bind] = (),
     env: dict[str, str] | None = None,
     cwd: str = "/app",
@@ -51,11 +68,20 @@ def sandbox_argv(
     home_dir: Path | None = None,
     tmp_mb: int | None = None,
 ) -> list[str]:
-    """The bwrap command line for one process in a task sandbox."""
-    argv = ["bwrap", "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
-    for name in ("bin", "lib", "lib64", "sbin"):
-        if os.path.exists(f"/usr/{name}"):
-            argv += ["--symlink", f"usr/{name}", f"/{name}"]
+    """The bwrap command line for one process in a task sandbox over `rootfs`: an image's root
+    filesystem (bound read-only as /; it provides the mount points bound below), or HOST_ROOTFS."""
+    host = str(rootfs) == HOST_ROOTFS
+    if host:
+        # The host's root cannot be bound whole (a read-only / cannot get the /app mount point).
+        argv = ["bwrap", "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+        for name in ("bin", "lib", "lib64", "sbin"):
+            if os.path.exists(f"/usr/{name}"):
+                argv += ["--symlink", f"usr/{name}", f"/{name}"]
+    elif rootfs and os.path.isdir(os.path.join(rootfs, "usr")):
+        argv = ["bwrap", "--ro-bind", str(rootfs), "/"]
+    else:
+        raise TermforgeError(f"sandbox: no image root filesystem at {str(rootfs)!r} "
+                             "(termforge images build makes the declared bases)")
     argv += ["--dev", "/dev", "--proc", "/proc"]
     if tmp_dir:
         argv += ["--bind", str(tmp_dir), "/tmp"]
@@ -65,8 +91,13 @@ def sandbox_argv(
     argv += ["--bind", str(layer), "/app"]
     for b in binds:
         argv += ["--bind" if b.writable else "--ro-bind", str(b.host), b.sandbox]
-    # With every mount point in place, the tmpfs root itself becomes read-only.
-    argv += ["--remount-ro", "/"]
+    if host:
+        # With every mount point in place, the tmpfs root itself becomes read-only.
+        argv += ["--remount-ro", "/"]
+    elif allow_network:
+        # Name resolution as a container engine gives it: the host's resolver over the image's
+        # empty /etc/resolv.conf (only where the task declares network access).
+        argv += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
     argv += ["--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000"]
     if allow_network:
         argv += ["--share-net"]
@@ -94,13 +125,32 @@ def session_uid() -> int | None:
 
 
 def chown_tree(root: Path, uid: int | None) -> None:
-    """Give a session's writable tree to its uid (symlinks themselves, never their targets)."""
+    """Give a tree termforge wrote (a layer copy, a verifier toolchain) to a session's uid
+    (symlinks themselves, never their targets). Never used on what a sandbox wrote."""
     if uid is None:
         return
-    os.lchown(root, uid, uid)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            os.lchown(os.path.join(dirpath, name), uid, uid)
+    why = trees.chown(Path(root), uid)
+    if why:
+        raise TermforgeError(f"cannot give {root} to the session's uid: {why}")
+
+
+def tree_bounds(limits: Limits) -> trees.Bounds:
+    """How far the host walks a sandbox's writable trees (runtime.limits tree_depth/tree_entries)."""
+    return trees.Bounds(depth=limits.tree_depth, entries=limits.tree_entries, seconds=trees.DEFAULT_BOUNDS.seconds)
+
+
+def popen_argv(argv: list[str]) -> list[str]:
+    """The command line to start: `bwrap` resolved on the host's PATH here, because bwrap itself
+    runs with an empty environment."""
+    if argv and argv[0] == "bwrap":
+        return [shutil.which("bwrap") or "/usr/bin/bwrap", *argv[1:]]
+    return list(argv)
+
+
+def popen_env(argv: list[str]) -> dict[str, str] | None:
+    """The environment to start `argv` with: none of the host's for bwrap (whose own processes
+    stay visible inside the sandbox); other runtimes' launchers (apptainer) clean it themselves."""
+    return SANDBOX_HOST_ENV if argv and Path(argv[0]).name == "bwrap" else None
 
 
 def _limit_preexec(limits: Limits, uid: int | None = None):
@@ -134,40 +184,54 @@ def nproc_prefix(limits: Limits, uid: int | None) -> list[str]:
 
 def allocated_bytes(roots: list[Path]) -> int:
     """Disk blocks held under `roots` (sparse files count what they really occupy)."""
-    total = 0
-    for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            for name in dirnames + filenames:
-                try:
-                    total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-                except OSError:
-                    pass
-    return total
+    return trees.allocated([Path(r) for r in roots]).bytes
 
 
 class DiskWatch:
     """Kills a sandbox once its writable layer outgrows the cap. Polls, so a fast writer may
-    overshoot by what it writes in one interval; RLIMIT_FSIZE bounds each single file."""
+    overshoot by what it writes in one interval; RLIMIT_FSIZE bounds each single file.
+
+    The cap cannot be switched off by what the sandbox writes: a tree the watcher cannot measure
+    within its bounds (too deep, too many entries, unreadable, too slow) kills the sandbox too,
+    with that reason, and so does any error of the watcher itself."""
 
     INTERVAL = 0.2
 
-    def __init__(self, roots: list[Path], cap_mb: int, pid: int):
+    def __init__(self, roots: list[Path], cap_mb: int, pid: int, bounds: trees.Bounds | None = None):
         self.roots, self.cap, self.pid = [Path(r) for r in roots], cap_mb * 1024 * 1024, pid
+        self.bounds = bounds or trees.DEFAULT_BOUNDS
         self.hit = False
+        self.reason: str | None = None
+        self.unmeasurable = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         if self.roots:
             self._thread.start()
 
+    def _check(self) -> str | None:
+        try:
+            m = trees.allocated(self.roots, self.bounds)
+        except Exception as exc:  # noqa: BLE001 - a watcher that cannot measure must still stop the writer
+            self.unmeasurable = True
+            return f"the writable layer could not be measured ({type(exc).__name__}: {exc})"
+        if m.bytes > self.cap:
+            return f"the writable layer grew past {self.cap // (1024 * 1024)} MiB"
+        if m.incomplete:
+            self.unmeasurable = True
+            return f"the writable layer could not be measured: {m.incomplete}"
+        return None
+
     def _run(self) -> None:
         while not self._stop.wait(self.INTERVAL):
-            if allocated_bytes(self.roots) > self.cap:
-                self.hit = True
-                try:
-                    os.killpg(self.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                return
+            why = self._check()
+            if why is None:
+                continue
+            self.hit, self.reason = True, why
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            return
 
     def stop(self) -> None:
         self._stop.set()
@@ -175,7 +239,9 @@ class DiskWatch:
             self._thread.join()
 
 
-def limit_reason(code: int, limits: Limits, disk_hit: bool) -> str | None:
+def limit_reason(code: int, limits: Limits, disk_hit: bool | str | None) -> str | None:
+    if isinstance(disk_hit, str):
+        return f"disk: {disk_hit}"
     if disk_hit:
         return f"disk: the writable layer grew past {limits.disk_mb} MiB"
     if code == FSIZE_EXIT:
@@ -231,6 +297,7 @@ def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes 
                   uid: int | None = None, watch: list[Path] = (), pass_fds: tuple[int, ...] = ()) -> ExecResult:
     """Run a bwrap command line; on timeout kill the sandbox (its pid namespace dies with it)."""
     start = time.monotonic()
+    argv = popen_argv(argv)
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -239,8 +306,9 @@ def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes 
         start_new_session=True,
         preexec_fn=_limit_preexec(limits, uid),
         pass_fds=pass_fds,
+        env=popen_env(argv),
     )
-    disk = DiskWatch(list(watch), limits.disk_mb, proc.pid)
+    disk = DiskWatch(list(watch), limits.disk_mb, proc.pid, tree_bounds(limits))
     # Bounded readers: a sandboxed program printing without end costs the host at most OUTPUT_CAP
     # per stream (head and tail kept), never its memory.
     readers = [_CappedReader(proc.stdout), _CappedReader(proc.stderr)]
@@ -266,32 +334,37 @@ def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes 
         stderr=err.decode(errors="replace"),
         duration_sec=time.monotonic() - start,
         timed_out=timed_out,
-        limit_hit=limit_reason(code, limits, disk.hit),
+        limit_hit=limit_reason(code, limits, disk.reason),
     )
 
 
 def tree_digest(root: Path) -> str:
-    """Content hash of a directory tree (paths, modes and bytes)."""
-    entries = []
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root).as_posix()
-        if p.is_symlink():
-            entries.append([rel, "link", os.readlink(p)])
-        elif p.is_file():
-            entries.append([rel, oct(p.stat().st_mode & 0o777), stable_hash(p.read_bytes(), 64)])
-        elif p.is_dir():
-            entries.append([rel, "dir"])
-    return stable_hash(entries, 24)
+    """Content hash of a directory tree (paths, modes and bytes), bounded in depth and entries
+    (an unwalkable tree still gets a digest, which names why it is incomplete)."""
+    return stable_hash(trees.digest_entries(Path(root)), 24)
 
 
-def missing_debian_packages(packages: list[str]) -> list[str]:
-    """Packages a task needs from the host that dpkg does not report as installed."""
-    missing = []
-    for pkg in packages:
-        res = subprocess.run(["dpkg-query", "-W", "-f=${Status}", pkg], capture_output=True, text=True)
-        if res.returncode != 0 or "install ok installed" not in res.stdout:
-            missing.append(pkg)
-    return missing
+def _check_reachable(workdir: Path, uid: int | None) -> None:
+    """A session's sandboxes start as its own uid: every directory above its work directory must
+    let that uid through, or bwrap cannot find the layer and every grade would be a 0 that is
+    really the host's fault. Said once, here, as an infrastructure error."""
+    if uid is None:
+        return
+    for parent in workdir.resolve().parents:
+        st = os.stat(parent)
+        if not st.st_mode & 0o001 and not (st.st_uid == uid and st.st_mode & 0o100):
+            raise TermforgeError(f"runtime work directory {workdir.parent}: {parent} (mode {oct(st.st_mode & 0o777)}) "
+                                 "cannot be entered by the sandbox's uid; give it o+x (e.g. chmod 0711)")
+
+
+def layer_problem(layer: Path, limits: Limits) -> str | None:
+    """Why a built layer cannot be walked within the tree bounds (every session copies it, and
+    the disk watcher measures it), or None; FIFOs, sockets and devices are not copied either."""
+    walk = trees.TreeWalk(layer, trees.Bounds(limits.tree_depth, limits.tree_entries, None))
+    for e in walk:
+        if not (e.is_dir or stat.S_ISREG(e.st.st_mode) or stat.S_ISLNK(e.st.st_mode)):
+            return f"{e.rel[:200]} is {trees.describe_mode(e.st.st_mode)}"
+    return walk.incomplete
 
 
 class BwrapSession(Session):
@@ -302,17 +375,30 @@ class BwrapSession(Session):
     """
 
     def __init__(self, image: Image, limits: Limits, work_root: Path | None = None):
+        if not image.rootfs:
+            raise TermforgeError(f"task {image.task_id}: the image names no root filesystem (rebuild it)")
         self.image = image
         self.limits = limits
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"tf-{image.task_id}-", dir=work_root))
-        self.layer = self.workdir / "app"
-        shutil.copytree(image.path / "layer", self.layer, symlinks=True)
-        self.home = self.workdir / "home"
-        self.home.mkdir()
-        self.uid = session_uid()
-        chown_tree(self.workdir, self.uid)
+        self.rootfs = image.rootfs
         self.binds: list[Bind] = []
         self._stopped = False
+        # What stop() could not remove (never expected: tests count leftovers after attacks).
+        self.cleanup_problems: list[str] = []
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"tf-{image.task_id}-", dir=work_root))
+        try:
+            self.uid = session_uid()
+            _check_reachable(self.workdir, self.uid)
+            self.layer = self.workdir / "app"
+            problems = trees.copy_tree(image.path / "layer", self.layer,
+                                       trees.Bounds(limits.tree_depth, limits.tree_entries, None))
+            if problems:
+                raise TermforgeError(f"task {image.task_id}: the image's layer cannot be copied: {problems[0]}")
+            self.home = self.workdir / "home"
+            self.home.mkdir()
+            chown_tree(self.workdir, self.uid)
+        except BaseException:
+            trees.remove_tree(self.workdir)
+            raise
 
     def writable_roots(self) -> list[Path]:
         return [self.layer, self.home]
@@ -326,6 +412,7 @@ class BwrapSession(Session):
         argv = sandbox_argv(
             self.layer,
             nproc_prefix(self.limits, self.uid) + (argv or ["/bin/bash", "--noprofile", "--norc", "-c", command]),
+            rootfs=self.rootfs,
             binds=[*self.binds, *binds],
             env=env,
             cwd=cwd,
@@ -342,78 +429,171 @@ class BwrapSession(Session):
 
         def argv() -> list[str]:
             return sandbox_argv(self.layer, nproc_prefix(self.limits, self.uid) + ["/bin/bash", "--noprofile", "--norc", "-s"],
-                                binds=self.binds,
+                                rootfs=self.rootfs, binds=self.binds,
                                 env=env, cwd="/app", allow_network=self.image.allow_network, home_dir=self.home,
                                 tmp_mb=self.limits.tmp_mb)
 
         return PersistentShell(argv, self.limits, uid=self.uid, watch=self.writable_roots())
 
     def copy_in(self, src: Path, dst: str) -> None:
-        target = self._host_path(dst)
-        if Path(src).is_dir():
-            shutil.copytree(src, target, symlinks=True, dirs_exist_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, target)
-        chown_tree(self.workdir, self.uid)
+        """Copy a host file or directory (termforge's own, e.g. a step's workdir) to `dst` in the
+        sandbox. The copy into the agent's tree is made by `cp` inside a sandbox, so a symlink the
+        agent left on the way resolves inside the sandbox (as `docker cp` into a container does),
+        never on the host."""
+        src = Path(src)
+        stage = Path(tempfile.mkdtemp(prefix="tf-copy-in-", dir=self.workdir))
+        try:
+            target = stage / "item"
+            if src.is_dir():
+                problems = trees.copy_tree(src, target)
+            else:
+                target.mkdir()
+                problems = trees.copy_tree(src.parent, target, skip=lambda e: e.depth == 1 and e.name != src.name)
+                target = target / src.name
+            if problems:
+                raise TermforgeError(f"copy_in {src} -> {dst}: {problems[0]}")
+            chown_tree(stage, self.uid)
+            inside = "/tmp/tf-copy-in/" + target.relative_to(stage).as_posix()
+            script = ('set -e; d="$1"; s="$2"; if [ -d "$s" ]; then mkdir -p -- "$d"; cp -a -- "$s"/. "$d"/; '
+                      'else mkdir -p -- "$(dirname -- "$d")"; cp -a -- "$s" "$d"; fi')
+            res = self.exec("", argv=["/bin/bash", "--noprofile", "--norc", "-c", script, "copy-in", dst, inside],
+                            binds=[Bind(stage, "/tmp/tf-copy-in")], cwd="/")
+            if not res.ok:
+                raise TermforgeError(f"copy_in {src} -> {dst}: cp exited {res.exit_code}: {res.tail(300)}")
+        finally:
+            trees.remove_tree(stage)
 
     def copy_out(self, src: str, dst: Path) -> None:
-        source = self._host_path(src)
-        if source.is_dir():
-            shutil.copytree(source, dst, symlinks=True, dirs_exist_ok=True)
-        else:
-            Path(dst).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dst)
+        """Copy `src` (under /app or /home/user) to the host path `dst`: regular files, directories
+        and symlinks (kept as symlinks), within the tree bounds; a symlink on the way to `src`, a
+        FIFO or an unwalkable tree is a TermforgeError naming it (the agent's doing, never an
+        infrastructure failure)."""
+        host, rel = self._split(src)
+        parent_fd = os.open(host, trees.DIR_FLAGS)
+        try:
+            parts = [p for p in rel.split("/") if p not in ("", ".")]
+            if ".." in parts:
+                raise TermforgeError(f"path {src!r} escapes the task layer")
+            for part in parts[:-1]:
+                try:
+                    nxt = os.open(part, trees.DIR_FLAGS, dir_fd=parent_fd)
+                except OSError:
+                    raise TermforgeError(f"copy_out {src}: {part!r} is not a plain directory") from None
+                os.close(parent_fd)
+                parent_fd = nxt
+            name = parts[-1] if parts else "."
+            st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                problems = trees.copy_tree(Path(f"/proc/self/fd/{parent_fd}/{name}"), Path(dst), tree_bounds(self.limits))
+            elif stat.S_ISREG(st.st_mode):
+                Path(dst).parent.mkdir(parents=True, exist_ok=True)
+                out_fd = os.open(Path(dst).parent, trees.DIR_FLAGS)
+                try:
+                    trees.copy_file(parent_fd, name, out_fd, st)
+                    if Path(dst).name != name:
+                        os.replace(name, Path(dst).name, src_dir_fd=out_fd, dst_dir_fd=out_fd)
+                    problems = []
+                finally:
+                    os.close(out_fd)
+            else:
+                problems = [f"{src} is {trees.describe_mode(st.st_mode)}"]
+        except FileNotFoundError:
+            raise TermforgeError(f"copy_out {src}: no such file in the sandbox") from None
+        finally:
+            os.close(parent_fd)
+        if problems:
+            raise TermforgeError(f"copy_out {src}: {problems[0]}")
 
     def _host_path(self, sandbox_path: str) -> Path:
+        """The host path of a file the oracle (task code) wrote, resolved inside the layer."""
+        host, rel = self._split(sandbox_path)
+        resolved = (host / rel).resolve()
+        if not str(resolved).startswith(str(host.resolve())):
+            raise TermforgeError(f"path {sandbox_path!r} escapes the task layer")
+        return resolved
+
+    def _split(self, sandbox_path: str) -> tuple[Path, str]:
         for prefix, host in (("/app", self.layer), ("/home/user", self.home)):
             if sandbox_path == prefix or sandbox_path.startswith(prefix + "/"):
-                rel = sandbox_path[len(prefix):].lstrip("/")
-                resolved = (host / rel).resolve()
-                if not str(resolved).startswith(str(host.resolve())):
-                    raise TermforgeError(f"path {sandbox_path!r} escapes the task layer")
-                return resolved
+                return host, sandbox_path[len(prefix):].lstrip("/")
         raise TermforgeError(f"path {sandbox_path!r} is outside the task layer (/app, /home/user)")
 
     def stop(self) -> None:
+        """Remove the session's host directory, whatever the sandbox left in it (never raises;
+        what could not be removed is kept in `cleanup_problems`)."""
         if not self._stopped:
             self._stopped = True
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.cleanup_problems = trees.remove_tree(self.workdir)
 
 
 class BwrapRuntime(Runtime):
     name = "bwrap"
 
-    def __init__(self, work_root: str | Path | None = None):
+    def __init__(self, work_root: str | Path | None = None, rootfs: str = "image",
+                 image_cache: str | Path | None = None, base: str | None = None, log=print):
+        """`rootfs`: "image" (each task runs on its base image: the default) or "host" (the host's
+        /usr and /etc: an explicit opt-in, recorded in every image.json). `image_cache`: where base
+        images are built and kept (termforge.images.image_cache_dir). `base`: the base of tasks
+        whose task.json names none (termforge.images.DEFAULT_BASE)."""
+        from termforge.errors import ConfigError
+
         self.work_root = Path(work_root) if work_root else None
+        if rootfs not in ("image", HOST_ROOTFS):
+            raise ConfigError(f"runtime.rootfs: expected 'image' or 'host', got {rootfs!r}")
+        self.rootfs_mode = rootfs
+        self.image_cache = image_cache
+        self.base = base
+        self.log = log
         if not bwrap_available():
             raise TermforgeError("runtime bwrap: the 'bwrap' executable is not on PATH "
                                  "(apt-get install bubblewrap)")
 
+    # -- base images ---------------------------------------------------------------------------
+    def base_request(self, task: dict) -> dict:
+        """What a task asks of its image: a base (its task.json's, else the runtime's default)
+        and extra Debian packages."""
+        from termforge.images import DEFAULT_BASE
+
+        env = task.get("environment", {}) or {}
+        return {"base": env.get("base") or self.base or DEFAULT_BASE,
+                "apt_packages": sorted(set(env.get("apt_packages", []) or []))}
+
+    def task_base(self, request: dict):
+        """The built base for a request (built now when the cache lacks it)."""
+        from termforge.images import ensure_task_base
+
+        return ensure_task_base(request["base"], request["apt_packages"], self.image_cache, log=self.log)
+
     def build(self, task_dir: Path, images_dir: Path, timeout: float = 600,
               limits: Limits | None = None) -> BuildResult:
-        """Run setup.sh in a sandbox to produce the task layer; content-addressed and atomic."""
+        """Run setup.sh in a sandbox over the task's base image to produce the task layer;
+        content-addressed (environment/ and the base's digest) and atomic."""
         task_dir = Path(task_dir)
         task = read_json(task_dir / "task.json")
         task_id = task["id"]
         env_dir = task_dir / "environment"
-        digest = tree_digest(env_dir)
         final = Path(images_dir) / task_id
         meta_path = final / "image.json"
         allow_network = bool(task.get("environment", {}).get("allow_network", False))
+        request = self.base_request(task)
+        start = time.monotonic()
+        if self.rootfs_mode == HOST_ROOTFS:
+            rootfs, base_ref = HOST_ROOTFS, None
+        else:
+            try:
+                base = self.task_base(request)
+            except TermforgeError as exc:
+                reason = f"task {task_id}: base image {request['base']} + {request['apt_packages']}: {exc}"
+                return BuildResult(False, None, reason, reason, time.monotonic() - start)
+            rootfs, base_ref = str(base.rootfs), base.ref()
+        digest = stable_hash([IMAGE_FORMAT, tree_digest(env_dir), base_ref["digest"] if base_ref else HOST_ROOTFS,
+                              request], 24)
         if meta_path.exists():
             meta = read_json(meta_path)
             if meta.get("digest") == digest and meta.get("backend") == self.name:
-                return BuildResult(True, Image(task_id, self.name, final, digest, allow_network), "cached",
+                return BuildResult(True, self._image(final, meta, rootfs), "cached",
                                    (final / "build.log").read_text() if (final / "build.log").exists() else "",
-                                   0.0, cached=True)
-        start = time.monotonic()
-        packages = list(task.get("environment", {}).get("apt_packages", []))
-        missing = missing_debian_packages(packages)
-        if missing:
-            reason = (f"task {task_id}: the bwrap runtime runs on the host's /usr, which lacks Debian "
-                      f"packages {missing} (apt-get install them, or use the apptainer runtime)")
-            return BuildResult(False, None, reason, reason, time.monotonic() - start)
+                                   time.monotonic() - start, cached=True)
         from termforge.io import publish_dir, staging_dir
 
         stage = staging_dir(final)
@@ -423,15 +603,18 @@ class BwrapRuntime(Runtime):
         argv = sandbox_argv(
             layer,
             ["/bin/bash", "--noprofile", "--norc", "/tmp/env/setup.sh"],
+            rootfs=rootfs,
             binds=[Bind(env_dir, "/tmp/env")],
             allow_network=allow_network,
             tmp_dir=tmp,
             home_dir=home,
         )
         res = run_sandboxed(argv, timeout, limits or Limits(wall_sec=timeout, cpu_sec=int(timeout)))
-        log = f"$ bash /tmp/env/setup.sh  (exit {res.exit_code}, {res.duration_sec:.2f}s)\n{res.stdout}{res.stderr}"
-        escaped = sorted({p.relative_to(tmp).parts[0] for p in tmp.rglob("*")} - {"env"})
-        escaped = [f"/tmp/{p}" for p in escaped] + [f"/home/user/{p.name}" for p in home.iterdir()]
+        on = f"base {base_ref['name']} {base_ref['digest'][:19]}" if base_ref else "the host's /usr (runtime.rootfs: host)"
+        log = (f"# on {on}\n$ bash /tmp/env/setup.sh  (exit {res.exit_code}, {res.duration_sec:.2f}s)\n"
+               f"{res.stdout}{res.stderr}")
+        escaped = sorted(set(os.listdir(tmp)) - {"env"})
+        escaped = [f"/tmp/{p}" for p in escaped] + [f"/home/user/{p}" for p in sorted(os.listdir(home))]
         reason = ""
         if res.timed_out:
             reason = f"setup.sh timed out after {timeout:.0f}s"
@@ -442,27 +625,68 @@ class BwrapRuntime(Runtime):
             reason = f"setup.sh failed with exit code {res.exit_code}: {res.tail(300)}"
         elif escaped:
             reason = f"setup.sh wrote outside the task layer: {', '.join(escaped)}"
+        else:
+            unwalkable = layer_problem(layer, limits or Limits())
+            if unwalkable:
+                reason = f"setup.sh left a task layer the host cannot walk: {unwalkable}"
         if reason:
-            shutil.rmtree(stage, ignore_errors=True)
+            trees.remove_tree(stage)
             return BuildResult(False, None, reason, log, res.duration_sec)
-        shutil.rmtree(tmp)
-        shutil.rmtree(home)
+        trees.remove_tree(tmp)
+        trees.remove_tree(home)
         (stage / "build.log").write_text(log)
-        atomic_write_json(stage / "image.json", {"task_id": task_id, "backend": self.name, "digest": digest,
-                                                 "allow_network": allow_network})
+        layer_digest = tree_digest(layer)
+        meta = {"task_id": task_id, "backend": self.name, "digest": digest, "allow_network": allow_network,
+                "rootfs": HOST_ROOTFS if base_ref is None else "image", "base_request": request, "base": base_ref,
+                "layer_digest": layer_digest,
+                "image_digest": stable_hash([base_ref["digest"] if base_ref else HOST_ROOTFS, layer_digest], 24)}
+        atomic_write_json(stage / "image.json", meta)
         publish_dir(stage, final)
-        image = Image(task_id, self.name, final, digest, allow_network)
-        return BuildResult(True, image, "built", log, time.monotonic() - start)
+        return BuildResult(True, self._image(final, meta, rootfs), "built", log, time.monotonic() - start)
+
+    def _image(self, path: Path, meta: dict, rootfs: str) -> Image:
+        return Image(meta["task_id"], self.name, path, meta["digest"], meta.get("allow_network", False),
+                     meta=image_summary(meta), rootfs=rootfs)
 
     def load(self, images_dir: Path, task_id: str) -> Image:
         meta_path = Path(images_dir) / task_id / "image.json"
         if not meta_path.exists():
             raise TermforgeError(f"task {task_id}: no built image at {meta_path.parent}")
         meta = read_json(meta_path)
-        return Image(task_id, self.name, meta_path.parent, meta["digest"], meta.get("allow_network", False))
+        return self._image(meta_path.parent, meta, resolve_rootfs(meta, f"task {task_id}", self.image_cache, self.log))
 
     def start(self, image: Image, limits: Limits | None = None) -> BwrapSession:
         return BwrapSession(image, limits or Limits(), self.work_root)
+
+
+def resolve_rootfs(meta: dict, where: str, image_cache=None, log=print) -> str:
+    """The root filesystem an image.json's sessions run on: its base from the image cache
+    (remade from the recorded request when the cache lacks it), which must still be the very
+    base the image was built on."""
+    from termforge.images import ensure_task_base
+
+    if meta.get("rootfs") == HOST_ROOTFS:
+        return HOST_ROOTFS
+    base, request = meta.get("base"), meta.get("base_request")
+    if not base or not request:
+        raise TermforgeError(f"{where}: the image predates base images; rebuild it (termforge build-images)")
+    built = ensure_task_base(request["base"], request["apt_packages"], image_cache, log=log)
+    if built.digest != base["digest"]:
+        raise TermforgeError(
+            f"{where}: built on base {base['name']} {base['digest'][:19]}, but that base is now "
+            f"{built.digest[:19]} (rebuilt with other package versions); rebuild the task image")
+    return str(built.rootfs)
+
+
+def image_summary(meta: dict) -> dict:
+    """What artefacts record about the image a task ran on (corpus manifest, exports, report):
+    the image digest (base digest + layer digest), the base's name, digest and lock digest, and
+    whether it ran on the host's /usr instead."""
+    base = meta.get("base") or {}
+    return {"image_digest": meta.get("image_digest"), "layer_digest": meta.get("layer_digest"),
+            "rootfs": meta.get("rootfs", HOST_ROOTFS), "base": base.get("name"), "base_names": base.get("names", []),
+            "base_digest": base.get("digest"), "base_lock_digest": base.get("lock_digest"),
+            "apt_packages": (meta.get("base_request") or {}).get("apt_packages", [])}
 
 
 def _first_line_with(text: str, needles: tuple[str, ...]) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from termforge.runtime.base import ExecResult, Limits
-from termforge.runtime.bwrap import DiskWatch, _limit_preexec, limit_reason
+from termforge.runtime.bwrap import DiskWatch, _limit_preexec, limit_reason, popen_argv, popen_env, tree_bounds
 
 MAX_BUFFER = 8 * 1024 * 1024
 
@@ -37,9 +37,10 @@ class PersistentShell:
         self.restarts = 0
 
     def _start(self) -> None:
+        argv = popen_argv(self.argv_factory())
         self.proc = subprocess.Popen(
-            self.argv_factory(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_limit_preexec(self.limits, self.uid),
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_limit_preexec(self.limits, self.uid), env=popen_env(argv),
         )
 
     def _kill(self) -> None:
@@ -63,14 +64,14 @@ class PersistentShell:
                 self.restarts += 1
             self._kill()
             self._start()
-        disk = DiskWatch(self.watch, self.limits.disk_mb, self.proc.pid)
+        disk = DiskWatch(self.watch, self.limits.disk_mb, self.proc.pid, tree_bounds(self.limits))
         try:
             res = self._run(command, timeout)
         finally:
             disk.stop()
         if disk.hit and self.proc is not None:
             self._kill()
-        res.limit_hit = limit_reason(res.exit_code, self.limits, disk.hit)
+        res.limit_hit = limit_reason(res.exit_code, self.limits, disk.reason)
         if res.limit_hit:
             res.stdout += f"\n[termforge: sandbox killed, limit reached: {res.limit_hit}]"
         return res

@@ -84,7 +84,24 @@ class LogLevelFilter(TaskFamily):
         solve = bash_script(f"""
             cat /app/logs/app.log.* | awk '$2 == "{service}" && $3 == "ERROR"' | sort -n -k1,1 -k2 > {out}
         """)
+        # A second reference implementation, written apart from the oracle (Python, the whole line
+        # as the tie-break): validation requires it to score 1 as well (solution/alternatives/).
+        second = bash_script(f"""
+            /usr/bin/python3 - <<'PY'
+            import glob
+            rows = []
+            for path in glob.glob("/app/logs/app.log.*"):
+                with open(path) as fh:
+                    for line in fh:
+                        parts = line.split()
+                        if len(parts) >= 3 and parts[1] == "{service}" and parts[2] == "ERROR":
+                            rows.append((int(parts[0]), line.rstrip("\\n")))
+            with open("{out}", "w") as fh:
+                fh.writelines(line + "\\n" for _, line in sorted(rows))
+            PY
+        """)
         return TaskSpec(
+            alternatives={"python": second},
             instruction=instruction,
             setup_sh=bash_script("mkdir -p /app/logs && cp /tmp/env/fixtures/logs/* /app/logs/"),
             test_initial=test_initial,

@@ -1,0 +1,303 @@
+"""Input sensitivity: does the oracle compute its answer from the task's inputs?
+
+An oracle that writes a constant (a hard-coded answer key, right or wrong) passes every other
+check when the final test was written from it: the oracle scores 1, the no-op scores 0, mutants of
+its output score 0. What gives it away is that its output does not move when the inputs do. So:
+
+1. A fresh session runs the oracle on the untouched environment; its deliverables are recorded
+   (the files in `output_paths`, or, for a task graded on the tree, every file the oracle changed).
+2. Another fresh session perturbs the input data the instruction names (a number changed in every
+   second data line, a record dropped, a shape or tone added: quality/perturb_inputs.py, run inside
+   the sandbox), runs the oracle again and records its deliverables. Two perturbations are tried
+   (numbers, then records) until one moves the output.
+   The output lines that moved are what the data decides: the instruction must not state them
+   (verbatim, as an "example", or restated in prose), unless the inputs hold them (`restated`).
+3. Unchanged deliverables after both: `oracle_ignores_inputs`. The same session then grades the
+   oracle's (unchanged) deliverables on the perturbed environment; a task whose tests still pass
+   there grades nothing the inputs decide, and is dropped (`drop`). A task whose tests notice the
+   changed inputs is kept, with the finding reported.
+
+Only inputs the instruction names are perturbed (every file under a named directory): an oracle
+that reads its answer from a file the agent is not pointed at (a cached key, a notes file) keeps its
+output when the named inputs change, and is caught here even when the encoding fools the leak scan.
+
+Deliverables that are programs (a script the final test runs on inputs of its own) cannot be judged
+by their bytes: the oracle writes the same program whatever the data. For them the check replaces
+each program with one that ignores its input and prints nothing; a final test that still passes
+does not exercise the program, and the task is dropped.
+
+Kept apart from validate.py (which calls `input_sensitivity`), so the sandbox runs of validation
+can be reorganised without touching what this check means.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from termforge.io import read_json
+from termforge.quality.leaks import environment_text, output_lines_changed, stated_outputs
+
+PERTURB_SCRIPT = Path(__file__).with_name("perturb_inputs.py")
+VARIANTS = ("numbers", "records")
+MAX_INPUT_FILES = 200
+PROGRAM_SUFFIXES = (".py", ".sh", ".bash", ".awk", ".pl", ".rb")
+_APP_PATH = re.compile(r"(?<![\w.~:/\\-])(/app(?:/[A-Za-z0-9_.+@%-]+)*/?)")
+_URL_BEFORE = re.compile(r"(?:https?://[^\s/]*|localhost(?::\d+)?|127\.0\.0\.1(?::\d+)?)$")
+
+
+@dataclass
+class SensitivityReport:
+    mode: str
+    """data (deliverables are files the oracle computes), program (deliverables are programs),
+    none (the task has no inputs or no deliverables to compare)."""
+    sensitive: bool | None
+    oracle_ignores_inputs: bool = False
+    drop: bool = False
+    blame: str = ""
+    """Who a drop points at: "oracle" (a constant answer) or "final_test" (grades nothing the
+    inputs decide)."""
+    reason: str = ""
+    inputs: list[str] = field(default_factory=list)
+    perturbations: list[dict] = field(default_factory=list)
+    changed_outputs: list[str] = field(default_factory=list)
+    restated: list[str] = field(default_factory=list)
+    """What the instruction states of the outputs the data decides (described, never quoted):
+    givens come from inputs, never from outputs."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def named_inputs(instruction: str, outputs: list[str]) -> list[str]:
+    """The /app paths the instruction names, outputs and URL paths left out."""
+    found: list[str] = []
+    for m in _APP_PATH.finditer(instruction):
+        if _URL_BEFORE.search(instruction[max(0, m.start() - 40):m.start()]):
+            continue
+        p = m.group(1).rstrip(".,;:")
+        p = p if p == "/app/" else p.rstrip("/") if not p.endswith("/") else p
+        if p in ("/app", "/app/") or p.rstrip("/") in outputs:
+            continue
+        if p not in found:
+            found.append(p)
+    return found
+
+
+def _is_program(path: str, data: bytes) -> bool:
+    return path.endswith(PROGRAM_SUFFIXES) or data.startswith(b"#!")
+
+
+def _app_root(session) -> Path:
+    return session._host_path("/app")
+
+
+def _walk(root: Path, under: Path) -> list[Path]:
+    out = []
+    if under.is_symlink():
+        return out
+    if under.is_file():
+        return [under]
+    for dirpath, dirnames, filenames in os.walk(under, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            if not p.is_symlink() and p.is_file():
+                out.append(p)
+    return out
+
+
+def input_files(session, named: list[str], outputs: list[str]) -> list[str]:
+    """Sandbox paths of the regular files the named inputs hold (a named directory: all of its
+    files), none of them a deliverable; every file under /app when the instruction names none."""
+    root = _app_root(session)
+    roots = [root / p[len("/app/"):].rstrip("/") for p in named if p.startswith("/app/")] or [root]
+    seen: list[str] = []
+    for r in roots:
+        try:
+            resolved = r.resolve()
+        except OSError:
+            continue
+        if not str(resolved).startswith(str(root.resolve())) or not r.exists():
+            continue
+        for f in _walk(root, r):
+            sp = "/app/" + str(f.relative_to(root))
+            if sp not in outputs and sp not in seen and not any(sp.startswith(o.rstrip("/") + "/") for o in outputs):
+                seen.append(sp)
+    return seen[:MAX_INPUT_FILES]
+
+
+def tree_state(session) -> dict[str, tuple[int, str]]:
+    """Every regular file under /app: sandbox path -> (mode, sha256)."""
+    root = _app_root(session)
+    out = {}
+    for f in _walk(root, root):
+        if "__pycache__" in f.parts or f.suffix == ".pyc":
+            continue  # the interpreter's caches, not a deliverable
+        try:
+            st = f.lstat()
+            digest = hashlib.sha256(f.read_bytes()).hexdigest()
+        except OSError:
+            continue
+        out["/app/" + str(f.relative_to(root))] = (stat.S_IMODE(st.st_mode), digest)
+    return out
+
+
+def _read_outputs(session, paths: list[str]) -> dict[str, bytes | None]:
+    got = {}
+    for p in paths:
+        try:
+            host = session._host_path(p)
+            got[p] = host.read_bytes() if host.is_file() and not host.is_symlink() else None
+        except Exception:  # noqa: BLE001 - an output the oracle did not leave is simply absent
+            got[p] = None
+    return got
+
+
+def _effect(before: dict, after: dict) -> dict[str, tuple[int, str] | None]:
+    """What the oracle changed in the tree: new or changed files (and removed ones as None)."""
+    out = {p: v for p, v in after.items() if before.get(p) != v}
+    out.update({p: None for p in before if p not in after})
+    return out
+
+
+def _perturb(session, files: list[str], variant: int, timeout: float) -> dict:
+    spec = json.dumps({"files": files, "variant": variant})
+    res = session.exec("python3 -I - " + _shell_quote(spec), stdin=PERTURB_SCRIPT.read_bytes(), timeout=timeout)
+    try:
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        return {"changed": [], "skipped": [{"path": "*", "why": f"the perturbation failed: {res.tail(300)}"}]}
+
+
+def _shell_quote(s: str) -> str:
+    return "'" + s.replace("'", "'\\''") + "'"
+
+
+def constant_program(path: str, data: bytes) -> bytes:
+    """A program at the same path that ignores its input, prints nothing and exits 0."""
+    first = data.split(b"\n", 1)[0] if data.startswith(b"#!") else b""
+    if path.endswith(".py") or b"python" in first:
+        return (first or b"#!/usr/bin/env python3") + b"\nimport sys\nsys.exit(0)\n"
+    if path.endswith(".awk") or b"awk" in first:
+        return (first or b"#!/usr/bin/awk -f") + b"\nBEGIN { exit 0 }\n"
+    return b"#!/bin/bash\nexit 0\n"
+
+
+def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str] | None = None) -> SensitivityReport:
+    """Run the check (module doc) on a built image; `expected`: the test ids the final test must
+    collect (validation's record). Raises RuntimeError when the oracle fails on the untouched
+    environment (validation has already caught that)."""
+    from termforge.verifier import run_oracle, run_verifier
+
+    task_dir = Path(task_dir)
+    task = read_json(task_dir / "task.json")
+    outputs = list(task.get("output_paths") or [])
+    instruction = (task_dir / "instruction.md").read_text()
+    named = named_inputs(instruction, outputs)
+
+    with runtime.start(image, limits) as s0:
+        files = input_files(s0, named, outputs)
+        before0 = tree_state(s0)
+        res = run_oracle(s0, task_dir, timeout=limits.wall_sec)
+        if not res.ok:
+            raise RuntimeError(f"the oracle failed on the untouched environment: {res.tail(300)}")
+        after0 = tree_state(s0)
+        effect0 = _effect(before0, after0)
+        out0 = _read_outputs(s0, outputs if outputs else [p for p, v in effect0.items() if v is not None])
+    produced = {p: d for p, d in out0.items() if d is not None}
+    # A file whose mode alone the oracle changed (chmod) is data, whatever it holds.
+    programs = [p for p, d in produced.items() if _is_program(p, d)
+                and (outputs or before0.get(p) is None or before0[p][1] != after0[p][1])]
+    data_outputs = [p for p in produced if p not in programs]
+    if not produced:
+        return SensitivityReport("none", None, reason="the oracle leaves no deliverable to compare", inputs=files)
+    if not data_outputs:
+        return _program_check(task_dir, runtime, image, limits, programs, files, expected)
+    if not files:
+        return SensitivityReport("none", None, reason="the instruction names no input file under /app",
+                                 inputs=files)
+
+    report = SensitivityReport("data", None, inputs=files)
+    for variant, name in enumerate(VARIANTS):
+        with runtime.start(image, limits) as s1:
+            done = _perturb(s1, files, variant, limits.wall_sec)
+            report.perturbations.append({"variant": name, **done})
+            if not done.get("changed"):
+                continue
+            before1 = tree_state(s1)
+            res = run_oracle(s1, task_dir, timeout=limits.wall_sec)
+            if not res.ok:
+                report.sensitive = True
+                report.reason = f"the oracle fails on the perturbed inputs ({name}): it reads them"
+                return report
+            if outputs:
+                out1 = _read_outputs(s1, outputs)
+                changed = [p for p in data_outputs if out1.get(p) != out0.get(p)]
+            else:
+                effect1 = _effect(before1, tree_state(s1))
+                changed = [p for p in data_outputs if effect1.get(p) != effect0.get(p)]
+            if changed:
+                report.sensitive = True
+                report.changed_outputs = changed
+                report.reason = f"the oracle's deliverables change when the inputs change ({name})"
+                if outputs:
+                    lines = output_lines_changed({p: out0[p] for p in changed if out0.get(p) is not None}, out1)
+                    after = "\n".join((out1.get(p) or b"").decode("utf-8", "replace") for p in changed)
+                    truth = task_dir / "private" / "truth.json"
+                    given = (read_json(truth).get("given") or {}) if truth.is_file() else {}
+                    declared = "\n".join([json.dumps(given, sort_keys=True), *outputs])
+                    leaks = stated_outputs(instruction, lines, environment_text(task_dir), after, declared)
+                    report.restated = sorted({leak.describe() for leak in leaks})
+                return report
+            if variant == len(VARIANTS) - 1:
+                # The oracle's deliverables are the unperturbed ones: grade them on the perturbed inputs.
+                verdict = run_verifier(s1, task_dir, timeout=limits.wall_sec, expected=expected)
+                report.sensitive = False
+                report.oracle_ignores_inputs = True
+                if verdict.reward == 1.0:
+                    report.drop, report.blame = True, "oracle"
+                    report.reason = ("oracle_ignores_inputs: the oracle writes the same deliverables whatever the "
+                                     f"inputs ({', '.join(files[:4])}{' ...' if len(files) > 4 else ''} perturbed), "
+                                     "and the final test still passes them on the perturbed inputs: the answer is a "
+                                     "constant, not computed")
+                else:
+                    report.reason = ("oracle_ignores_inputs: the oracle writes the same deliverables whatever the "
+                                     "inputs, but the final test rejects them on the perturbed inputs")
+                return report
+    if report.sensitive is None:
+        report.reason = "no input could be perturbed: " + "; ".join(
+            f"{s['path']}: {s['why']}" for p in report.perturbations for s in p.get("skipped", [])[:3])[:400]
+    return report
+
+
+def _program_check(task_dir: Path, runtime, image, limits, programs: list[str], files: list[str],
+                   expected: list[str] | None) -> SensitivityReport:
+    from termforge.verifier import run_oracle, run_verifier
+
+    with runtime.start(image, limits) as s:
+        run_oracle(s, task_dir, timeout=limits.wall_sec)
+        for p in programs:
+            host = s._host_path(p)
+            data = host.read_bytes() if host.is_file() else b""
+            # Written in place: the file keeps its owner and mode (still executable).
+            host.write_bytes(constant_program(p, data))
+        verdict = run_verifier(s, task_dir, timeout=limits.wall_sec, expected=expected)
+    report = SensitivityReport("program", verdict.reward == 0.0, inputs=files,
+                               perturbations=[{"variant": "constant_program", "programs": programs,
+                                               "reward": verdict.reward}])
+    if verdict.reward != 0.0:
+        report.drop, report.blame = True, "final_test"
+        report.reason = (f"the final test gives {verdict.reward} to deliverables replaced by programs that ignore "
+                         f"their input ({', '.join(programs)}): it does not exercise them")
+    else:
+        report.reason = "the final test rejects programs that ignore their input"
+    return report
+
+
+__all__ = ["SensitivityReport", "input_sensitivity", "named_inputs", "constant_program", "PERTURB_SCRIPT"]

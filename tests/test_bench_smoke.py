@@ -1,0 +1,69 @@
+"""Every benchmark script runs with its smallest options and leaves nothing behind in the
+temporary directory (TMPDIR points each run at a fresh, otherwise empty one). The numbers are the
+benchmarks' business; this only keeps the scripts working as the code under them changes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+
+# bench script -> its smallest run. make_hint_corpus.py is not a benchmark: it rewrites committed data.
+SMOKE = {
+    "bench_attacks.py": ["--families", "log_level_filter", "--attacks", "forged_proof_line"],
+    "bench_compose.py": ["--families", "log_level_filter", "--fixtures", "image"],
+    "bench_decontam.py": ["--tasks", "200", "--refs", "5", "--plants", "1", "--repeat", "1", "--shard-size", "100"],
+    "bench_generate.py": ["--tasks", "3", "--reps", "2"],
+    "bench_harness.py": ["--tasks", "1", "--delay", "0.05", "--concurrency", "1,2"],
+    "bench_hint_gate.py": [],
+    "bench_input_checks.py": ["--tasks", "20", "--k", "2", "--repeat", "1"],
+    "bench_mutation.py": ["--families", "log_level_filter", "--seeds", "1"],
+    "bench_opsd_loss.py": ["--batch", "1", "--tokens", "8", "--vocab", "64", "--chunk-size", "4"],
+    "bench_opsd_step.py": ["--tiny", "--steps", "1", "--warmup", "0", "--prompts", "2", "--max-completion", "4",
+                           "--prompt-min", "4", "--prompt-max", "8", "--context-min", "4", "--context-max", "8",
+                           "--micro-batch", "2"],
+    "bench_plan.py": ["--skip-baseline"],
+    "bench_scale.py": ["--tasks", "4", "--shard-size", "2"],
+    "bench_terminal_cpu.py": ["--tasks", "1", "--episodes", "1", "--batch", "1", "--max-new-tokens", "4",
+                              "--turn-cap", "1"],
+    "bench_terminal_step.py": ["--tiny", "--prompts", "2", "--max-new-tokens", "4", "--micro-batch", "2",
+                               "--steps", "1"],
+}
+NEEDS_SANDBOX = {"bench_attacks.py", "bench_compose.py", "bench_generate.py", "bench_harness.py", "bench_mutation.py",
+                 "bench_scale.py", "bench_terminal_cpu.py"}
+
+
+def test_every_bench_script_has_a_smoke_run():
+    scripts = {p.name for p in BENCH.glob("bench_*.py")}
+    assert scripts == set(SMOKE), f"give these a smoke run in SMOKE: {sorted(scripts ^ set(SMOKE))}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_bench_runs_and_cleans_up(script, tmp_path):
+    if script in NEEDS_SANDBOX and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    # A fresh temporary directory the sandboxes' own user can reach, as /tmp is (pytest's are private).
+    tmp = Path(tempfile.mkdtemp(prefix="bench-smoke-", dir="/tmp"))
+    tmp.chmod(0o1777)
+    # torch.compile keeps its kernel cache in the temporary directory on purpose (it is reused by
+    # later runs): point it elsewhere, so that only what a bench forgot remains in TMPDIR.
+    env = {**os.environ, "TMPDIR": str(tmp), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "src"),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    try:
+        res = subprocess.run([sys.executable, str(BENCH / script), *SMOKE[script]], cwd=ROOT, capture_output=True,
+                             text=True, env=env, timeout=900)
+        left = sorted(str(p.relative_to(tmp)) for p in tmp.iterdir())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert res.returncode == 0, f"{script} {' '.join(SMOKE[script])}:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+    assert res.stdout.strip(), f"{script} printed nothing"
+    assert left == [], f"{script} left temporary files behind: {left[:10]}"

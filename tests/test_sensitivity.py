@@ -1,0 +1,210 @@
+"""Input sensitivity (termforge.quality.sensitivity): every procedural family's oracle computes its
+answer from its inputs; an oracle that writes a constant (a hard-coded key, or a key read from a
+file the instruction never names) is dropped with the stage named; a final test that does not
+exercise a program deliverable is dropped too. The perturbations themselves are checked on the
+formats they claim to handle."""
+
+import base64
+import shutil
+import io
+import json
+import sqlite3
+import struct
+import subprocess
+import sys
+import wave
+
+import pytest
+from PIL import Image
+
+from conftest import make_signature, needs_bwrap
+from termforge.generate.families import all_families, family_by_name
+from termforge.generate.procedural import generate_task
+from termforge.quality import perturb_inputs as P
+from termforge.quality.sensitivity import PERTURB_SCRIPT, constant_program, input_sensitivity, named_inputs
+from termforge.quality.validate import validate_task
+from termforge.runtime.base import Limits
+from termforge.runtime.bwrap import BwrapRuntime
+
+LIMITS = Limits(wall_sec=60, cpu_sec=60, memory_mb=4096)
+
+
+def _task(tmp_path, name, seed=0):
+    fam = family_by_name(name)
+    sig = make_signature(seed, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0],
+                         corpus_kind=f"family-test-{fam.name}")
+    return generate_task(sig, tmp_path / "tasks", families=[fam])
+
+
+def _oracle_outputs(task_dir, tmp_path):
+    from termforge.verifier import run_oracle
+
+    rt = BwrapRuntime()
+    build = rt.build(task_dir, tmp_path / "images")
+    assert build.ok, build.reason
+    paths = json.loads((task_dir / "task.json").read_text())["output_paths"]
+    with rt.start(build.image, LIMITS) as s:
+        assert run_oracle(s, task_dir).ok
+        return {p: s._host_path(p).read_bytes() for p in paths}
+
+
+@needs_bwrap
+@pytest.mark.parametrize("seed", (0, 1))
+@pytest.mark.parametrize("fam", all_families(), ids=lambda f: f.name)
+def test_every_family_oracle_computes_from_its_inputs(fam, seed, tmp_path):
+    task_dir = _task(tmp_path, fam.name, seed)
+    rt = BwrapRuntime()
+    build = rt.build(task_dir, tmp_path / "images")
+    assert build.ok, build.reason
+    report = input_sensitivity(task_dir, rt, build.image, LIMITS)
+    assert report.sensitive is True and not report.oracle_ignores_inputs and not report.drop, report.to_dict()
+    assert not report.restated, report.to_dict()  # the family's instruction states no output the data decides
+    if report.mode == "data":
+        # A real change of the deliverables, not an oracle crashing on broken inputs.
+        assert report.changed_outputs, report.to_dict()
+
+
+@needs_bwrap
+def test_a_hard_coded_answer_is_dropped_and_blamed_on_the_oracle(tmp_path):
+    task_dir = _task(tmp_path, "regional_revenue_report")
+    [(path, data)] = _oracle_outputs(task_dir, tmp_path).items()
+    # The right answer, written as a constant: every other check passes it.
+    (task_dir / "solution" / "solve.sh").write_text(
+        f"#!/bin/bash\nset -euo pipefail\nbase64 -d > {path} <<'EOF'\n{base64.b64encode(data).decode()}\nEOF\n")
+    v = validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS)
+    assert not v.kept and v.stage == "input_sensitivity", (v.stage, v.reason)
+    assert "oracle_ignores_inputs" in v.reason
+    assert v.evidence["sensitivity"]["blame"] == "oracle" and v.evidence["sensitivity"]["oracle_ignores_inputs"]
+    assert "oracle_x2" in v.checks and "noop" in v.checks  # it got this far: the other checks passed it
+
+
+@needs_bwrap
+def test_an_oracle_reading_a_file_the_instruction_never_names_is_dropped(tmp_path):
+    task_dir = _task(tmp_path, "log_level_filter")
+    [(path, data)] = _oracle_outputs(task_dir, tmp_path).items()
+    # The key ships with the environment, XOR-ed so no leak scan reads it; the oracle decodes it.
+    key = bytes(b ^ 0x5A for b in data)
+    setup = task_dir / "environment" / "setup.sh"
+    setup.write_text(setup.read_text() + f"\nmkdir -p /app/.cache\necho {base64.b64encode(key).decode()} "
+                                          "> /app/.cache/index.bin\n")
+    (task_dir / "solution" / "solve.sh").write_text(
+        "#!/bin/bash\nset -euo pipefail\npython3 - <<'PY'\nimport base64\n"
+        "key = base64.b64decode(open('/app/.cache/index.bin').read())\n"
+        f"open({path!r}, 'wb').write(bytes(b ^ 0x5A for b in key))\nPY\n")
+    v = validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS)
+    assert not v.kept and v.stage == "input_sensitivity", (v.stage, v.reason)
+    assert "/app/.cache/index.bin" not in v.evidence["sensitivity"]["inputs"]
+
+
+@needs_bwrap
+def test_a_final_test_that_never_runs_the_program_is_dropped(tmp_path):
+    task_dir = _task(tmp_path, "csv_groupby_tool")
+    final = task_dir / "tests" / "test_final_state.py"
+    final.write_text("import os\n\n\ndef test_tool_exists():\n    assert os.path.isfile('/app/csvq.py')\n")
+    rt = BwrapRuntime()
+    build = rt.build(task_dir, tmp_path / "images")
+    report = input_sensitivity(task_dir, rt, build.image, LIMITS)
+    assert report.mode == "program" and report.drop and report.blame == "final_test", report.to_dict()
+
+
+def test_named_inputs_are_app_paths_not_urls_or_outputs():
+    text = ("Read `/app/data/orders.csv` and every file in `/app/logs/`, serve `/results/NAME` on "
+            "http://127.0.0.1:8080/app/x and write `/app/report.csv`.")
+    assert named_inputs(text, ["/app/report.csv"]) == ["/app/data/orders.csv", "/app/logs/"]
+
+
+def test_text_perturbations_change_numbers_or_drop_records():
+    csv = "region,orders,revenue\nnorth,3,10.50\nsouth,4,7.25\nwest,5,1.00\neast,6,2.00\nmid,7,3.00\nfar,8,4.00\n"
+    numbers, what = P.perturb_text(csv, 0)
+    assert numbers.splitlines()[0] == "region,orders,revenue" and numbers != csv and "number" in what
+    assert numbers.count("\n") == csv.count("\n")
+    fewer, what = P.perturb_text(csv, 1)
+    assert fewer.count("\n") < csv.count("\n") and "dropped" in what
+    # Octal modes stay octal, versions stay versions, short settings files are left whole.
+    assert P.perturb_text("/srv/a 0644\n", 0)[0] == "/srv/a 0645\n"
+    assert P.perturb_text("/srv/a 0657\n", 0)[0] == "/srv/a 0660\n"
+    assert P.perturb_text('version = "1.2.3"\n', 0)[0] == 'version = "1.2.4"\n'
+    assert P.perturb_text("a = 1\nb = 2\n", 1) == ("a = 1\nb = 2\n", "")
+
+
+def test_media_and_database_perturbations(tmp_path):
+    img = Image.new("RGB", (40, 30), "white")
+    for x in range(5, 12):
+        for y in range(5, 10):
+            img.putpixel((x, y), (214, 39, 40))
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    out = Image.open(io.BytesIO(P.perturb_png(buf.getvalue(), 0))).convert("RGB")
+    red = sum(1 for x in range(40) for y in range(30) if out.getpixel((x, y)) == (214, 39, 40))
+    assert red == 35 + 9  # one 3x3 square of the existing colour, apart from the others
+
+    frames = b"YUV4MPEG2 W2 H2 F1:1 C444\n" + b"".join(b"FRAME\n" + bytes([i]) * 12 for i in range(3))
+    assert P.perturb_y4m(frames, 0).count(b"FRAME\n") == 2
+
+    wav = tmp_path / "a.wav"
+    with wave.open(str(wav), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(8000)
+        w.writeframes(struct.pack("<800h", *([1000, -1000] * 400)))
+    before = wav.read_bytes()
+    assert "tone" in P.perturb_wav(str(wav), 0) and wav.read_bytes() != before
+
+    db = tmp_path / "shop.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, qty INTEGER)")
+    con.executemany("INSERT INTO items (qty) VALUES (?)", [(i,) for i in range(1, 10)])
+    con.commit()
+    con.close()
+    assert "changed" in P.perturb_sqlite(str(db), 0)
+    assert "dropped" in P.perturb_sqlite(str(db), 1)
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT count(*) FROM items").fetchone()[0] == 6
+    con.close()
+
+
+def test_the_script_runs_standalone_and_reports_what_it_could_not_change(tmp_path):
+    (tmp_path / "a.csv").write_text("x,y\n1,2\n3,4\n")
+    (tmp_path / "tool.py").write_text("print(42)\n")
+    spec = json.dumps({"files": [str(tmp_path / "a.csv"), str(tmp_path / "tool.py")], "variant": 0})
+    res = subprocess.run([sys.executable, "-I", "-", spec], input=PERTURB_SCRIPT.read_bytes(), capture_output=True)
+    report = json.loads(res.stdout)
+    assert [c["path"] for c in report["changed"]] == [str(tmp_path / "a.csv")]
+    assert report["skipped"][0]["why"].startswith("source")  # code under study is not data
+    assert (tmp_path / "tool.py").read_text() == "print(42)\n"
+
+
+def test_constant_programs_keep_their_language():
+    assert constant_program("/app/x.py", b"print(1)\n").startswith(b"#!/usr/bin/env python3")
+    assert constant_program("/app/x", b"#!/usr/bin/python3\nprint(1)\n").startswith(b"#!/usr/bin/python3\n")
+    assert constant_program("/app/x.sh", b"echo hi\n") == b"#!/bin/bash\nexit 0\n"
+
+
+def _with_instruction(task_dir, extra):
+    text = (task_dir / "instruction.md").read_text() + extra
+    (task_dir / "instruction.md").write_text(text)
+    meta = json.loads((task_dir / "task.json").read_text())
+    meta["instruction"] = text
+    (task_dir / "task.json").write_text(json.dumps(meta))
+
+
+@needs_bwrap
+def test_an_instruction_that_states_the_output_is_dropped(tmp_path):
+    """Givens come from inputs, never from outputs: the real census as an "example", or restated
+    in prose, is caught; the family's own instruction (format, labels) is not."""
+    task_dir = _task(tmp_path, "png_shape_census")
+    [(path, data)] = _oracle_outputs(task_dir, tmp_path).items()
+    rt = BwrapRuntime()
+    clean = input_sensitivity(task_dir, rt, rt.build(task_dir, tmp_path / "images").image, LIMITS)
+    assert clean.sensitive and not clean.restated, clean.to_dict()
+    lines = data.decode().splitlines()
+    example = tmp_path / "example" / task_dir.name
+    shutil.copytree(task_dir, example)
+    _with_instruction(example, "\nFor example, the file could look like:\n\n```\n" + data.decode() + "```\n")
+    v = validate_task(example, rt, tmp_path / "images", LIMITS)
+    assert not v.kept and v.stage == "instruction_states_output", (v.stage, v.reason)
+    assert data.decode().splitlines()[0] not in v.reason  # described, never quoted
+    restated = tmp_path / "restated" / task_dir.name
+    shutil.copytree(task_dir, restated)
+    words = "; ".join(f"{c}: {n} shapes covering {a} pixels" for c, n, a in (ln.split() for ln in lines))
+    _with_instruction(restated, f"\nHint from the last audit: we counted {words}.\n")
+    report = input_sensitivity(restated, rt, rt.build(restated, tmp_path / "images").image, LIMITS)
+    assert report.restated, (words, report.to_dict())
