@@ -91,8 +91,8 @@ def make_pool(root: Path, n: int, seed: int, levels: tuple[str, ...]) -> list[st
 
 
 def task_facts(root: Path, task_id: str) -> dict:
-    truth = read_json(root / "tasks" / task_id / "private" / "truth.json")
-    return {"kind": truth["kind"], "level": LEVELS[truth["level"]]}
+    given = read_json(root / "tasks" / task_id / "private" / "truth.json")["given"]
+    return {"kind": given["kind"], "level": LEVELS[given["level"]]}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ def _grade_after(task: Path, tmp_path: Path, command: str) -> float:
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_validates(kind, level, tmp_path):
     task = _task(tmp_path, kind, level)
-    assert json.loads((task / "private" / "truth.json").read_text())["kind"] == kind
+    assert json.loads((task / "private" / "truth.json").read_text())["given"]["kind"] == kind
     v = validate_task(task, BwrapRuntime(), tmp_path / "images", LIMITS, mutants=12)
     assert v.kept, f"{kind}/{level}: {v.stage}: {v.reason}"
     assert "probe:hijack_direct" in v.checks and any(c.startswith("mutation:") for c in v.checks)

@@ -162,13 +162,18 @@ def test_planted_leaks_are_caught(fam, tasks):
     # (informative: 3+ letters or non-zero digits, so not a 0.0 offset or a 0/1 flag).
     # Values truth["given"] also holds are stated on purpose, so they are no leak.
     given = json.dumps(_truth(task_dir).get("given", {}))
-    value = next(
+    value = next((
         str(v) for v in _hidden_leaves(_truth(task_dir))
         if len(re.findall(r"[1-9A-Za-z]", str(v))) >= 3 and str(v) not in instruction and str(v) not in given
-    )
-    report = check_hint(f"{clean} The value you need is {value}.", task_dir)
-    assert "literal_answer" in report.kinds(), (fam.name, value)
-    assert value not in json.dumps(report.to_dict()), "the redacted report must not quote the value"
+    ), None)
+    if value is None:
+        # Only the opt-in calibration family has tasks whose instruction states the whole answer
+        # (write a given line, rename to a given name): nothing hidden to plant.
+        assert fam.opt_in, f"{fam.name}: no hidden answer value to plant"
+    else:
+        report = check_hint(f"{clean} The value you need is {value}.", task_dir)
+        assert "literal_answer" in report.kinds(), (fam.name, value)
+        assert value not in json.dumps(report.to_dict()), "the redacted report must not quote the value"
 
     # The verifier's files.
     for planted in ("Read tests/test_final_state.py to see exactly what is checked.",

@@ -48,11 +48,28 @@ def _oracle_outputs(task_dir, tmp_path):
         return {p: s._host_path(p).read_bytes() for p in paths}
 
 
+# The calibration family's write_line has no input (the instruction states the whole deliverable)
+# and append_line edits its one file in place (the check perturbs inputs other than the outputs):
+# test_tasks_without_a_separate_input_have_nothing_to_perturb. Its other kinds are checked.
+CALIBRATION_INPUT_KINDS = ("count_word", "rename_file", "fix_script")
+FAMILY_CASES = [(f.name, None) for f in all_families() if f.name != "one_step_file_task"] + [
+    ("one_step_file_task", kind) for kind in CALIBRATION_INPUT_KINDS]
+
+
+def _calibration_task(tmp_path, kind, seed):
+    from termforge.generate.families.calibration import OneStepFileTask
+
+    fam = family_by_name("one_step_file_task")
+    sig = make_signature(seed, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0],
+                         corpus_kind="family-test-one_step_file_task")
+    return generate_task(sig, tmp_path / "tasks", families=[OneStepFileTask(kinds=(kind,))])
+
+
 @needs_bwrap
 @pytest.mark.parametrize("seed", (0, 1))
-@pytest.mark.parametrize("fam", all_families(), ids=lambda f: f.name)
-def test_every_family_oracle_computes_from_its_inputs(fam, seed, tmp_path):
-    task_dir = _task(tmp_path, fam.name, seed)
+@pytest.mark.parametrize("name,kind", FAMILY_CASES, ids=lambda x: x or "")
+def test_every_family_oracle_computes_from_its_inputs(name, kind, seed, tmp_path):
+    task_dir = _calibration_task(tmp_path, kind, seed) if kind else _task(tmp_path, name, seed)
     rt = BwrapRuntime()
     build = rt.build(task_dir, tmp_path / "images")
     assert build.ok, build.reason
@@ -62,6 +79,20 @@ def test_every_family_oracle_computes_from_its_inputs(fam, seed, tmp_path):
     if report.mode == "data":
         # A real change of the deliverables, not an oracle crashing on broken inputs.
         assert report.changed_outputs, report.to_dict()
+
+
+@needs_bwrap
+@pytest.mark.parametrize("kind", ("write_line", "append_line"))
+def test_tasks_without_a_separate_input_have_nothing_to_perturb(kind, tmp_path):
+    """write_line names no input file and append_line's one file is its output: the check says so
+    and drops nothing (validation's oracle, no-op and mutants still check the deliverable)."""
+    task_dir = _calibration_task(tmp_path / kind, kind, 0)
+    rt = BwrapRuntime()
+    build = rt.build(task_dir, tmp_path / "images")
+    assert build.ok, build.reason
+    report = input_sensitivity(task_dir, rt, build.image, LIMITS)
+    assert report.mode == "none" and report.sensitive is None and not report.drop, report.to_dict()
+    assert "names no input" in report.reason
 
 
 @needs_bwrap

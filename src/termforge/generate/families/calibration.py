@@ -122,7 +122,9 @@ class OneStepFileTask(TaskFamily):
         level = complexity_level(sig)
         kind = rng.choice(self.kinds)
         spec = getattr(self, f"_{kind}")(sig, rng, level)
-        spec.truth = {**spec.truth, "kind": kind, "level": level}
+        # The kind and level describe the task the instruction states, so they are givens (the
+        # leak checks treat every other truth key as part of the answer key).
+        spec.truth = {**spec.truth, "given": {**spec.truth["given"], "kind": kind, "level": level}}
         return spec
 
     # -- the five kinds ------------------------------------------------------------------------
@@ -245,7 +247,9 @@ class OneStepFileTask(TaskFamily):
         old_stem, new_stem = rng.choice(RENAMES)
         old = f"{old_stem} notes.txt" if level == 3 else f"{old_stem}.txt"  # a space needs quoting
         new = f"{new_stem}.txt"
-        content = [_phrase(rng) for _ in range(rng.randint(2, 5))]
+        # Six lines or more: fewer data lines read as settings to the input-sensitivity check
+        # (quality/perturb_inputs.MIN_RECORDS), which then has nothing to change.
+        content = [_phrase(rng) for _ in range(rng.randint(6, 9))]
         task = f"In `/app`, rename the file `{old}` to `{new}`, keeping its content."
         command = f"mv /app/{old} /app/{new}"
         body = _body(task, level, command, "`mv OLD NEW` renames a file.")
