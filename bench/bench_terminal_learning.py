@@ -35,6 +35,7 @@ import json
 import math
 import random
 import sys
+import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -230,7 +231,9 @@ def split_band(root: Path, selection: dict, heldout: int, seed: int, fill: bool 
     random.Random(seed_from("bench-split", seed)).shuffle(band)
     n_held = max(2, min(heldout, len(band) // 2))
     held, train = sorted(band[:n_held]), sorted(band[n_held:])
-    atomic_write_json(root / "train.json", {"kept": train})
+    # train.json is the trainer's corpus manifest (schema corpus_manifest), heldout.json its
+    # reward_probe_tasks list.
+    atomic_write_json(root / "train.json", {"kept": train, "tasks_dir": str(root / "tasks")})
     atomic_write_json(root / "heldout.json", {"kept": held})
     return train, held
 
@@ -425,8 +428,9 @@ def learn(args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=str(ROOT / "results" / "bench" / "terminal_learning"),
-                        help="checkpoint folder (a rerun resumes from it)")
+    parser.add_argument("--out", default=None,
+                        help="checkpoint folder (a rerun resumes from it); default results/bench/terminal_learning, "
+                             "with --quick a temporary folder removed at the end")
     parser.add_argument("--measure", action="store_true", help="only the pass@k grid of the untrained model")
     parser.add_argument("--quick", action="store_true", help="smoke test: tiny pool, one seed, one step")
     parser.add_argument("--pool", type=int, default=48, help="calibration tasks generated")
@@ -458,14 +462,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-episodes", type=int, default=8, help="held-out episodes per task, before and after")
     args = parser.parse_args(argv)
     if args.quick:
-        args.out = args.out if args.out != parser.get_default("out") else str(Path(args.out).with_name("terminal_learning_quick"))
         args.pool, args.k, args.seeds, args.steps, args.prompts, args.group = 8, 3, 1, 1, 1, 2
         args.heldout, args.eval_episodes, args.max_new_tokens = 2, 2, 32
+    scratch = None
+    if args.out is None and args.quick:
+        # A smoke run has nothing worth resuming: it works in a temporary folder and leaves nothing.
+        scratch = tempfile.TemporaryDirectory(prefix="bench-terminal-learning-")
+        args.out = scratch.name
+    elif args.out is None:
+        args.out = str(ROOT / "results" / "bench" / "terminal_learning")
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    if args.measure:
-        measure(args)
-        return 0
-    learn(args)
+    try:
+        if args.measure:
+            measure(args)
+        else:
+            learn(args)
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
     return 0
 
 
