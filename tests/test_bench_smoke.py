@@ -24,6 +24,7 @@ SMOKE = {
     "bench_generate.py": ["--tasks", "3", "--reps", "2"],
     "bench_harness.py": ["--tasks", "1", "--delay", "0.05", "--concurrency", "1,2"],
     "bench_hint_gate.py": [],
+    "bench_images.py": ["--tasks", "1", "--starts", "2"],
     "bench_input_checks.py": ["--tasks", "20", "--k", "2", "--repeat", "1"],
     "bench_mutation.py": ["--families", "log_level_filter", "--seeds", "1"],
     "bench_opsd_loss.py": ["--batch", "1", "--tokens", "8", "--vocab", "64", "--chunk-size", "4"],
@@ -37,7 +38,8 @@ SMOKE = {
     "bench_terminal_step.py": ["--tiny", "--prompts", "2", "--max-new-tokens", "4", "--micro-batch", "2",
                                "--steps", "1"],
 }
-NEEDS_SANDBOX = {"bench_attacks.py", "bench_compose.py", "bench_generate.py", "bench_harness.py", "bench_mutation.py",
+NEEDS_SANDBOX = {"bench_attacks.py", "bench_compose.py", "bench_generate.py", "bench_harness.py", "bench_images.py",
+                 "bench_mutation.py",
                  "bench_scale.py", "bench_terminal_cpu.py"}
 
 

@@ -92,6 +92,13 @@ def test_composed_tasks_record_what_they_are(tmp_path):
         "command_complexity"] != "bash_code_services"
     # The inputs are only in the container: the fixtures are the family's, packed at build time.
     assert "TERMFORGE_PACK" in (task_dir / "environment" / "setup.sh").read_text()
+    # A second solution meets the same composed task as the oracle: it unpacks the container
+    # first and delivers the strategy's program after its own work (bench_compose validates it).
+    oracle = (task_dir / "solution" / "solve.sh").read_text()
+    second = (task_dir / "solution" / "alternatives" / "python.sh").read_text()
+    for part in ("TERMFORGE_UNPACK", "/app/bin/serve-results"):
+        assert part in oracle and part in second, part
+    assert second.index("TERMFORGE_UNPACK") < second.index("TERMFORGE_FAMILY_SOLVE") < second.index("serve-results")
 
 
 def test_composition_is_deterministic(tmp_path):

@@ -87,6 +87,9 @@ def _env(work: Path) -> dict:
     return {"PATH": f"{BIN}:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(work.parent), "HF_HUB_OFFLINE": "1",
             "PYTHONPATH": str(work / "src"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
             "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+            # What the docs add to the image store goes to a store of the checkout's own; the built
+            # bases stay the shared cache's.
+            "TERMFORGE_IMAGE_STORE": str(work.parent / "image-store"),
             **({"TERMFORGE_MODEL_CACHE": os.environ["TERMFORGE_MODEL_CACHE"]}
                if "TERMFORGE_MODEL_CACHE" in os.environ else {})}
 

@@ -74,13 +74,17 @@ def test_the_deliverables_are_cached_and_carry_their_params_stamps():
     cached = {path for stage in stages.values() for out in stage["outs"] for path, o in out.items() if o.get("cache")}
     # dvc push/pull move the trained adapters, the evals, the exports and the report, each with the
     # params stamps its rules were run with (so a run after `dvc pull` knows what changed).
-    assert {"results/runs/fkl/train", "results/report.html", "results/report", "results/export",
-            "results/params/train", "results/params/eval_aime", "results/params/hints"} <= cached
+    assert {"results/runs/fkl/train", "results/report.html", "results/report", "results/export/dataset",
+            "results/export/harbor", "results/export/verifiers", "results/params/train",
+            "results/params/eval_aime", "results/params/hints"} <= cached
     assert not cached & {"results/tasks", "results/images", "results/solve", "results/params/generate"}
-    # A cached file (not folder) output is re-copied, newer, when DVC commits it: only the report,
-    # which nothing is made from, is one.
+    # A cached file (not folder) output is re-copied, newer, when DVC commits it: only files nothing
+    # is made from may be one (the report, the export's summary), never an input of another rule.
     files = {path for path in cached if Path(path).suffix}
-    assert files == {"results/report.html"}
+    assert files == {"results/report.html", "results/export/export.json"}
+    rule_inputs = "\n".join(re.findall(r"input:\n((?:\s{8}.*\n)+)", "".join(
+        p.read_text() for p in (ROOT / "rules").glob("*.smk"))))
+    assert not any(f'"{path}"' in rule_inputs for path in files), rule_inputs
 
 
 def test_every_rule_is_in_one_dvc_stage_with_the_keys_it_reads():

@@ -62,17 +62,20 @@ __all__ = ["Taskset", "VanilluxHarness", "load_environment"]
 
 def export_config(cfg: dict) -> dict:
     """The config the verifiers export reads: the ablation config whose `train` fills the prime-rl
-    configs. export.verifiers.train_from names it; null picks the first ablation (by name) that
-    trains on terminal episodes, else the top-level config."""
-    from termforge.config import ablation_config
+    configs. export.verifiers.train_from names it; null picks the first ablation that runs (by
+    name, after `ablations_only`) and trains on terminal episodes, else the top-level config."""
+    from termforge.config import ablation_config, run_ablations
 
     ablations = cfg.get("ablations") or {}
     name = ((cfg.get("export") or {}).get("verifiers") or {}).get("train_from")
     if name and name not in ablations:
         raise ConfigError(f"export.verifiers.train_from: no ablation named {name!r} "
                           f"(defined: {', '.join(sorted(ablations)) or 'none'})")
+    if name and name not in run_ablations(cfg):
+        raise ConfigError(f"export.verifiers.train_from: ablation {name!r} is not run "
+                          f"(ablations_only: {', '.join(cfg['ablations_only']) or 'none'})")
     if not name:
-        name = next((a for a in sorted(ablations)
+        name = next((a for a in run_ablations(cfg)
                      if ((ablations[a] or {}).get("train") or {}).get("data_kind") == "terminal"), None)
     return ablation_config(cfg, name or "base")
 

@@ -89,7 +89,8 @@ _COST_PHASE = {"type": ["object", "null"], "properties": {"input_tokens": _COUNT
                                                            "cost_usd": _NUM_N}}
 _GENERATION_SUMMARY = {"type": "object", "properties": {
     "rejected_by_check": _COUNTS, "candidates": _COUNT, "repaired": _COUNT, "truncated_replies": _COUNT,
-    "requests": _map({"type": ["integer", "number", "null"]}),
+    # Request counters, and per failure kind (connection, timeout, http_429, ...) a count.
+    "requests": _map({"anyOf": [{"type": ["integer", "number", "null"]}, _COUNTS]}),
     "cost": {"type": ["object", "null"], "required": ["actual"],
              "properties": {"planned": {**_COST_PHASE, "required": ["input_tokens", "output_tokens"]},
                             "actual": _COST_PHASE}}}}

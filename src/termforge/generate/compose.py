@@ -88,26 +88,32 @@ def compose(spec: TaskSpec, p: Plan, sig: dict, rng: random.Random) -> TaskSpec:
     level = complexity_level(sig)
     container, strategy = p.container, p.strategy
     params = container.params(rng, level) if container else None
-    setup, solve, instruction, method = spec.setup_sh, "", spec.instruction, spec.method_note
+    setup, before, after, instruction, method = spec.setup_sh, "", "", spec.instruction, spec.method_note
     outputs = list(spec.output_paths)
     test_final = spec.test_final
     if container:
         setup = setup.rstrip("\n") + "\n" + setup_step(container, params)
-        solve += oracle_step(container)
+        before = oracle_step(container)
         instruction = instruction.rstrip("\n") + "\n\n" + inputs_section(container, params, level)
         method = method.rstrip() + (f"\n\nThe inputs arrive as a {container.kind} container: decode it to the "
                                     "bundle, restore the files under /app from it, then solve the task as usual.")
-    solve += _family_solve(spec.solve_sh)
     if strategy:
         if why := strategy.applies(outputs):
             raise ValueError(f"{strategy.kind}: {why}")
-        solve += strategy.oracle(container, list(spec.output_paths))
+        after = strategy.oracle(container, list(spec.output_paths))
         instruction = (instruction.rstrip("\n") + "\n\n## Also deliver\n\n- "
                        + strategy.deliverable(container, params) + "\n")
         test_final = test_final.rstrip("\n") + "\n\n" + strategy.final_tests(container, params, list(spec.output_paths),
                                                                              rng, level).strip("\n") + "\n"
         outputs.append(strategy.tool)
         method = method.rstrip() + f"\n\nThe extra deliverable {strategy.tool} is graded as {strategy.kind}."
-    return replace(spec, setup_sh=setup, solve_sh=bash_script(solve), instruction=instruction, method_note=method,
+    # Every solution, the oracle and each second solution alike, meets the same composed task: it
+    # unpacks the container first and delivers the strategy's program after the family's work.
+    def wrapped(family_sh: str) -> str:
+        return bash_script(before + _family_solve(family_sh) + after)
+
+    return replace(spec, setup_sh=setup, solve_sh=wrapped(spec.solve_sh),
+                   alternatives={name: wrapped(sh) for name, sh in spec.alternatives.items()},
+                   instruction=instruction, method_note=method,
                    test_initial=_initial_test(container, outputs, spec.test_initial), test_final=test_final,
                    output_paths=outputs, verifier_kind=p.verifier_kind, fixture_kind=p.fixture_kind)
