@@ -117,6 +117,7 @@ def passk(root: Path, base: BaseModel, task_ids: list[str], k: int, *, temperatu
     """k episodes per task, graded by the clean verifier; the solve stage's passk.json format
     (per_task: task_id, n, c), written to root/<label>.json. Resumable per label."""
     from termforge.harness import HarnessConfig
+    from termforge.metrics import pass_at_k
     from termforge.opsd.rollout import stop_token_ids
     from termforge.opsd.terminal import EpisodeSpec, TransformersEngine, run_terminal_episodes
     from termforge.runtime.base import Limits
@@ -155,7 +156,12 @@ def passk(root: Path, base: BaseModel, task_ids: list[str], k: int, *, temperatu
         row = per_task[e.spec.task_id]
         row["n"] += 1
         row["c"] += int(e.reward == 1.0)
-    out = {"label": label, "k": k, "temperature": temperature, "top_p": top_p, "top_k": top_k, "turn_cap": turn_cap,
+    graded = [r for r in per_task.values() if r["n"]]
+    k_min = min((r["n"] for r in graded), default=0)
+    # The solve stage's passk.json keys the trainer's schema reads: task count and overall pass@k.
+    overall = {f"pass@{j}": round(sum(pass_at_k(r["n"], r["c"], j) for r in graded) / len(graded), 6)
+               for j in range(1, k_min + 1)}
+    out = {"tasks": len(per_task), "overall": overall, "label": label, "k": k, "temperature": temperature, "top_p": top_p, "top_k": top_k, "turn_cap": turn_cap,
            "max_new_tokens": max_new_tokens, "episodes": len(episodes), "infra_failed": infra,
            "wall_s": round(wall, 1), "generate_s": round(stats["generate_s"], 1),
            "end_reasons": dict(Counter(e.end_reason for e in episodes if e.status == "graded")),
@@ -409,7 +415,8 @@ def learn(args) -> dict:
     band = len(train) + len(held)
     objectives = {}
     for objective in args.objectives.split(","):
-        runs = [run_training(args, root, objective, seed) for seed in range(args.seeds)]
+        runs = [run_training(args, root, objective, seed)
+                for seed in range(args.first_seed, args.first_seed + args.seeds)]
         objectives[objective] = {"stats": objective_stats(runs, seed_from("bench-stats", objective)),
                                  "curve": curves(runs)}
     settings = {k: getattr(args, k) for k in ("steps", "prompts", "group", "lr", "lora_r", "temperature", "top_p",
@@ -454,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
                              "model (band), or all of them")
     parser.add_argument("--objectives", default="grpo,mixed")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="seeds first-seed .. first-seed + seeds - 1: processes may share the seeds out over "
+                             "copies of one --out folder, whose runs/ a later call with every seed reads back")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--prompts", type=int, default=4, help="tasks per step (each part)")
     parser.add_argument("--group", type=int, default=8, help="GRPO group size")

@@ -35,12 +35,13 @@ SMOKE = {
     "bench_scale.py": ["--tasks", "4", "--shard-size", "2"],
     "bench_terminal_cpu.py": ["--tasks", "1", "--episodes", "1", "--batch", "1", "--max-new-tokens", "4",
                               "--turn-cap", "1"],
+    "bench_terminal_learning.py": ["--quick", "--threads", "1"],
     "bench_terminal_step.py": ["--tiny", "--prompts", "2", "--max-new-tokens", "4", "--micro-batch", "2",
                                "--steps", "1"],
 }
 NEEDS_SANDBOX = {"bench_attacks.py", "bench_compose.py", "bench_generate.py", "bench_harness.py", "bench_images.py",
                  "bench_mutation.py",
-                 "bench_scale.py", "bench_terminal_cpu.py"}
+                 "bench_scale.py", "bench_terminal_cpu.py", "bench_terminal_learning.py"}
 
 
 def test_every_bench_script_has_a_smoke_run():

@@ -94,10 +94,11 @@ def measure_reward(terminal_run: Any, trainer: Any, probe_rows: Sequence[PromptR
     from termforge.opsd.terminal import EpisodeSpec
 
     specs = [EpisodeSpec(r.id, i, "probe") for r in probe_rows for i in range(cfg.reward_probe_episodes)]
-    episodes, stats = terminal_run.run_episodes(trainer, specs, seed_from("reward-probe", cfg.seed))
+    # The outcomes of every process's share (all of them on one process): every rank measures alike.
+    _, outcomes, _ = terminal_run.run_episodes(trainer, specs, seed_from("reward-probe", cfg.seed))
     per_task: dict[str, dict[str, Any]] = {r.id: {"id": r.id, "n": 0, "solved": 0, "reward_sum": 0.0}
                                            for r in probe_rows}
-    for e in episodes:
+    for e in outcomes:
         if e.status != "graded":
             continue
         row = per_task[e.spec.task_id]
