@@ -99,9 +99,9 @@ def corpus(tmp_path_factory):
     ids = [t.name for t in tasks]
     pq.write_table(pa.table({"task_id": ids, "demo": ["Write the line with echo and check it with cat."] * 4}),
                    root / "demos.parquet")
-    atomic_write_json(root / "corpus.json", {"kept": ids})
-    atomic_write_json(root / "passk.json", {"per_task": [{"task_id": t, "n": 4, "c": c}
-                                                         for t, c in zip(ids, (1, 2, 0, 0))]})
+    atomic_write_json(root / "corpus.json", {"kept": ids, "tasks_dir": str(root / "tasks")})
+    atomic_write_json(root / "passk.json", {"tasks": 4, "overall": {}, "per_task": [
+        {"task_id": t, "n": 4, "c": c} for t, c in zip(ids, (1, 2, 0, 0))]})
     model_dir = save_tiny_llama(root / "tiny", smollm2_tokenizer(), max_positions=4096)
     return root, tasks, model_dir
 
