@@ -217,3 +217,38 @@ def test_tasks_harbor_accepts_load_and_are_reported_unsupported(tmp_path, layout
     task = load_harbor_task(d)
     assert any(needle in r for r in task.unsupported), task.unsupported
     assert needle in native_blocker(task)
+
+
+def test_image_python_is_looked_up_inside_the_image(tmp_path):
+    from termforge.verifier import image_has_python
+
+    bare = tmp_path / "bare"
+    (bare / "usr" / "bin").mkdir(parents=True)
+    assert not image_has_python(bare)
+    with_py = tmp_path / "py"
+    (with_py / "usr" / "bin").mkdir(parents=True)
+    (with_py / "usr" / "bin" / "python3.11").write_text("")
+    (with_py / "usr" / "bin" / "python3").symlink_to("python3.11")
+    assert image_has_python(with_py)
+    # An absolute link resolves inside the image, never on the host (whose python3 exists).
+    absolute = tmp_path / "abs"
+    (absolute / "usr" / "bin").mkdir(parents=True)
+    (absolute / "usr" / "bin" / "python3").symlink_to("/usr/local/bin/python3")
+    assert not image_has_python(absolute)
+    (absolute / "usr" / "local" / "bin").mkdir(parents=True)
+    (absolute / "usr" / "local" / "bin" / "python3").write_text("")
+    assert image_has_python(absolute)
+    (tmp_path / "esc" / "usr" / "bin").mkdir(parents=True)
+    (tmp_path / "esc" / "usr" / "bin" / "python3").symlink_to("../../../py/usr/bin/python3.11")
+    assert not image_has_python(tmp_path / "esc")
+
+
+@needs_bwrap
+def test_a_bare_image_runs_test_sh_as_harbor_does_with_no_grader_channel(runs):
+    """harbor/verifier/verifier.py runs test.sh with whatever the image has: FROM debian:bookworm-slim
+    has no python3, so termforge's grader (and its supervisor) cannot run there. test.sh then runs
+    with no channel at all: nothing it starts can send a verdict, the reward files alone count."""
+    _, oracle, oracle_dir = runs["oracle"]
+    raw = read_json(oracle_dir / "canary__0" / "result.json")
+    assert oracle["canary"].reward == 1.0
+    assert raw["termforge"]["verdict"]["graded_by"] == "reward_file", raw["termforge"]

@@ -44,13 +44,14 @@ from termforge.grading import program
 from termforge.reward_file import DEFAULT_REWARD_RANGE, RewardReading, range_problem, read_reward
 from termforge.runtime import trees
 from termforge.runtime.base import Bind, ExecResult
-from termforge.runtime.bwrap import BwrapSession, chown_tree, tree_bounds
+from termforge.runtime.bwrap import HOST_ROOTFS, BwrapSession, chown_tree, tree_bounds
 
 TEST_SH = program("test.sh")
 
 VERIFIER_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 GRADER_ARGV = ["/usr/bin/python3", "-I", "/verifier/grade.py"]
-SUPERVISED_TEST_SH = [*GRADER_ARGV, "--supervise", "--", "/bin/bash", "--noprofile", "--norc", "/tests/test.sh"]
+PLAIN_TEST_SH = ["/bin/bash", "--noprofile", "--norc", "/tests/test.sh"]
+SUPERVISED_TEST_SH = [*GRADER_ARGV, "--supervise", "--", *PLAIN_TEST_SH]
 HARBOR_LOG_FILES = ("reward.txt", "reward.json")
 # Signals that end a grader on its own account (its CPU or file-size limit), not somebody's kill.
 SELF_INFLICTED = {signal.SIGXCPU, signal.SIGXFSZ}
@@ -342,9 +343,40 @@ def run_verifier(session: BwrapSession, task_dir: Path, timeout: float = 300, *,
         tc.cleanup()
 
 
+def image_has_python(rootfs) -> bool:
+    """Whether an image's root filesystem has the grader's /usr/bin/python3 (symlinks resolved
+    inside the image, as the sandbox sees them)."""
+    if str(rootfs) == HOST_ROOTFS:
+        return os.path.isfile("/usr/bin/python3")
+    root, rel = Path(rootfs), "usr/bin/python3"
+    for _ in range(16):
+        path = root / rel
+        if not path.is_symlink():
+            return path.is_file()
+        target = os.readlink(path)
+        rel = target.lstrip("/") if target.startswith("/") else os.path.normpath(
+            os.path.join(os.path.dirname(rel), target))
+        if rel.startswith(".."):
+            return False
+    return False
+
+
+def _unsupervised(session: BwrapSession, tc: _Toolchain, timeout: float, cwd: str, env: dict | None) -> _Run:
+    """test.sh on an image without the grader's Python (a Harbor task FROM a bare image): run as
+    Harbor runs it, with no grader and no channel at all (so nothing test.sh starts can send a
+    verdict); the reward files are the only outcome, read with Harbor's rules."""
+    res = session.exec("", timeout=timeout, env={**VERIFIER_ENV, **(env or {})}, cwd=cwd, binds=tc.binds(),
+                       keep_home=False, argv=PLAIN_TEST_SH)
+    return _Run(res, None, [], None)
+
+
 def _harbor_verdict(session: BwrapSession, tc: _Toolchain, timeout: float, cwd: str, env: dict | None,
                     expected: list[str] | None, record: bool, reward_range: tuple[float, float]) -> Verdict:
-    run = _run_grader(session, tc, SUPERVISED_TEST_SH, timeout, cwd, env, supervised=True)
+    supervised = image_has_python(getattr(session, "rootfs", HOST_ROOTFS))
+    if supervised:
+        run = _run_grader(session, tc, SUPERVISED_TEST_SH, timeout, cwd, env, supervised=True)
+    else:
+        run = _unsupervised(session, tc, timeout, cwd, env)
     res, verdict, findings = run.res, run.verdict, run.findings
     reading = read_reward(tc.logs / "verifier")
     findings += _logs_findings(tc.logs, HARBOR_LOG_FILES) + _disk_findings(res)
@@ -380,7 +412,7 @@ def _harbor_verdict(session: BwrapSession, tc: _Toolchain, timeout: float, cwd: 
     ended = graded.timed_out or res.limit_hit
     if unrecorded and not ended:
         graded.reason = "no test set was recorded for this task: the grader's verdict cannot be checked"
-    if run.report is None and not ended:
+    if supervised and run.report is None and not ended:
         graded.reward, graded.graded_by = 0.0, "host"
         graded.reason = "the grader's supervisor ended without reporting (killed?): scored 0"
     elif fallback is None and not ended:
