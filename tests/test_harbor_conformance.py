@@ -3,6 +3,7 @@ for the purpose (tests/data/harbor_conformance). Each task exercises one Harbor 
 Harbor does with it is stated beside each assertion, with the Harbor source file it comes from.
 The dataset holds one deliberately broken task (invalid-config) sorted into its middle."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -155,11 +156,13 @@ def test_what_cannot_run_natively_is_an_environment_error_never_a_score(runs):
     assert [b["task_name"] for b in res.summary["unloadable_tasks"]] == ["invalid-config"]
     assert "unloadable: invalid-config" in res.table()
     assert res.summary["n_tasks"] == len(list(CONFORMANCE.iterdir())) - 1
-    # Headline metric over valid trials only (harbor/metrics/mean.py): 7 tasks score 1.
+    # Headline metric over valid trials only (harbor/metrics/mean.py): 8 tasks score 1.
+    valid = [t for t in oracle.values() if t.rewards is not None]
+    assert len(valid) == 8
     assert res.summary["headline_metric"] == "reward"
     assert res.summary["mean_reward"] == 1.0
     # Several keys: each key averaged over the valid trials, a trial without the key counting 0.
-    assert res.summary["mean_by_key"] == pytest.approx({"reward": 1.0, "style": 0.5 / 7})
+    assert res.summary["mean_by_key"] == pytest.approx({"reward": 1.0, "style": 0.5 / len(valid)})
 
 
 @needs_bwrap
@@ -189,7 +192,7 @@ def test_eval_tbench_cli_runs_the_dataset_around_its_broken_task_with_control_ro
     assert res.returncode == 0, res.stderr[-2000:]
     assert "unloadable: invalid-config" in res.stdout and "control oracle: mean 1.000" in res.stdout
     record = read_json(tmp_path / "tbench.json")
-    assert record["summary"]["n_tasks"] == 11 and set(record["controls"]) == {"oracle", "noop"}
+    assert record["summary"]["n_tasks"] == len(list(CONFORMANCE.iterdir())) - 1 and set(record["controls"]) == {"oracle", "noop"}
     assert record["controls"]["noop"]["mean_reward"] == 0.0
     rows = write_eval_table([tmp_path / "tbench.json"], tmp_path / "results.csv")
     assert {r["model"] for r in rows} == {"base", "control:oracle", "control:noop"}
@@ -252,3 +255,27 @@ def test_a_bare_image_runs_test_sh_as_harbor_does_with_no_grader_channel(runs):
     raw = read_json(oracle_dir / "canary__0" / "result.json")
     assert oracle["canary"].reward == 1.0
     assert raw["termforge"]["verdict"]["graded_by"] == "reward_file", raw["termforge"]
+
+
+def _task_with(tmp_path, environment: str) -> Path:
+    d = tmp_path / "t"
+    shutil.copytree(CONFORMANCE / "canary", d)
+    (d / "task.toml").write_text(f"[environment]\n{environment}")
+    return d
+
+
+def test_legacy_memory_strings_are_parsed_as_harbor_parses_them(tmp_path):
+    # harbor/models/task/config.py EnvironmentConfig._parse_size_to_mb (see legacy-memory/task.toml).
+    task = load_harbor_task(CONFORMANCE / "legacy-memory")
+    assert (task.memory_mb, task.storage_mb) == (1536, 512)
+    for text, mb in (("2G", 2048), ("512m", 512), ("2048K", 2), ("100K", 0)):
+        assert load_harbor_task(_task_with(tmp_path / text, f'memory = "{text}"\n')).memory_mb == mb
+    # Any other string is a ValueError there: the task is refused, naming the field.
+    for text in ("2048", "2GB", "512Mi", "lots", "G", "infG"):
+        with pytest.raises(HarborTaskError, match=r"\[environment\] memory must be a size"):
+            load_harbor_task(_task_with(tmp_path / f"bad{text}", f'memory = "{text}"\n'))
+    # A non-string legacy value is dropped; one disagreeing with memory_mb is refused.
+    assert load_harbor_task(_task_with(tmp_path / "int", "memory = 2048\n")).memory_mb is None
+    assert load_harbor_task(_task_with(tmp_path / "same", 'memory = "1G"\nmemory_mb = 1024\n')).memory_mb == 1024
+    with pytest.raises(HarborTaskError, match="conflicts with memory_mb"):
+        load_harbor_task(_task_with(tmp_path / "conflict", 'memory = "1G"\nmemory_mb = 2048\n'))

@@ -248,17 +248,30 @@ def _cpus(task_dir: Path, env: dict) -> int | float | None:
 
 
 def _size_mb(task_dir: Path, env: dict, key_mb: str, legacy_key: str) -> int | None:
-    """memory_mb / storage_mb, or Terminal-Bench 2.0's legacy strings (memory = "2G")."""
-    if key_mb in env:
-        return _number(task_dir, env, "environment", key_mb, None, integer=True)
-    if legacy_key not in env:
-        return None
-    text = env[legacy_key]
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", str(text), re.IGNORECASE)
-    if not isinstance(text, str) or not m:
-        raise _bad(task_dir, f"task.toml [environment] {legacy_key} must look like \"2G\" or \"512M\", got {text!r}")
-    scale = {"": 1 / (1024 * 1024), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}[m.group(2).upper()]
-    return max(1, int(float(m.group(1)) * scale))
+    """memory_mb / storage_mb, or the deprecated `memory` / `storage` as Harbor migrates them
+    (harbor/models/task/config.py EnvironmentConfig._migrate_legacy_resource_fields and
+    _parse_size_to_mb): a string is stripped, upper-cased and must end in G, M or K (int(float(n) *
+    1024), int(float(n)), int(float(n) / 1024)), anything else refuses the task ("2048", "2GB" and
+    "512Mi" included); a value of another type is dropped; one that disagrees with the *_mb key
+    refuses the task."""
+    value_mb = _number(task_dir, env, "environment", key_mb, None, integer=True) if key_mb in env else None
+    text = env.get(legacy_key)
+    if not isinstance(text, str):
+        return value_mb
+    size = text.strip().upper()
+    scale = {"G": 1024.0, "M": 1.0, "K": 1 / 1024}.get(size[-1:])
+    try:
+        if scale is None:
+            raise ValueError
+        number = float(size[:-1])
+        legacy_mb = int(number / 1024) if size.endswith("K") else int(number * scale)
+    except (ValueError, OverflowError):
+        raise _bad(task_dir, f"task.toml [environment] {legacy_key} must be a size like \"2G\", \"512M\" or "
+                             f"\"64K\" (Harbor's format), got {text!r}") from None
+    if value_mb is not None and value_mb != legacy_mb:
+        raise _bad(task_dir, f"task.toml [environment] {legacy_key} = {text!r} ({legacy_mb} MB) conflicts with "
+                             f"{key_mb} = {value_mb}")
+    return legacy_mb
 
 
 def _table(task_dir: Path, config: dict, name: str) -> dict:
