@@ -100,7 +100,10 @@ def test_unsupported_features_are_named_and_steps_are_read():
 def test_rewards_follow_harbors_parsing_and_error_policy(runs):
     _, oracle, oracle_dir = runs["oracle"]
     _, noop, _ = runs["noop"]
-    for name in ("canary", "fractional-cpus", "network-mode", "conformance/named-task", "verifier-env"):
+    # shebang-scripts: test.sh and solve.sh are Python programs, run by their shebang as Harbor runs
+    # them (see its task.toml); legacy-memory: memory = " 1.5g ".
+    for name in ("canary", "fractional-cpus", "network-mode", "conformance/named-task", "verifier-env",
+                 "shebang-scripts", "legacy-memory"):
         assert oracle[name].reward == 1.0, (name, oracle[name])
         assert noop[name].reward == 0.0, (name, noop[name])
     # harbor/verifier/verifier.py: reward.json is read first and may hold several named rewards.
@@ -156,9 +159,9 @@ def test_what_cannot_run_natively_is_an_environment_error_never_a_score(runs):
     assert [b["task_name"] for b in res.summary["unloadable_tasks"]] == ["invalid-config"]
     assert "unloadable: invalid-config" in res.table()
     assert res.summary["n_tasks"] == len(list(CONFORMANCE.iterdir())) - 1
-    # Headline metric over valid trials only (harbor/metrics/mean.py): 8 tasks score 1.
+    # Headline metric over valid trials only (harbor/metrics/mean.py): 9 tasks score 1.
     valid = [t for t in oracle.values() if t.rewards is not None]
-    assert len(valid) == 8
+    assert len(valid) == 9
     assert res.summary["headline_metric"] == "reward"
     assert res.summary["mean_reward"] == 1.0
     # Several keys: each key averaged over the valid trials, a trial without the key counting 0.
@@ -279,3 +282,25 @@ def test_legacy_memory_strings_are_parsed_as_harbor_parses_them(tmp_path):
     assert load_harbor_task(_task_with(tmp_path / "same", 'memory = "1G"\nmemory_mb = 1024\n')).memory_mb == 1024
     with pytest.raises(HarborTaskError, match="conflicts with memory_mb"):
         load_harbor_task(_task_with(tmp_path / "conflict", 'memory = "1G"\nmemory_mb = 2048\n'))
+
+
+@needs_bwrap
+def test_the_oracle_reads_the_task_as_the_runner_does_never_a_valid_zero(tmp_path):
+    """harbor/agents/oracle.py OracleAgent.run uploads solution/ into the environment, so where the
+    dataset lies does not matter. A dataset the sandbox's uid cannot read (under a 0700 folder, as
+    under /root or written with umask 077) still scores 1; a solution the runner itself cannot read
+    makes the control row an infrastructure error, never a valid 0."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    shutil.copytree(CONFORMANCE / "canary", private / "canary")
+    for p in [private / "canary", *(private / "canary").rglob("*")]:
+        p.chmod(0o700 if p.is_dir() else 0o600)
+    task = load_harbor_task(private / "canary")
+    res = run_native([task], oracle_agent, 1, tmp_path / "images", tmp_path / "readable")
+    assert res.trials[0].reward == 1.0, res.trials[0]
+    shutil.rmtree(private / "canary" / "solution")
+    res = run_native([task], oracle_agent, 1, tmp_path / "images", tmp_path / "unreadable")
+    t = res.trials[0]
+    assert t.reward is None and t.error_kind is not None and t.exception_type == "AgentInfraError", t
+    assert "cannot read the task's solution" in t.exception_message
+    assert res.summary["n_scored"] == 0

@@ -50,7 +50,10 @@ TEST_SH = program("test.sh")
 
 VERIFIER_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 GRADER_ARGV = ["/usr/bin/python3", "-I", "/verifier/grade.py"]
-PLAIN_TEST_SH = ["/bin/bash", "--noprofile", "--norc", "/tests/test.sh"]
+# test.sh runs by its path, so by its shebang, as Harbor runs it (made executable, then the path
+# given to the shell: harbor/verifier/verifier.py Verifier.verify, harbor/utils/scripts.py
+# build_execution_command): a Python test.sh runs under Python; one without a shebang, under bash.
+PLAIN_TEST_SH = ["/bin/bash", "--noprofile", "--norc", "-c", "/tests/test.sh"]
 SUPERVISED_TEST_SH = [*GRADER_ARGV, "--supervise", "--", *PLAIN_TEST_SH]
 HARBOR_LOG_FILES = ("reward.txt", "reward.json")
 # Signals that end a grader on its own account (its CPU or file-size limit), not somebody's kill.
@@ -99,6 +102,9 @@ class _Toolchain:
             problems = trees.copy_tree(Path(task_dir) / "tests", self.tests)
             if problems:
                 raise TermforgeError(f"task {Path(task_dir).name}: its tests/ cannot be copied: {problems[0]}")
+            test_sh = self.tests / "test.sh"
+            if not tests_writable and test_sh.is_file() and not test_sh.is_symlink():
+                test_sh.chmod(test_sh.stat().st_mode | 0o555)  # Harbor's `chmod +x` before it runs
             self.logs = self.root / "logs"
             (self.logs / "verifier").mkdir(parents=True)
             self.tool = self.root / "verifier"

@@ -51,6 +51,7 @@ import math
 import shlex
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import traceback
@@ -68,8 +69,9 @@ from termforge.evals.harbor_tasks import (NATIVE_MEMORY_MB, BrokenTask, HarborSe
 from termforge.io import atomic_write_json, atomic_write_text, read_json
 from termforge.metrics import pass_at_k
 from termforge.reward_file import DEFAULT_REWARD_RANGE, HEADLINE_KEY, RewardReading
+from termforge.runtime import trees
 from termforge.runtime.base import Bind, BuildResult, Limits
-from termforge.runtime.bwrap import SANDBOX_PATH, tree_digest
+from termforge.runtime.bwrap import SANDBOX_PATH, chown_tree, tree_digest
 
 Agent = Callable[[HarborSession, HarborTask], "dict | None"]
 
@@ -87,20 +89,44 @@ class AgentInfraError(TermforgeError):
 # -- agents ---------------------------------------------------------------------------------------
 
 def oracle_agent(session: HarborSession, task: HarborTask) -> dict:
-    """Run solution/solve.sh as the agent (bound read-only at /solution, from the WORKDIR)."""
+    """Run solution/solve.sh (or a step's own) as Harbor's oracle agent does (harbor/agents/
+    oracle.py OracleAgent.run): the solution directory uploaded to /solution, solve.sh made
+    executable and run by its path (so by its shebang: harbor/utils/scripts.py
+    build_execution_command) from the working directory, with DEBIAN_FRONTEND=noninteractive and
+    [solution].env over it.
+
+    The upload is a copy made by the host, which reads the dataset wherever it lies (under /root,
+    written with umask 077) even where the sandbox's uid could not; a solution the host cannot read
+    is an AgentInfraError: the control row is then an infrastructure error, never a valid 0."""
+    solution_dir = task.solution_dir or task.path / "solution"
     if task.solve_sh is None:
-        raise AgentInfraError(f"task {task.name}: the oracle needs solution/solve.sh, which this task lacks")
+        raise AgentInfraError(f"task {task.name}: the oracle needs {solution_dir.name}/solve.sh, which this task lacks")
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
     if task.solution_env:
         # Harbor's oracle runs solve.sh with [solution].env (harbor/models/task/config.py SolutionConfig).
         try:
-            env = resolve_env(task.solution_env, f"task {task.name} [solution] env")
+            env.update(resolve_env(task.solution_env, f"task {task.name} [solution] env"))
         except HarborTaskError as exc:
             raise AgentInfraError(str(exc)) from None
-    else:
-        env = {}
-    # solution/ (or a step's own) bound read-only at /solution, run from the WORKDIR.
-    res = session.exec("/bin/bash --noprofile --norc /solution/solve.sh", timeout=task.agent_timeout_sec,
-                       env=env, binds=[Bind(task.solution_dir or task.path / "solution", "/solution")])
+    stage = Path(tempfile.mkdtemp(prefix="tf-solution-", dir=session.workdir))
+    try:
+        copy = stage / "solution"
+        try:
+            problems = trees.copy_tree(solution_dir, copy)
+        except OSError as exc:
+            problems = [f"{type(exc).__name__}: {exc}"]
+        solve = copy / "solve.sh"
+        if not problems and not (solve.is_file() and not solve.is_symlink()):
+            problems = ["solve.sh did not come through the copy"]
+        if problems:
+            raise AgentInfraError(f"task {task.name}: the runner cannot read the task's solution {solution_dir}: "
+                                  f"{problems[0]}")
+        solve.chmod(solve.stat().st_mode | 0o555)
+        chown_tree(stage, getattr(session, "uid", None))
+        res = session.exec("/solution/solve.sh", timeout=task.agent_timeout_sec, env=env,
+                           binds=[Bind(copy, "/solution")])
+    finally:
+        trees.remove_tree(stage)
     return {"name": "oracle", "exit_code": res.exit_code, "timed_out": res.timed_out,
             "duration_sec": round(res.duration_sec, 3), "output_tail": res.tail(2000)}
 
