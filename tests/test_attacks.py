@@ -908,7 +908,8 @@ def test_exported_task_cannot_be_forged_under_harbors_own_verifier(corpus, tmp_p
                 d.mkdir()
                 if session.uid is not None:
                     os.chown(d, session.uid, session.uid)
-            argv = sandbox_argv(session.layer, [], binds=[Bind(h, s, writable=True) for s, h in mounts.items()],
+            argv = sandbox_argv(session.layer, [], rootfs=session.rootfs,
+                                binds=[Bind(h, s, writable=True) for s, h in mounts.items()],
                                 home_dir=session.home, cwd="/app", tmp_mb=LIMITS.tmp_mb)
             if session.uid is not None:
                 argv = ["setpriv", f"--reuid={session.uid}", f"--regid={session.uid}", "--clear-groups", *argv]
