@@ -92,6 +92,13 @@ def test_unsupported_features_are_named_and_steps_are_read():
     assert write.instruction == "Create the file `/app/done`.\n" and write.min_reward == 1.0
     assert check.verifier_env == {"MARK": "ok"} and check.verifier_timeout_sec == 30.0
     assert check.tests_root == check.dir and check.solution_dir == check.dir / "solution"
+    # StepConfig.verifier is a whole VerifierConfig: 600 s unless the step sets it.
+    assert write.verifier_timeout_sec == 600.0
+    shared = load_harbor_task(CONFORMANCE / "multi-step-shared-tests")
+    make, verify = shared.steps
+    assert make.test_sources == [shared.path / "tests", make.dir / "tests"] and make.tests_root == make.dir
+    assert verify.test_sources == [shared.path / "tests", verify.dir / "tests"] and verify.tests_root == shared.path
+    assert (shared.verifier_timeout_sec, verify.verifier_timeout_sec) == (2.0, 600.0)
 
 
 # -- running ---------------------------------------------------------------------------------------
@@ -145,6 +152,13 @@ def test_multi_step_tasks_run_step_by_step_as_harbor_runs_them(runs):
     assert [sr["step_name"] for sr in raw["step_results"]] == ["write"]
     assert "below min_reward 1.0" in raw["termforge"]["stopped_after"]
     assert noop["multi-step"].rewards == {"reward": 0.0}
+    # multi-step-shared-tests (see its task.toml): /tests is the shared tests/ with the step's own
+    # over it, and the step's verifier has its own 600 s, not the task's 2 s.
+    raw = read_json(oracle_dir / "multi-step-shared-tests__0" / "result.json")
+    assert [(sr["step_name"], sr["verifier_result"], sr["exception_info"]) for sr in raw["step_results"]] == [
+        ("make", {"rewards": {"reward": 1.0}}, None), ("verify", {"rewards": {"reward": 1.0}}, None)]
+    assert oracle["multi-step-shared-tests"].rewards == {"reward": 1.0}
+    assert noop["multi-step-shared-tests"].rewards == {"reward": 0.0}
 
 
 @needs_bwrap
@@ -159,9 +173,9 @@ def test_what_cannot_run_natively_is_an_environment_error_never_a_score(runs):
     assert [b["task_name"] for b in res.summary["unloadable_tasks"]] == ["invalid-config"]
     assert "unloadable: invalid-config" in res.table()
     assert res.summary["n_tasks"] == len(list(CONFORMANCE.iterdir())) - 1
-    # Headline metric over valid trials only (harbor/metrics/mean.py): 9 tasks score 1.
+    # Headline metric over valid trials only (harbor/metrics/mean.py): 10 tasks score 1.
     valid = [t for t in oracle.values() if t.rewards is not None]
-    assert len(valid) == 9
+    assert len(valid) == 10
     assert res.summary["headline_metric"] == "reward"
     assert res.summary["mean_reward"] == 1.0
     # Several keys: each key averaged over the valid trials, a trial without the key counting 0.

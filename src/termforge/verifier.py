@@ -94,14 +94,18 @@ class Verdict:
 class _Toolchain:
     """A per-run /tests copy, /logs and read-only /verifier, owned by the session's uid."""
 
-    def __init__(self, session: BwrapSession, task_dir: Path, tests_writable: bool = True):
+    def __init__(self, session: BwrapSession, task_dir: Path, tests_writable: bool = True,
+                 sources: list[Path] | None = None):
         self.root = Path(tempfile.mkdtemp(prefix="tf-verify-", dir=session.workdir))
         self.tests_writable = tests_writable
         try:
             self.tests = self.root / "tests"
-            problems = trees.copy_tree(Path(task_dir) / "tests", self.tests)
-            if problems:
-                raise TermforgeError(f"task {Path(task_dir).name}: its tests/ cannot be copied: {problems[0]}")
+            # Several sources (a Harbor step's shared and own tests/) are merged in order, a later
+            # one's files winning, as Harbor uploads them.
+            for src in sources or [Path(task_dir) / "tests"]:
+                problems = trees.copy_tree(Path(src), self.tests)
+                if problems:
+                    raise TermforgeError(f"task {Path(task_dir).name}: {src} cannot be copied: {problems[0]}")
             test_sh = self.tests / "test.sh"
             if not tests_writable and test_sh.is_file() and not test_sh.is_symlink():
                 test_sh.chmod(test_sh.stat().st_mode | 0o555)  # Harbor's `chmod +x` before it runs
@@ -318,7 +322,8 @@ def run_test_file(session: BwrapSession, task_dir: Path, test_file: str, timeout
 def run_verifier(session: BwrapSession, task_dir: Path, timeout: float = 300, *, cwd: str = "/tests",
                  env: dict | None = None, harbor: bool = False, expected: list[str] | None = None,
                  reward_file_proof: bool | None = None, record: bool = False,
-                 reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE) -> Verdict:
+                 reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE,
+                 tests_dirs: list[Path] | None = None) -> Verdict:
     """Grade a finished episode.
 
     termforge tasks: the grader runs tests/test_final_state.py as the sandbox's first process and
@@ -328,7 +333,8 @@ def run_verifier(session: BwrapSession, task_dir: Path, timeout: float = 300, *,
     runs it; when it asks for the grader (/verifier/run-tests) the grader's verdict is the reward
     and its collected set must equal `expected`, the set recorded on the untouched environment
     (`record=True` is that recording run: no set to compare with yet); otherwise the reward is the
-    reward file test.sh wrote, if it lies in `reward_range`."""
+    reward file test.sh wrote, if it lies in `reward_range`. `tests_dirs`: the folders merged into
+    /tests, in order (default task_dir/tests)."""
     harbor = harbor or bool(reward_file_proof)
     if expected is None and not harbor:
         expected = expected_tests(task_dir)
@@ -338,7 +344,7 @@ def run_verifier(session: BwrapSession, task_dir: Path, timeout: float = 300, *,
         if harbor:
             graded.reading = RewardReading({"reward": 0.0}, "host").to_dict()
         return graded
-    tc = _Toolchain(session, task_dir, tests_writable=not harbor)
+    tc = _Toolchain(session, task_dir, tests_writable=not harbor, sources=tests_dirs)
     try:
         if harbor:
             return _harbor_verdict(session, tc, timeout, cwd, env, expected, record, reward_range)

@@ -106,15 +106,21 @@ class HarborStep:
     """One [[steps]] entry of a multi-step task, with its files resolved as Harbor resolves them
     (harbor/models/task/paths.py): steps/<name>/instruction.md; steps/<name>/tests/ when it holds
     test.sh, else the task's shared tests/; steps/<name>/solution/ when present, else solution/;
-    steps/<name>/workdir/ is copied into the working directory before the step (its setup.sh run)."""
+    steps/<name>/workdir/ is copied into the working directory before the step (its setup.sh run).
+    The verifier's /tests is the shared tests/ with the step's own tests/ uploaded over it
+    (harbor/verifier/verifier.py Verifier._resolve_tests: both, in that order, when they exist)."""
 
     name: str
     dir: Path
     instruction: str
-    tests_root: Path  # the directory whose tests/ the verifier copies in
+    tests_root: Path  # the directory whose tests/test.sh the verifier runs
     solution_dir: Path
     agent_timeout: float | None = None
-    verifier_timeout_sec: float | None = None
+    # A step's [verifier] is a whole VerifierConfig (harbor/models/task/config.py StepConfig), so its
+    # timeout_sec defaults to 600 s, never the task's [verifier] timeout (harbor/trial/trial.py
+    # _step_verifier_timeout_sec takes the step's whenever it is not None).
+    verifier_timeout_sec: float = DEFAULT_VERIFIER_TIMEOUT_SEC
+    test_sources: list = field(default_factory=list)  # the tests/ folders uploaded to /tests, in order
     verifier_env: dict = field(default_factory=dict)
     min_reward: float | dict | None = None
 
@@ -393,7 +399,9 @@ def _load_step(task_dir: Path, table: dict) -> HarborStep:
         tests_root=tests_root,
         solution_dir=step_dir / "solution" if (step_dir / "solution").is_dir() else task_dir / "solution",
         agent_timeout=_number(task_dir, agent, f"{where}.agent", "timeout_sec", None),
-        verifier_timeout_sec=_number(task_dir, verifier, f"{where}.verifier", "timeout_sec", None),
+        verifier_timeout_sec=_number(task_dir, verifier, f"{where}.verifier", "timeout_sec",
+                                     DEFAULT_VERIFIER_TIMEOUT_SEC),
+        test_sources=[d for d in (task_dir / "tests", step_dir / "tests") if d.is_dir()],
         verifier_env=_env_table(task_dir, verifier, f"{where}.verifier"),
         min_reward=min_reward)
 

@@ -64,7 +64,8 @@ from typing import Callable, Iterable
 
 from termforge.errors import TermforgeError
 from termforge.evals.error_policy import is_environment_error, reward_valid
-from termforge.evals.harbor_tasks import (NATIVE_MEMORY_MB, BrokenTask, HarborSession, HarborTask, HarborTaskError,
+from termforge.evals.harbor_tasks import (NATIVE_MEMORY_MB, BrokenTask, HarborSession, HarborStep, HarborTask,
+                                          HarborTaskError,
                                           build_harbor_image, resolve_env)
 from termforge.io import atomic_write_json, atomic_write_text, read_json
 from termforge.metrics import pass_at_k
@@ -391,8 +392,8 @@ class _Job:
     # (task name, tests root) -> recorded_tests(...) of the task's untouched environment.
     recorded: dict = field(default_factory=dict)
 
-    def expected(self, task: HarborTask, tests_root: Path) -> list[str] | None:
-        return expected_from(self.recorded.get((task.name, str(tests_root))))
+    def expected(self, task: HarborTask, step: HarborStep | None = None) -> list[str] | None:
+        return expected_from(self.recorded.get((task.name, step.name if step else None)))
 
 
 def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attempt: int) -> dict:
@@ -452,8 +453,8 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
             _run_steps(job, task, session, result, trial_dir)
         else:
             if _agent_phase(job, session, task, result, result):
-                _verifier_phase(session, task, task.path, task.verifier_timeout_sec, [task.verifier_env], result,
-                                trial_dir, tf, job.expected(task, task.path))
+                _verifier_phase(session, task, [task.path / "tests"], task.verifier_timeout_sec, [task.verifier_env], result,
+                                trial_dir, tf, job.expected(task))
             else:
                 tf["error_kind"] = OTHER_ERROR
         types = [e["exception_type"] for e in [result["exception_info"]] + [
@@ -492,7 +493,7 @@ def _agent_phase(job: _Job, session: HarborSession, view: HarborTask, target: di
     return True
 
 
-def _verifier_phase(session: HarborSession, task: HarborTask, tests_root: Path, timeout: float, env_tables: list,
+def _verifier_phase(session: HarborSession, task: HarborTask, sources: list[Path], timeout: float, env_tables: list,
                     target: dict, out_dir: Path, tf: dict, expected: list[str] | None = None) -> None:
     """Run the verifier for `target` (the trial, or one step): its rewards, or the exception Harbor
     would record; a harness failure marks the trial an error (tf error_kind)."""
@@ -507,7 +508,7 @@ def _verifier_phase(session: HarborSession, task: HarborTask, tests_root: Path, 
         tf["error_kind"] = OTHER_ERROR
         return
     try:
-        verdict = run_harbor_verifier(session, task, env, tests_root=tests_root, timeout=timeout, expected=expected)
+        verdict = run_harbor_verifier(session, task, env, sources=sources, timeout=timeout, expected=expected)
     except Exception as exc:  # the harness failed to grade: an error, never a reward
         phase["finished_at"] = _now()
         target["exception_info"] = _exception_info("VerifierError", f"{type(exc).__name__}: {exc}",
@@ -582,9 +583,10 @@ def _run_steps(job: _Job, task: HarborTask, session: HarborSession, result: dict
             if not _agent_phase(job, session, view, sr, result):
                 tf["error_kind"] = OTHER_ERROR
                 break
-            _verifier_phase(session, task, step.tests_root, step.verifier_timeout_sec or task.verifier_timeout_sec,
+            # The step's own verifier timeout (600 s unless it sets one, never the task's).
+            _verifier_phase(session, task, step.test_sources, step.verifier_timeout_sec,
                             [task.verifier_env, step.verifier_env], sr, trial_dir / "steps" / step.name, tf,
-                            job.expected(task, step.tests_root))
+                            job.expected(task, step))
             if tf["error_kind"]:
                 break
         if sr["exception_info"] and not sr["verifier_result"]:
@@ -639,7 +641,7 @@ def reward_range(task: HarborTask) -> tuple[float, float]:
     return float(value[0]), float(value[1])
 
 
-def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict, *, tests_root: Path | None = None,
+def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict, *, sources: list[Path] | None = None,
                         timeout: float | None = None, expected: list[str] | None = None,
                         record: bool = False) -> dict:
     """Run tests/test.sh as Harbor's verifier does, in a clean sandbox after the agent stopped
@@ -647,14 +649,15 @@ def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict, *, 
     WORKDIR), through termforge's grader (termforge.verifier.run_verifier with harbor=True): a
     test.sh that uses /verifier/run-tests is graded by the grader's own verdict, whose collected
     set must equal `expected` (recorded_tests), any other by the reward files read with Harbor's
-    rules. tests_root is the directory whose tests/ is copied in (a step's own, for multi-step
-    tasks)."""
+    rules. `sources`: the tests/ folders merged into /tests in order (default the task's tests/; a
+    multi-step task's shared tests/ and then the step's own, as Harbor uploads them)."""
     from termforge.verifier import run_verifier
 
-    verdict = run_verifier(session, tests_root or task.path, timeout=timeout or task.verifier_timeout_sec,
+    verdict = run_verifier(session, task.path, timeout=timeout or task.verifier_timeout_sec,
                            cwd=session.task_workdir, harbor=True,
                            env={**env, "PATH": verifier_path(session.image_env)}, expected=expected,
-                           record=record, reward_range=reward_range(task))
+                           record=record, reward_range=reward_range(task),
+                           tests_dirs=sources or [task.path / "tests"])
     reading = dict(verdict.reading or {"rewards": None, "reward": None, "headline": None, "source": None,
                                        "error": verdict.reason})
     if verdict.limit_hit:
@@ -669,16 +672,14 @@ def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict, *, 
 RECORD_FILE = "recorded_tests.json"
 
 
-def _step_env_tables(task: HarborTask, tests_root: Path) -> list:
-    tables = [task.verifier_env]
-    for step in task.steps:
-        if step.tests_root == tests_root:
-            tables.append(step.verifier_env)
-            break
-    return tables
+def verifier_targets(task: HarborTask) -> list[tuple[HarborStep | None, list[Path], list[dict]]]:
+    """What the verifier runs for a task: (the step or None, the tests/ sources, the env tables)."""
+    if not task.steps:
+        return [(None, [task.path / "tests"], [task.verifier_env])]
+    return [(st, list(st.test_sources), [task.verifier_env, st.verifier_env]) for st in task.steps]
 
 
-def recorded_tests(task: HarborTask, build: BuildResult, tests_root: Path, limits: Limits | None = None,
+def recorded_tests(task: HarborTask, build: BuildResult, step: HarborStep | None = None, limits: Limits | None = None,
                    work_root: Path | None = None) -> dict | None:
     """The test set a task's verifier collects on its untouched environment: {"uses_grader": bool,
     "collected": [ids]}, recorded once per image and tests (kept beside the image, like validation's
@@ -688,8 +689,9 @@ def recorded_tests(task: HarborTask, build: BuildResult, tests_root: Path, limit
     it could not be recorded (then a grader verdict cannot be checked: 0)."""
     from termforge.io import stable_hash
 
+    _, sources, tables = next(t for t in verifier_targets(task) if t[0] is step)
     path = build.image.path / RECORD_FILE
-    key = stable_hash([build.image.digest, tree_digest(tests_root / "tests")], 24)
+    key = stable_hash([build.image.digest, [tree_digest(src) for src in sources]], 24)
     try:
         table = read_json(path) if path.is_file() else {}
     except (OSError, ValueError):
@@ -699,14 +701,14 @@ def recorded_tests(task: HarborTask, build: BuildResult, tests_root: Path, limit
     limits = limits or default_limits(task)
     try:
         env: dict = {}
-        for t in _step_env_tables(task, tests_root):
+        for t in tables:
             env.update(resolve_env(t, f"task {task.name} verifier env"))
         session = HarborSession(build.image, limits, work_root)
     except Exception:  # noqa: BLE001 - unrecordable: the trials' grader verdicts then score 0
         return None
     try:
         session.image_env.update(resolve_env(task.environment_env, f"task {task.name} [environment] env"))
-        verdict = run_harbor_verifier(session, task, env, tests_root=tests_root, record=True)
+        verdict = run_harbor_verifier(session, task, env, sources=sources, record=True)
     except Exception:  # noqa: BLE001
         return None
     finally:
@@ -783,9 +785,9 @@ def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | 
                 (done.append(old) if old else todo.append((task, attempt)))
 
         def record(task):
-            for root in sorted({task.path, *(st.tests_root for st in task.steps)}):
-                job.recorded[(task.name, str(root))] = recorded_tests(task, builds[task.name], root, job.limits,
-                                                                      job.work_root)
+            for step, _, _ in verifier_targets(task):
+                job.recorded[(task.name, step.name if step else None)] = recorded_tests(
+                    task, builds[task.name], step, job.limits, job.work_root)
 
         list(pool.map(record, [t for t in tasks if builds[t.name].ok and any(item[0] is t for item in todo)]))
         lock = threading.Lock()
