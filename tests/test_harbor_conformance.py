@@ -110,7 +110,7 @@ def test_rewards_follow_harbors_parsing_and_error_policy(runs):
     # shebang-scripts: test.sh and solve.sh are Python programs, run by their shebang as Harbor runs
     # them (see its task.toml); legacy-memory: memory = " 1.5g ".
     for name in ("canary", "fractional-cpus", "network-mode", "conformance/named-task", "verifier-env",
-                 "shebang-scripts", "legacy-memory"):
+                 "shebang-scripts", "legacy-memory", "environment-workdir"):
         assert oracle[name].reward == 1.0, (name, oracle[name])
         assert noop[name].reward == 0.0, (name, noop[name])
     # harbor/verifier/verifier.py: reward.json is read first and may hold several named rewards.
@@ -173,9 +173,9 @@ def test_what_cannot_run_natively_is_an_environment_error_never_a_score(runs):
     assert [b["task_name"] for b in res.summary["unloadable_tasks"]] == ["invalid-config"]
     assert "unloadable: invalid-config" in res.table()
     assert res.summary["n_tasks"] == len(list(CONFORMANCE.iterdir())) - 1
-    # Headline metric over valid trials only (harbor/metrics/mean.py): 10 tasks score 1.
+    # Headline metric over valid trials only (harbor/metrics/mean.py): 11 tasks score 1.
     valid = [t for t in oracle.values() if t.rewards is not None]
-    assert len(valid) == 10
+    assert len(valid) == 11
     assert res.summary["headline_metric"] == "reward"
     assert res.summary["mean_reward"] == 1.0
     # Several keys: each key averaged over the valid trials, a trial without the key counting 0.
@@ -318,3 +318,21 @@ def test_the_oracle_reads_the_task_as_the_runner_does_never_a_valid_zero(tmp_pat
     assert t.reward is None and t.error_kind is not None and t.exception_type == "AgentInfraError", t
     assert "cannot read the task's solution" in t.exception_message
     assert res.summary["n_scored"] == 0
+
+
+@needs_bwrap
+def test_environment_workdir_is_honoured_or_an_environment_error(tmp_path):
+    """environment-workdir (see its task.toml) scores 1 above; a workdir the image lacks is an
+    environment error naming the field (Docker cannot exec there either), never a score."""
+    task = load_harbor_task(CONFORMANCE / "environment-workdir")
+    assert task.workdir == "/app/work"
+    d = tmp_path / "t"
+    shutil.copytree(CONFORMANCE / "environment-workdir", d)
+    (d / "task.toml").write_text((d / "task.toml").read_text().replace('"/app/work"', '"/srv/nowhere"'))
+    res = run_native([load_harbor_task(d)], oracle_agent, 1, tmp_path / "images", tmp_path / "run")
+    t = res.trials[0]
+    assert t.reward is None and t.error_kind == "environment", t
+    assert "[environment] workdir = '/srv/nowhere'" in t.exception_message
+    (d / "task.toml").write_text((d / "task.toml").read_text().replace('"/srv/nowhere"', '"app"'))
+    with pytest.raises(HarborTaskError, match=r"\[environment\] workdir must be an absolute path"):
+        load_harbor_task(d)

@@ -48,7 +48,7 @@ from termforge.errors import InputError, TermforgeError, show_path
 from termforge.io import atomic_write_json, publish_dir, read_json, stable_hash, staging_dir
 from termforge.runtime.base import Bind, BuildResult, Image, Limits
 from termforge.runtime import trees
-from termforge.runtime.bwrap import (BwrapSession, image_summary, layer_problem, run_sandboxed, sandbox_argv,
+from termforge.runtime.bwrap import (HOST_ROOTFS, BwrapSession, image_summary, layer_problem, run_sandboxed, sandbox_argv,
                                      tree_digest)
 
 # Bumped whenever the interpretation of a Dockerfile changes, so cached layers are rebuilt.
@@ -151,6 +151,9 @@ class HarborTask:
     build_timeout_sec: float = DEFAULT_BUILD_TIMEOUT_SEC
     cpus: int | float | None = None
     memory_mb: int | None = None
+    # [environment].workdir (harbor/models/task/config.py EnvironmentConfig.workdir): the working
+    # directory of every command, over the image's WORKDIR.
+    workdir: str | None = None
     storage_mb: int | None = None
     network_mode: str = DEFAULT_NETWORK_MODE
     docker_image: str | None = None
@@ -463,6 +466,9 @@ def load_harbor_task(task_dir: str | Path) -> HarborTask:
         if not docker_image and not (task_dir / "environment").is_dir():
             raise _bad(task_dir, "missing environment/ (and task.toml [environment] names no docker_image)")
         dockerfile = None
+    workdir = env.get("workdir")
+    if workdir is not None and (not isinstance(workdir, str) or not workdir.startswith("/")):
+        raise _bad(task_dir, f"task.toml [environment] workdir must be an absolute path, got {workdir!r}")
     solve_sh = task_dir / "solution" / "solve.sh"
     version = config.get("schema_version", config.get("version"))
     return HarborTask(
@@ -477,6 +483,7 @@ def load_harbor_task(task_dir: str | Path) -> HarborTask:
         build_timeout_sec=_number(task_dir, env, "environment", "build_timeout_sec", DEFAULT_BUILD_TIMEOUT_SEC),
         cpus=_cpus(task_dir, env),
         memory_mb=_size_mb(task_dir, env, "memory_mb", "memory"),
+        workdir=workdir,
         storage_mb=_size_mb(task_dir, env, "storage_mb", "storage"),
         network_mode=_network_mode(task_dir, env, "environment"),
         docker_image=docker_image,
@@ -1197,14 +1204,33 @@ def _image(task: HarborTask, path: Path, meta: dict, rootfs: str) -> Image:
 
 
 class HarborSession(BwrapSession):
-    """A bwrap session over a Harbor task's layer: commands start in the Dockerfile's WORKDIR with
-    its ENV (as `docker exec` into the built container would)."""
+    """A bwrap session over a Harbor task's layer: commands start in the task's [environment]
+    workdir, else the Dockerfile's WORKDIR, with its ENV (as `docker exec` into the built container
+    would: harbor/environments/docker/docker.py exec, cwd or the task's workdir)."""
 
-    def __init__(self, image: Image, limits: Limits, work_root: Path | None = None):
+    def __init__(self, image: Image, limits: Limits, work_root: Path | None = None, workdir: str | None = None):
         super().__init__(image, limits, work_root)
         # (BwrapSession.workdir is the host directory holding this session's copy of the layer.)
-        self.task_workdir = image.meta.get("workdir", TASK_ROOT)
+        self.task_workdir = workdir or image.meta.get("workdir", TASK_ROOT)
         self.image_env = dict(image.meta.get("env", {}))
+        if workdir:
+            missing = self._missing_dir(workdir)
+            if missing:
+                self.stop()
+                raise EnvironmentUnsupported(f"task {image.task_id}: [environment] workdir = {workdir!r}: {missing}")
+
+    def _missing_dir(self, path: str) -> str | None:
+        """Why `path` is no directory in the sandbox (its layer at /app, else the image), or None."""
+        rel = posixpath.relpath(posixpath.normpath(path), TASK_ROOT)
+        if not rel.startswith(".."):
+            host = self.layer / rel
+        elif str(self.rootfs) == HOST_ROOTFS:
+            return None  # the host's /usr and /etc: nothing else of it is visible, let the exec say
+        else:
+            host = Path(self.rootfs) / posixpath.normpath(path).lstrip("/")
+        if host.is_symlink() or not host.is_dir():
+            return "no such directory in the task's image"
+        return None
 
     def exec(self, command: str, timeout: float | None = None, env: dict | None = None, cwd: str | None = None,
              **kwargs):
@@ -1212,8 +1238,8 @@ class HarborSession(BwrapSession):
                             cwd=cwd or self.task_workdir, **kwargs)
 
     def open_shell(self, env: dict | None = None):
-        """The agent's persistent shell, with the image's ENV (it starts in /app)."""
-        return super().open_shell(env={**self.image_env, **(env or {})})
+        """The agent's persistent shell, with the image's ENV, started in the working directory."""
+        return super().open_shell(env={**self.image_env, **(env or {})}, cwd=self.task_workdir)
 
 
 def start_harbor_session(image: Image, limits: Limits | None = None, work_root: Path | None = None) -> HarborSession:

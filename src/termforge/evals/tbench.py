@@ -440,7 +440,7 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
     try:
         # [environment].env is the container's environment: the agent, oracle and verifier see it.
         task_env = resolve_env(task.environment_env, f"task {task.name} [environment] env")
-        session = HarborSession(build.image, limits, job.work_root)
+        session = HarborSession(build.image, limits, job.work_root, workdir=task.workdir)
         session.image_env.update(task_env)
     except Exception as exc:  # the layer could not be copied: the environment failed, not the agent
         setup["finished_at"] = _now()
@@ -453,8 +453,8 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
             _run_steps(job, task, session, result, trial_dir)
         else:
             if _agent_phase(job, session, task, result, result):
-                _verifier_phase(session, task, [task.path / "tests"], task.verifier_timeout_sec, [task.verifier_env], result,
-                                trial_dir, tf, job.expected(task))
+                _verifier_phase(session, task, [task.path / "tests"], task.verifier_timeout_sec, [task.verifier_env],
+                                result, trial_dir, tf, job.expected(task))
             else:
                 tf["error_kind"] = OTHER_ERROR
         types = [e["exception_type"] for e in [result["exception_info"]] + [
@@ -703,7 +703,7 @@ def recorded_tests(task: HarborTask, build: BuildResult, step: HarborStep | None
         env: dict = {}
         for t in tables:
             env.update(resolve_env(t, f"task {task.name} verifier env"))
-        session = HarborSession(build.image, limits, work_root)
+        session = HarborSession(build.image, limits, work_root, workdir=task.workdir)
     except Exception:  # noqa: BLE001 - unrecordable: the trials' grader verdicts then score 0
         return None
     try:
