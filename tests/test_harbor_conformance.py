@@ -110,13 +110,17 @@ def test_rewards_follow_harbors_parsing_and_error_policy(runs):
     # shebang-scripts: test.sh and solve.sh are Python programs, run by their shebang as Harbor runs
     # them (see its task.toml); legacy-memory: memory = " 1.5g ".
     for name in ("canary", "fractional-cpus", "network-mode", "conformance/named-task", "verifier-env",
-                 "shebang-scripts", "legacy-memory", "environment-workdir"):
+                 "shebang-scripts", "legacy-memory", "environment-workdir", "boolean-reward", "large-reward-json"):
         assert oracle[name].reward == 1.0, (name, oracle[name])
         assert noop[name].reward == 0.0, (name, noop[name])
     # harbor/verifier/verifier.py: reward.json is read first and may hold several named rewards.
     assert oracle["multi-key-reward"].rewards == {"reward": 1.0, "style": 0.5}
     assert noop["multi-key-reward"].rewards == {"reward": 0.0, "style": 0.5}
     assert oracle["multi-key-reward"].reward == 1.0
+    # A JSON boolean is 1.0 / 0.0 (see boolean-reward/task.toml), also when a result is re-read.
+    assert (oracle["boolean-reward"].rewards, noop["boolean-reward"].rewards) == ({"reward": 1.0}, {"reward": 0.0})
+    harbor_style = {"task_name": "t", "trial_name": "t__0", "verifier_result": {"rewards": {"reward": True}}}
+    assert trial_record(harbor_style).reward == 1.0 and trial_record(harbor_style).error_kind is None
     # A non-finite reward is a VerifierOutputParseError: no reward (error_policy.py), never a score.
     for trials in (oracle,):
         t = trials["nonfinite-reward"]
@@ -173,9 +177,9 @@ def test_what_cannot_run_natively_is_an_environment_error_never_a_score(runs):
     assert [b["task_name"] for b in res.summary["unloadable_tasks"]] == ["invalid-config"]
     assert "unloadable: invalid-config" in res.table()
     assert res.summary["n_tasks"] == len(list(CONFORMANCE.iterdir())) - 1
-    # Headline metric over valid trials only (harbor/metrics/mean.py): 11 tasks score 1.
+    # Headline metric over valid trials only (harbor/metrics/mean.py): 13 tasks score 1.
     valid = [t for t in oracle.values() if t.rewards is not None]
-    assert len(valid) == 11
+    assert len(valid) == 13
     assert res.summary["headline_metric"] == "reward"
     assert res.summary["mean_reward"] == 1.0
     # Several keys: each key averaged over the valid trials, a trial without the key counting 0.
@@ -336,3 +340,28 @@ def test_environment_workdir_is_honoured_or_an_environment_error(tmp_path):
     (d / "task.toml").write_text((d / "task.toml").read_text().replace('"/srv/nowhere"', '"app"'))
     with pytest.raises(HarborTaskError, match=r"\[environment\] workdir must be an absolute path"):
         load_harbor_task(d)
+
+
+@needs_bwrap
+def test_pass_at_k_is_reported_where_harbor_reports_it(runs):
+    """harbor/utils/pass_at_k.py _compute_pass_at_k_for_trials: no pass@k at all for an agent's run
+    when a valid trial has several named rewards or one other than 0 or 1 (multi-key-reward here);
+    otherwise k = 2, 4, 8, ... and 5, 10, ... up to the fewest valid trials of any task."""
+    from termforge.evals.tbench import TrialRecord, harbor_pass_at_k, summarize
+
+    res, _, oracle_dir = runs["oracle"]
+    assert "multi-key-reward__0 has 2 named rewards" in res.summary["pass_at_k_none"]
+    assert set(res.summary["pass_at_k"].values()) == {None} and res.summary["pass_at_k_harbor"] == {}
+    assert read_json(oracle_dir / "result.json")["stats"]["evals"]
+    for evals in read_json(oracle_dir / "result.json")["stats"]["evals"].values():
+        assert evals["pass_at_k"] == {}
+
+    def trial(task, i, reward):
+        return TrialRecord(task, f"{task}__{i}", reward, None, None, None, None, None, {}, {"reward": reward})
+
+    binary = [trial("a", i, float(i % 2)) for i in range(5)] + [trial("b", i, 1.0) for i in range(5)]
+    assert sorted(harbor_pass_at_k(binary)) == [2, 4, 5]
+    assert summarize(binary)["pass_at_k"]["1"] == pytest.approx((0.4 + 1.0) / 2)
+    partial = binary + [trial("c", 0, 0.5)]
+    assert summarize(partial)["pass_at_k_none"] == "trial c__0 has reward 0.5, not 0 or 1"
+    assert harbor_pass_at_k(partial) == {} and summarize(partial)["pass_at_k"]["1"] is None

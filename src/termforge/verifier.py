@@ -411,6 +411,11 @@ def _harbor_verdict(session: BwrapSession, tc: _Toolchain, timeout: float, cwd: 
     elif reading.reward is not None:
         fallback = (reading.reward, f"tests/test.sh wrote reward {reading.reward:g} to {reading.source} "
                                     "(no grader ran: unverified)")
+    elif reading.rewards is not None:
+        # Several named rewards and none called `reward`: valid for Harbor, which averages each key
+        # (Verdict.reward has no single value to give; the trial records reading.rewards).
+        fallback = (0.0, f"tests/test.sh wrote the rewards {', '.join(sorted(reading.rewards))} to "
+                         f"{reading.source} (no headline reward; no grader ran: unverified)")
     else:
         fallback = (None, f"tests/test.sh wrote no numeric reward: {reading.error}")
     if verdict is not None and expected == [] and not record:

@@ -203,8 +203,10 @@ def trial_record(result: dict, source: str = "result.json") -> TrialRecord:
         if not isinstance(result.get(key), str):
             raise TermforgeError(f"{source}: trial result has no {key}")
     rewards = (result.get("verifier_result") or {}).get("rewards")
+    # A JSON boolean is a reward of 1.0 / 0.0, as Harbor's VerifierResult (dict[str, float | int],
+    # pydantic's lax mode) records it.
     if not (isinstance(rewards, dict) and rewards and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in rewards.values())):
+            isinstance(v, (int, float)) and math.isfinite(v) for v in rewards.values())):
         rewards = None
     exc = result.get("exception_info") or None
     exc_type = exc.get("exception_type") if isinstance(exc, dict) else (str(exc) if exc else None)
@@ -259,7 +261,11 @@ def summarize(trials: list[TrialRecord], k: int | None = None, success_reward: f
 
     A task's pass@j is the unbiased estimator over its n scored attempts (c of them with reward >=
     success_reward); it is undefined (None) when n < j, and the overall pass@j is the mean over the
-    tasks where it is defined (their number is reported as n_tasks_pass_at_k)."""
+    tasks where it is defined (their number is reported as n_tasks_pass_at_k). Where Harbor reports
+    no pass@k (harbor/utils/pass_at_k.py _compute_pass_at_k_for_trials: some valid trial has several
+    named rewards, or one other than 0 or 1) none is reported here either: every pass@j is None and
+    `pass_at_k_none` says why. `pass_at_k_harbor` is Harbor's own figure (its k values)."""
+    no_pass_at_k = harbor_pass_at_k_problem(trials)
     by_task: dict[str, list[TrialRecord]] = {}
     for t in sorted(trials, key=lambda t: (t.task_name, t.trial_name)):
         by_task.setdefault(t.task_name, []).append(t)
@@ -276,7 +282,8 @@ def summarize(trials: list[TrialRecord], k: int | None = None, success_reward: f
             "n_errors": sum(1 for r in rows if not r.scored),
             "n_environment_errors": sum(1 for r in rows if r.error_kind == ENVIRONMENT_ERROR),
             "mean_reward": _mean([r.reward for r in scored if r.reward is not None]),
-            "pass_at_k": {str(j): (pass_at_k(n, c, j) if n >= j else None) for j in range(1, k + 1)},
+            "pass_at_k": {str(j): (pass_at_k(n, c, j) if n >= j and not no_pass_at_k else None)
+                          for j in range(1, k + 1)},
             "errors": sorted({f"{r.exception_type}: {r.exception_message}" for r in rows if not r.scored}),
         })
     scored_all = [t for t in trials if t.scored]
@@ -298,10 +305,44 @@ def summarize(trials: list[TrialRecord], k: int | None = None, success_reward: f
         "mean_by_key": mean_by_key(trials),
         "pass_at_k": pass_overall,
         "n_tasks_pass_at_k": counted,
+        "pass_at_k_none": no_pass_at_k,
+        "pass_at_k_harbor": {str(j): v for j, v in harbor_pass_at_k(trials).items()},
         "n_input_tokens": _sum_or_none(t.n_input_tokens for t in trials),
         "n_output_tokens": _sum_or_none(t.n_output_tokens for t in trials),
         "per_task": per_task,
     }
+
+
+def harbor_pass_at_k_problem(trials: list[TrialRecord]) -> str | None:
+    """Why Harbor reports no pass@k for these trials (harbor/utils/pass_at_k.py
+    _compute_pass_at_k_for_trials: each valid trial must have exactly one reward, 0 or 1), or None."""
+    for t in sorted(trials, key=lambda t: t.trial_name):
+        if t.rewards is None:
+            continue
+        if len(t.rewards) != 1:
+            return f"trial {t.trial_name} has {len(t.rewards)} named rewards"
+        value = next(iter(t.rewards.values()))
+        if value not in (0, 1):
+            return f"trial {t.trial_name} has reward {value:g}, not 0 or 1"
+    return None
+
+
+def harbor_pass_at_k(trials: list[TrialRecord]) -> dict[int, float]:
+    """pass@k as Harbor computes it for one agent, model and dataset (harbor/utils/pass_at_k.py):
+    none unless harbor_pass_at_k_problem is None; k = 2, 4, 8, ... and 5, 10, 15, ... up to the
+    fewest valid trials of any task; each task's unbiased estimate, averaged over the tasks."""
+    if harbor_pass_at_k_problem(trials):
+        return {}
+    successes: dict[str, list[int]] = {}
+    for t in trials:
+        if t.rewards is not None:
+            successes.setdefault(t.task_name, []).append(int(next(iter(t.rewards.values()))))
+    if not successes:
+        return {}
+    fewest = min(len(v) for v in successes.values())
+    ks = sorted({2 ** i for i in range(1, fewest.bit_length() + 1) if 2 ** i <= fewest}
+                | set(range(5, fewest + 1, 5)))
+    return {j: sum(pass_at_k(len(v), sum(v), j) for v in successes.values()) / len(successes) for j in ks}
 
 
 def _headline(trials: list[TrialRecord]) -> str | None:
@@ -832,7 +873,8 @@ def _job_result(job: _Job, started: str, results: list[dict], summary: dict, k: 
                 "n_trials": summary["n_scored"],
                 "n_errors": n_errors,
                 "metrics": [summary["mean_by_key"]] if summary["mean_by_key"] else [],
-                "pass_at_k": summary["pass_at_k"],
+                # Harbor's JobStats pass_at_k: its own k values, none where it reports none.
+                "pass_at_k": summary["pass_at_k_harbor"],
                 "reward_stats": reward_stats,
                 "exception_stats": exception_stats,
             }},
