@@ -110,7 +110,8 @@ def test_rewards_follow_harbors_parsing_and_error_policy(runs):
     # shebang-scripts: test.sh and solve.sh are Python programs, run by their shebang as Harbor runs
     # them (see its task.toml); legacy-memory: memory = " 1.5g ".
     for name in ("canary", "fractional-cpus", "network-mode", "conformance/named-task", "verifier-env",
-                 "shebang-scripts", "legacy-memory", "environment-workdir", "boolean-reward", "large-reward-json"):
+                 "shebang-scripts", "legacy-memory", "environment-workdir", "boolean-reward", "large-reward-json",
+                 "agent-deadline"):
         assert oracle[name].reward == 1.0, (name, oracle[name])
         assert noop[name].reward == 0.0, (name, noop[name])
     # harbor/verifier/verifier.py: reward.json is read first and may hold several named rewards.
@@ -177,9 +178,9 @@ def test_what_cannot_run_natively_is_an_environment_error_never_a_score(runs):
     assert [b["task_name"] for b in res.summary["unloadable_tasks"]] == ["invalid-config"]
     assert "unloadable: invalid-config" in res.table()
     assert res.summary["n_tasks"] == len(list(CONFORMANCE.iterdir())) - 1
-    # Headline metric over valid trials only (harbor/metrics/mean.py): 13 tasks score 1.
+    # Headline metric over valid trials only (harbor/metrics/mean.py): 14 tasks score 1.
     valid = [t for t in oracle.values() if t.rewards is not None]
-    assert len(valid) == 13
+    assert len(valid) == 14
     assert res.summary["headline_metric"] == "reward"
     assert res.summary["mean_reward"] == 1.0
     # Several keys: each key averaged over the valid trials, a trial without the key counting 0.
@@ -365,3 +366,45 @@ def test_pass_at_k_is_reported_where_harbor_reports_it(runs):
     partial = binary + [trial("c", 0, 0.5)]
     assert summarize(partial)["pass_at_k_none"] == "trial c__0 has reward 0.5, not 0 or 1"
     assert harbor_pass_at_k(partial) == {} and summarize(partial)["pass_at_k"]["1"] is None
+
+
+@needs_bwrap
+def test_the_agent_is_stopped_at_its_deadline_and_graded_as_then(runs, tmp_path):
+    """harbor/trial/trial.py: the agent is cancelled at [agent] timeout_sec and the state at that
+    moment is graded, with AgentTimeoutError (the reward stays valid). agent-deadline (see its
+    task.toml): the oracle is cut off after making /app/done and before removing it."""
+    import time
+
+    from termforge.evals.tbench import AgentDeadline
+
+    _, oracle, _ = runs["oracle"]
+    t = oracle["agent-deadline"]
+    assert t.reward == 1.0 and t.exception_type == "AgentTimeoutError" and t.error_kind is None, t
+    d = tmp_path / "t"
+    shutil.copytree(CONFORMANCE / "agent-deadline", d)
+    (d / "task.toml").write_text((d / "task.toml").read_text().replace("timeout_sec = 2.0", "timeout_sec = 1.0"))
+    task = load_harbor_task(d)
+    refused = []
+
+    def late_writer(session, task):
+        session.exec("true")
+        time.sleep(2.5)  # past the deadline: what it asks for now must not run
+        try:
+            session.exec("echo done > /app/done")
+        except AgentDeadline:
+            refused.append(True)
+            raise
+        return {}
+
+    def long_command(session, task):
+        shell = session.open_shell()
+        shell.run("sleep 4; echo done > /app/done", timeout=60)  # cut at the deadline
+        shell.close()
+        return {}
+
+    for agent in (late_writer, long_command):
+        res = run_native([task], agent, 1, tmp_path / "images", tmp_path / agent.__name__)
+        t = res.trials[0]
+        assert t.reward == 0.0 and t.exception_type == "AgentTimeoutError" and t.error_kind is None, (agent, t)
+    time.sleep(2)
+    assert refused == [True]  # the late writer's command was refused, not run after the grading

@@ -48,8 +48,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -71,7 +73,7 @@ from termforge.io import atomic_write_json, atomic_write_text, read_json
 from termforge.metrics import pass_at_k
 from termforge.reward_file import DEFAULT_REWARD_RANGE, HEADLINE_KEY, RewardReading
 from termforge.runtime import trees
-from termforge.runtime.base import Bind, BuildResult, Limits
+from termforge.runtime.base import Bind, BuildResult, ExecResult, Limits
 from termforge.runtime.bwrap import SANDBOX_PATH, chown_tree, tree_digest
 
 Agent = Callable[[HarborSession, HarborTask], "dict | None"]
@@ -85,6 +87,114 @@ AGENT_RESULT_KEYS = ("n_input_tokens", "n_cache_tokens", "n_output_tokens", "cos
 
 class AgentInfraError(TermforgeError):
     """Raised by an agent whose infrastructure failed: the trial counts as an error, never a 0."""
+
+
+class AgentDeadline(Exception):
+    """Raised to an agent that asks for anything after its deadline (not a TermforgeError, so an
+    agent's handler for its own failures does not take it for one)."""
+
+
+def _deadline_hit(exc: BaseException | None) -> bool:
+    """Whether `exc` is, or was raised while handling, an AgentDeadline."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, AgentDeadline):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+class AgentView:
+    """The session as the agent sees it, with Harbor's agent deadline (harbor/trial/trial.py: the
+    agent runs under asyncio.wait_for(..., timeout=[agent] timeout_sec), is cancelled there, and the
+    verifier grades what is there then). Every command the agent starts ends by the deadline at the
+    latest (its timeout is cut to the time left); at the deadline the runner calls expire(), which
+    kills the agent's shells and refuses whatever the agent asks for from then on (AgentDeadline),
+    so nothing it does after the deadline reaches what the verifier grades. Other attributes are the
+    session's."""
+
+    def __init__(self, session, deadline: float):
+        self._session = session
+        self._deadline = deadline
+        self._expired = False
+        self._lock = threading.Condition()
+        self._inflight = 0
+        self._shells: list = []
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+    def _begin(self, timeout: float | None) -> float:
+        """Admit one call: the timeout it may run for; AgentDeadline once the time is up."""
+        with self._lock:
+            left = self._deadline - time.monotonic()
+            if self._expired or left <= 0:
+                raise AgentDeadline("the agent's time is up: nothing more runs for it")
+            self._inflight += 1
+        return min(timeout or self._session.limits.wall_sec, left)
+
+    def _end(self) -> None:
+        with self._lock:
+            self._inflight -= 1
+            self._lock.notify_all()
+
+    def _call(self, fn, timeout: float | None, *args, **kwargs):
+        left = self._begin(timeout)
+        try:
+            return fn(*args, left, **kwargs)
+        finally:
+            self._end()
+
+    def exec(self, command: str, timeout: float | None = None, **kwargs) -> ExecResult:
+        return self._call(lambda t: self._session.exec(command, timeout=t, **kwargs), timeout)
+
+    def open_shell(self, env: dict | None = None):
+        self._begin(None)
+        try:
+            shell = self._session.open_shell(env=env)
+            self._shells.append(shell)
+        finally:
+            self._end()
+        return _DeadlineShell(shell, self)
+
+    def copy_in(self, src, dst: str) -> None:
+        return self._call(lambda _: self._session.copy_in(src, dst), None)
+
+    def copy_out(self, src: str, dst) -> None:
+        return self._call(lambda _: self._session.copy_out(src, dst), None)
+
+    def expire(self, wait: float = 60.0) -> None:
+        """The deadline has passed: refuse what comes next, kill the shells now, and wait for the
+        calls already running (each ends by the deadline)."""
+        with self._lock:
+            self._expired = True
+        for shell in self._shells:
+            proc = getattr(shell, "proc", None)
+            if proc is not None and proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        end = time.monotonic() + wait
+        with self._lock:
+            while self._inflight and time.monotonic() < end:
+                self._lock.wait(max(0.0, end - time.monotonic()))
+
+
+class _DeadlineShell:
+    """An agent's persistent shell whose commands end by the agent's deadline."""
+
+    def __init__(self, shell, view: AgentView):
+        self._shell, self._view = shell, view
+
+    def __getattr__(self, name):
+        return getattr(self._shell, name)
+
+    def run(self, command: str, timeout: float) -> ExecResult:
+        return self._view._call(lambda t: self._shell.run(command, t), timeout)
+
+    def close(self) -> None:
+        self._shell.close()
 
 
 # -- agents ---------------------------------------------------------------------------------------
@@ -507,30 +617,44 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
 
 
 def _agent_phase(job: _Job, session: HarborSession, view: HarborTask, target: dict, trial: dict) -> bool:
-    """Run the agent on `view` (the task, or one step of it); False when the agent's own
-    infrastructure failed (AgentInfraError: nothing to grade)."""
+    """Run the agent on `view` (the task, or one step of it) until it returns or its deadline
+    (AgentView: at the deadline it is cut off and the trial graded on what is there, with Harbor's
+    AgentTimeoutError); False when the agent's own infrastructure failed (AgentInfraError: nothing
+    to grade)."""
     execution = {"started_at": _now(), "finished_at": None}
     target["agent_execution"] = execution
-    t0 = time.monotonic()
-    info: dict = {}
-    try:
-        info = job.agent(session, view) or {}
-        if not isinstance(info, dict):
-            info = {"returned": info}
-    except AgentInfraError as exc:
-        execution["finished_at"] = _now()
-        target["exception_info"] = _exception_info("AgentInfraError", str(exc), traceback.format_exc())
-        return False
-    except Exception as exc:  # the agent's own failure: still graded on what it left behind
-        target["exception_info"] = _exception_info(type(exc).__name__, str(exc), traceback.format_exc())
-    elapsed = time.monotonic() - t0
+    timeout = view.agent_timeout_sec
+    agent_view = AgentView(session, time.monotonic() + timeout)
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["info"] = job.agent(agent_view, view) or {}
+        except BaseException as exc:  # noqa: BLE001 - recorded below, as Harbor records it
+            box["exc"], box["tb"] = exc, traceback.format_exc()
+
+    # A Python thread cannot be cancelled as Harbor cancels its agent's task: at the deadline the
+    # view refuses the agent everything and kills its shells; the thread is left to end on its own.
+    thread = threading.Thread(target=run, name=f"agent-{view.slug}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    timed_out = thread.is_alive() or _deadline_hit(box.get("exc"))
+    agent_view.expire()
     execution["finished_at"] = _now()
+    info, exc = box.get("info") or {}, box.get("exc")
+    if isinstance(exc, AgentInfraError) and not timed_out:
+        target["exception_info"] = _exception_info("AgentInfraError", str(exc), box.get("tb", ""))
+        return False
+    if timed_out:
+        target["exception_info"] = _exception_info(
+            "AgentTimeoutError", f"Agent execution timed out after {timeout:g} seconds")
+    elif exc is not None:  # the agent's own failure: still graded on what it left behind
+        target["exception_info"] = _exception_info(type(exc).__name__, str(exc), box.get("tb", ""))
+    if not isinstance(info, dict):
+        info = {"returned": info}
     agent_info, target["agent_result"] = _agent_blocks(job.agent_name, info)
     if trial.get("agent_result") is None or target is trial:
         trial["agent_info"] = agent_info
-    if elapsed > view.agent_timeout_sec and target["exception_info"] is None:
-        target["exception_info"] = _exception_info(
-            "AgentTimeoutError", f"agent ran {elapsed:.1f}s, over the task's {view.agent_timeout_sec:.0f}s")
     return True
 
 
