@@ -3,6 +3,7 @@ for the purpose (tests/data/harbor_conformance). Each task exercises one Harbor 
 Harbor does with it is stated beside each assertion, with the Harbor source file it comes from.
 The dataset holds one deliberately broken task (invalid-config) sorted into its middle."""
 
+import os
 import shutil
 from pathlib import Path
 
@@ -408,3 +409,99 @@ def test_the_agent_is_stopped_at_its_deadline_and_graded_as_then(runs, tmp_path)
         assert t.reward == 0.0 and t.exception_type == "AgentTimeoutError" and t.error_kind is None, (agent, t)
     time.sleep(2)
     assert refused == [True]  # the late writer's command was refused, not run after the grading
+
+
+# -- the same set through Harbor's own code (skipped without the Harbor venv) ------------------------
+
+HARBOR_PYTHON = Path(os.environ.get("TERMFORGE_HARBOR_PYTHON", "/work/harbor-venv/bin/python"))
+HARBOR_SCRIPT = r"""
+import json, sys, warnings
+from pathlib import Path
+from types import SimpleNamespace
+warnings.simplefilter("ignore")
+from harbor.models.task.task import Task
+from harbor.models.task.config import EnvironmentConfig
+from harbor.verifier.verifier import Verifier
+root, sizes, rewards = Path(sys.argv[1]), json.loads(sys.argv[2]), Path(sys.argv[3])
+out = {"tasks": {}, "sizes": {}, "rewards": {}}
+for d in sorted(root.iterdir()):
+    try:
+        c = Task(d).config
+    except Exception as exc:
+        out["tasks"][d.name] = type(exc).__name__
+        continue
+    e = c.environment
+    out["tasks"][d.name] = {"memory_mb": e.memory_mb, "storage_mb": e.storage_mb, "cpus": e.cpus,
+                            "workdir": e.workdir, "verifier": c.verifier.timeout_sec, "agent": c.agent.timeout_sec,
+                            "steps": [s.verifier.timeout_sec for s in c.steps or []]}
+for text in sizes:
+    try:
+        out["sizes"][text] = EnvironmentConfig(memory=text).memory_mb
+    except Exception as exc:
+        out["sizes"][text] = None
+for f in sorted(rewards.iterdir()):
+    try:
+        r = Verifier._parse_reward_json(SimpleNamespace(trial_paths=SimpleNamespace(reward_json_path=f)))
+        out["rewards"][f.name] = {k: float(v) for k, v in r.items()} if isinstance(r, dict) else "not a dict"
+    except Exception as exc:
+        out["rewards"][f.name] = type(exc).__name__
+print(json.dumps(out))
+"""
+
+
+def _harbor_missing() -> str | None:
+    import subprocess
+
+    if not HARBOR_PYTHON.exists():
+        return f"no Harbor venv at {HARBOR_PYTHON} (python3.12 -m venv; pip install harbor==0.26.*)"
+    res = subprocess.run([str(HARBOR_PYTHON), "-c", "import harbor.verifier.verifier, harbor.models.task.task"],
+                         capture_output=True, text=True)
+    return None if res.returncode == 0 else f"harbor does not import: {res.stderr[-300:]}"
+
+
+@pytest.mark.skipif(_harbor_missing() is not None, reason=str(_harbor_missing()))
+def test_harbors_own_code_reads_the_conformance_set_as_termforge_does(tmp_path):
+    """Harbor 0.26's Task/TaskConfig (harbor/models/task/task.py, config.py) and
+    Verifier._parse_reward_json (harbor/verifier/verifier.py) on the same inputs as termforge's loader
+    and reward reader: the same fields, the same refusals, the same rewards."""
+    import json
+    import subprocess
+
+    from termforge.reward_file import read_reward
+
+    sizes = ["2G", " 1.5g ", "512M", "2048K", "2048", "2GB", "512Mi", "lots", "G"]
+    payloads = {"bool.json": '{"reward": true, "style": false}', "big.json": '{"reward": 1' + " " * 9000 + "}",
+                "nan.json": '{"reward": NaN}', "text.json": '{"reward": "1"}', "multi.json": '{"a": 0.5, "b": 1}'}
+    rewards = tmp_path / "rewards"
+    rewards.mkdir()
+    for name, text in payloads.items():
+        (rewards / name).write_text(text)
+    res = subprocess.run([str(HARBOR_PYTHON), "-c", HARBOR_SCRIPT, str(CONFORMANCE), json.dumps(sizes), str(rewards)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    harbor = json.loads(res.stdout.strip().splitlines()[-1])
+    for d in sorted(CONFORMANCE.iterdir()):
+        theirs = harbor["tasks"][d.name]
+        if d.name == "invalid-config":
+            assert isinstance(theirs, str)  # refused by both
+            continue
+        task = load_harbor_task(d)
+        ours = {"memory_mb": task.memory_mb, "storage_mb": task.storage_mb, "cpus": task.cpus, "workdir": task.workdir,
+                "verifier": task.verifier_timeout_sec, "agent": task.agent_timeout,
+                "steps": [st.verifier_timeout_sec for st in task.steps]}
+        assert ours == theirs, d.name
+    for text, mb in harbor["sizes"].items():
+        d = tmp_path / "sizes" / str(sizes.index(text))
+        shutil.copytree(CONFORMANCE / "canary", d)
+        (d / "task.toml").write_text(f'[environment]\nmemory = "{text}"\n')
+        if mb is None:
+            with pytest.raises(HarborTaskError):
+                load_harbor_task(d)
+        else:
+            assert load_harbor_task(d).memory_mb == mb, text
+    for name, theirs in harbor["rewards"].items():
+        d = tmp_path / "verifier" / name
+        d.mkdir(parents=True)
+        shutil.copy(rewards / name, d / "reward.json")
+        ours = read_reward(d).rewards
+        assert ours == (theirs if isinstance(theirs, dict) else None), (name, theirs, ours)
