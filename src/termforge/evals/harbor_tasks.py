@@ -523,13 +523,33 @@ def resolve_env(values: dict, where: str, host_env: dict | None = None) -> dict:
     return out
 
 
-def _task_dirs(root: Path) -> list[Path]:
+def _task_dirs(root: Path, required: bool = True) -> list[Path]:
     # A symlinked task directory is listed too: load_harbor_task refuses it if it leads out.
     dirs = [d for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith(".")
             and ((d / "task.toml").exists() or (d / "instruction.md").exists())]
-    if not dirs:
+    if not dirs and required:
         raise HarborTaskError(f"Harbor dataset {root}: no task directories (with task.toml) found")
     return dirs
+
+
+def dataset_root(root: str | Path) -> Path:
+    """The folder holding a dataset's task folders. Harbor writes a dataset one level down: `harbor
+    dataset download ORG/NAME -o OUT` exports to OUT/NAME/<task>/ (harbor/cli/download.py: "In
+    export mode, create a dataset-name wrapper directory"), and published corpora keep their task
+    folders under one folder (tasks/<task_id>/) beside their metadata. When `root` holds no task
+    folder itself, the one subfolder that does is the dataset;
+    several such subfolders are an error naming them."""
+    root = Path(root)
+    if (root / "task.toml").exists() or _task_dirs(root, required=False):
+        return root
+    holders = [d for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith(".")
+               and _task_dirs(d, required=False)]
+    if len(holders) > 1:
+        raise HarborTaskError(f"Harbor dataset {root}: no task folders of its own, and several subfolders hold "
+                              f"some ({', '.join(d.name for d in holders[:5])}): name one of them")
+    if not holders:
+        raise HarborTaskError(f"Harbor dataset {root}: no task directories (with task.toml) found")
+    return contained(root, holders[0].name)
 
 
 def load_harbor_dataset(root: str | Path) -> tuple[list[HarborTask], list[BrokenTask]]:
@@ -538,6 +558,7 @@ def load_harbor_dataset(root: str | Path) -> tuple[list[HarborTask], list[Broken
     root = Path(root)
     if not root.is_dir():
         raise HarborTaskError(f"Harbor dataset {root}: not a directory")
+    root = dataset_root(root)
     dirs = [root] if (root / "task.toml").exists() else _task_dirs(root)
     tasks, broken = [], []
     for d in dirs:
@@ -1248,7 +1269,7 @@ def start_harbor_session(image: Image, limits: Limits | None = None, work_root: 
 
 __all__ = [
     "HarborStep", "HarborTask", "HarborTaskError", "EnvironmentUnsupported", "HarborSession", "BuildPlan", "BrokenTask",
-    "load_harbor_task", "load_harbor_dir", "load_harbor_dataset", "strip_canary", "check_base_image", "resolve_env",
+    "load_harbor_task", "load_harbor_dir", "load_harbor_dataset", "dataset_root", "strip_canary", "check_base_image", "resolve_env",
     "native_plan", "native_blocker", "parse_dockerfile", "plan_dockerfile", "check_test_sh_offline",
     "build_harbor_image", "start_harbor_session", "harbor_image_digest",
 ]
