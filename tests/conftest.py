@@ -82,3 +82,18 @@ def built_family_tasks(root, families) -> list:
     for t in tasks:
         assert rt.build(t, root / "images").ok
     return tasks
+
+
+def returns(fn, *args, wait: float = 120.0):
+    """fn(*args)'s value, run in a thread that must finish within `wait` seconds: a check that a
+    call does not block (a FIFO opened for reading, a read that never ends), with a wait no busy
+    machine comes near, so the check never depends on how fast the machine is."""
+    import threading
+
+    out = []
+    worker = threading.Thread(target=lambda: out.append(fn(*args)), daemon=True)
+    worker.start()
+    worker.join(wait)
+    assert not worker.is_alive(), f"{getattr(fn, '__name__', fn)} blocked for {wait} s"
+    return out[0]
+

@@ -57,7 +57,8 @@ GRADING_TABLE = [
 @pytest.mark.parametrize("output,gold,extracted,correct,path", GRADING_TABLE)
 def test_extract_and_grade_table(output, gold, extracted, correct, path):
     assert extract_boxed(output) == extracted
-    assert grade(extract_boxed(output), gold, timeout=5) == (correct, path)
+    # The timeout guards a parse that never ends; a busy machine must not reach it on these.
+    assert grade(extract_boxed(output), gold, timeout=120) == (correct, path)
 
 
 def test_extract_nested_braces_and_commands():

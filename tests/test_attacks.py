@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_signature, needs_bwrap
+from conftest import make_signature, needs_bwrap, returns
 from termforge.evals.harbor_tasks import build_harbor_image, load_harbor_dir
 from termforge.evals.tbench import run_native
 from termforge.generate.families import family_by_name
@@ -207,14 +207,13 @@ def test_tmp_and_open_files_are_capped(session):
 
 
 def test_host_reads_nothing_odd_at_the_reward_path(tmp_path):
-    """A FIFO, directory or symlink at reward.txt costs the host well under a second and is no reward."""
+    """A FIFO, directory or symlink at reward.txt never blocks the host and is no reward."""
     d = tmp_path / "verifier"
     for make in (lambda p: os.mkfifo(p), lambda p: p.mkdir(), lambda p: p.symlink_to("/proc/sys/kernel/pid_max")):
         d.mkdir()
         make(d / "reward.txt")
-        t0 = time.monotonic()
-        reading = read_reward(d)
-        assert reading.reward is None and reading.error and time.monotonic() - t0 < 1.0
+        reading = returns(read_reward, d)
+        assert reading.reward is None and reading.error
         import shutil
 
         shutil.rmtree(d)
@@ -678,7 +677,6 @@ def _canary_task(root: Path) -> Path:
     """A task that scans at build time (setup.sh), and whose final test scans from a program the
     grader runs and checks the build's and the agent's scans: 1 iff every scan is clean."""
     import json
-    import shlex
 
     d = root / "tf-canary"
     for sub in ("environment", "tests", "solution", "private"):
@@ -702,7 +700,6 @@ def _canary_task(root: Path) -> Path:
 
 
 def test_no_host_environment_is_visible_on_any_path(monkeypatch, tmp_path, tb_tasks):
-    from termforge.evals.tbench import oracle_agent
 
     monkeypatch.setenv(CANARY, "sk-canary-7f3a9c1e")
     task = _canary_task(tmp_path)

@@ -26,6 +26,14 @@ def test_committed_dvc_yaml_is_current():
         "dvc.yaml is stale: run `termforge dvc-yaml > dvc.yaml`"
 
 
+def test_every_dependency_outside_results_is_in_the_repository():
+    # `dvc commit` refuses a stage whose dependency is missing (a module that became a package).
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    missing = [(name, dep) for name, stage in stages.items() for dep in stage["deps"]
+               if not dep.startswith("results/") and not (ROOT / dep).exists()]
+    assert not missing, missing
+
+
 def test_every_dvc_param_is_written_in_config_yaml():
     # DVC reads params from the file itself; a key only the schema's default supplies fails `dvc repro`.
     raw = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -129,7 +137,8 @@ def _project(tmp: Path, ablations: dict | None = None) -> Path:
     cfg = deep_merge(base, TINY)
     cfg["ablations"] = ablations if ablations is not None else {"fkl": {}}
     (repo / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    gen = subprocess.run([str(BIN / "termforge"), "dvc-yaml", "--configfile", str(repo / "config.yaml")],
+    # As a user runs it, in the project (./config.yaml is the base every --configfile starts from).
+    gen = subprocess.run([str(BIN / "termforge"), "dvc-yaml", "--configfile", "config.yaml"], cwd=repo,
                          capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(repo / "src")})
     (repo / "dvc.yaml").write_text(gen.stdout)
     return repo

@@ -3,6 +3,7 @@ take like generated ones (decontamination, validation, export), each task not im
 with its reason, and the dataset can be registered as a decontamination reference."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -90,7 +91,8 @@ def test_tasks_that_cannot_run_here_are_listed_with_their_reason(tmp_path):
     # Runs natively, but its shell test.sh gives the canonical verifier no proof of run.
     assert rows["canary"]["native"] is None and "exactly one pytest file" in rows["canary"]["reason"]
     assert not any((tmp_path / "tasks").iterdir())
-    assert len(load_jsonl_references(tmp_path / "references" / "harbor_conformance.jsonl", "text")) == 11
+    refs = load_jsonl_references(tmp_path / "references" / "harbor_conformance.jsonl", "text")
+    assert len(refs) == len(list(CONFORMANCE.iterdir())) - 1  # every task but invalid-config
 
 
 def test_a_dataset_id_is_fetched_with_the_harbor_cli(tmp_path, monkeypatch):
@@ -98,12 +100,15 @@ def test_a_dataset_id_is_fetched_with_the_harbor_cli(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no harbor CLI
     with pytest.raises(TermforgeError, match="needs the harbor CLI"):
         import_harbor("terminal-bench@2.0", tmp_path / "a")
-    # A stand-in harbor CLI: `harbor dataset download NAME -o DIR` puts the tasks in DIR.
+    # A stand-in harbor CLI: `harbor dataset download ORG/NAME@V -o DIR` exports the tasks to
+    # DIR/NAME/ (harbor/cli/download.py: the dataset-name wrapper folder of export mode).
     (tmp_path / "bin").mkdir()
     fake = tmp_path / "bin" / "harbor"
     fake.write_text(f"#!{sys.executable}\nimport shutil, sys\n"
                     "assert sys.argv[1:3] == ['dataset', 'download'] and sys.argv[4] == '-o', sys.argv\n"
-                    f"shutil.copytree({str(TB_MINI / 'fix-median')!r}, sys.argv[5] + '/fix-median')\n")
+                    "wrapper = sys.argv[5] + '/' + sys.argv[3].split('@')[0].split('/')[-1]\n"
+                    f"shutil.copytree({str(TB_MINI / 'fix-median')!r}, wrapper + '/fix-median')\n"
+                    "open(wrapper + '/dataset.toml', 'w').write('[dataset]\\n')\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{host_path}")
     summary = import_harbor("tb-mini@1.0", tmp_path / "b", name="tbm")
@@ -114,6 +119,28 @@ def test_a_dataset_id_is_fetched_with_the_harbor_cli(tmp_path, monkeypatch):
     assert summary["dataset"] == "terminal-bench-2.0" and summary["source"] == "terminal-bench@2.0"
     assert (tmp_path / "tb2" / "fix-median" / "task.toml").is_file()
     assert (tmp_path / "c" / "tasks" / "terminal-bench-2.0--fix-median" / "task.json").is_file()
+
+
+def test_a_dataset_whose_task_folders_lie_one_level_down_imports(tmp_path):
+    """Harbor's export wrapper (OUT/NAME/<task>/) and corpora published as tasks/<task_id>/ beside
+    their metadata: the one subfolder holding task folders is the dataset."""
+    from termforge.evals.harbor_tasks import HarborTaskError, dataset_root, load_harbor_dataset
+
+    src = tmp_path / "corpus"
+    for name in ("fix-median", "sort-downloads"):
+        shutil.copytree(TB_MINI / name, src / "tasks" / name)
+    (src / "data").mkdir()
+    (src / "data" / "tasks.jsonl").write_text("{}\n")
+    (src / "manifest.json").write_text("{}\n")
+    assert dataset_root(src) == src / "tasks"
+    tasks, broken = load_harbor_dataset(src)
+    assert sorted(t.name for t in tasks) == ["fix-median", "sort-downloads"] and not broken
+    summary = import_harbor(src, tmp_path / "out")
+    assert summary["dataset"] == "corpus" and summary["n_imported"] == 2, summary
+    # Two subfolders holding tasks: which one is the dataset is not guessed.
+    shutil.copytree(TB_MINI / "fix-median", src / "more" / "fix-median")
+    with pytest.raises(HarborTaskError, match="several subfolders hold some \\(more, tasks\\)"):
+        dataset_root(src)
 
 
 def test_a_local_dataset_is_copied_whole_for_the_evals(imported):

@@ -31,7 +31,10 @@ from pathlib import Path
 
 REWARD_JSON = "reward.json"
 REWARD_TXT = "reward.txt"
-MAX_REWARD_BYTES = 4096
+# Harbor reads a reward file whole, whatever its size (harbor/verifier/verifier.py); the host reads
+# one the sandbox wrote, so it keeps a bound, far above any real reward file (a reward.json of
+# thousands of named rewards is a few hundred kB). Over it: no reward, with the reason.
+MAX_REWARD_BYTES = 16 * 1024 * 1024
 HEADLINE_KEY = "reward"
 DEFAULT_REWARD_RANGE = (0.0, 1.0)
 

@@ -44,13 +44,17 @@ from termforge.grading import program
 from termforge.reward_file import DEFAULT_REWARD_RANGE, RewardReading, range_problem, read_reward
 from termforge.runtime import trees
 from termforge.runtime.base import Bind, ExecResult
-from termforge.runtime.bwrap import BwrapSession, chown_tree, tree_bounds
+from termforge.runtime.bwrap import HOST_ROOTFS, BwrapSession, chown_tree, tree_bounds
 
 TEST_SH = program("test.sh")
 
 VERIFIER_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 GRADER_ARGV = ["/usr/bin/python3", "-I", "/verifier/grade.py"]
-SUPERVISED_TEST_SH = [*GRADER_ARGV, "--supervise", "--", "/bin/bash", "--noprofile", "--norc", "/tests/test.sh"]
+# test.sh runs by its path, so by its shebang, as Harbor runs it (made executable, then the path
+# given to the shell: harbor/verifier/verifier.py Verifier.verify, harbor/utils/scripts.py
+# build_execution_command): a Python test.sh runs under Python; one without a shebang, under bash.
+PLAIN_TEST_SH = ["/bin/bash", "--noprofile", "--norc", "-c", "/tests/test.sh"]
+SUPERVISED_TEST_SH = [*GRADER_ARGV, "--supervise", "--", *PLAIN_TEST_SH]
 HARBOR_LOG_FILES = ("reward.txt", "reward.json")
 # Signals that end a grader on its own account (its CPU or file-size limit), not somebody's kill.
 SELF_INFLICTED = {signal.SIGXCPU, signal.SIGXFSZ}
@@ -90,14 +94,21 @@ class Verdict:
 class _Toolchain:
     """A per-run /tests copy, /logs and read-only /verifier, owned by the session's uid."""
 
-    def __init__(self, session: BwrapSession, task_dir: Path, tests_writable: bool = True):
+    def __init__(self, session: BwrapSession, task_dir: Path, tests_writable: bool = True,
+                 sources: list[Path] | None = None):
         self.root = Path(tempfile.mkdtemp(prefix="tf-verify-", dir=session.workdir))
         self.tests_writable = tests_writable
         try:
             self.tests = self.root / "tests"
-            problems = trees.copy_tree(Path(task_dir) / "tests", self.tests)
-            if problems:
-                raise TermforgeError(f"task {Path(task_dir).name}: its tests/ cannot be copied: {problems[0]}")
+            # Several sources (a Harbor step's shared and own tests/) are merged in order, a later
+            # one's files winning, as Harbor uploads them.
+            for src in sources or [Path(task_dir) / "tests"]:
+                problems = trees.copy_tree(Path(src), self.tests)
+                if problems:
+                    raise TermforgeError(f"task {Path(task_dir).name}: {src} cannot be copied: {problems[0]}")
+            test_sh = self.tests / "test.sh"
+            if not tests_writable and test_sh.is_file() and not test_sh.is_symlink():
+                test_sh.chmod(test_sh.stat().st_mode | 0o555)  # Harbor's `chmod +x` before it runs
             self.logs = self.root / "logs"
             (self.logs / "verifier").mkdir(parents=True)
             self.tool = self.root / "verifier"
@@ -311,7 +322,8 @@ def run_test_file(session: BwrapSession, task_dir: Path, test_file: str, timeout
 def run_verifier(session: BwrapSession, task_dir: Path, timeout: float = 300, *, cwd: str = "/tests",
                  env: dict | None = None, harbor: bool = False, expected: list[str] | None = None,
                  reward_file_proof: bool | None = None, record: bool = False,
-                 reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE) -> Verdict:
+                 reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE,
+                 tests_dirs: list[Path] | None = None) -> Verdict:
     """Grade a finished episode.
 
     termforge tasks: the grader runs tests/test_final_state.py as the sandbox's first process and
@@ -321,7 +333,8 @@ def run_verifier(session: BwrapSession, task_dir: Path, timeout: float = 300, *,
     runs it; when it asks for the grader (/verifier/run-tests) the grader's verdict is the reward
     and its collected set must equal `expected`, the set recorded on the untouched environment
     (`record=True` is that recording run: no set to compare with yet); otherwise the reward is the
-    reward file test.sh wrote, if it lies in `reward_range`."""
+    reward file test.sh wrote, if it lies in `reward_range`. `tests_dirs`: the folders merged into
+    /tests, in order (default task_dir/tests)."""
     harbor = harbor or bool(reward_file_proof)
     if expected is None and not harbor:
         expected = expected_tests(task_dir)
@@ -331,7 +344,7 @@ def run_verifier(session: BwrapSession, task_dir: Path, timeout: float = 300, *,
         if harbor:
             graded.reading = RewardReading({"reward": 0.0}, "host").to_dict()
         return graded
-    tc = _Toolchain(session, task_dir, tests_writable=not harbor)
+    tc = _Toolchain(session, task_dir, tests_writable=not harbor, sources=tests_dirs)
     try:
         if harbor:
             return _harbor_verdict(session, tc, timeout, cwd, env, expected, record, reward_range)
@@ -342,9 +355,40 @@ def run_verifier(session: BwrapSession, task_dir: Path, timeout: float = 300, *,
         tc.cleanup()
 
 
+def image_has_python(rootfs) -> bool:
+    """Whether an image's root filesystem has the grader's /usr/bin/python3 (symlinks resolved
+    inside the image, as the sandbox sees them)."""
+    if str(rootfs) == HOST_ROOTFS:
+        return os.path.isfile("/usr/bin/python3")
+    root, rel = Path(rootfs), "usr/bin/python3"
+    for _ in range(16):
+        path = root / rel
+        if not path.is_symlink():
+            return path.is_file()
+        target = os.readlink(path)
+        rel = target.lstrip("/") if target.startswith("/") else os.path.normpath(
+            os.path.join(os.path.dirname(rel), target))
+        if rel.startswith(".."):
+            return False
+    return False
+
+
+def _unsupervised(session: BwrapSession, tc: _Toolchain, timeout: float, cwd: str, env: dict | None) -> _Run:
+    """test.sh on an image without the grader's Python (a Harbor task FROM a bare image): run as
+    Harbor runs it, with no grader and no channel at all (so nothing test.sh starts can send a
+    verdict); the reward files are the only outcome, read with Harbor's rules."""
+    res = session.exec("", timeout=timeout, env={**VERIFIER_ENV, **(env or {})}, cwd=cwd, binds=tc.binds(),
+                       keep_home=False, argv=PLAIN_TEST_SH)
+    return _Run(res, None, [], None)
+
+
 def _harbor_verdict(session: BwrapSession, tc: _Toolchain, timeout: float, cwd: str, env: dict | None,
                     expected: list[str] | None, record: bool, reward_range: tuple[float, float]) -> Verdict:
-    run = _run_grader(session, tc, SUPERVISED_TEST_SH, timeout, cwd, env, supervised=True)
+    supervised = image_has_python(getattr(session, "rootfs", HOST_ROOTFS))
+    if supervised:
+        run = _run_grader(session, tc, SUPERVISED_TEST_SH, timeout, cwd, env, supervised=True)
+    else:
+        run = _unsupervised(session, tc, timeout, cwd, env)
     res, verdict, findings = run.res, run.verdict, run.findings
     reading = read_reward(tc.logs / "verifier")
     findings += _logs_findings(tc.logs, HARBOR_LOG_FILES) + _disk_findings(res)
@@ -367,6 +411,11 @@ def _harbor_verdict(session: BwrapSession, tc: _Toolchain, timeout: float, cwd: 
     elif reading.reward is not None:
         fallback = (reading.reward, f"tests/test.sh wrote reward {reading.reward:g} to {reading.source} "
                                     "(no grader ran: unverified)")
+    elif reading.rewards is not None:
+        # Several named rewards and none called `reward`: valid for Harbor, which averages each key
+        # (Verdict.reward has no single value to give; the trial records reading.rewards).
+        fallback = (0.0, f"tests/test.sh wrote the rewards {', '.join(sorted(reading.rewards))} to "
+                         f"{reading.source} (no headline reward; no grader ran: unverified)")
     else:
         fallback = (None, f"tests/test.sh wrote no numeric reward: {reading.error}")
     if verdict is not None and expected == [] and not record:
@@ -380,7 +429,7 @@ def _harbor_verdict(session: BwrapSession, tc: _Toolchain, timeout: float, cwd: 
     ended = graded.timed_out or res.limit_hit
     if unrecorded and not ended:
         graded.reason = "no test set was recorded for this task: the grader's verdict cannot be checked"
-    if run.report is None and not ended:
+    if supervised and run.report is None and not ended:
         graded.reward, graded.graded_by = 0.0, "host"
         graded.reason = "the grader's supervisor ended without reporting (killed?): scored 0"
     elif fallback is None and not ended:

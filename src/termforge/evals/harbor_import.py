@@ -33,7 +33,7 @@ from termforge.containment import (TASK_ID_MAX, check_task_id, check_tree, conta
                                    is_task_id)
 from termforge.errors import TermforgeError, show_value
 from termforge.evals.harbor_tasks import (TASK_ROOT, CopyStep, EnvironmentUnsupported, HarborTask, RunStep,
-                                          load_harbor_dataset, native_plan)
+                                          dataset_root, load_harbor_dataset, native_plan)
 from termforge.io import (StagedOutputs, atomic_write_json, atomic_write_text, clean_stale_staging, publish_dir,
                           stable_hash, staging_dir)
 from termforge.runtime.bwrap import tree_digest
@@ -233,7 +233,9 @@ def harbor_copy(source: str | Path, dest: Path) -> Path:
             try:
                 fetch_dataset(str(source), fetched)
                 shutil.rmtree(staging)
-                copy_regular_tree(fetched, staging)  # what a registry served is as untrusted as a folder
+                check_tree(fetched)  # what a registry served is as untrusted as a folder
+                # Harbor exports into a dataset-name folder (OUT/NAME/<task>/): the tasks are its.
+                copy_regular_tree(dataset_root(fetched), staging)
             finally:
                 shutil.rmtree(fetched, ignore_errors=True)
         publish_dir(staging, dest)

@@ -48,7 +48,7 @@ from termforge.errors import InputError, TermforgeError, show_path
 from termforge.io import atomic_write_json, publish_dir, read_json, stable_hash, staging_dir
 from termforge.runtime.base import Bind, BuildResult, Image, Limits
 from termforge.runtime import trees
-from termforge.runtime.bwrap import (BwrapSession, image_summary, layer_problem, run_sandboxed, sandbox_argv,
+from termforge.runtime.bwrap import (HOST_ROOTFS, BwrapSession, image_summary, layer_problem, run_sandboxed, sandbox_argv,
                                      tree_digest)
 
 # Bumped whenever the interpretation of a Dockerfile changes, so cached layers are rebuilt.
@@ -106,15 +106,21 @@ class HarborStep:
     """One [[steps]] entry of a multi-step task, with its files resolved as Harbor resolves them
     (harbor/models/task/paths.py): steps/<name>/instruction.md; steps/<name>/tests/ when it holds
     test.sh, else the task's shared tests/; steps/<name>/solution/ when present, else solution/;
-    steps/<name>/workdir/ is copied into the working directory before the step (its setup.sh run)."""
+    steps/<name>/workdir/ is copied into the working directory before the step (its setup.sh run).
+    The verifier's /tests is the shared tests/ with the step's own tests/ uploaded over it
+    (harbor/verifier/verifier.py Verifier._resolve_tests: both, in that order, when they exist)."""
 
     name: str
     dir: Path
     instruction: str
-    tests_root: Path  # the directory whose tests/ the verifier copies in
+    tests_root: Path  # the directory whose tests/test.sh the verifier runs
     solution_dir: Path
     agent_timeout: float | None = None
-    verifier_timeout_sec: float | None = None
+    # A step's [verifier] is a whole VerifierConfig (harbor/models/task/config.py StepConfig), so its
+    # timeout_sec defaults to 600 s, never the task's [verifier] timeout (harbor/trial/trial.py
+    # _step_verifier_timeout_sec takes the step's whenever it is not None).
+    verifier_timeout_sec: float = DEFAULT_VERIFIER_TIMEOUT_SEC
+    test_sources: list = field(default_factory=list)  # the tests/ folders uploaded to /tests, in order
     verifier_env: dict = field(default_factory=dict)
     min_reward: float | dict | None = None
 
@@ -145,6 +151,9 @@ class HarborTask:
     build_timeout_sec: float = DEFAULT_BUILD_TIMEOUT_SEC
     cpus: int | float | None = None
     memory_mb: int | None = None
+    # [environment].workdir (harbor/models/task/config.py EnvironmentConfig.workdir): the working
+    # directory of every command, over the image's WORKDIR.
+    workdir: str | None = None
     storage_mb: int | None = None
     network_mode: str = DEFAULT_NETWORK_MODE
     docker_image: str | None = None
@@ -248,17 +257,30 @@ def _cpus(task_dir: Path, env: dict) -> int | float | None:
 
 
 def _size_mb(task_dir: Path, env: dict, key_mb: str, legacy_key: str) -> int | None:
-    """memory_mb / storage_mb, or Terminal-Bench 2.0's legacy strings (memory = "2G")."""
-    if key_mb in env:
-        return _number(task_dir, env, "environment", key_mb, None, integer=True)
-    if legacy_key not in env:
-        return None
-    text = env[legacy_key]
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", str(text), re.IGNORECASE)
-    if not isinstance(text, str) or not m:
-        raise _bad(task_dir, f"task.toml [environment] {legacy_key} must look like \"2G\" or \"512M\", got {text!r}")
-    scale = {"": 1 / (1024 * 1024), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}[m.group(2).upper()]
-    return max(1, int(float(m.group(1)) * scale))
+    """memory_mb / storage_mb, or the deprecated `memory` / `storage` as Harbor migrates them
+    (harbor/models/task/config.py EnvironmentConfig._migrate_legacy_resource_fields and
+    _parse_size_to_mb): a string is stripped, upper-cased and must end in G, M or K (int(float(n) *
+    1024), int(float(n)), int(float(n) / 1024)), anything else refuses the task ("2048", "2GB" and
+    "512Mi" included); a value of another type is dropped; one that disagrees with the *_mb key
+    refuses the task."""
+    value_mb = _number(task_dir, env, "environment", key_mb, None, integer=True) if key_mb in env else None
+    text = env.get(legacy_key)
+    if not isinstance(text, str):
+        return value_mb
+    size = text.strip().upper()
+    scale = {"G": 1024.0, "M": 1.0, "K": 1 / 1024}.get(size[-1:])
+    try:
+        if scale is None:
+            raise ValueError
+        number = float(size[:-1])
+        legacy_mb = int(number / 1024) if size.endswith("K") else int(number * scale)
+    except (ValueError, OverflowError):
+        raise _bad(task_dir, f"task.toml [environment] {legacy_key} must be a size like \"2G\", \"512M\" or "
+                             f"\"64K\" (Harbor's format), got {text!r}") from None
+    if value_mb is not None and value_mb != legacy_mb:
+        raise _bad(task_dir, f"task.toml [environment] {legacy_key} = {text!r} ({legacy_mb} MB) conflicts with "
+                             f"{key_mb} = {value_mb}")
+    return legacy_mb
 
 
 def _table(task_dir: Path, config: dict, name: str) -> dict:
@@ -380,7 +402,9 @@ def _load_step(task_dir: Path, table: dict) -> HarborStep:
         tests_root=tests_root,
         solution_dir=step_dir / "solution" if (step_dir / "solution").is_dir() else task_dir / "solution",
         agent_timeout=_number(task_dir, agent, f"{where}.agent", "timeout_sec", None),
-        verifier_timeout_sec=_number(task_dir, verifier, f"{where}.verifier", "timeout_sec", None),
+        verifier_timeout_sec=_number(task_dir, verifier, f"{where}.verifier", "timeout_sec",
+                                     DEFAULT_VERIFIER_TIMEOUT_SEC),
+        test_sources=[d for d in (task_dir / "tests", step_dir / "tests") if d.is_dir()],
         verifier_env=_env_table(task_dir, verifier, f"{where}.verifier"),
         min_reward=min_reward)
 
@@ -442,6 +466,9 @@ def load_harbor_task(task_dir: str | Path) -> HarborTask:
         if not docker_image and not (task_dir / "environment").is_dir():
             raise _bad(task_dir, "missing environment/ (and task.toml [environment] names no docker_image)")
         dockerfile = None
+    workdir = env.get("workdir")
+    if workdir is not None and (not isinstance(workdir, str) or not workdir.startswith("/")):
+        raise _bad(task_dir, f"task.toml [environment] workdir must be an absolute path, got {workdir!r}")
     solve_sh = task_dir / "solution" / "solve.sh"
     version = config.get("schema_version", config.get("version"))
     return HarborTask(
@@ -456,6 +483,7 @@ def load_harbor_task(task_dir: str | Path) -> HarborTask:
         build_timeout_sec=_number(task_dir, env, "environment", "build_timeout_sec", DEFAULT_BUILD_TIMEOUT_SEC),
         cpus=_cpus(task_dir, env),
         memory_mb=_size_mb(task_dir, env, "memory_mb", "memory"),
+        workdir=workdir,
         storage_mb=_size_mb(task_dir, env, "storage_mb", "storage"),
         network_mode=_network_mode(task_dir, env, "environment"),
         docker_image=docker_image,
@@ -495,13 +523,33 @@ def resolve_env(values: dict, where: str, host_env: dict | None = None) -> dict:
     return out
 
 
-def _task_dirs(root: Path) -> list[Path]:
+def _task_dirs(root: Path, required: bool = True) -> list[Path]:
     # A symlinked task directory is listed too: load_harbor_task refuses it if it leads out.
     dirs = [d for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith(".")
             and ((d / "task.toml").exists() or (d / "instruction.md").exists())]
-    if not dirs:
+    if not dirs and required:
         raise HarborTaskError(f"Harbor dataset {root}: no task directories (with task.toml) found")
     return dirs
+
+
+def dataset_root(root: str | Path) -> Path:
+    """The folder holding a dataset's task folders. Harbor writes a dataset one level down: `harbor
+    dataset download ORG/NAME -o OUT` exports to OUT/NAME/<task>/ (harbor/cli/download.py: "In
+    export mode, create a dataset-name wrapper directory"), and published corpora keep their task
+    folders under one folder (tasks/<task_id>/) beside their metadata. When `root` holds no task
+    folder itself, the one subfolder that does is the dataset;
+    several such subfolders are an error naming them."""
+    root = Path(root)
+    if (root / "task.toml").exists() or _task_dirs(root, required=False):
+        return root
+    holders = [d for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith(".")
+               and _task_dirs(d, required=False)]
+    if len(holders) > 1:
+        raise HarborTaskError(f"Harbor dataset {root}: no task folders of its own, and several subfolders hold "
+                              f"some ({', '.join(d.name for d in holders[:5])}): name one of them")
+    if not holders:
+        raise HarborTaskError(f"Harbor dataset {root}: no task directories (with task.toml) found")
+    return contained(root, holders[0].name)
 
 
 def load_harbor_dataset(root: str | Path) -> tuple[list[HarborTask], list[BrokenTask]]:
@@ -510,6 +558,7 @@ def load_harbor_dataset(root: str | Path) -> tuple[list[HarborTask], list[Broken
     root = Path(root)
     if not root.is_dir():
         raise HarborTaskError(f"Harbor dataset {root}: not a directory")
+    root = dataset_root(root)
     dirs = [root] if (root / "task.toml").exists() else _task_dirs(root)
     tasks, broken = [], []
     for d in dirs:
@@ -1176,14 +1225,33 @@ def _image(task: HarborTask, path: Path, meta: dict, rootfs: str) -> Image:
 
 
 class HarborSession(BwrapSession):
-    """A bwrap session over a Harbor task's layer: commands start in the Dockerfile's WORKDIR with
-    its ENV (as `docker exec` into the built container would)."""
+    """A bwrap session over a Harbor task's layer: commands start in the task's [environment]
+    workdir, else the Dockerfile's WORKDIR, with its ENV (as `docker exec` into the built container
+    would: harbor/environments/docker/docker.py exec, cwd or the task's workdir)."""
 
-    def __init__(self, image: Image, limits: Limits, work_root: Path | None = None):
+    def __init__(self, image: Image, limits: Limits, work_root: Path | None = None, workdir: str | None = None):
         super().__init__(image, limits, work_root)
         # (BwrapSession.workdir is the host directory holding this session's copy of the layer.)
-        self.task_workdir = image.meta.get("workdir", TASK_ROOT)
+        self.task_workdir = workdir or image.meta.get("workdir", TASK_ROOT)
         self.image_env = dict(image.meta.get("env", {}))
+        if workdir:
+            missing = self._missing_dir(workdir)
+            if missing:
+                self.stop()
+                raise EnvironmentUnsupported(f"task {image.task_id}: [environment] workdir = {workdir!r}: {missing}")
+
+    def _missing_dir(self, path: str) -> str | None:
+        """Why `path` is no directory in the sandbox (its layer at /app, else the image), or None."""
+        rel = posixpath.relpath(posixpath.normpath(path), TASK_ROOT)
+        if not rel.startswith(".."):
+            host = self.layer / rel
+        elif str(self.rootfs) == HOST_ROOTFS:
+            return None  # the host's /usr and /etc: nothing else of it is visible, let the exec say
+        else:
+            host = Path(self.rootfs) / posixpath.normpath(path).lstrip("/")
+        if host.is_symlink() or not host.is_dir():
+            return "no such directory in the task's image"
+        return None
 
     def exec(self, command: str, timeout: float | None = None, env: dict | None = None, cwd: str | None = None,
              **kwargs):
@@ -1191,8 +1259,8 @@ class HarborSession(BwrapSession):
                             cwd=cwd or self.task_workdir, **kwargs)
 
     def open_shell(self, env: dict | None = None):
-        """The agent's persistent shell, with the image's ENV (it starts in /app)."""
-        return super().open_shell(env={**self.image_env, **(env or {})})
+        """The agent's persistent shell, with the image's ENV, started in the working directory."""
+        return super().open_shell(env={**self.image_env, **(env or {})}, cwd=self.task_workdir)
 
 
 def start_harbor_session(image: Image, limits: Limits | None = None, work_root: Path | None = None) -> HarborSession:
@@ -1201,7 +1269,7 @@ def start_harbor_session(image: Image, limits: Limits | None = None, work_root: 
 
 __all__ = [
     "HarborStep", "HarborTask", "HarborTaskError", "EnvironmentUnsupported", "HarborSession", "BuildPlan", "BrokenTask",
-    "load_harbor_task", "load_harbor_dir", "load_harbor_dataset", "strip_canary", "check_base_image", "resolve_env",
+    "load_harbor_task", "load_harbor_dir", "load_harbor_dataset", "dataset_root", "strip_canary", "check_base_image", "resolve_env",
     "native_plan", "native_blocker", "parse_dockerfile", "plan_dockerfile", "check_test_sh_offline",
     "build_harbor_image", "start_harbor_session", "harbor_image_digest",
 ]

@@ -48,9 +48,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 import shutil
+import signal
 import subprocess
+import tempfile
 import threading
 import time
 import traceback
@@ -63,13 +66,15 @@ from typing import Callable, Iterable
 
 from termforge.errors import TermforgeError
 from termforge.evals.error_policy import is_environment_error, reward_valid
-from termforge.evals.harbor_tasks import (NATIVE_MEMORY_MB, BrokenTask, HarborSession, HarborTask, HarborTaskError,
+from termforge.evals.harbor_tasks import (NATIVE_MEMORY_MB, BrokenTask, HarborSession, HarborStep, HarborTask,
+                                          HarborTaskError,
                                           build_harbor_image, resolve_env)
 from termforge.io import atomic_write_json, atomic_write_text, read_json
 from termforge.metrics import pass_at_k
 from termforge.reward_file import DEFAULT_REWARD_RANGE, HEADLINE_KEY, RewardReading
-from termforge.runtime.base import Bind, BuildResult, Limits
-from termforge.runtime.bwrap import SANDBOX_PATH, tree_digest
+from termforge.runtime import trees
+from termforge.runtime.base import Bind, BuildResult, ExecResult, Limits
+from termforge.runtime.bwrap import SANDBOX_PATH, chown_tree, tree_digest
 
 Agent = Callable[[HarborSession, HarborTask], "dict | None"]
 
@@ -84,23 +89,155 @@ class AgentInfraError(TermforgeError):
     """Raised by an agent whose infrastructure failed: the trial counts as an error, never a 0."""
 
 
+class AgentDeadline(Exception):
+    """Raised to an agent that asks for anything after its deadline (not a TermforgeError, so an
+    agent's handler for its own failures does not take it for one)."""
+
+
+def _deadline_hit(exc: BaseException | None) -> bool:
+    """Whether `exc` is, or was raised while handling, an AgentDeadline."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, AgentDeadline):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+class AgentView:
+    """The session as the agent sees it, with Harbor's agent deadline (harbor/trial/trial.py: the
+    agent runs under asyncio.wait_for(..., timeout=[agent] timeout_sec), is cancelled there, and the
+    verifier grades what is there then). Every command the agent starts ends by the deadline at the
+    latest (its timeout is cut to the time left); at the deadline the runner calls expire(), which
+    kills the agent's shells and refuses whatever the agent asks for from then on (AgentDeadline),
+    so nothing it does after the deadline reaches what the verifier grades. Other attributes are the
+    session's."""
+
+    def __init__(self, session, deadline: float):
+        self._session = session
+        self._deadline = deadline
+        self._expired = False
+        self._lock = threading.Condition()
+        self._inflight = 0
+        self._shells: list = []
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+    def _begin(self, timeout: float | None) -> float:
+        """Admit one call: the timeout it may run for; AgentDeadline once the time is up."""
+        with self._lock:
+            left = self._deadline - time.monotonic()
+            if self._expired or left <= 0:
+                raise AgentDeadline("the agent's time is up: nothing more runs for it")
+            self._inflight += 1
+        return min(timeout or self._session.limits.wall_sec, left)
+
+    def _end(self) -> None:
+        with self._lock:
+            self._inflight -= 1
+            self._lock.notify_all()
+
+    def _call(self, fn, timeout: float | None, *args, **kwargs):
+        left = self._begin(timeout)
+        try:
+            return fn(*args, left, **kwargs)
+        finally:
+            self._end()
+
+    def exec(self, command: str, timeout: float | None = None, **kwargs) -> ExecResult:
+        return self._call(lambda t: self._session.exec(command, timeout=t, **kwargs), timeout)
+
+    def open_shell(self, env: dict | None = None):
+        self._begin(None)
+        try:
+            shell = self._session.open_shell(env=env)
+            self._shells.append(shell)
+        finally:
+            self._end()
+        return _DeadlineShell(shell, self)
+
+    def copy_in(self, src, dst: str) -> None:
+        return self._call(lambda _: self._session.copy_in(src, dst), None)
+
+    def copy_out(self, src: str, dst) -> None:
+        return self._call(lambda _: self._session.copy_out(src, dst), None)
+
+    def expire(self, wait: float = 60.0) -> None:
+        """The deadline has passed: refuse what comes next, kill the shells now, and wait for the
+        calls already running (each ends by the deadline)."""
+        with self._lock:
+            self._expired = True
+        for shell in self._shells:
+            proc = getattr(shell, "proc", None)
+            if proc is not None and proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        end = time.monotonic() + wait
+        with self._lock:
+            while self._inflight and time.monotonic() < end:
+                self._lock.wait(max(0.0, end - time.monotonic()))
+
+
+class _DeadlineShell:
+    """An agent's persistent shell whose commands end by the agent's deadline."""
+
+    def __init__(self, shell, view: AgentView):
+        self._shell, self._view = shell, view
+
+    def __getattr__(self, name):
+        return getattr(self._shell, name)
+
+    def run(self, command: str, timeout: float) -> ExecResult:
+        return self._view._call(lambda t: self._shell.run(command, t), timeout)
+
+    def close(self) -> None:
+        self._shell.close()
+
+
 # -- agents ---------------------------------------------------------------------------------------
 
 def oracle_agent(session: HarborSession, task: HarborTask) -> dict:
-    """Run solution/solve.sh as the agent (bound read-only at /solution, from the WORKDIR)."""
+    """Run solution/solve.sh (or a step's own) as Harbor's oracle agent does (harbor/agents/
+    oracle.py OracleAgent.run): the solution directory uploaded to /solution, solve.sh made
+    executable and run by its path (so by its shebang: harbor/utils/scripts.py
+    build_execution_command) from the working directory, with DEBIAN_FRONTEND=noninteractive and
+    [solution].env over it.
+
+    The upload is a copy made by the host, which reads the dataset wherever it lies (under /root,
+    written with umask 077) even where the sandbox's uid could not; a solution the host cannot read
+    is an AgentInfraError: the control row is then an infrastructure error, never a valid 0."""
+    solution_dir = task.solution_dir or task.path / "solution"
     if task.solve_sh is None:
-        raise AgentInfraError(f"task {task.name}: the oracle needs solution/solve.sh, which this task lacks")
+        raise AgentInfraError(f"task {task.name}: the oracle needs {solution_dir.name}/solve.sh, which this task lacks")
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
     if task.solution_env:
         # Harbor's oracle runs solve.sh with [solution].env (harbor/models/task/config.py SolutionConfig).
         try:
-            env = resolve_env(task.solution_env, f"task {task.name} [solution] env")
+            env.update(resolve_env(task.solution_env, f"task {task.name} [solution] env"))
         except HarborTaskError as exc:
             raise AgentInfraError(str(exc)) from None
-    else:
-        env = {}
-    # solution/ (or a step's own) bound read-only at /solution, run from the WORKDIR.
-    res = session.exec("/bin/bash --noprofile --norc /solution/solve.sh", timeout=task.agent_timeout_sec,
-                       env=env, binds=[Bind(task.solution_dir or task.path / "solution", "/solution")])
+    stage = Path(tempfile.mkdtemp(prefix="tf-solution-", dir=session.workdir))
+    try:
+        copy = stage / "solution"
+        try:
+            problems = trees.copy_tree(solution_dir, copy)
+        except OSError as exc:
+            problems = [f"{type(exc).__name__}: {exc}"]
+        solve = copy / "solve.sh"
+        if not problems and not (solve.is_file() and not solve.is_symlink()):
+            problems = ["solve.sh did not come through the copy"]
+        if problems:
+            raise AgentInfraError(f"task {task.name}: the runner cannot read the task's solution {solution_dir}: "
+                                  f"{problems[0]}")
+        solve.chmod(solve.stat().st_mode | 0o555)
+        chown_tree(stage, getattr(session, "uid", None))
+        res = session.exec("/solution/solve.sh", timeout=task.agent_timeout_sec, env=env,
+                           binds=[Bind(copy, "/solution")])
+    finally:
+        trees.remove_tree(stage)
     return {"name": "oracle", "exit_code": res.exit_code, "timed_out": res.timed_out,
             "duration_sec": round(res.duration_sec, 3), "output_tail": res.tail(2000)}
 
@@ -176,8 +313,10 @@ def trial_record(result: dict, source: str = "result.json") -> TrialRecord:
         if not isinstance(result.get(key), str):
             raise TermforgeError(f"{source}: trial result has no {key}")
     rewards = (result.get("verifier_result") or {}).get("rewards")
+    # A JSON boolean is a reward of 1.0 / 0.0, as Harbor's VerifierResult (dict[str, float | int],
+    # pydantic's lax mode) records it.
     if not (isinstance(rewards, dict) and rewards and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in rewards.values())):
+            isinstance(v, (int, float)) and math.isfinite(v) for v in rewards.values())):
         rewards = None
     exc = result.get("exception_info") or None
     exc_type = exc.get("exception_type") if isinstance(exc, dict) else (str(exc) if exc else None)
@@ -232,7 +371,11 @@ def summarize(trials: list[TrialRecord], k: int | None = None, success_reward: f
 
     A task's pass@j is the unbiased estimator over its n scored attempts (c of them with reward >=
     success_reward); it is undefined (None) when n < j, and the overall pass@j is the mean over the
-    tasks where it is defined (their number is reported as n_tasks_pass_at_k)."""
+    tasks where it is defined (their number is reported as n_tasks_pass_at_k). Where Harbor reports
+    no pass@k (harbor/utils/pass_at_k.py _compute_pass_at_k_for_trials: some valid trial has several
+    named rewards, or one other than 0 or 1) none is reported here either: every pass@j is None and
+    `pass_at_k_none` says why. `pass_at_k_harbor` is Harbor's own figure (its k values)."""
+    no_pass_at_k = harbor_pass_at_k_problem(trials)
     by_task: dict[str, list[TrialRecord]] = {}
     for t in sorted(trials, key=lambda t: (t.task_name, t.trial_name)):
         by_task.setdefault(t.task_name, []).append(t)
@@ -249,7 +392,8 @@ def summarize(trials: list[TrialRecord], k: int | None = None, success_reward: f
             "n_errors": sum(1 for r in rows if not r.scored),
             "n_environment_errors": sum(1 for r in rows if r.error_kind == ENVIRONMENT_ERROR),
             "mean_reward": _mean([r.reward for r in scored if r.reward is not None]),
-            "pass_at_k": {str(j): (pass_at_k(n, c, j) if n >= j else None) for j in range(1, k + 1)},
+            "pass_at_k": {str(j): (pass_at_k(n, c, j) if n >= j and not no_pass_at_k else None)
+                          for j in range(1, k + 1)},
             "errors": sorted({f"{r.exception_type}: {r.exception_message}" for r in rows if not r.scored}),
         })
     scored_all = [t for t in trials if t.scored]
@@ -271,10 +415,44 @@ def summarize(trials: list[TrialRecord], k: int | None = None, success_reward: f
         "mean_by_key": mean_by_key(trials),
         "pass_at_k": pass_overall,
         "n_tasks_pass_at_k": counted,
+        "pass_at_k_none": no_pass_at_k,
+        "pass_at_k_harbor": {str(j): v for j, v in harbor_pass_at_k(trials).items()},
         "n_input_tokens": _sum_or_none(t.n_input_tokens for t in trials),
         "n_output_tokens": _sum_or_none(t.n_output_tokens for t in trials),
         "per_task": per_task,
     }
+
+
+def harbor_pass_at_k_problem(trials: list[TrialRecord]) -> str | None:
+    """Why Harbor reports no pass@k for these trials (harbor/utils/pass_at_k.py
+    _compute_pass_at_k_for_trials: each valid trial must have exactly one reward, 0 or 1), or None."""
+    for t in sorted(trials, key=lambda t: t.trial_name):
+        if t.rewards is None:
+            continue
+        if len(t.rewards) != 1:
+            return f"trial {t.trial_name} has {len(t.rewards)} named rewards"
+        value = next(iter(t.rewards.values()))
+        if value not in (0, 1):
+            return f"trial {t.trial_name} has reward {value:g}, not 0 or 1"
+    return None
+
+
+def harbor_pass_at_k(trials: list[TrialRecord]) -> dict[int, float]:
+    """pass@k as Harbor computes it for one agent, model and dataset (harbor/utils/pass_at_k.py):
+    none unless harbor_pass_at_k_problem is None; k = 2, 4, 8, ... and 5, 10, 15, ... up to the
+    fewest valid trials of any task; each task's unbiased estimate, averaged over the tasks."""
+    if harbor_pass_at_k_problem(trials):
+        return {}
+    successes: dict[str, list[int]] = {}
+    for t in trials:
+        if t.rewards is not None:
+            successes.setdefault(t.task_name, []).append(int(next(iter(t.rewards.values()))))
+    if not successes:
+        return {}
+    fewest = min(len(v) for v in successes.values())
+    ks = sorted({2 ** i for i in range(1, fewest.bit_length() + 1) if 2 ** i <= fewest}
+                | set(range(5, fewest + 1, 5)))
+    return {j: sum(pass_at_k(len(v), sum(v), j) for v in successes.values()) / len(successes) for j in ks}
 
 
 def _headline(trials: list[TrialRecord]) -> str | None:
@@ -365,8 +543,8 @@ class _Job:
     # (task name, tests root) -> recorded_tests(...) of the task's untouched environment.
     recorded: dict = field(default_factory=dict)
 
-    def expected(self, task: HarborTask, tests_root: Path) -> list[str] | None:
-        return expected_from(self.recorded.get((task.name, str(tests_root))))
+    def expected(self, task: HarborTask, step: HarborStep | None = None) -> list[str] | None:
+        return expected_from(self.recorded.get((task.name, step.name if step else None)))
 
 
 def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attempt: int) -> dict:
@@ -413,7 +591,7 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
     try:
         # [environment].env is the container's environment: the agent, oracle and verifier see it.
         task_env = resolve_env(task.environment_env, f"task {task.name} [environment] env")
-        session = HarborSession(build.image, limits, job.work_root)
+        session = HarborSession(build.image, limits, job.work_root, workdir=task.workdir)
         session.image_env.update(task_env)
     except Exception as exc:  # the layer could not be copied: the environment failed, not the agent
         setup["finished_at"] = _now()
@@ -426,8 +604,8 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
             _run_steps(job, task, session, result, trial_dir)
         else:
             if _agent_phase(job, session, task, result, result):
-                _verifier_phase(session, task, task.path, task.verifier_timeout_sec, [task.verifier_env], result,
-                                trial_dir, tf, job.expected(task, task.path))
+                _verifier_phase(session, task, [task.path / "tests"], task.verifier_timeout_sec, [task.verifier_env],
+                                result, trial_dir, tf, job.expected(task))
             else:
                 tf["error_kind"] = OTHER_ERROR
         types = [e["exception_type"] for e in [result["exception_info"]] + [
@@ -439,34 +617,48 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
 
 
 def _agent_phase(job: _Job, session: HarborSession, view: HarborTask, target: dict, trial: dict) -> bool:
-    """Run the agent on `view` (the task, or one step of it); False when the agent's own
-    infrastructure failed (AgentInfraError: nothing to grade)."""
+    """Run the agent on `view` (the task, or one step of it) until it returns or its deadline
+    (AgentView: at the deadline it is cut off and the trial graded on what is there, with Harbor's
+    AgentTimeoutError); False when the agent's own infrastructure failed (AgentInfraError: nothing
+    to grade)."""
     execution = {"started_at": _now(), "finished_at": None}
     target["agent_execution"] = execution
-    t0 = time.monotonic()
-    info: dict = {}
-    try:
-        info = job.agent(session, view) or {}
-        if not isinstance(info, dict):
-            info = {"returned": info}
-    except AgentInfraError as exc:
-        execution["finished_at"] = _now()
-        target["exception_info"] = _exception_info("AgentInfraError", str(exc), traceback.format_exc())
-        return False
-    except Exception as exc:  # the agent's own failure: still graded on what it left behind
-        target["exception_info"] = _exception_info(type(exc).__name__, str(exc), traceback.format_exc())
-    elapsed = time.monotonic() - t0
+    timeout = view.agent_timeout_sec
+    agent_view = AgentView(session, time.monotonic() + timeout)
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["info"] = job.agent(agent_view, view) or {}
+        except BaseException as exc:  # noqa: BLE001 - recorded below, as Harbor records it
+            box["exc"], box["tb"] = exc, traceback.format_exc()
+
+    # A Python thread cannot be cancelled as Harbor cancels its agent's task: at the deadline the
+    # view refuses the agent everything and kills its shells; the thread is left to end on its own.
+    thread = threading.Thread(target=run, name=f"agent-{view.slug}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    timed_out = thread.is_alive() or _deadline_hit(box.get("exc"))
+    agent_view.expire()
     execution["finished_at"] = _now()
+    info, exc = box.get("info") or {}, box.get("exc")
+    if isinstance(exc, AgentInfraError) and not timed_out:
+        target["exception_info"] = _exception_info("AgentInfraError", str(exc), box.get("tb", ""))
+        return False
+    if timed_out:
+        target["exception_info"] = _exception_info(
+            "AgentTimeoutError", f"Agent execution timed out after {timeout:g} seconds")
+    elif exc is not None:  # the agent's own failure: still graded on what it left behind
+        target["exception_info"] = _exception_info(type(exc).__name__, str(exc), box.get("tb", ""))
+    if not isinstance(info, dict):
+        info = {"returned": info}
     agent_info, target["agent_result"] = _agent_blocks(job.agent_name, info)
     if trial.get("agent_result") is None or target is trial:
         trial["agent_info"] = agent_info
-    if elapsed > view.agent_timeout_sec and target["exception_info"] is None:
-        target["exception_info"] = _exception_info(
-            "AgentTimeoutError", f"agent ran {elapsed:.1f}s, over the task's {view.agent_timeout_sec:.0f}s")
     return True
 
 
-def _verifier_phase(session: HarborSession, task: HarborTask, tests_root: Path, timeout: float, env_tables: list,
+def _verifier_phase(session: HarborSession, task: HarborTask, sources: list[Path], timeout: float, env_tables: list,
                     target: dict, out_dir: Path, tf: dict, expected: list[str] | None = None) -> None:
     """Run the verifier for `target` (the trial, or one step): its rewards, or the exception Harbor
     would record; a harness failure marks the trial an error (tf error_kind)."""
@@ -481,7 +673,7 @@ def _verifier_phase(session: HarborSession, task: HarborTask, tests_root: Path, 
         tf["error_kind"] = OTHER_ERROR
         return
     try:
-        verdict = run_harbor_verifier(session, task, env, tests_root=tests_root, timeout=timeout, expected=expected)
+        verdict = run_harbor_verifier(session, task, env, sources=sources, timeout=timeout, expected=expected)
     except Exception as exc:  # the harness failed to grade: an error, never a reward
         phase["finished_at"] = _now()
         target["exception_info"] = _exception_info("VerifierError", f"{type(exc).__name__}: {exc}",
@@ -556,9 +748,10 @@ def _run_steps(job: _Job, task: HarborTask, session: HarborSession, result: dict
             if not _agent_phase(job, session, view, sr, result):
                 tf["error_kind"] = OTHER_ERROR
                 break
-            _verifier_phase(session, task, step.tests_root, step.verifier_timeout_sec or task.verifier_timeout_sec,
+            # The step's own verifier timeout (600 s unless it sets one, never the task's).
+            _verifier_phase(session, task, step.test_sources, step.verifier_timeout_sec,
                             [task.verifier_env, step.verifier_env], sr, trial_dir / "steps" / step.name, tf,
-                            job.expected(task, step.tests_root))
+                            job.expected(task, step))
             if tf["error_kind"]:
                 break
         if sr["exception_info"] and not sr["verifier_result"]:
@@ -613,7 +806,7 @@ def reward_range(task: HarborTask) -> tuple[float, float]:
     return float(value[0]), float(value[1])
 
 
-def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict, *, tests_root: Path | None = None,
+def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict, *, sources: list[Path] | None = None,
                         timeout: float | None = None, expected: list[str] | None = None,
                         record: bool = False) -> dict:
     """Run tests/test.sh as Harbor's verifier does, in a clean sandbox after the agent stopped
@@ -621,14 +814,15 @@ def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict, *, 
     WORKDIR), through termforge's grader (termforge.verifier.run_verifier with harbor=True): a
     test.sh that uses /verifier/run-tests is graded by the grader's own verdict, whose collected
     set must equal `expected` (recorded_tests), any other by the reward files read with Harbor's
-    rules. tests_root is the directory whose tests/ is copied in (a step's own, for multi-step
-    tasks)."""
+    rules. `sources`: the tests/ folders merged into /tests in order (default the task's tests/; a
+    multi-step task's shared tests/ and then the step's own, as Harbor uploads them)."""
     from termforge.verifier import run_verifier
 
-    verdict = run_verifier(session, tests_root or task.path, timeout=timeout or task.verifier_timeout_sec,
+    verdict = run_verifier(session, task.path, timeout=timeout or task.verifier_timeout_sec,
                            cwd=session.task_workdir, harbor=True,
                            env={**env, "PATH": verifier_path(session.image_env)}, expected=expected,
-                           record=record, reward_range=reward_range(task))
+                           record=record, reward_range=reward_range(task),
+                           tests_dirs=sources or [task.path / "tests"])
     reading = dict(verdict.reading or {"rewards": None, "reward": None, "headline": None, "source": None,
                                        "error": verdict.reason})
     if verdict.limit_hit:
@@ -643,16 +837,14 @@ def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict, *, 
 RECORD_FILE = "recorded_tests.json"
 
 
-def _step_env_tables(task: HarborTask, tests_root: Path) -> list:
-    tables = [task.verifier_env]
-    for step in task.steps:
-        if step.tests_root == tests_root:
-            tables.append(step.verifier_env)
-            break
-    return tables
+def verifier_targets(task: HarborTask) -> list[tuple[HarborStep | None, list[Path], list[dict]]]:
+    """What the verifier runs for a task: (the step or None, the tests/ sources, the env tables)."""
+    if not task.steps:
+        return [(None, [task.path / "tests"], [task.verifier_env])]
+    return [(st, list(st.test_sources), [task.verifier_env, st.verifier_env]) for st in task.steps]
 
 
-def recorded_tests(task: HarborTask, build: BuildResult, tests_root: Path, limits: Limits | None = None,
+def recorded_tests(task: HarborTask, build: BuildResult, step: HarborStep | None = None, limits: Limits | None = None,
                    work_root: Path | None = None) -> dict | None:
     """The test set a task's verifier collects on its untouched environment: {"uses_grader": bool,
     "collected": [ids]}, recorded once per image and tests (kept beside the image, like validation's
@@ -662,8 +854,9 @@ def recorded_tests(task: HarborTask, build: BuildResult, tests_root: Path, limit
     it could not be recorded (then a grader verdict cannot be checked: 0)."""
     from termforge.io import stable_hash
 
+    _, sources, tables = next(t for t in verifier_targets(task) if t[0] is step)
     path = build.image.path / RECORD_FILE
-    key = stable_hash([build.image.digest, tree_digest(tests_root / "tests")], 24)
+    key = stable_hash([build.image.digest, [tree_digest(src) for src in sources]], 24)
     try:
         table = read_json(path) if path.is_file() else {}
     except (OSError, ValueError):
@@ -673,14 +866,14 @@ def recorded_tests(task: HarborTask, build: BuildResult, tests_root: Path, limit
     limits = limits or default_limits(task)
     try:
         env: dict = {}
-        for t in _step_env_tables(task, tests_root):
+        for t in tables:
             env.update(resolve_env(t, f"task {task.name} verifier env"))
-        session = HarborSession(build.image, limits, work_root)
+        session = HarborSession(build.image, limits, work_root, workdir=task.workdir)
     except Exception:  # noqa: BLE001 - unrecordable: the trials' grader verdicts then score 0
         return None
     try:
         session.image_env.update(resolve_env(task.environment_env, f"task {task.name} [environment] env"))
-        verdict = run_harbor_verifier(session, task, env, tests_root=tests_root, record=True)
+        verdict = run_harbor_verifier(session, task, env, sources=sources, record=True)
     except Exception:  # noqa: BLE001
         return None
     finally:
@@ -757,9 +950,9 @@ def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | 
                 (done.append(old) if old else todo.append((task, attempt)))
 
         def record(task):
-            for root in sorted({task.path, *(st.tests_root for st in task.steps)}):
-                job.recorded[(task.name, str(root))] = recorded_tests(task, builds[task.name], root, job.limits,
-                                                                      job.work_root)
+            for step, _, _ in verifier_targets(task):
+                job.recorded[(task.name, step.name if step else None)] = recorded_tests(
+                    task, builds[task.name], step, job.limits, job.work_root)
 
         list(pool.map(record, [t for t in tasks if builds[t.name].ok and any(item[0] is t for item in todo)]))
         lock = threading.Lock()
@@ -804,7 +997,8 @@ def _job_result(job: _Job, started: str, results: list[dict], summary: dict, k: 
                 "n_trials": summary["n_scored"],
                 "n_errors": n_errors,
                 "metrics": [summary["mean_by_key"]] if summary["mean_by_key"] else [],
-                "pass_at_k": summary["pass_at_k"],
+                # Harbor's JobStats pass_at_k: its own k values, none where it reports none.
+                "pass_at_k": summary["pass_at_k_harbor"],
                 "reward_stats": reward_stats,
                 "exception_stats": exception_stats,
             }},

@@ -423,14 +423,14 @@ class BwrapSession(Session):
         return run_sandboxed(argv, timeout or self.limits.wall_sec, self.limits, stdin=stdin, uid=self.uid,
                              watch=self.writable_roots() + [b.host for b in binds if b.writable], pass_fds=pass_fds)
 
-    def open_shell(self, env: dict | None = None):
-        """A persistent bash in this session's sandbox (the agent's shell)."""
+    def open_shell(self, env: dict | None = None, cwd: str = "/app"):
+        """A persistent bash in this session's sandbox (the agent's shell), started in `cwd`."""
         from termforge.runtime.shell import PersistentShell
 
         def argv() -> list[str]:
             return sandbox_argv(self.layer, nproc_prefix(self.limits, self.uid) + ["/bin/bash", "--noprofile", "--norc", "-s"],
                                 rootfs=self.rootfs, binds=self.binds,
-                                env=env, cwd="/app", allow_network=self.image.allow_network, home_dir=self.home,
+                                env=env, cwd=cwd, allow_network=self.image.allow_network, home_dir=self.home,
                                 tmp_mb=self.limits.tmp_mb)
 
         return PersistentShell(argv, self.limits, uid=self.uid, watch=self.writable_roots())

@@ -1,0 +1,4 @@
+#!/bin/bash
+echo done > /app/done
+sleep 30
+rm -f /app/done

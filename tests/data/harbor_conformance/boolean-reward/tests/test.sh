@@ -1,0 +1,2 @@
+#!/bin/bash
+if [ -f /app/done ]; then echo '{"reward": true}' > /logs/verifier/reward.json; else echo '{"reward": false}' > /logs/verifier/reward.json; fi

@@ -1,0 +1,3 @@
+#!/bin/bash
+. /tests/lib.sh
+reward test -f /app/made
