@@ -38,7 +38,7 @@ from pathlib import Path
 
 from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, read_json, stable_hash
-from termforge.runtime import trees
+from termforge.runtime import accounting, trees
 from termforge.runtime.base import Bind, BuildResult, ExecResult, Image, Limits, Runtime, Session
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
@@ -153,8 +153,10 @@ def popen_env(argv: list[str]) -> dict[str, str] | None:
     return SANDBOX_HOST_ENV if argv and Path(argv[0]).name == "bwrap" else None
 
 
-def _limit_preexec(limits: Limits, uid: int | None = None):
+def _limit_preexec(limits: Limits, uid: int | None = None, cgroup: accounting.SandboxCgroup | None = None):
     def apply() -> None:
+        if cgroup is not None:
+            cgroup.join()  # before dropping root: the cgroup is the caller's
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_sec, limits.cpu_sec + 5))
         mem = limits.memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
@@ -204,9 +206,9 @@ class DiskWatch:
         self.reason: str | None = None
         self.unmeasurable = False
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread: threading.Thread | None = None
         if self.roots:
-            self._thread.start()
+            self._thread = accounting.start_thread(self._run)
 
     def _check(self) -> str | None:
         try:
@@ -235,7 +237,7 @@ class DiskWatch:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
+        if self._thread is not None and self._thread.is_alive():
             self._thread.join()
 
 
@@ -254,8 +256,7 @@ class _CappedReader:
 
     def __init__(self, stream):
         self.stream, self.head, self.tail, self.dropped = stream, bytearray(), bytearray(), False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        self.thread = accounting.start_thread(self._run)
 
     def _run(self) -> None:
         half = OUTPUT_CAP // 2
@@ -298,22 +299,29 @@ def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes 
     """Run a bwrap command line; on timeout kill the sandbox (its pid namespace dies with it)."""
     start = time.monotonic()
     argv = popen_argv(argv)
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        preexec_fn=_limit_preexec(limits, uid),
-        pass_fds=pass_fds,
-        env=popen_env(argv),
-    )
+    # Only where somebody is measuring (bench/bench_validate.py, validation's per-step profile).
+    cgroup = accounting.sandbox_cgroup() if accounting.current() is not None else None
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_limit_preexec(limits, uid, cgroup),
+            pass_fds=pass_fds,
+            env=popen_env(argv),
+        )
+    except BaseException:
+        if cgroup is not None:
+            cgroup.finish(wait=0)
+        raise
     disk = DiskWatch(list(watch), limits.disk_mb, proc.pid, tree_bounds(limits))
     # Bounded readers: a sandboxed program printing without end costs the host at most OUTPUT_CAP
     # per stream (head and tail kept), never its memory.
     readers = [_CappedReader(proc.stdout), _CappedReader(proc.stderr)]
     if stdin is not None:
-        threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
+        accounting.start_thread(_feed, proc.stdin, stdin)
     timed_out = False
     try:
         proc.wait(timeout=timeout)
@@ -324,6 +332,8 @@ def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes 
     finally:
         disk.stop()
     out, err = (r.result() for r in readers)
+    if accounting.current() is not None:
+        accounting.charge_sandbox(cgroup.finish() if cgroup is not None else None)
     code = 124 if timed_out else proc.returncode
     if code is not None and code < 0:
         # Killed by a signal: report it the way a shell would (128 + signal number).
