@@ -319,7 +319,8 @@ def cmd_validate(args) -> int:
                        workers=o["validate.workers"], oracle_repeats=o["validate.oracle_repeats"],
                        backend=o["runtime.backend"], mutants=o["validate.mutants"],
                        sensitivity=o["validate.input_sensitivity"], rootfs=o["runtime.rootfs"],
-                       profile_path=Path(args.profile) if args.profile else None)
+                       profile_path=Path(args.profile) if args.profile else None,
+                       grade_pool=o["validate.grade_pool"])
     return 0
 
 

@@ -29,6 +29,7 @@ from tqdm import tqdm
 from termforge.errors import TermforgeError
 from termforge.io import append_jsonl, atomic_write_json, read_json, read_jsonl_tolerant
 from termforge.runtime.accounting import StepProfile, format_profile
+from termforge.runtime.gradepool import pooled_runtime
 from termforge.runtime.base import Image, Limits
 from termforge.runtime.base import get_runtime
 from termforge.runtime.trees import Bounds, TreeWalk, read_at
@@ -248,9 +249,10 @@ def _check_output_paths(session, task_dir: Path) -> None:
 def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
                   oracle_repeats: int = 2, probes: dict[str, str] | None = None,
                   mutants: int = DEFAULT_MUTANTS, sensitivity: bool = True,
-                  profile: StepProfile | None = None) -> TaskVerdict:
+                  profile: StepProfile | None = None, grade_pool: bool = False) -> TaskVerdict:
     """`profile`: where each step's count, wall and CPU seconds are added (runtime.accounting);
-    measuring changes nothing a step does."""
+    measuring changes nothing a step does. `grade_pool` (validate.grade_pool, opt-in): the task's
+    grades fork from a zygote (runtime/gradepool.py) where the runtime can, else as without."""
     task_dir = Path(task_dir)
     task_id = task_dir.name
     checks: list[str] = []
@@ -269,6 +271,8 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
             checks.append("build")
             image = build.image
             evidence["image"] = image.meta
+            if grade_pool:
+                runtime = pooled_runtime(runtime, image, stack)
             untouched = None
             try:
                 with step("initial_state"):
@@ -391,7 +395,7 @@ def _sensitivity_check(task_dir: Path, runtime, image, limits: Limits, checks: l
 def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, limits: Limits,
                        decontam_report: Path | None = None, workers: int = 1, oracle_repeats: int = 2,
                        backend: str = "bwrap", mutants: int = DEFAULT_MUTANTS, sensitivity: bool = True,
-                       rootfs: str = "image", profile_path: Path | None = None) -> dict:
+                       rootfs: str = "image", profile_path: Path | None = None, grade_pool: bool = False) -> dict:
     """Validate every task of a shard. Verdicts are checkpointed per task (a rerun after a kill
     re-validates only unfinished tasks); the final verdicts file is written atomically.
 
@@ -420,7 +424,7 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
             verdict = TaskVerdict(task_id, False, "decontamination", dropped_contaminated[task_id])
         else:
             verdict = validate_task(tasks_dir / task_id, runtime, images_dir, limits, oracle_repeats, mutants=mutants,
-                                    sensitivity=sensitivity, profile=profile)
+                                    sensitivity=sensitivity, profile=profile, grade_pool=grade_pool)
         row = verdict.to_dict()
         append_jsonl(checkpoint, row)
         return row

@@ -111,6 +111,8 @@ def sandbox_argv(
     return argv
 
 
+# BwrapSession's default `uid`: a fresh one (session_uid()).
+FRESH_UID = object()
 SANDBOX_UID_BASE = 200_000  # host uids given to sessions when the host runs as root
 SANDBOX_UID_SPAN = 1 << 20
 FSIZE_EXIT = 128 + signal.SIGXFSZ
@@ -199,8 +201,11 @@ class DiskWatch:
 
     INTERVAL = 0.2
 
-    def __init__(self, roots: list[Path], cap_mb: int, pid: int, bounds: trees.Bounds | None = None):
+    def __init__(self, roots: list[Path], cap_mb: int, pid: int | None, bounds: trees.Bounds | None = None,
+                 kill=None):
+        """Kills process group `pid`, or calls `kill()` (a sandbox that is no child of ours)."""
         self.roots, self.cap, self.pid = [Path(r) for r in roots], cap_mb * 1024 * 1024, pid
+        self.kill = kill
         self.bounds = bounds or trees.DEFAULT_BOUNDS
         self.hit = False
         self.reason: str | None = None
@@ -230,8 +235,11 @@ class DiskWatch:
                 continue
             self.hit, self.reason = True, why
             try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+                if self.kill is not None:
+                    self.kill()
+                else:
+                    os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, OSError):
                 pass
             return
 
@@ -384,7 +392,13 @@ class BwrapSession(Session):
     files the agent's processes never could.
     """
 
-    def __init__(self, image: Image, limits: Limits, work_root: Path | None = None):
+    # Set by runtime.gradepool.GradePool.start: grades in this session fork a grader from that
+    # pool's zygote (verifier._run_grader); None: every grade starts its own grader.
+    grade_pool = None
+
+    def __init__(self, image: Image, limits: Limits, work_root: Path | None = None, *, uid=FRESH_UID):
+        """`uid`: the host uid the session's sandboxes run as; by default a fresh one per session
+        (session_uid). A grade pool passes its own, which its zygote's grades run as."""
         if not image.rootfs:
             raise TermforgeError(f"task {image.task_id}: the image names no root filesystem (rebuild it)")
         self.image = image
@@ -396,7 +410,7 @@ class BwrapSession(Session):
         self.cleanup_problems: list[str] = []
         self.workdir = Path(tempfile.mkdtemp(prefix=f"tf-{image.task_id}-", dir=work_root))
         try:
-            self.uid = session_uid()
+            self.uid = session_uid() if uid is FRESH_UID else uid
             _check_reachable(self.workdir, self.uid)
             self.layer = self.workdir / "app"
             problems = trees.copy_tree(image.path / "layer", self.layer,
@@ -665,8 +679,9 @@ class BwrapRuntime(Runtime):
         meta = read_json(meta_path)
         return self._image(meta_path.parent, meta, resolve_rootfs(meta, f"task {task_id}", self.image_cache, self.log))
 
-    def start(self, image: Image, limits: Limits | None = None) -> BwrapSession:
-        return BwrapSession(image, limits or Limits(), self.work_root)
+    def start(self, image: Image, limits: Limits | None = None, *, work_root: Path | None = None,
+              uid=FRESH_UID) -> BwrapSession:
+        return BwrapSession(image, limits or Limits(), work_root or self.work_root, uid=uid)
 
 
 def resolve_rootfs(meta: dict, where: str, image_cache=None, log=print) -> str:
