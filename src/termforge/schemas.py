@@ -121,7 +121,8 @@ VERDICTS = _obj({"shard": _STR, "tasks_dir": _STR,
 # The validate stage's per-step profile (runtime.accounting.StepProfile; a log of what each
 # validation step cost, read by the report's cost section).
 VALIDATE_PROFILE = _obj({"steps": _map(_obj({"count": _COUNT, "wall_s": _NUM, "cpu_s": _NUM},
-                                            {"sandboxes": _COUNT, "cpu_unmeasured_sandboxes": _COUNT}))},
+                                            {"host_cpu_s": _NUM, "sandboxes": _COUNT,
+                                             "cpu_unmeasured_sandboxes": _COUNT}))},
                         {"shard": _STR, "tasks": _COUNT, "workers": _COUNT})
 CORPUS_MANIFEST = _obj({"kept": _ID_LIST, "tasks_dir": _STR_N},
                        {"dropped": _rows(_obj({"task_id": _ID}, {"stage": _STR, "reason": _STR})),

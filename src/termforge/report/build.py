@@ -714,13 +714,13 @@ class _Builder:
         for p in self.validate_profiles:
             profile.merge(p["steps"])
             tasks += p.get("tasks", 0)
-        rows = [[r["step"], r["count"], r["wall_s"], r["cpu_s"], r["cpu_share"], r["sandboxes"]]
+        rows = [[r["step"], r["count"], r["wall_s"], r["cpu_s"], r["host_cpu_s"], r["cpu_share"], r["sandboxes"]]
                 for r in profile_table(profile.to_dict())]
         total_cpu = rows[-1][3]
         if tasks and total_cpu:
             self.facts["validation tasks per core-hour"] = tasks * 3600 / total_cpu
-        self.add_table(sec, Table("validation_steps", ["validation step", "count", "wall s", "CPU s", "CPU share",
-                                                       "sandboxes"], rows,
+        self.add_table(sec, Table("validation_steps", ["validation step", "count", "wall s", "CPU s", "of it host CPU s",
+                                                       "CPU share", "sandboxes"], rows,
                                   f"Validation cost per step ({tasks} tasks validated; CPU includes the sandboxes', "
                                   f"from results/logs/validate/*.profile.json)"))
         return sec

@@ -239,11 +239,12 @@ class StepProfile:
         finally:
             wall = time.monotonic() - t0
             with self._lock:
-                row = self.steps.setdefault(name, {"count": 0, "wall_s": 0.0, "cpu_s": 0.0, "sandboxes": 0,
-                                                   "cpu_unmeasured_sandboxes": 0})
+                row = self.steps.setdefault(name, {"count": 0, "wall_s": 0.0, "cpu_s": 0.0, "host_cpu_s": 0.0,
+                                                   "sandboxes": 0, "cpu_unmeasured_sandboxes": 0})
                 row["count"] += 1
                 row["wall_s"] += wall
                 row["cpu_s"] += meter.cpu
+                row["host_cpu_s"] = row.get("host_cpu_s", 0.0) + meter.host
                 row["sandboxes"] += meter.sandboxes
                 row["cpu_unmeasured_sandboxes"] += meter.unmeasured
 
@@ -267,21 +268,24 @@ def profile_table(steps: dict[str, dict]) -> list[dict]:
     cpu_total = sum(r["cpu_s"] for r in steps.values()) or 1e-12
     wall_total = sum(r["wall_s"] for r in steps.values()) or 1e-12
     rows = [{"step": name, "count": r["count"], "wall_s": r["wall_s"], "cpu_s": r["cpu_s"],
+             "host_cpu_s": r.get("host_cpu_s", 0.0),
              "cpu_share": r["cpu_s"] / cpu_total, "wall_share": r["wall_s"] / wall_total,
              "sandboxes": r.get("sandboxes", 0), "cpu_unmeasured_sandboxes": r.get("cpu_unmeasured_sandboxes", 0)}
             for name, r in steps.items()]
     rows.sort(key=lambda r: -r["cpu_s"])
     rows.append({"step": "total", "count": sum(r["count"] for r in rows), "wall_s": sum(r["wall_s"] for r in rows),
-                 "cpu_s": sum(r["cpu_s"] for r in rows), "cpu_share": 1.0, "wall_share": 1.0,
+                 "cpu_s": sum(r["cpu_s"] for r in rows), "host_cpu_s": sum(r["host_cpu_s"] for r in rows),
+                 "cpu_share": 1.0, "wall_share": 1.0,
                  "sandboxes": sum(r["sandboxes"] for r in rows),
                  "cpu_unmeasured_sandboxes": sum(r["cpu_unmeasured_sandboxes"] for r in rows)})
     return rows
 
 
 def format_profile(steps: dict[str, dict]) -> str:
-    lines = [f"{'step':24} {'count':>6} {'wall s':>9} {'CPU s':>9} {'CPU share':>9} {'sandboxes':>9}"]
+    lines = [f"{'step':24} {'count':>6} {'wall s':>9} {'CPU s':>9} {'of it host':>10} {'CPU share':>9} "
+             f"{'sandboxes':>9}"]
     for r in profile_table(steps):
-        lines.append(f"{r['step']:24} {r['count']:>6} {r['wall_s']:>9.2f} {r['cpu_s']:>9.2f} "
+        lines.append(f"{r['step']:24} {r['count']:>6} {r['wall_s']:>9.2f} {r['cpu_s']:>9.2f} {r['host_cpu_s']:>10.2f} "
                      f"{100 * r['cpu_share']:>8.1f}% {r['sandboxes']:>9}")
     return "\n".join(lines)
 
