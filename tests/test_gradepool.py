@@ -246,3 +246,24 @@ def test_process_attacks_score_zero_with_a_finding_through_the_pool(program_task
     assert POOL_ROUTES[name] != PROCESS_ROUTES[name] or name != "kill_grader"
     verdict = _pooled_agent(program_task, plant_script(program_task[2], False, {name: POOL_ROUTES[name]}))
     assert verdict.reward == 0.0 and any(PROCESS_EVIDENCE[name] in f for f in verdict.findings), verdict.to_dict()
+
+
+@pytest.mark.parametrize("fixture", ["program_task", "task"])
+def test_mutants_seeded_from_one_oracle_run_grade_as_with_an_oracle_run_each(fixture, request, monkeypatch):
+    import termforge.verifier as verifier
+    from termforge.quality.mutation import mutation_probe
+
+    task, image = request.getfixturevalue(fixture)[:2]
+    calls = []
+    real = verifier.run_oracle
+    monkeypatch.setattr(verifier, "run_oracle", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    plain = mutation_probe(task, BwrapRuntime(), image, LIMITS, 4)
+    oracle_runs_plain, calls[:] = len(calls), []
+    with ExitStack() as stack:
+        pooled = pooled_runtime(BwrapRuntime(), image, stack)
+        seeded = mutation_probe(task, pooled, image, LIMITS, 4, seed_from_oracle=True)
+    assert plain and oracle_runs_plain == 1 + len(plain)
+    assert len(calls) == 1  # the mutants' sessions got a copy of the one oracle run's /app
+    assert [(r["name"], r["reward"], r["ok"], r["reason"]) for r in seeded] == \
+        [(r["name"], r["reward"], r["ok"], r["reason"]) for r in plain]
+    assert all(r["ok"] for r in seeded)

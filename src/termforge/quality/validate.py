@@ -338,7 +338,8 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
                 checks.append(f"probe:{name}")
             if mutants:
                 with step("mutation"):
-                    _mutation_check(task_dir, runtime, image, limits, mutants, checks, evidence)
+                    _mutation_check(task_dir, runtime, image, limits, mutants, checks, evidence,
+                                    seed_from_oracle=grade_pool)
             if sensitivity:
                 with step("input_sensitivity"):
                     _sensitivity_check(task_dir, runtime, image, limits, checks, evidence, collected)
@@ -350,10 +351,10 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
 
 
 def _mutation_check(task_dir: Path, runtime, image, limits: Limits, limit: int, checks: list[str],
-                    evidence: dict) -> None:
+                    evidence: dict, seed_from_oracle: bool = False) -> None:
     """A verifier that accepts a wrong output (or rejects one the instruction allows) drops the task."""
     try:
-        results = mutation_probe(task_dir, runtime, image, limits, limit)
+        results = mutation_probe(task_dir, runtime, image, limits, limit, seed_from_oracle=seed_from_oracle)
     except RuntimeError as exc:
         raise _Fail("mutation", f"the mutation probe could not run: {exc}") from None
     evidence["mutation"] = [{k: r[k] for k in ("name", "expect", "reward", "ok")} for r in results]
