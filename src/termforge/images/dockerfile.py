@@ -208,16 +208,21 @@ def build_dockerfile(context: str | os.PathLike, dockerfile: str | os.PathLike, 
     return built
 
 
-def _base_store_ref(base, cache) -> tuple[str, dict]:
-    """The base as the image store holds it (ensure_base registered it): its oci: reference and
-    its config."""
+def _base_layout(base, cache, dest: Path) -> tuple[str, dict]:
+    """The base as the image store holds it (ensure_base registered it), copied into its own OCI
+    layout at `dest` (blobs hard-linked), where the build's namespace can read it wherever the
+    store lies: its oci: reference there and its config."""
     from termforge.images.store import ImageStore, image_store_dir, register_base
 
     store = ImageStore(image_store_dir(None, cache))
     image = store.find_label("org.termforge.base.key", base.key)
     if image is None:
         image = register_base(base, store)[0]
-    return f"oci:{store.root}:{image.name}", image.config
+    ImageStore(dest).copy_image(store, image.name, as_name="base")
+    for d in (dest, *dest.rglob("*")):
+        if d.is_dir():
+            os.chmod(d, 0o755)
+    return f"oci:{dest}:base", image.config
 
 
 def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout: float,
@@ -227,7 +232,6 @@ def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout
 
     start = time.monotonic()
     userns, owner = _userns()
-    base_ref, base_config = _base_store_ref(base, cache)
     work = Path(tempfile.mkdtemp(prefix=f"tf-buildah-{key[:8]}-", dir=stage.parent))
     try:
         try:
@@ -251,8 +255,9 @@ def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout
             os.chown(storage, *owner)
             for sub in ("root", "run"):
                 os.chown(storage / sub, *owner)
-        # Linked after the chown (which would otherwise reach the store's blob through the link).
+        # Linked after the chown (which would otherwise reach the store's blobs through the links).
         _link(base.layer, _blob(layout, base.digest))
+        base_ref, base_config = _base_layout(base, cache, work / "base")
         tag = f"localhost/termforge-build:{key}"
         argv = ["unshare", *userns, "--net", "--mount", "--pid", "--fork", "--kill-child",
                 "bash", "-c", BUILD_SCRIPT, "build", str(work), str(storage), base_ref,
