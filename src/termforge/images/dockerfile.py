@@ -63,7 +63,7 @@ B=(buildah --root "$S/root" --runroot "$S/run" --storage-driver overlay)
 if ! "${B[@]}" inspect --type image "$BASE_NAME" >/dev/null 2>&1; then
   skopeo --policy="$W/policy.json" copy --quiet "$BASE_REF" "containers-storage:[overlay@$S/root+$S/run]$BASE_NAME"
 fi
-echo "+ buildah bud --isolation chroot --pull=never --from $BASE_REF (offline)"
+echo "+ buildah bud --isolation chroot --pull=never --from $BASE_NAME (offline, the base from the image store)"
 status=0
 "${B[@]}" bud --isolation chroot --pull=never --layers=false --timestamp 0 --signature-policy "$W/policy.json" \
   --from "$BASE_NAME" -f "$W/Dockerfile" -t "$TAG" "$W/context" 2>&1 || status=$?
