@@ -179,7 +179,7 @@ def build_dockerfile(context: str | os.PathLike, dockerfile: str | os.PathLike, 
                      what: str = "") -> DockerfileImage:
     """Build `dockerfile` with `context` on `base` (a termforge.images BuiltBase), offline; the
     cached build when the same Dockerfile, context and base were built before."""
-    from termforge.images.build import _locked, _mkdirs
+    from termforge.images.build import _check_reachable, _locked, _mkdirs
 
     context, dockerfile = Path(context), Path(dockerfile)
     text = dockerfile.read_text(encoding="utf-8")
@@ -190,6 +190,10 @@ def build_dockerfile(context: str | os.PathLike, dockerfile: str | os.PathLike, 
     check_tools()
     root = _cache_dir(cache)
     _mkdirs(root)
+    try:
+        _check_reachable(root)  # the build's namespace root is an unprivileged uid of the host too
+    except TermforgeError as exc:
+        raise DockerfileError(str(exc)) from None
     what = what or str(context)
     with _locked(root.parent / "locks" / f"dockerfile-{key}.lock", f"the Dockerfile of {what}", log):
         found = find_built(key, cache)
