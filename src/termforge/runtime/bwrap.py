@@ -692,6 +692,15 @@ def resolve_rootfs(meta: dict, where: str, image_cache=None, log=print) -> str:
 
     if meta.get("rootfs") == HOST_ROOTFS:
         return HOST_ROOTFS
+    if meta.get("rootfs") == "dockerfile":  # a Harbor task built by buildah (termforge.images.dockerfile)
+        from termforge.images.dockerfile import find_built
+
+        key = (meta.get("dockerfile") or {}).get("key", "")
+        built = find_built(key, image_cache) if key else None
+        if built is None:
+            raise TermforgeError(f"{where}: its Dockerfile build {key or '?'} is no longer in the image cache; "
+                                 "rebuild the task image")
+        return str(built.rootfs)
     base, request = meta.get("base"), meta.get("base_request")
     if not base or not request:
         raise TermforgeError(f"{where}: the image predates base images; rebuild it (termforge build-images)")
