@@ -263,7 +263,8 @@ def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout
         _link(base.layer, _blob(layout, base.digest))
         base_ref, base_config = _base_layout(base, cache, work / "base")
         tag = f"localhost/termforge-build:{key}"
-        argv = ["unshare", *userns, "--net", "--mount", "--pid", "--fork", "--kill-child",
+        # --mount-proc: RUN steps see the build's own pid namespace in /proc, not the host's processes.
+        argv = ["unshare", *userns, "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
                 "bash", "-c", BUILD_SCRIPT, "build", str(work), str(storage), base_ref,
                 f"localhost/termforge-base:{base.key}", tag]
         log(f"images: building the Dockerfile of {what} with buildah (offline) ...")
