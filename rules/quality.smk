@@ -36,7 +36,10 @@ rule validate:
     params:
         options=params_of("validate"),
     log:
-        "results/logs/validate/{shard}.log",
+        log="results/logs/validate/{shard}.log",
+        # Per-step count, wall and CPU seconds (the report's validation-cost table): a log, not
+        # data, as the verdicts are the same bytes however long the steps took.
+        profile="results/logs/validate/{shard}.profile.json",
     benchmark:
         "results/benchmarks/validate/{shard}.tsv"
     threads: CPU_THREADS
@@ -46,7 +49,8 @@ rule validate:
         runtime=CPU_RUNTIME,
     shell:
         "termforge validate --params {params.options:q} --manifest {input.manifest} "
-        "--images-dir results/images --decontam {input.decontam} --out {output.verdicts} 2>&1 | tee {log}"
+        "--images-dir results/images --decontam {input.decontam} --out {output.verdicts} "
+        "--profile {log.profile} 2>&1 | tee {log.log}"
 
 
 rule review:

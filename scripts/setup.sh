@@ -27,6 +27,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# Dockerfile builds (buildah) run as root of a user namespace mapped to a subordinate id range,
+# never as the host's root: give root one when it has none.
+if [ "$(id -u)" = 0 ]; then
+  for f in /etc/subuid /etc/subgid; do
+    grep -q '^root:' "$f" 2>/dev/null || { echo "root:1500000:65536" >> "$f"; echo "setup: added root:1500000:65536 to $f"; }
+  done
+fi
+
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=".venv/.termforge-$(cat envs/requirements.txt pyproject.toml | sha256sum | cut -c1-16)"

@@ -562,6 +562,44 @@ def _tb_copy(root: Path, name: str, new_name: str, test_sh_prefix: str = "", ext
     return d
 
 
+def test_a_tb_dockerfile_build_cannot_reach_the_host_or_the_network(tmp_path):
+    """A third-party Dockerfile's RUN steps are task code: buildah runs them as root of a user
+    namespace mapped to unprivileged ids (never the host's root), with no network, in a chroot of
+    the image, in a pid namespace of their own (no host process or its command line is visible);
+    what they write lands in the image, never on the host."""
+    import shutil
+    import subprocess
+
+    task_dir = tmp_path / "tb-hostile-build"
+    shutil.copytree(TB_MINI / "log-error-summary", task_dir)
+    marker = f"/tmp/tf-build-escape-{os.getpid()}"
+    canary = f"tf-host-process-canary-{os.getpid()}"  # grep'd as ...-123[4]: no build command line holds it
+    dockerfile = task_dir / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + (
+        f"RUN echo pwned > {marker}; cp /proc/self/uid_map /app/uid_map; "
+        "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' > /app/ifaces; "
+        "(ls /work /root/.cache 2>&1 || true) > /app/host_view; "
+        f"(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c {canary[:-1]}[{canary[-1]}] || true) > /app/host_procs\n"))
+    from termforge.evals.harbor_tasks import load_harbor_task
+
+    # A host process whose command line a build that sees the host's processes would find.
+    host_process = subprocess.Popen(["bash", "-c", f"exec -a {canary} sleep 600"])
+    try:
+        built = build_harbor_image(load_harbor_task(task_dir), tmp_path / "images")
+    finally:
+        host_process.kill()
+        host_process.wait()
+    assert built.ok, built.reason
+    layer = built.image.path / "layer"
+    inside, outside, _count = (layer / "uid_map").read_text().split()
+    assert inside == "0" and (os.geteuid() != 0 or outside != "0"), "the build ran as the host's root"
+    assert (layer / "ifaces").read_text().split() == ["lo"], "the build had a network"
+    view = (layer / "host_view").read_text().splitlines()
+    assert len(view) == 2 and all("No such file or directory" in line for line in view), view
+    assert not Path(marker).exists(), "the build wrote the host's /tmp"
+    assert (layer / "host_procs").read_text().split() == ["0"], "the build saw the host's processes"
+
+
 @pytest.fixture(scope="module")
 def tb_tasks(tmp_path_factory):
     from termforge.evals.harbor_tasks import load_harbor_task

@@ -38,10 +38,11 @@ SMOKE = {
     "bench_terminal_learning.py": ["--quick", "--threads", "1"],
     "bench_terminal_step.py": ["--tiny", "--prompts", "2", "--max-new-tokens", "4", "--micro-batch", "2",
                                "--steps", "1"],
+    "bench_validate.py": ["--families", "log_level_filter", "--tasks", "1", "--mutants", "1"],
 }
 NEEDS_SANDBOX = {"bench_attacks.py", "bench_compose.py", "bench_generate.py", "bench_harness.py", "bench_images.py",
-                 "bench_mutation.py",
-                 "bench_scale.py", "bench_terminal_cpu.py", "bench_terminal_learning.py"}
+                 "bench_mutation.py", "bench_scale.py", "bench_terminal_cpu.py", "bench_terminal_learning.py",
+                 "bench_validate.py"}
 
 
 def test_every_bench_script_has_a_smoke_run():

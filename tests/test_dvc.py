@@ -210,7 +210,8 @@ def test_make_run_leaves_one_state_for_dvc_and_snakemake(tmp_path):
     _run(["git", "add", "-A"], repo)
     _run(["git", "commit", "-qm", "baseline"], repo)
     exp = _run([dvc, "exp", "run", "-S", "config.yaml:train.learning_rate=1e-5", "-n", "lr1e-5"], repo)
-    assert _ran_stages(exp) == {"train", "eval", "report"}, exp[-3000:]
+    # The verifiers export too: its prime-rl configs carry the training settings (dvcgen.DVC_STAGES).
+    assert _ran_stages(exp) == {"train", "verifiers", "eval", "report"}, exp[-3000:]
     for stage in ("data", "quality", "solve", "hints"):
         assert f"Stage '{stage}' didn't change, skipping" in exp
     # Snakemake's own account: the trained policy's jobs re-ran, no data job did.

@@ -553,3 +553,48 @@ def _from_store(tmp_path: Path, reachable: Path) -> None:
     absent = by_task["from-nowhere"]
     assert absent.reward is None and absent.error_kind == "environment"
     assert "base image example/absent:1 is not in termforge's image store" in absent.exception_message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="applying layers chroots into the tree (root)")
+def test_buildah_layers_apply_over_a_hard_linked_base_without_writing_through(tmp_path):
+    """A Dockerfile build's root filesystem is the base's, hard-linked, with the build's layers
+    applied (termforge.images.layers): whiteouts and opaque directories honoured, a changed file
+    replaced, so the base's copy (the same inode) never changes; a layer's absolute symlink
+    resolves inside the tree."""
+    import io
+    import tarfile
+
+    base = tmp_path / "base"
+    (base / "etc").mkdir(parents=True)
+    (base / "etc" / "conf").write_text("base\n")
+    (base / "gone").write_text("x\n")
+    (base / "opaque").mkdir()
+    (base / "opaque" / "old").write_text("old\n")
+    rootfs = tmp_path / "rootfs"
+    subprocess.run(["cp", "-al", str(base), str(rootfs)], check=True)
+    assert (rootfs / "etc" / "conf").stat().st_ino == (base / "etc" / "conf").stat().st_ino
+    layer = tmp_path / "layer.tar"
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "conf").write_text("built\n")
+    (files / "new").write_text("new\n")
+    (files / "empty").write_text("")
+    with tarfile.open(layer, "w") as tar:
+        tar.add(files / "conf", "etc/conf")
+        tar.add(files / "empty", ".wh.gone")
+        tar.add(files / "empty", "opaque/.wh..wh..opq")
+        tar.add(files / "new", "opaque/new")
+        link = tarfile.TarInfo("link")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc"
+        tar.addfile(link)
+        through = tarfile.TarInfo("link/through")
+        through.size = 4
+        tar.addfile(through, io.BytesIO(b"via\n"))
+    res = subprocess.run([sys.executable, "-m", "termforge.images.layers", str(rootfs), str(layer)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert (rootfs / "etc" / "conf").read_text() == "built\n" and (base / "etc" / "conf").read_text() == "base\n"
+    assert not (rootfs / "gone").exists() and (base / "gone").exists()
+    assert sorted(os.listdir(rootfs / "opaque")) == ["new"] and (base / "opaque" / "old").exists()
+    assert (rootfs / "etc" / "through").read_text() == "via\n"  # the image's /etc, not the host's
+    assert not Path("/etc/through").exists()

@@ -251,6 +251,22 @@ def test_cost_per_rule_from_benchmark_files(partial):
                                          "corpus_manifest", "solve", "passk"}
 
 
+def test_validation_cost_per_step_from_the_validate_profiles(partial):
+    _, out, _, text = partial
+    rows = {r["validation step"]: r for r in read_csv(out / "tables" / "validation_steps.csv")}
+    profile = json.loads((FIXTURE / "logs" / "validate" / "00000.profile.json").read_text())["steps"]
+    assert set(rows) == set(profile) | {"total"}
+    total_cpu = sum(s["cpu_s"] for s in profile.values())
+    for name, step in profile.items():
+        assert int(rows[name]["count"]) == step["count"]
+        assert float(rows[name]["CPU s"]) == pytest.approx(step["cpu_s"])
+        assert float(rows[name]["CPU share"]) == pytest.approx(step["cpu_s"] / total_cpu, abs=1e-5)
+    assert float(rows["total"]["CPU s"]) == pytest.approx(total_cpu)
+    # Largest CPU first: where to look for the next speed-up.
+    assert list(rows)[0] == "reward_hack_probe" and list(rows)[-1] == "total"
+    assert "Validation cost per step" in text
+
+
 def read_csv_tsv(path: Path) -> dict:
     with open(path, newline="") as fh:
         return next(csv.DictReader(fh, delimiter="\t"))

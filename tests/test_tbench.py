@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 from conftest import needs_bwrap
 from termforge.errors import TermforgeError
 from termforge.evals.harbor_tasks import (HarborTaskError, build_harbor_image, load_harbor_dir, load_harbor_task,
-                                          parse_dockerfile, plan_dockerfile)
+                                          parse_dockerfile, plan_dockerfile, start_harbor_session)
 from termforge.evals.tbench import (AgentInfraError, harbor_command, noop_agent, oracle_agent, parse_harbor_job,
                                     run_harbor, run_native)
 from termforge.io import read_json
 from termforge.metrics import pass_at_k
+from termforge.runtime.base import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 TB_MINI = ROOT / "benchmarks" / "tb-mini"
@@ -141,8 +142,8 @@ BAD_ENVIRONMENTS = {
                         "tf-no-such-package-zz\nWORKDIR /app\n", "tf-no-such-package-zz"),
     "copy-outside-app": ("FROM debian:bookworm-slim\nWORKDIR /app\nCOPY server.log /usr/local/bin/tool\n",
                          "/usr/local/bin/tool is outside /app"),
-    "run-writes-etc": ("FROM debian:bookworm-slim\nWORKDIR /app\nRUN echo x > /etc/tf-evil\n",
-                       "tried to write outside /app"),
+    "run-fails": ("FROM debian:bookworm-slim\nWORKDIR /app\nRUN echo tf-log-marker-42 && exit 3\n",
+                  "tf-log-marker-42"),
     "alpine-base": ("FROM alpine:3.19\nWORKDIR /app\n",
                     "base image alpine:3.19 is not in termforge's image store; add it with `termforge images add"),
     "pip-install": ("FROM debian:bookworm-slim\nRUN pip install --no-cache-dir requests\nWORKDIR /app\n",
@@ -265,10 +266,14 @@ def test_dockerfile_plan_keeps_real_commands_and_drops_apt(tmp_path):
 
 
 @needs_bwrap
-def test_build_runs_steps_in_the_sandbox_and_caches(tmp_path):
+def test_build_runs_the_dockerfile_in_buildah_and_caches(tmp_path):
+    """The Dockerfile is built by buildah as Docker would build it (RUN as the image's root, files
+    outside /app land in the image, never on the host), and a second build is the cached one."""
+    probe = f"/etc/tf-build-probe-{os.getpid()}"
     task = load_harbor_task(_task(tmp_path, "steps", (
         "FROM debian:bookworm-slim\nRUN apt-get install -y python3 python3-pytest\nENV GREETING=hello\nWORKDIR /app/work\nCOPY server.log /tmp/stage/\n"
         "RUN cp /tmp/stage/server.log . && echo \"$GREETING $(id -u)\" > greeting.txt && rm -r /tmp/stage\n"
+        f"RUN echo in-the-image > {probe}\n"
         "ADD bundle.tar /app/vendor/\n"), {}))
     import tarfile
 
@@ -279,11 +284,20 @@ def test_build_runs_steps_in_the_sandbox_and_caches(tmp_path):
     built = build_harbor_image(task, tmp_path / "images")
     assert built.ok, built.reason
     layer = built.image.path / "layer"
-    assert (layer / "work" / "greeting.txt").read_text() == "hello 1000\n"
+    assert (layer / "work" / "greeting.txt").read_text() == "hello 0\n"  # RUN as root, as under Docker
     assert (layer / "work" / "server.log").exists() and (layer / "vendor" / "lib" / "member.txt").exists()
     assert (layer / "vendor" / "lib" / "member.txt").stat().st_uid == os.getuid()
     assert built.image.meta["workdir"] == "/app/work" and built.image.meta["env"] == {"GREETING": "hello"}
-    assert build_harbor_image(task, tmp_path / "images").cached
+    assert (Path(built.image.rootfs) / probe.lstrip("/")).read_text() == "in-the-image\n"
+    assert not Path(probe).exists()
+    meta = read_json(built.image.path / "image.json")
+    assert meta["rootfs"] == "dockerfile" and meta["image_digest"].startswith("sha256:")
+    assert meta["image_digest"] == meta["dockerfile"]["manifest_digest"]
+    with start_harbor_session(built.image, Limits(wall_sec=60, cpu_sec=30, memory_mb=2048)) as session:
+        res = session.exec(f"cat {probe} greeting.txt && pwd")
+        assert res.ok and res.stdout == "in-the-image\nhello 0\n/app/work\n", res.stdout + res.stderr
+    again = build_harbor_image(task, tmp_path / "images")
+    assert again.ok and again.cached and again.image.rootfs == built.image.rootfs
 
 
 # -- pass@k ---------------------------------------------------------------------------------------

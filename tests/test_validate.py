@@ -11,6 +11,7 @@ from termforge.generate.families import all_families, family_by_name
 from termforge.generate.procedural import generate_task
 from termforge.io import atomic_write_json, read_json
 from termforge.quality.validate import run_validate_shard, static_checks, validate_task, write_corpus_manifest
+from termforge.runtime.accounting import own_cgroup_dir
 from termforge.runtime.base import Limits
 from termforge.runtime.bwrap import BwrapRuntime
 
@@ -151,9 +152,19 @@ def test_validation_resumes_from_checkpoint(tmp_path):
     planted = {"task_id": tasks[0].name, "kept": False, "stage": "planted", "reason": "from checkpoint",
                "checks": [], "evidence": {}}
     (tmp_path / "verdicts.json.partial.jsonl").write_text(json.dumps(planted) + "\n{\"task_id\": \"tf-torn")
-    result = run_validate_shard(manifest, out, tmp_path / "images", LIMITS)
+    profile = tmp_path / "profile.json"
+    result = run_validate_shard(manifest, out, tmp_path / "images", LIMITS, profile_path=profile)
     stages = [v["stage"] for v in result["verdicts"]]
     assert stages == ["planted", "kept", "kept"]  # the finished verdict was not redone
+    # The per-step profile covers the tasks this run validated (not the resumed one), and is kept
+    # out of the verdicts file.
+    prof = read_json(profile)
+    assert prof["tasks"] == 2 and "profile" not in read_json(out)
+    assert prof["steps"]["oracle"]["count"] == 4 and prof["steps"]["reward_hack_probe"]["count"] == 10
+    assert prof["steps"]["mutation"]["sandboxes"] > 0 and prof["steps"]["oracle"]["wall_s"] > 0
+    if own_cgroup_dir() is not None:  # sandbox CPU is measured where a cgroup can be made
+        assert all(s["cpu_unmeasured_sandboxes"] == 0 for s in prof["steps"].values())
+        assert prof["steps"]["oracle"]["cpu_s"] > 0
     assert not (tmp_path / "verdicts.json.partial.jsonl").exists()
     corpus = write_corpus_manifest([out], tmp_path / "corpus.json")
     assert corpus["counts"] == {"total": 3, "kept": 2, "dropped": 1, "dropped_by_stage": {"planted": 1}}

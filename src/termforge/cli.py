@@ -318,7 +318,9 @@ def cmd_validate(args) -> int:
                        decontam_report=Path(args.decontam) if args.decontam else None,
                        workers=o["validate.workers"], oracle_repeats=o["validate.oracle_repeats"],
                        backend=o["runtime.backend"], mutants=o["validate.mutants"],
-                       sensitivity=o["validate.input_sensitivity"], rootfs=o["runtime.rootfs"])
+                       sensitivity=o["validate.input_sensitivity"], rootfs=o["runtime.rootfs"],
+                       profile_path=Path(args.profile) if args.profile else None,
+                       grade_pool=o["validate.grade_pool"])
     return 0
 
 
@@ -774,6 +776,7 @@ def build_parser() -> argparse.ArgumentParser:
     output_arg(sp, "--images-dir", dir=True, required=True)
     input_arg(sp, "--decontam", kind="decontam_report", help="decontamination report: its dropped tasks are not validated")
     output_arg(sp, "--out", required=True, help="verdicts JSON")
+    output_arg(sp, "--profile", help="per-step profile JSON (count, wall and CPU seconds per validation step)")
     sp.set_defaults(func=cmd_validate)
 
     sp = stage("review", "rubric review by a judge model of one validated shard's kept tasks")

@@ -33,6 +33,7 @@ import socket
 import threading
 
 from termforge.grading import program
+from termforge.runtime import accounting
 from termforge.grading.grade import GRADER_FD_ENV, HELLO
 
 MAX_MESSAGE = 1 << 20
@@ -65,8 +66,10 @@ class GraderChannel:
         self._stop = threading.Event()
         self._sel = selectors.DefaultSelector()
         self._sel.register(self.host, selectors.EVENT_READ)
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        # finish() wakes the serving thread at once (a poll interval per grade was idle wall time).
+        self._wake, self._waker = socket.socketpair()
+        self._sel.register(self._wake, selectors.EVENT_READ)
+        self._thread = accounting.start_thread(self._serve)
 
     @property
     def env(self) -> dict[str, str]:
@@ -110,26 +113,38 @@ class GraderChannel:
 
     def _poll(self, timeout: float) -> bool:
         events = self._sel.select(timeout)
+        seen = False
         for key, _ in events:
-            if key.fileobj is self.host:
+            if key.fileobj is self._wake:
+                self._sel.unregister(self._wake)  # the stop signal, seen once
+            elif key.fileobj is self.host:
                 self._on_host()
+                seen = True
             else:
                 self._on_private()
-        return bool(events)
+                seen = True
+        return seen
+
+    def _serving(self) -> bool:
+        return any(key.fileobj is not self._wake for key in self._sel.get_map().values())
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            if not self._sel.get_map():
+            if not self._serving():
                 return
-            self._poll(0.1)
-        while self._sel.get_map() and self._poll(0):  # what arrived before the sandbox ended
+            self._poll(1.0)
+        while self._serving() and self._poll(0):  # what arrived before the sandbox ended
             pass
 
     def finish(self) -> dict | None:
         """Stop serving (call after the sandbox exited); the grader's verdict, or None."""
         self._stop.set()
+        try:
+            self._waker.send(b"x")
+        except OSError:
+            pass
         self._thread.join()
-        for s in (self.host, self.boot, self.private):
+        for s in (self.host, self.boot, self.private, self._wake, self._waker):
             if s is not None:
                 s.close()
         self._sel.close()

@@ -53,7 +53,7 @@ STAGE_KEYS: dict[str, tuple[str | When, ...]] = {
                       "decontam.harbor_dirs", "decontam.hf_datasets", "decontam.jsonl"),
     "validate": ("runtime.backend", "runtime.rootfs", "runtime.exec_timeout_sec", "runtime.cpu_sec",
                  "runtime.memory_mb", "runtime.limits", "validate.oracle_repeats", "validate.workers",
-                 "validate.mutants", "validate.input_sensitivity"),
+                 "validate.mutants", "validate.input_sensitivity", "validate.grade_pool"),
     "solve": ("seed", "solve", *_when(("solve.agent", "model"))("models.{solve.model}"), "runtime.backend",
               "runtime.exec_timeout_sec", "runtime.cpu_sec", "runtime.memory_mb", "runtime.limits"),
     "serve_policy": ("serve", "solve.model", "models.{solve.model}"),

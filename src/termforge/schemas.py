@@ -119,6 +119,12 @@ _EVIDENCE = {"type": "object", "properties": {"collected": _STR_LIST}}
 VERDICTS = _obj({"shard": _STR, "tasks_dir": _STR,
                  "verdicts": _rows(_obj({"task_id": _ID, "kept": _BOOL, "stage": _STR, "reason": _STR},
                                         {"evidence": _EVIDENCE, "checks": _STR_LIST}))})
+# The validate stage's per-step profile (runtime.accounting.StepProfile; a log of what each
+# validation step cost, read by the report's cost section).
+VALIDATE_PROFILE = _obj({"steps": _map(_obj({"count": _COUNT, "wall_s": _NUM, "cpu_s": _NUM},
+                                            {"host_cpu_s": _NUM, "sandboxes": _COUNT,
+                                             "cpu_unmeasured_sandboxes": _COUNT}))},
+                        {"shard": _STR, "tasks": _COUNT, "workers": _COUNT})
 CORPUS_MANIFEST = _obj({"kept": _ID_LIST, "tasks_dir": _STR_N},
                        {"dropped": _rows(_obj({"task_id": _ID}, {"stage": _STR, "reason": _STR})),
                         "task_dirs": _map(_STR, _ID),
@@ -388,6 +394,7 @@ KINDS: dict[str, Kind] = {
     "train_metrics": Kind("a training metrics row", "jsonl", TRAIN_METRICS, rows_required=False),
     "policy_server": Kind("a policy server file", "json", POLICY_SERVER),
     "axis_stats": Kind("an axis-balance stats file", "json", AXIS_STATS),
+    "validate_profile": Kind("a validation profile", "json", VALIDATE_PROFILE),
     "passk": Kind("a pass@k table", "json", PASSK),
     "hint_coverage": Kind("a hint coverage file", "json", HINT_COVERAGE),
     "reviews": Kind("a rubric-review file", "json", REVIEWS),

@@ -158,8 +158,15 @@ def _run_grader(session: BwrapSession, tc: _Toolchain, argv: list[str], timeout:
                 env: dict | None, supervised: bool = False) -> _Run:
     channel = GraderChannel()
     try:
-        res = session.exec("", timeout=timeout, env={**VERIFIER_ENV, **(env or {}), **channel.env},
-                           cwd=cwd, binds=tc.binds(), keep_home=False, argv=argv, pass_fds=channel.pass_fds)
+        env = {**VERIFIER_ENV, **(env or {}), **channel.env}
+        pool = getattr(session, "grade_pool", None)
+        # A grade pool (runtime.gradepool) forks the grader from a zygote into a fresh sandbox of
+        # its own; None where it cannot, and then the grader starts the plain way.
+        res = None if pool is None or supervised else pool.run(session, argv, timeout, env, cwd, tc.binds(),
+                                                              channel.boot.fileno())
+        if res is None:
+            res = session.exec("", timeout=timeout, env=env, cwd=cwd, binds=tc.binds(), keep_home=False, argv=argv,
+                               pass_fds=channel.pass_fds)
     finally:
         verdict = channel.finish()
     findings = channel.findings

@@ -6,25 +6,23 @@ multi-step task has steps/<name>/ with each step's instruction (and tests, solut
 task.toml is read as Harbor 0.26 reads it (harbor/models/task/config.py; docs/terminal-bench.md).
 
 The bwrap runtime runs tasks on an image's read-only root filesystem with a private writable
-/app; this builder makes that image by interpreting the Dockerfile:
+/app. That image is the task's own environment/Dockerfile built by buildah, offline
+(termforge.images.dockerfile; docs/images.md "Dockerfile builds"): the built root filesystem is
+/, its /app the task layer. Before building, the Dockerfile is read (plan_dockerfile) for what
+the build needs and for what cannot work offline or under bwrap:
 
 - FROM: resolved to a base image termforge has (termforge.images: a declared base under one of
-  its image names, e.g. debian:bookworm-slim); any other image is an environment error naming it
-  and the command that adds it. One stage only.
+  its image names, e.g. debian:bookworm-slim, or an image of the store); any other image is an
+  environment error naming it and the command that adds it. One stage only.
 - RUN apt-get install ...: the packages make a derived base (the FROM base plus them, built once
-  and shared); apt-get update/clean and `rm -rf /var/lib/apt/lists/*` are dropped.
-- COPY/ADD of files from environment/: copied into the task layer under /app (or into a build
-  scratch /tmp that must be empty again when the build ends); local tar archives given to ADD
-  are extracted, as Docker does.
-- WORKDIR: must be /app or below; it becomes the agent's working directory.
-- ENV/ARG: applied to later RUN steps (ENV is also recorded for the sessions).
-- other RUN commands: run inside a bwrap sandbox (Docker's /bin/sh -c, cwd = WORKDIR) with only
-  /app writable; a write outside /app fails the build with the reason.
-- CMD, ENTRYPOINT, EXPOSE, LABEL, USER, VOLUME, ...: no effect on the task's files; ignored.
+  from the Debian mirror and shared), which buildah builds on, so the offline apt-get finds them.
+- COPY/ADD destinations and WORKDIR must be /app (or a build scratch under /tmp): the agent's
+  writable state is /app.
+- RUN steps that fetch software (pip/curl/git clone...), heredocs, package removal, and a test.sh
+  that installs its own toolchain at verification time are refused up front with the line.
 
-Anything else (multi-stage builds, pip/curl/git downloads, package removal, heredocs, copies outside
-/app, a test.sh that installs its own toolchain at verification time) is an *environment error*:
-the build fails with a reason naming the line, and evaluation counts it apart from rewards 0 and 1.
+Everything refused, and a Dockerfile buildah fails to build (its log tail in the reason), is an
+*environment error*: evaluation counts it apart from rewards 0 and 1.
 """
 
 from __future__ import annotations
@@ -35,9 +33,6 @@ import os
 import posixpath
 import re
 import shlex
-import shutil
-import stat
-import tarfile
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -46,13 +41,12 @@ from pathlib import Path
 from termforge.containment import contained, tree_problem
 from termforge.errors import InputError, TermforgeError, show_path
 from termforge.io import atomic_write_json, publish_dir, read_json, stable_hash, staging_dir
-from termforge.runtime.base import Bind, BuildResult, Image, Limits
+from termforge.runtime.base import BuildResult, Image, Limits
 from termforge.runtime import trees
-from termforge.runtime.bwrap import (HOST_ROOTFS, BwrapSession, image_summary, layer_problem, run_sandboxed, sandbox_argv,
-                                     tree_digest)
+from termforge.runtime.bwrap import HOST_ROOTFS, BwrapSession, image_summary, layer_problem, tree_digest
 
 # Bumped whenever the interpretation of a Dockerfile changes, so cached layers are rebuilt.
-BUILDER_VERSION = "harbor-bwrap-3"
+BUILDER_VERSION = "harbor-buildah-1"
 TASK_ROOT = "/app"
 
 # Harbor's defaults for fields a task.toml leaves out (harbor/models/task/config.py): the verifier
@@ -1032,92 +1026,6 @@ def native_blocker(task: HarborTask) -> str | None:
 
 # -- building -----------------------------------------------------------------------------------
 
-def _host(layer: Path, tmp: Path, sandbox_path: str) -> Path:
-    for prefix, host in ((TASK_ROOT, layer), ("/tmp", tmp)):
-        if sandbox_path == prefix or sandbox_path.startswith(prefix + "/"):
-            return host / sandbox_path[len(prefix):].lstrip("/")
-    raise EnvironmentUnsupported(f"{sandbox_path} is outside {TASK_ROOT}")  # _resolve_dest prevents this
-
-
-def _is_archive(path: Path) -> bool:
-    return path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES) and tarfile.is_tarfile(path)
-
-
-def _extract(archive: Path, dest: Path) -> None:
-    """Unpack a tar archive as ADD does, refusing members that would land outside dest or that
-    are links or devices (Python's "data" filter is not in every 3.11 patch release)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    root = dest.resolve()
-    with tarfile.open(archive) as tar:
-        members = tar.getmembers()
-        for m in members:
-            target = (root / m.name).resolve()
-            if target != root and root not in target.parents:
-                raise EnvironmentUnsupported(f"ADD {archive.name}: member {m.name} would land outside {dest.name}")
-            if not (m.isfile() or m.isdir()):
-                raise EnvironmentUnsupported(f"ADD {archive.name}: member {m.name} is a link or device")
-        for m in members:
-            m.mode = (m.mode | 0o600) & 0o7777
-            # Owned by whoever builds, like every other file of the layer (the sandbox user).
-            m.uid, m.gid, m.uname, m.gname = os.getuid(), os.getgid(), "", ""
-            tar.extract(m, root, set_attrs=True, **({"filter": "fully_trusted"}
-                                                    if hasattr(tarfile, "fully_trusted_filter") else {}))
-
-
-def _no_symlink_on_the_way(base: Path, dest: Path, where: str) -> None:
-    """COPY/ADD write on the host: a destination whose path passes through a symlink a RUN step
-    made (/app/x -> /etc) would write outside the layer, so it is refused (Docker would follow the
-    link inside the container; the host must not)."""
-    cur = base
-    for part in dest.relative_to(base).parts:
-        cur = cur / part
-        try:
-            st = os.lstat(cur)
-        except FileNotFoundError:
-            return
-        if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or cur == dest):
-            raise EnvironmentUnsupported(f"{where}: the destination passes through {cur.relative_to(base)}, "
-                                         "which is not a plain directory (a symlink a RUN step made?)")
-
-
-def _apply_copy(step: CopyStep, layer: Path, tmp: Path) -> None:
-    dest = _host(layer, tmp, step.dest)
-    base = layer if dest == layer or layer in dest.parents else tmp
-    where = f"Dockerfile line {step.lineno} ({step.dest})"
-    _no_symlink_on_the_way(base, dest, where)
-    if not step.sources:  # WORKDIR
-        dest.mkdir(parents=True, exist_ok=True)
-        return
-    for src in step.sources:
-        if step.extract and _is_archive(src):
-            _extract(src, dest)
-            continue
-        if src.is_dir():
-            problems = trees.copy_tree(src, dest, trees.Bounds(seconds=None))
-            if problems:
-                raise EnvironmentUnsupported(f"{where}: copying {src.name} failed: {problems[0]}")
-            if step.chmod is not None:
-                os.chmod(dest, step.chmod)
-                for e in trees.TreeWalk(dest, trees.Bounds(seconds=None)):
-                    if not stat.S_ISLNK(e.st.st_mode):
-                        os.chmod(e.name, step.chmod, dir_fd=e.dir_fd)
-            continue
-        target = dest / src.name if (step.dest_is_dir or dest.is_dir()) else dest
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_symlink():
-            target.unlink()  # replaced, never written through
-        shutil.copy2(src, target)
-        if step.chmod is not None:
-            target.chmod(step.chmod)
-
-
-def _first_line_with(text: str, needles: tuple[str, ...]) -> str | None:
-    for line in text.splitlines():
-        if any(n in line for n in needles):
-            return line.strip()
-    return None
-
-
 def harbor_image_digest(task: HarborTask, base_digest: str = "") -> str:
     """The cache key of a Harbor task's image: its environment/ and the base it builds on."""
     return stable_hash([BUILDER_VERSION, tree_digest(task.environment_dir), task.allow_internet, base_digest], 24)
@@ -1125,11 +1033,15 @@ def harbor_image_digest(task: HarborTask, base_digest: str = "") -> str:
 
 def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits | None = None,
                        timeout: float | None = None, image_cache: str | Path | None = None) -> BuildResult:
-    """Build a Harbor task's environment as a bwrap image (images_dir/<name>/layer + image.json,
-    the layout BwrapRuntime.start expects) on the base image its FROM names. A failure is an
-    environment error: BuildResult.ok is False and reason says why. Content-addressed: an
-    unchanged environment/ on an unchanged base is not rebuilt."""
+    """Build a Harbor task's environment/Dockerfile with buildah, offline, on the base its FROM
+    names (termforge.images.dockerfile), and make the result a bwrap image: the built root
+    filesystem read-only as /, its /app the task layer (images_dir/<name>/layer + image.json, the
+    layout BwrapRuntime.start expects). A failure is an environment error: BuildResult.ok is False
+    and reason says why (buildah's log tail included). Content-addressed twice: the Dockerfile
+    build by Dockerfile + context + base digest in the image cache, and this task image by
+    environment/ + base digest, so an unchanged task is not rebuilt."""
     from termforge.images import ensure_task_base
+    from termforge.images.dockerfile import DockerfileError, build_dockerfile, find_built
 
     start = time.monotonic()
 
@@ -1142,6 +1054,8 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
     except EnvironmentUnsupported as exc:
         return fail(str(exc))
     check_base_image(plan.base_image)
+    # The Dockerfile's apt-get install packages go into a derived base (built once from the Debian
+    # mirror, shared): the offline build's apt-get install then finds them installed.
     request = {"base": plan.base_image, "apt_packages": sorted(set(plan.apt_packages))}
     try:
         base = ensure_task_base(request["base"], request["apt_packages"], image_cache)
@@ -1152,66 +1066,52 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
     meta_path = final / "image.json"
     if meta_path.exists():
         meta = read_json(meta_path)
-        if meta.get("digest") == digest and meta.get("backend") == "bwrap":
+        built = find_built((meta.get("dockerfile") or {}).get("key", ""), image_cache)
+        if meta.get("digest") == digest and meta.get("backend") == "bwrap" and built is not None:
             log = (final / "build.log").read_text() if (final / "build.log").exists() else ""
-            return BuildResult(True, _image(task, final, meta, str(base.rootfs)), "cached", log, 0.0, cached=True)
+            return BuildResult(True, _image(task, final, meta, str(built.rootfs)), "cached", log, 0.0, cached=True)
     timeout = float(timeout or task.build_timeout_sec)
     limits = limits or Limits(wall_sec=timeout, cpu_sec=int(timeout),
                               memory_mb=max(task.memory_mb or 0, NATIVE_MEMORY_MB))
-    stage = staging_dir(final)
-    layer, tmp, home, logs = stage / "layer", stage / "tmp", stage / "home", stage / "logs"
-    for d in (layer, tmp, home, logs):
-        d.mkdir()
-    log_lines = [f"# {BUILDER_VERSION}: FROM {plan.base_image} = base {base.record['name']} {base.digest[:19]}"
-                 f" (apt packages {request['apt_packages']})"]
+    header = (f"# {BUILDER_VERSION}: FROM {plan.base_image} = base {base.record['name']} {base.digest[:19]}"
+              f" (apt packages {request['apt_packages']})")
     try:
-        for step in plan.steps:
-            if isinstance(step, CopyStep):
-                _apply_copy(step, layer, tmp)
-                continue
-            remaining = timeout - (time.monotonic() - start)
-            if remaining <= 0:
-                return fail(f"build timed out after {timeout:.0f}s", "\n".join(log_lines))
-            # /logs exists at run time (Harbor mounts it); writes there while building are dropped.
-            argv = sandbox_argv(layer, step.argv, rootfs=base.rootfs, binds=[Bind(logs, "/logs", writable=True)],
-                                env=step.env, cwd=step.cwd, allow_network=False, tmp_dir=tmp, home_dir=home)
-            res = run_sandboxed(argv, remaining, limits)
-            log_lines.append(f"$ RUN {step.text}  (line {step.lineno}, exit {res.exit_code}, "
-                             f"{res.duration_sec:.2f}s)\n{res.stdout}{res.stderr}")
-            where = f"Dockerfile line {step.lineno} (RUN)"
-            outside = _first_line_with(res.stderr, ("Read-only file system", "Permission denied",
-                                                    "Operation not permitted"))
-            if res.timed_out:
-                return fail(f"{where} timed out after {remaining:.0f}s", "\n".join(log_lines))
-            if outside:
-                return fail(f"{where} tried to write outside {TASK_ROOT}: {outside}", "\n".join(log_lines))
-            if res.exit_code != 0:
-                return fail(f"{where} failed with exit code {res.exit_code}: {res.tail(300)}", "\n".join(log_lines))
-        leftovers = [f"/tmp/{p.name}" for p in tmp.iterdir()] + [f"/home/user/{p.name}" for p in home.iterdir()]
-        if leftovers:
-            return fail(f"the build left files outside {TASK_ROOT} ({', '.join(sorted(leftovers))}), "
-                        "which bwrap sessions would not see", "\n".join(log_lines))
+        built = build_dockerfile(task.environment_dir, task.dockerfile, base, timeout=timeout, cache=image_cache,
+                                 log=lambda _msg: None, what=f"task {task.name}")
+    except DockerfileError as exc:
+        return fail(f"environment/Dockerfile did not build: {exc}", header)
+    build_log = built.dir / "build.log"
+    log_text = header + "\n" + (build_log.read_text(errors="replace") if build_log.exists() else "")
+    stage = staging_dir(final)
+    try:
+        layer = stage / "layer"
+        app = built.rootfs / TASK_ROOT.lstrip("/")
+        if app.is_dir() and not app.is_symlink():
+            problems = trees.copy_tree(app, layer, trees.Bounds(limits.tree_depth, limits.tree_entries, None))
+            if problems:
+                return fail(f"the built image's {TASK_ROOT} cannot be copied: {problems[0]}", log_text)
+        else:
+            layer.mkdir()
         unwalkable = layer_problem(layer, limits)
         if unwalkable:
-            return fail(f"the build left a task layer the host cannot walk: {unwalkable}", "\n".join(log_lines))
-        for d in (tmp, home, logs):
-            trees.remove_tree(d)
+            return fail(f"the build left a task layer the host cannot walk: {unwalkable}", log_text)
         layer_digest = tree_digest(layer)
+        workdir = built.workdir if built.workdir not in ("", "/") else TASK_ROOT
         meta = {"task_id": task.name, "backend": "bwrap", "digest": digest, "allow_network": task.allow_internet,
                 "kind": "harbor", "builder": BUILDER_VERSION, "base_image": plan.base_image,
-                "apt_packages": plan.apt_packages, "workdir": plan.workdir, "env": plan.env,
-                "rootfs": "image", "base_request": request, "base": base.ref(), "layer_digest": layer_digest,
-                "image_digest": stable_hash([base.digest, layer_digest], 24)}
-        (stage / "build.log").write_text("\n".join(log_lines) + "\n")
+                "apt_packages": plan.apt_packages, "workdir": workdir, "env": built.env,
+                "rootfs": "dockerfile", "base_request": request, "base": base.ref(), "layer_digest": layer_digest,
+                "dockerfile": {"key": built.key, "manifest_digest": built.digest,
+                               "build_seconds": built.record.get("build_seconds")},
+                "image_digest": built.digest}
+        (stage / "build.log").write_text(log_text)
         atomic_write_json(stage / "image.json", meta)
         publish_dir(stage, final)
         stage = None
-        return BuildResult(True, _image(task, final, meta, str(base.rootfs)), "built", "\n".join(log_lines),
+        return BuildResult(True, _image(task, final, meta, str(built.rootfs)), "built", log_text,
                            time.monotonic() - start)
-    except EnvironmentUnsupported as exc:
-        return fail(str(exc), "\n".join(log_lines))
     except OSError as exc:
-        return fail(f"copying the environment's files failed: {exc}", "\n".join(log_lines))
+        return fail(f"making the task image from the build failed: {exc}", log_text)
     finally:
         if stage is not None:
             trees.remove_tree(stage)

@@ -206,10 +206,15 @@ def select_mutants(candidates: list[Mutant], limit: int | None) -> list[Mutant]:
 
 
 def mutation_probe(task_dir: Path, runtime, image, limits, limit: int | None = None, seed: int = 0,
-                   names: tuple[str, ...] | None = None) -> list[dict]:
+                   names: tuple[str, ...] | None = None, seed_from_oracle: bool = False) -> list[dict]:
     """Grade mutants of the oracle's outputs on a built image: each in a fresh session where the
     oracle ran and one output was replaced. `limit` bounds how many (select_mutants); `names`
-    keeps those whose name starts with one of them. A task without output paths yields none."""
+    keeps those whose name starts with one of them. A task without output paths yields none.
+
+    `seed_from_oracle` (validate.grade_pool's path): the oracle runs once; each mutant's fresh
+    session gets a copy of what that run left in /app (made inside the new session's sandbox, by
+    its own uid, deletions included) instead of running the oracle again. Only where the sessions
+    share one uid (a grade pool's), else the oracle runs per mutant as before."""
     from termforge.verifier import run_oracle, run_verifier
 
     task_dir = Path(task_dir)
@@ -218,22 +223,42 @@ def mutation_probe(task_dir: Path, runtime, image, limits, limit: int | None = N
         return []
     with runtime.start(image, limits) as untouched:
         originals = _read_outputs(untouched, paths)
-    with runtime.start(image, limits) as session:
-        res = run_oracle(session, task_dir, timeout=limits.wall_sec)
+    results = []
+    with runtime.start(image, limits) as solved:
+        res = run_oracle(solved, task_dir, timeout=limits.wall_sec)
         if not res.ok:
             raise RuntimeError(f"task {task_dir.name}: the oracle failed: {res.tail(300)}")
-        outputs = {p: d for p, d in _read_outputs(session, paths).items() if d is not None}
-    candidates = [m for m in mutants(task_dir, outputs, originals, seed) if not names or m.name.startswith(names)]
-    results = []
-    for mutant in select_mutants(candidates, limit) if limit is not None else candidates:
-        with runtime.start(image, limits) as session:
-            run_oracle(session, task_dir, timeout=limits.wall_sec)
-            # Written in place: the file keeps its owner and mode (a program stays executable).
-            session._host_path(mutant.path).write_bytes(mutant.content)
-            verdict = run_verifier(session, task_dir, timeout=limits.wall_sec)
-        ok = mutant.expect is None or verdict.reward == mutant.expect
-        results.append({**mutant.to_dict(), "reward": verdict.reward, "ok": ok, "reason": verdict.reason})
+        outputs = {p: d for p, d in _read_outputs(solved, paths).items() if d is not None}
+        candidates = [m for m in mutants(task_dir, outputs, originals, seed) if not names or m.name.startswith(names)]
+        for mutant in select_mutants(candidates, limit) if limit is not None else candidates:
+            session = runtime.start(image, limits)
+            try:
+                seeded = (seed_from_oracle and getattr(session, "uid", None) == getattr(solved, "uid", False)
+                          and _copy_solved(session, solved, limits))
+                if not seeded:
+                    if seed_from_oracle:  # a copy that failed half-way: start from a pristine layer again
+                        session.stop()
+                        session = runtime.start(image, limits)
+                    run_oracle(session, task_dir, timeout=limits.wall_sec)
+                # Written in place: the file keeps its owner and mode (a program stays executable).
+                session._host_path(mutant.path).write_bytes(mutant.content)
+                verdict = run_verifier(session, task_dir, timeout=limits.wall_sec)
+            finally:
+                session.stop()
+            ok = mutant.expect is None or verdict.reward == mutant.expect
+            results.append({**mutant.to_dict(), "reward": verdict.reward, "ok": ok, "reason": verdict.reason})
     return results
+
+
+def _copy_solved(session, solved, limits) -> bool:
+    """Make `session`'s /app what the oracle left in `solved`'s, by rm and cp inside `session`'s
+    sandbox as its uid (nothing of the host follows a link the oracle made); False where that
+    fails (e.g. a file the oracle made unreadable): then the oracle runs again instead."""
+    from termforge.runtime.base import Bind
+
+    res = session.exec("find /app -mindepth 1 -delete && cp -a /tmp/solved/. /app/", timeout=limits.wall_sec,
+                       binds=[Bind(solved.layer, "/tmp/solved", False)])
+    return res.ok
 
 
 def run_mutants(task_dir: Path, runtime, images_dir: Path, limits, seed: int = 0,

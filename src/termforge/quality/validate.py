@@ -20,6 +20,7 @@ import json
 import re
 import stat
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from tqdm import tqdm
 
 from termforge.errors import TermforgeError
 from termforge.io import append_jsonl, atomic_write_json, read_json, read_jsonl_tolerant
+from termforge.runtime.accounting import StepProfile, format_profile
+from termforge.runtime.gradepool import pooled_runtime
 from termforge.runtime.base import Image, Limits
 from termforge.runtime.base import get_runtime
 from termforge.runtime.trees import Bounds, TreeWalk, read_at
@@ -245,88 +248,113 @@ def _check_output_paths(session, task_dir: Path) -> None:
 
 def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
                   oracle_repeats: int = 2, probes: dict[str, str] | None = None,
-                  mutants: int = DEFAULT_MUTANTS, sensitivity: bool = True) -> TaskVerdict:
+                  mutants: int = DEFAULT_MUTANTS, sensitivity: bool = True,
+                  profile: StepProfile | None = None, grade_pool: bool = False) -> TaskVerdict:
+    """`profile`: where each step's count, wall and CPU seconds are added (runtime.accounting);
+    measuring changes nothing a step does. `grade_pool` (validate.grade_pool, opt-in): the task's
+    grades fork from a zygote (runtime/gradepool.py) where the runtime can, else as without."""
     task_dir = Path(task_dir)
     task_id = task_dir.name
     checks: list[str] = []
     evidence: dict = {}
-    try:
-        static_checks(task_dir)
-        checks.append("static")
-        build = runtime.build(task_dir, images_dir, timeout=limits.wall_sec * 2)
-        evidence["build"] = {"reason": build.reason, "cached": build.cached, "log": build.log[-2000:]}
-        if not build.ok:
-            raise _Fail("build", f"build failed: {build.reason}", {"build_log": build.log[-4000:]})
-        checks.append("build")
-        image = build.image
-        evidence["image"] = image.meta
-        with runtime.start(image, limits) as untouched:
-            initial = run_test_file(untouched, task_dir, "test_initial_state.py", timeout=limits.wall_sec)
-            if initial.reward != 1.0:
-                raise _Fail("initial_state", f"initial-state test did not pass ({initial.reason})",
-                            {"verifier": _verdict_evidence(initial)})
-            checks.append("initial_state")
-            untouched_final = run_verifier(untouched, task_dir, timeout=limits.wall_sec)
-        collected = sorted(untouched_final.collected_ids)
-        evidence["collected"] = collected
-        if not untouched_final.tests_ran:
-            raise _Fail("proof_of_run", f"final test on the untouched environment: {untouched_final.reason}",
-                        {"verifier": _verdict_evidence(untouched_final)})
-        if untouched_final.reward != 0.0:
-            raise _Fail("final_fails_untouched", "final test passes on the untouched environment",
-                        {"verifier": _verdict_evidence(untouched_final)})
-        checks.append("final_fails_untouched")
-        for i in range(oracle_repeats):
-            verdict, log = _run_agent(runtime, image, limits, None, task_dir, oracle=True)
-            if verdict.tests_ran and sorted(verdict.collected_ids) != collected:
-                raise _Fail("collection", "the final test collects different tests after the oracle than on the "
-                                          "untouched environment (its test set depends on the agent's files)",
-                            {"verifier": _verdict_evidence(verdict), "collected_untouched": collected})
-            if verdict.findings:
-                # An honest solution must leave no evidence: otherwise every good rollout is "hacked".
-                raise _Fail("oracle", f"the oracle's grading left integrity findings: {'; '.join(verdict.findings)}",
-                            {"verifier": _verdict_evidence(verdict), "oracle": log})
-            if verdict.reward != 1.0:
-                stage = "proof_of_run" if not verdict.tests_ran else ("flaky_verifier" if i else "oracle")
-                why = (f"oracle scored {verdict.reward} on repeat {i + 1} after scoring 1 (flaky verifier)"
-                       if i else f"oracle scored {verdict.reward} ({verdict.reason})")
-                raise _Fail(stage, why, {"verifier": _verdict_evidence(verdict), "oracle": log})
-        checks.append(f"oracle_x{oracle_repeats}")
-        for alt in alternative_solutions(task_dir):
-            verdict, log = _run_agent(runtime, image, limits, alt.read_text(), task_dir, expected=collected)
-            if verdict.reward != 1.0:
-                raise _Fail("second_solution", f"the second solution {alt.name} scored {verdict.reward} where the "
-                                               f"oracle scores 1 ({verdict.reason})",
-                            {"verifier": _verdict_evidence(verdict), "second_solution": log})
-            checks.append(f"second_solution:{alt.name}")
-        noop, _ = _run_agent(runtime, image, limits, "true", task_dir, expected=collected)
-        if noop.reward != 0.0:
-            raise _Fail("noop", f"a no-op agent scored {noop.reward}", {"verifier": _verdict_evidence(noop)})
-        checks.append("noop")
-        all_probes = {**(PROBES if probes is None else probes), **hijack_probes(task_dir)}
-        for name, script in all_probes.items():
-            verdict, log = _run_agent(runtime, image, limits, script, task_dir, expected=collected)
-            if verdict.reward != 0.0:
-                stage = "hijack" if name.startswith("hijack") else "reward_hack"
-                raise _Fail(stage, f"reward-hack probe {name!r} scored {verdict.reward}",
-                            {"verifier": _verdict_evidence(verdict), "probe": log})
-            checks.append(f"probe:{name}")
-        if mutants:
-            _mutation_check(task_dir, runtime, image, limits, mutants, checks, evidence)
-        if sensitivity:
-            _sensitivity_check(task_dir, runtime, image, limits, checks, evidence, collected)
-        checks.append("proof_of_run")
-        return TaskVerdict(task_id, True, "kept", "all checks passed", evidence, checks)
-    except _Fail as f:
-        evidence.update(f.evidence)
-        return TaskVerdict(task_id, False, f.stage, f.reason, evidence, checks)
+    step = profile.step if profile is not None else (lambda name: nullcontext())
+    with ExitStack() as stack:
+        try:
+            with step("static"):
+                static_checks(task_dir)
+            checks.append("static")
+            with step("build"):
+                build = runtime.build(task_dir, images_dir, timeout=limits.wall_sec * 2)
+            evidence["build"] = {"reason": build.reason, "cached": build.cached, "log": build.log[-2000:]}
+            if not build.ok:
+                raise _Fail("build", f"build failed: {build.reason}", {"build_log": build.log[-4000:]})
+            checks.append("build")
+            image = build.image
+            evidence["image"] = image.meta
+            if grade_pool:
+                runtime = pooled_runtime(runtime, image, stack)
+            untouched = None
+            try:
+                with step("initial_state"):
+                    untouched = runtime.start(image, limits)
+                    initial = run_test_file(untouched, task_dir, "test_initial_state.py", timeout=limits.wall_sec)
+                if initial.reward != 1.0:
+                    raise _Fail("initial_state", f"initial-state test did not pass ({initial.reason})",
+                                {"verifier": _verdict_evidence(initial)})
+                checks.append("initial_state")
+                with step("final_untouched"):
+                    untouched_final = run_verifier(untouched, task_dir, timeout=limits.wall_sec)
+                    untouched.stop()  # inside the step: removing the session is part of its cost
+            finally:
+                if untouched is not None:
+                    untouched.stop()
+            collected = sorted(untouched_final.collected_ids)
+            evidence["collected"] = collected
+            if not untouched_final.tests_ran:
+                raise _Fail("proof_of_run", f"final test on the untouched environment: {untouched_final.reason}",
+                            {"verifier": _verdict_evidence(untouched_final)})
+            if untouched_final.reward != 0.0:
+                raise _Fail("final_fails_untouched", "final test passes on the untouched environment",
+                            {"verifier": _verdict_evidence(untouched_final)})
+            checks.append("final_fails_untouched")
+            for i in range(oracle_repeats):
+                with step("oracle"):
+                    verdict, log = _run_agent(runtime, image, limits, None, task_dir, oracle=True)
+                if verdict.tests_ran and sorted(verdict.collected_ids) != collected:
+                    raise _Fail("collection", "the final test collects different tests after the oracle than on the "
+                                              "untouched environment (its test set depends on the agent's files)",
+                                {"verifier": _verdict_evidence(verdict), "collected_untouched": collected})
+                if verdict.findings:
+                    # An honest solution must leave no evidence: otherwise every good rollout is "hacked".
+                    raise _Fail("oracle", f"the oracle's grading left integrity findings: {'; '.join(verdict.findings)}",
+                                {"verifier": _verdict_evidence(verdict), "oracle": log})
+                if verdict.reward != 1.0:
+                    stage = "proof_of_run" if not verdict.tests_ran else ("flaky_verifier" if i else "oracle")
+                    why = (f"oracle scored {verdict.reward} on repeat {i + 1} after scoring 1 (flaky verifier)"
+                           if i else f"oracle scored {verdict.reward} ({verdict.reason})")
+                    raise _Fail(stage, why, {"verifier": _verdict_evidence(verdict), "oracle": log})
+            checks.append(f"oracle_x{oracle_repeats}")
+            for alt in alternative_solutions(task_dir):
+                with step("second_solution"):
+                    verdict, log = _run_agent(runtime, image, limits, alt.read_text(), task_dir, expected=collected)
+                if verdict.reward != 1.0:
+                    raise _Fail("second_solution", f"the second solution {alt.name} scored {verdict.reward} where the "
+                                                   f"oracle scores 1 ({verdict.reason})",
+                                {"verifier": _verdict_evidence(verdict), "second_solution": log})
+                checks.append(f"second_solution:{alt.name}")
+            with step("noop"):
+                noop, _ = _run_agent(runtime, image, limits, "true", task_dir, expected=collected)
+            if noop.reward != 0.0:
+                raise _Fail("noop", f"a no-op agent scored {noop.reward}", {"verifier": _verdict_evidence(noop)})
+            checks.append("noop")
+            all_probes = {**(PROBES if probes is None else probes), **hijack_probes(task_dir)}
+            for name, script in all_probes.items():
+                with step("hijack_probe" if name.startswith("hijack") else "reward_hack_probe"):
+                    verdict, log = _run_agent(runtime, image, limits, script, task_dir, expected=collected)
+                if verdict.reward != 0.0:
+                    stage = "hijack" if name.startswith("hijack") else "reward_hack"
+                    raise _Fail(stage, f"reward-hack probe {name!r} scored {verdict.reward}",
+                                {"verifier": _verdict_evidence(verdict), "probe": log})
+                checks.append(f"probe:{name}")
+            if mutants:
+                with step("mutation"):
+                    _mutation_check(task_dir, runtime, image, limits, mutants, checks, evidence,
+                                    seed_from_oracle=grade_pool)
+            if sensitivity:
+                with step("input_sensitivity"):
+                    _sensitivity_check(task_dir, runtime, image, limits, checks, evidence, collected)
+            checks.append("proof_of_run")
+            return TaskVerdict(task_id, True, "kept", "all checks passed", evidence, checks)
+        except _Fail as f:
+            evidence.update(f.evidence)
+            return TaskVerdict(task_id, False, f.stage, f.reason, evidence, checks)
 
 
 def _mutation_check(task_dir: Path, runtime, image, limits: Limits, limit: int, checks: list[str],
-                    evidence: dict) -> None:
+                    evidence: dict, seed_from_oracle: bool = False) -> None:
     """A verifier that accepts a wrong output (or rejects one the instruction allows) drops the task."""
     try:
-        results = mutation_probe(task_dir, runtime, image, limits, limit)
+        results = mutation_probe(task_dir, runtime, image, limits, limit, seed_from_oracle=seed_from_oracle)
     except RuntimeError as exc:
         raise _Fail("mutation", f"the mutation probe could not run: {exc}") from None
     evidence["mutation"] = [{k: r[k] for k in ("name", "expect", "reward", "ok")} for r in results]
@@ -368,9 +396,13 @@ def _sensitivity_check(task_dir: Path, runtime, image, limits: Limits, checks: l
 def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, limits: Limits,
                        decontam_report: Path | None = None, workers: int = 1, oracle_repeats: int = 2,
                        backend: str = "bwrap", mutants: int = DEFAULT_MUTANTS, sensitivity: bool = True,
-                       rootfs: str = "image") -> dict:
+                       rootfs: str = "image", profile_path: Path | None = None, grade_pool: bool = False) -> dict:
     """Validate every task of a shard. Verdicts are checkpointed per task (a rerun after a kill
-    re-validates only unfinished tasks); the final verdicts file is written atomically."""
+    re-validates only unfinished tasks); the final verdicts file is written atomically.
+
+    `profile_path`: where this run's per-step profile goes (count, wall and CPU seconds per
+    validation step over the tasks validated in this run; the report's validation-cost table). It
+    is kept out of the verdicts, which stay the same bytes however long the steps took."""
     from termforge.schemas import read
 
     manifest = read("shard_manifest", manifest_path)
@@ -386,13 +418,14 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
     done = {row["task_id"]: row for row in read_jsonl_tolerant(checkpoint)}
     todo = [t for t in ids if t not in done]
     runtime = get_runtime(backend, rootfs=rootfs)
+    profile = StepProfile()
 
     def one(task_id: str) -> dict:
         if task_id in dropped_contaminated:
             verdict = TaskVerdict(task_id, False, "decontamination", dropped_contaminated[task_id])
         else:
             verdict = validate_task(tasks_dir / task_id, runtime, images_dir, limits, oracle_repeats, mutants=mutants,
-                                    sensitivity=sensitivity)
+                                    sensitivity=sensitivity, profile=profile, grade_pool=grade_pool)
         row = verdict.to_dict()
         append_jsonl(checkpoint, row)
         return row
@@ -404,6 +437,12 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
     result = {"shard": manifest["shard"], "tasks_dir": str(tasks_dir), "verdicts": verdicts}
     atomic_write_json(out_path, result)
     checkpoint.unlink(missing_ok=True)
+    steps = profile.to_dict()
+    if profile_path is not None:
+        atomic_write_json(profile_path, {"shard": manifest["shard"], "tasks": len(todo), "workers": max(1, workers),
+                                         "steps": steps})
+    if steps:
+        print(format_profile(steps))
     kept = sum(v["kept"] for v in verdicts)
     print(f"validate shard {manifest['shard']}: {kept}/{len(verdicts)} kept "
           f"({len(ids) - len(todo)} verdicts resumed from checkpoint)")

@@ -25,6 +25,7 @@ from termforge.generate.honour import SHAPE_AXES
 from termforge.io import atomic_write_bytes, atomic_write_text, read_input_text
 from termforge.schemas import read, read_optional
 from termforge.report import plots
+from termforge.runtime.accounting import StepProfile, profile_table
 
 # Every table and plot file the report may write; ones a section no longer produces are removed
 # so a stale CSV from an earlier build never passes for a current one.
@@ -32,7 +33,7 @@ TABLE_NAMES = (
     "overview", "axis_balance", "corpus_composition", "family_mix", "honoured_axes", "survival", "drop_reasons",
     "decontam_summary", "decontam_hits", "decontam_near_duplicates", "passk_overall", "passk_by_bucket",
     "passk_bands", "hack_rate", "hint_coverage", "training_summary", "training_curves", "grpo_pool", "eval_comparison",
-    "rule_cost", "generation_checks", "review_outcomes", "review_scores", "review_drops", "images",
+    "rule_cost", "validation_steps", "generation_checks", "review_outcomes", "review_scores", "review_drops", "images",
 )
 PLOT_NAMES = ("composition", "survival", "passk", "training", "eval", "cost")
 MAX_HTML_ROWS = 60
@@ -161,6 +162,8 @@ class _Builder:
                        for p in sorted((r / "tasks" / "manifests").glob("*.json"))]
         self.decontam = read_optional("decontam_report", r / "decontam" / "report.json")
         self.verdicts = [read("verdicts", p, check_refs=False) for p in sorted((r / "validate").glob("*.json"))]
+        self.validate_profiles = [read("validate_profile", p)
+                                  for p in sorted((r / "logs" / "validate").glob("*.profile.json"))]
         self.corpus = read_optional("corpus_manifest", r / "corpus" / "manifest.json")
         self.passk = read_optional("passk", r / "solve" / "passk.json")
         self.hints = read_optional("hint_coverage", r / "hints" / "coverage.json")
@@ -666,6 +669,8 @@ class _Builder:
                       "the largest resident memory of any job of the rule.",
                       "results/benchmarks/**/*.tsv")
         if not self.benchmarks:
+            if self.validate_profiles:
+                return self._validation_steps(sec)
             return self.not_run(sec, self.results / "benchmarks" / "<rule>.tsv")
         per_rule: dict[str, dict[str, float]] = {}
         for rel, rows in self.benchmarks:
@@ -706,6 +711,27 @@ class _Builder:
                                                 "GPU hours", "max RSS (MB)", "read (MB)", "written (MB)"], rows,
                                   "Cost per rule"))
         self.add_plot(sec, "cost", plots.cost_plot([(r[0], r[2]) for r in rows[:-1]]), "Wall time per rule")
+        return self._validation_steps(sec)
+
+    def _validation_steps(self, sec: Section) -> Section:
+        """Where validation's time went, per step, summed over the shards' profiles
+        (results/logs/validate/*.profile.json, written by the validate stage)."""
+        if not self.validate_profiles:
+            return sec
+        profile = StepProfile()
+        tasks = 0
+        for p in self.validate_profiles:
+            profile.merge(p["steps"])
+            tasks += p.get("tasks", 0)
+        rows = [[r["step"], r["count"], r["wall_s"], r["cpu_s"], r["host_cpu_s"], r["cpu_share"], r["sandboxes"]]
+                for r in profile_table(profile.to_dict())]
+        total_cpu = rows[-1][3]
+        if tasks and total_cpu:
+            self.facts["validation tasks per core-hour"] = tasks * 3600 / total_cpu
+        self.add_table(sec, Table("validation_steps", ["validation step", "count", "wall s", "CPU s", "of it host CPU s",
+                                                       "CPU share", "sandboxes"], rows,
+                                  f"Validation cost per step ({tasks} tasks validated; CPU includes the sandboxes', "
+                                  f"from results/logs/validate/*.profile.json)"))
         return sec
 
     def overview(self, sections: list[Section]) -> Section:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, read_json, stable_hash
-from termforge.runtime import trees
+from termforge.runtime import accounting, trees
 from termforge.runtime.base import Bind, BuildResult, ExecResult, Image, Limits, Runtime, Session
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
@@ -111,6 +111,8 @@ def sandbox_argv(
     return argv
 
 
+# BwrapSession's default `uid`: a fresh one (session_uid()).
+FRESH_UID = object()
 SANDBOX_UID_BASE = 200_000  # host uids given to sessions when the host runs as root
 SANDBOX_UID_SPAN = 1 << 20
 FSIZE_EXIT = 128 + signal.SIGXFSZ
@@ -153,8 +155,10 @@ def popen_env(argv: list[str]) -> dict[str, str] | None:
     return SANDBOX_HOST_ENV if argv and Path(argv[0]).name == "bwrap" else None
 
 
-def _limit_preexec(limits: Limits, uid: int | None = None):
+def _limit_preexec(limits: Limits, uid: int | None = None, cgroup: accounting.SandboxCgroup | None = None):
     def apply() -> None:
+        if cgroup is not None:
+            cgroup.join()  # before dropping root: the cgroup is the caller's
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_sec, limits.cpu_sec + 5))
         mem = limits.memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
@@ -197,16 +201,19 @@ class DiskWatch:
 
     INTERVAL = 0.2
 
-    def __init__(self, roots: list[Path], cap_mb: int, pid: int, bounds: trees.Bounds | None = None):
+    def __init__(self, roots: list[Path], cap_mb: int, pid: int | None, bounds: trees.Bounds | None = None,
+                 kill=None):
+        """Kills process group `pid`, or calls `kill()` (a sandbox that is no child of ours)."""
         self.roots, self.cap, self.pid = [Path(r) for r in roots], cap_mb * 1024 * 1024, pid
+        self.kill = kill
         self.bounds = bounds or trees.DEFAULT_BOUNDS
         self.hit = False
         self.reason: str | None = None
         self.unmeasurable = False
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread: threading.Thread | None = None
         if self.roots:
-            self._thread.start()
+            self._thread = accounting.start_thread(self._run)
 
     def _check(self) -> str | None:
         try:
@@ -228,14 +235,17 @@ class DiskWatch:
                 continue
             self.hit, self.reason = True, why
             try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+                if self.kill is not None:
+                    self.kill()
+                else:
+                    os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, OSError):
                 pass
             return
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
+        if self._thread is not None and self._thread.is_alive():
             self._thread.join()
 
 
@@ -254,8 +264,7 @@ class _CappedReader:
 
     def __init__(self, stream):
         self.stream, self.head, self.tail, self.dropped = stream, bytearray(), bytearray(), False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        self.thread = accounting.start_thread(self._run)
 
     def _run(self) -> None:
         half = OUTPUT_CAP // 2
@@ -298,22 +307,29 @@ def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes 
     """Run a bwrap command line; on timeout kill the sandbox (its pid namespace dies with it)."""
     start = time.monotonic()
     argv = popen_argv(argv)
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        preexec_fn=_limit_preexec(limits, uid),
-        pass_fds=pass_fds,
-        env=popen_env(argv),
-    )
+    # Only where somebody is measuring (bench/bench_validate.py, validation's per-step profile).
+    cgroup = accounting.sandbox_cgroup() if accounting.current() is not None else None
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_limit_preexec(limits, uid, cgroup),
+            pass_fds=pass_fds,
+            env=popen_env(argv),
+        )
+    except BaseException:
+        if cgroup is not None:
+            cgroup.finish(wait=0)
+        raise
     disk = DiskWatch(list(watch), limits.disk_mb, proc.pid, tree_bounds(limits))
     # Bounded readers: a sandboxed program printing without end costs the host at most OUTPUT_CAP
     # per stream (head and tail kept), never its memory.
     readers = [_CappedReader(proc.stdout), _CappedReader(proc.stderr)]
     if stdin is not None:
-        threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
+        accounting.start_thread(_feed, proc.stdin, stdin)
     timed_out = False
     try:
         proc.wait(timeout=timeout)
@@ -324,6 +340,8 @@ def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes 
     finally:
         disk.stop()
     out, err = (r.result() for r in readers)
+    if accounting.current() is not None:
+        accounting.charge_sandbox(cgroup.finish() if cgroup is not None else None)
     code = 124 if timed_out else proc.returncode
     if code is not None and code < 0:
         # Killed by a signal: report it the way a shell would (128 + signal number).
@@ -374,7 +392,13 @@ class BwrapSession(Session):
     files the agent's processes never could.
     """
 
-    def __init__(self, image: Image, limits: Limits, work_root: Path | None = None):
+    # Set by runtime.gradepool.GradePool.start: grades in this session fork a grader from that
+    # pool's zygote (verifier._run_grader); None: every grade starts its own grader.
+    grade_pool = None
+
+    def __init__(self, image: Image, limits: Limits, work_root: Path | None = None, *, uid=FRESH_UID):
+        """`uid`: the host uid the session's sandboxes run as; by default a fresh one per session
+        (session_uid). A grade pool passes its own, which its zygote's grades run as."""
         if not image.rootfs:
             raise TermforgeError(f"task {image.task_id}: the image names no root filesystem (rebuild it)")
         self.image = image
@@ -386,7 +410,7 @@ class BwrapSession(Session):
         self.cleanup_problems: list[str] = []
         self.workdir = Path(tempfile.mkdtemp(prefix=f"tf-{image.task_id}-", dir=work_root))
         try:
-            self.uid = session_uid()
+            self.uid = session_uid() if uid is FRESH_UID else uid
             _check_reachable(self.workdir, self.uid)
             self.layer = self.workdir / "app"
             problems = trees.copy_tree(image.path / "layer", self.layer,
@@ -655,8 +679,9 @@ class BwrapRuntime(Runtime):
         meta = read_json(meta_path)
         return self._image(meta_path.parent, meta, resolve_rootfs(meta, f"task {task_id}", self.image_cache, self.log))
 
-    def start(self, image: Image, limits: Limits | None = None) -> BwrapSession:
-        return BwrapSession(image, limits or Limits(), self.work_root)
+    def start(self, image: Image, limits: Limits | None = None, *, work_root: Path | None = None,
+              uid=FRESH_UID) -> BwrapSession:
+        return BwrapSession(image, limits or Limits(), work_root or self.work_root, uid=uid)
 
 
 def resolve_rootfs(meta: dict, where: str, image_cache=None, log=print) -> str:
@@ -667,6 +692,15 @@ def resolve_rootfs(meta: dict, where: str, image_cache=None, log=print) -> str:
 
     if meta.get("rootfs") == HOST_ROOTFS:
         return HOST_ROOTFS
+    if meta.get("rootfs") == "dockerfile":  # a Harbor task built by buildah (termforge.images.dockerfile)
+        from termforge.images.dockerfile import find_built
+
+        key = (meta.get("dockerfile") or {}).get("key", "")
+        built = find_built(key, image_cache) if key else None
+        if built is None:
+            raise TermforgeError(f"{where}: its Dockerfile build {key or '?'} is no longer in the image cache; "
+                                 "rebuild the task image")
+        return str(built.rootfs)
     base, request = meta.get("base"), meta.get("base_request")
     if not base or not request:
         raise TermforgeError(f"{where}: the image predates base images; rebuild it (termforge build-images)")

@@ -1,0 +1,125 @@
+"""Validation cost per step, and tasks per core-hour of the old and the new grading path in the
+same run (issue 27).
+
+A fixed sample: every family twice, once as the family makes it (its own fixture and verifier
+kinds) and once composed (a container fixture and a verifier strategy, rotating over them). Each
+task is validated exactly as the validate rule does it (quality.validate.validate_task on real
+bwrap sandboxes over the task's image, the rule's limits), once per path. Prints, per path, the
+per-step table (count, wall s, CPU s including the sandboxes', share of the total CPU), then
+tasks per core-hour of each path, their ratio, and whether every verdict and reason agree.
+
+    .venv/bin/python bench/bench_validate.py                      # 22 families x 2, both paths
+    .venv/bin/python bench/bench_validate.py --tasks 4            # the first 4 of the sample
+    .venv/bin/python bench/bench_validate.py --families log_level_filter --paths old
+
+Paths: `old` grades each task with a fresh bwrap sandbox and a fresh python3 per grade (the
+default); `new` grades through a grade pool (validate.grade_pool: graders forked from a zygote
+that imported pytest once, each grade still in a fresh sandbox over a pristine layer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from conftest import make_signature  # noqa: E402
+from termforge.generate.bundles import CONTAINERS  # noqa: E402
+from termforge.generate.families import all_families  # noqa: E402
+from termforge.generate.procedural import generate_task  # noqa: E402
+from termforge.generate.verifier_kinds import STRATEGIES  # noqa: E402
+from termforge.quality.validate import DEFAULT_MUTANTS, validate_task  # noqa: E402
+from termforge.runtime import accounting  # noqa: E402
+from termforge.runtime.base import Limits  # noqa: E402
+from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
+
+PATHS = ("old", "new")
+
+
+def sample(families: list[str] | None) -> list[dict]:
+    """(family, signature) of the fixed sample, native and composed tasks interleaved."""
+    fams = [f for f in all_families() if not families or f.name in families]
+    containers, strategies = list(CONTAINERS), list(STRATEGIES)
+    jobs = []
+    for i, fam in enumerate(fams):
+        native = make_signature(5000 + 2 * i, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
+        composed = make_signature(5001 + 2 * i, fam.domains[0], strategies[i % len(strategies)],
+                                  containers[i % len(containers)])
+        jobs += [(fam, native, "native"), (fam, composed, "composed")]
+    return jobs
+
+
+def core_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--families", nargs="*", help="only these families")
+    ap.add_argument("--tasks", type=int, default=0, help="only the first N tasks of the sample (0: all)")
+    ap.add_argument("--paths", default="old,new", help="which grading paths to run: old, new or old,new")
+    ap.add_argument("--mutants", type=int, default=DEFAULT_MUTANTS, help="validate.mutants")
+    ap.add_argument("--oracle-repeats", type=int, default=2, help="validate.oracle_repeats")
+    args = ap.parse_args()
+    paths = [p for p in args.paths.split(",") if p]
+    if not paths or any(p not in PATHS for p in paths):
+        print(f"--paths: expected old, new or old,new, got {args.paths!r}", file=sys.stderr)
+        return 2
+    jobs = sample(args.families)
+    if args.families and not jobs:
+        print(f"--families: no such family among {[f.name for f in all_families()]}", file=sys.stderr)
+        return 2
+    if args.tasks:
+        jobs = jobs[:args.tasks]
+    # The validate rule's limits (config.yaml runtime.*): what a task is allowed, not a bench choice.
+    limits = Limits(wall_sec=120, cpu_sec=120, memory_mb=4096)
+    profiles = {p: accounting.StepProfile() for p in paths}
+    verdicts: dict[str, dict[str, tuple]] = {p: {} for p in paths}
+    walls = {p: 0.0 for p in paths}
+    with tempfile.TemporaryDirectory(prefix="tf-bench-validate-") as tmp:
+        root = Path(tmp)
+        tasks = [(generate_task(sig, root / "tasks", families=[fam]), kind) for fam, sig, kind in jobs]
+        # Build every image first (cached per task): both paths then validate on the same images,
+        # and the build step measured below is the cache hit the validate rule sees.
+        rt = BwrapRuntime()
+        for task, _ in tasks:
+            rt.build(task, root / "images", timeout=limits.wall_sec * 2)
+        for n, (task, kind) in enumerate(tasks):
+            # Alternate which path goes first: neither gets the warmer page cache every time.
+            for path in (paths if n % 2 == 0 else paths[::-1]):
+                t0 = time.monotonic()
+                v = validate_task(task, BwrapRuntime(), root / "images", limits, args.oracle_repeats,
+                                  mutants=args.mutants, profile=profiles[path], grade_pool=(path == "new"))
+                walls[path] += time.monotonic() - t0
+                verdicts[path][task.name] = (v.kept, v.stage, v.reason, tuple(v.checks))
+                print(f"[{n + 1}/{len(tasks)}] {path} {task.name} ({kind}): {v.stage}: {v.reason[:120]}", flush=True)
+    rates = {}
+    for path in paths:
+        steps = profiles[path].to_dict()
+        total = accounting.profile_table(steps)[-1]
+        rates[path] = len(tasks) * 3600 / total["cpu_s"] if total["cpu_s"] else float("nan")
+        unmeasured = total["cpu_unmeasured_sandboxes"]
+        print(f"\n== path {path}: {len(tasks)} tasks, {walls[path]:.1f} s wall, {total['cpu_s']:.1f} CPU s "
+              f"({total['sandboxes']} sandboxes{f', {unmeasured} with CPU unmeasured' if unmeasured else ''})")
+        print(accounting.format_profile(steps))
+    print()
+    for path in paths:
+        print(f"tasks per core-hour, {path} path: {rates[path]:.1f}")
+    if len(paths) == 2:
+        print(f"ratio new/old: {rates['new'] / rates['old']:.2f}x")
+        differ = [t for t in verdicts["old"] if verdicts["old"][t] != verdicts["new"][t]]
+        for t in differ:
+            print(f"  verdicts differ on {t}: old {verdicts['old'][t][:3]} new {verdicts['new'][t][:3]}")
+        print(f"verdicts and reasons identical on {len(tasks) - len(differ)}/{len(tasks)} tasks")
+        return 1 if differ else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,366 @@
+"""Dockerfile builds: a real `buildah bud`, offline, from the local image store, the result turned
+into a root filesystem the bwrap runtime runs on (docs/images.md, "Dockerfile builds").
+
+    build_dockerfile(context, dockerfile, base) -> DockerfileImage
+
+1. `base` is the built termforge base the Dockerfile's FROM resolved to (a declared base, or an
+   image of the store, plus a derived base holding the Debian packages its `apt-get install`
+   lines name: termforge.images.ensure_task_base). The store holds it as an OCI image; it is
+   copied once into the image cache's overlay containers-storage (`<cache>/buildah`, shared by
+   every build) and buildah's `--from` puts it in place of the FROM line, so nothing is pulled.
+2. buildah runs `bud --isolation chroot --pull=never` inside `unshare --net` (no network: buildah's
+   chroot isolation refuses `--network none`), as root of a user namespace mapped to the
+   subordinate ids of /etc/subuid: RUN steps are task code, and real root in a chroot is no
+   sandbox. `apt-get update` then fails softly and `apt-get install` finds its packages already
+   installed (they are in the derived base), so a Terminal-Bench Dockerfile builds unchanged.
+3. The built image is pushed to an OCI layout; its first layers must be the base's. The root
+   filesystem is the base's, hard-linked from the image cache, with only the build's own layers
+   applied over it (termforge.images.layers: whiteouts honoured, every touched file replaced,
+   never written through a link), then finished as every base is (sandbox user, mount points).
+4. Content-addressed: the Dockerfile, the build context and the base's digest make the key;
+   `<image cache>/dockerfile/<key>/` holds rootfs/, build.json (config, layers, digest, timings)
+   and build.log, published by a rename, so a second run (any results folder) does not rebuild.
+
+A failure (a RUN step that exits non-zero, a timeout, a missing tool) is a DockerfileError whose
+message ends with the tail of buildah's log: the caller turns it into an environment error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from termforge.errors import TermforgeError
+from termforge.io import atomic_write_json, atomic_write_text, stable_hash
+
+# Bump when what a build produces changes: every build is redone.
+BUILDER = "termforge-buildah-1"
+BUILD_TIMEOUT_SEC = 1800
+# Host ids a build's user namespace maps root to (scripts/setup.sh writes /etc/subuid).
+SUBID_COUNT = 65536
+# Files finish_rootfs rewrites in place: unshared from the base before it runs.
+REWRITTEN = ("etc/hostname", "etc/hosts", "etc/resolv.conf", "etc/machine-id", "etc/passwd", "etc/group")
+LOG_TAIL_LINES = 15
+
+# Runs as root of the build's user namespace, without network. One overlay containers-storage per
+# image cache (S) serves every build: a base goes in once (named by its key), each build's image
+# is pushed uncompressed to the build's own OCI layout (the base's blob is already linked there,
+# so only the new layers are written) and then dropped from the storage.
+BUILD_SCRIPT = r"""
+set -euo pipefail
+W=$1; S=$2; BASE_REF=$3; BASE_NAME=$4; TAG=$5
+B=(buildah --root "$S/root" --runroot "$S/run" --storage-driver overlay)
+if ! "${B[@]}" inspect --type image "$BASE_NAME" >/dev/null 2>&1; then
+  skopeo --policy="$W/policy.json" copy --quiet "$BASE_REF" "containers-storage:[overlay@$S/root+$S/run]$BASE_NAME"
+fi
+echo "+ buildah bud --isolation chroot --pull=never --from $BASE_NAME (offline, the base from the image store)"
+status=0
+"${B[@]}" bud --isolation chroot --pull=never --layers=false --timestamp 0 --signature-policy "$W/policy.json" \
+  --from "$BASE_NAME" -f "$W/Dockerfile" -t "$TAG" "$W/context" 2>&1 || status=$?
+if [ $status = 0 ]; then
+  "${B[@]}" push --quiet --disable-compression --signature-policy "$W/policy.json" "$TAG" "oci:$W/out:image" || status=$?
+fi
+"${B[@]}" rmi -f "$TAG" >/dev/null 2>&1 || true
+exit $status
+"""
+
+
+class DockerfileError(TermforgeError):
+    """A Dockerfile that did not build here: an environment error; the message says why."""
+
+
+@dataclass
+class DockerfileImage:
+    """A built Dockerfile in the image cache."""
+
+    dir: Path
+    record: dict
+
+    @property
+    def key(self) -> str:
+        return self.record["key"]
+
+    @property
+    def rootfs(self) -> Path:
+        return self.dir / "rootfs"
+
+    @property
+    def digest(self) -> str:
+        """The built image's manifest digest."""
+        return self.record["manifest_digest"]
+
+    @property
+    def workdir(self) -> str:
+        return self.record["config"].get("WorkingDir") or ""
+
+    @property
+    def env(self) -> dict:
+        """The ENV the Dockerfile added (the base image's own Env left out)."""
+        base = set(self.record.get("base_env") or [])
+        out = {}
+        for item in self.record["config"].get("Env") or []:
+            if item not in base:
+                key, _, value = item.partition("=")
+                out[key] = value
+        return out
+
+
+def _cache_dir(cache) -> Path:
+    from termforge.images.build import image_cache_dir
+
+    return image_cache_dir(cache) / "dockerfile"
+
+
+def find_built(key: str, cache=None) -> DockerfileImage | None:
+    d = _cache_dir(cache) / key
+    if not (d / "build.json").is_file():
+        return None
+    return DockerfileImage(d, json.loads((d / "build.json").read_text()))
+
+
+def build_key(dockerfile_text: str, context: Path, base_digest: str) -> str:
+    from termforge.runtime.bwrap import tree_digest
+
+    return stable_hash([BUILDER, dockerfile_text, tree_digest(context), base_digest], 24)
+
+
+def subid_range(kind: str = "uid") -> tuple[int, int] | None:
+    """The caller's subordinate id range from /etc/subuid or /etc/subgid: (first, count)."""
+    names = {str(os.getuid())}
+    try:
+        names.add(pwd.getpwuid(os.getuid()).pw_name)
+    except KeyError:
+        pass
+    try:
+        lines = Path(f"/etc/sub{kind}").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.strip().split(":")
+        if len(parts) == 3 and parts[0] in names and parts[1].isdigit() and parts[2].isdigit() \
+                and int(parts[2]) >= SUBID_COUNT:
+            return int(parts[1]), int(parts[2])
+    return None
+
+
+def _userns() -> tuple[list[str], tuple[int, int] | None]:
+    """unshare's options for the build's user namespace, and the host ids its root maps to."""
+    if os.geteuid() != 0:
+        return ["--user", "--map-root-user"], None
+    uids, gids = subid_range("uid"), subid_range("gid")
+    if not uids or not gids:
+        raise DockerfileError(
+            f"Dockerfile builds run as root of a user namespace mapped to subordinate ids, and /etc/subuid or "
+            f"/etc/subgid gives uid {os.getuid()} no range of {SUBID_COUNT}; add one, e.g. "
+            f"`echo root:1500000:{SUBID_COUNT} | tee -a /etc/subuid /etc/subgid` (scripts/setup.sh does)")
+    return ["--user", f"--map-users={uids[0]},0,{SUBID_COUNT}", f"--map-groups={gids[0]},0,{SUBID_COUNT}",
+            "--setuid", "0", "--setgid", "0"], (uids[0], gids[0])
+
+
+def check_tools() -> None:
+    for tool in ("buildah", "skopeo", "unshare"):
+        if shutil.which(tool) is None:
+            raise DockerfileError(f"Dockerfile builds need {tool}, which is not installed (scripts/setup.sh "
+                                  "installs it)")
+
+
+def build_dockerfile(context: str | os.PathLike, dockerfile: str | os.PathLike, base, *,
+                     timeout: float = BUILD_TIMEOUT_SEC, cache=None, log: Callable[[str], None] = print,
+                     what: str = "") -> DockerfileImage:
+    """Build `dockerfile` with `context` on `base` (a termforge.images BuiltBase), offline; the
+    cached build when the same Dockerfile, context and base were built before."""
+    from termforge.images.build import _check_reachable, _locked, _mkdirs
+
+    context, dockerfile = Path(context), Path(dockerfile)
+    text = dockerfile.read_text(encoding="utf-8")
+    key = build_key(text, context, base.digest)
+    found = find_built(key, cache)
+    if found:
+        return found
+    check_tools()
+    root = _cache_dir(cache)
+    _mkdirs(root)
+    try:
+        _check_reachable(root)  # the build's namespace root is an unprivileged uid of the host too
+    except TermforgeError as exc:
+        raise DockerfileError(str(exc)) from None
+    what = what or str(context)
+    with _locked(root.parent / "locks" / f"dockerfile-{key}.lock", f"the Dockerfile of {what}", log):
+        found = find_built(key, cache)
+        if found:
+            return found
+        for stale in [*root.glob(f".stage-{key}-*"), *root.glob(f"tf-buildah-{key[:8]}-*")]:  # killed builds
+            shutil.rmtree(stale, ignore_errors=True)
+        stage = root / f".stage-{key}-{os.getpid()}"
+        stage.mkdir()
+        try:
+            built = _build(text, context, base, key, stage, cache, timeout, log, what)
+            os.rename(stage, root / key)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+        built.dir = root / key
+    return built
+
+
+def _base_layout(base, cache, dest: Path) -> tuple[str, dict]:
+    """The base as the image store holds it (ensure_base registered it), copied into its own OCI
+    layout at `dest` (blobs hard-linked), where the build's namespace can read it wherever the
+    store lies: its oci: reference there and its config."""
+    from termforge.images.store import ImageStore, image_store_dir, register_base
+
+    store = ImageStore(image_store_dir(None, cache))
+    image = store.find_label("org.termforge.base.key", base.key)
+    if image is None:
+        image = register_base(base, store)[0]
+    ImageStore(dest).copy_image(store, image.name, as_name="base")
+    for d in (dest, *dest.rglob("*")):
+        if d.is_dir():
+            os.chmod(d, 0o755)
+    return f"oci:{dest}:base", image.config
+
+
+def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout: float,
+           log: Callable[[str], None], what: str) -> DockerfileImage:
+    from termforge.containment import copy_regular_tree
+    from termforge.errors import InputError
+
+    start = time.monotonic()
+    userns, owner = _userns()
+    work = Path(tempfile.mkdtemp(prefix=f"tf-buildah-{key[:8]}-", dir=stage.parent))
+    try:
+        try:
+            # A copy the namespace's root can read (the dataset may sit where only the caller can),
+            # which the build cannot change under the caller either.
+            copy_regular_tree(context, work / "context")
+        except InputError as exc:
+            raise DockerfileError(f"the build context {context}: {exc.problem}") from None
+        (work / "Dockerfile").write_text(text)
+        (work / "policy.json").write_text('{"default":[{"type":"insecureAcceptAnything"}]}')
+        layout = work / "out"
+        (layout / "blobs" / "sha256").mkdir(parents=True)
+        (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+        (layout / "index.json").write_text('{"schemaVersion": 2, "manifests": []}')
+        (work / "home").mkdir()
+        storage = stage.parent.parent / "buildah"
+        for sub in ("root", "run"):
+            (storage / sub).mkdir(parents=True, exist_ok=True)
+        if owner:
+            subprocess.run(["chown", "-R", f"{owner[0]}:{owner[1]}", str(work)], check=True, capture_output=True)
+            os.chown(storage, *owner)
+            for sub in ("root", "run"):
+                os.chown(storage / sub, *owner)
+        # Linked after the chown (which would otherwise reach the store's blobs through the links).
+        _link(base.layer, _blob(layout, base.digest))
+        base_ref, base_config = _base_layout(base, cache, work / "base")
+        tag = f"localhost/termforge-build:{key}"
+        # --mount-proc: RUN steps see the build's own pid namespace in /proc, not the host's processes.
+        argv = ["unshare", *userns, "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
+                "bash", "-c", BUILD_SCRIPT, "build", str(work), str(storage), base_ref,
+                f"localhost/termforge-base:{base.key}", tag]
+        log(f"images: building the Dockerfile of {what} with buildah (offline) ...")
+        output = _run_build(argv, work, timeout, what)
+        atomic_write_text(stage / "build.log", output)
+        index = json.loads((layout / "index.json").read_text())
+        if not index.get("manifests"):
+            raise DockerfileError(f"buildah pushed no image for {what}; its log ends:\n{log_tail(output)}")
+        manifest = json.loads(_blob(layout, index["manifests"][0]["digest"]).read_bytes())
+        config = json.loads(_blob(layout, manifest["config"]["digest"]).read_bytes())
+        diff_ids = (config.get("rootfs") or {}).get("diff_ids", [])
+        if not diff_ids or diff_ids[0] != base.digest:
+            raise DockerfileError(f"the build of {what} does not start from its base's layer {base.digest[:19]}")
+        rootfs = stage / "rootfs"
+        _materialize(layout, manifest, base.rootfs, rootfs)
+        from termforge.images.build import finish_rootfs
+
+        finish_rootfs(rootfs)
+        os.chmod(rootfs, 0o755)
+        record = {
+            "key": key, "builder": BUILDER, "what": what,
+            "base": base.ref(), "base_env": list((base_config.get("config") or {}).get("Env") or []),
+            "config": {k: v for k, v in (config.get("config") or {}).items()
+                       if k in ("Env", "WorkingDir", "User", "Entrypoint", "Cmd", "Labels")},
+            "diff_ids": diff_ids, "manifest_digest": index["manifests"][0]["digest"],
+            "added_bytes": sum(layer.get("size", 0) for layer in manifest["layers"][1:]),
+            "build_seconds": round(time.monotonic() - start, 1),
+        }
+        atomic_write_json(stage / "build.json", record)
+        os.chmod(stage, 0o755)
+        log(f"images: built the Dockerfile of {what} in {record['build_seconds']:.1f}s "
+            f"({record['added_bytes'] / 1e6:.1f} MB over base {base.record['name']})")
+        return DockerfileImage(stage, record)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_build(argv: list[str], work: Path, timeout: float, what: str) -> str:
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(work / "home"),
+           "XDG_RUNTIME_DIR": str(work / "home"), "LC_ALL": "C.UTF-8", "TMPDIR": str(work / "home"),
+           "BUILDAH_ISOLATION": "chroot"}
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+    except OSError as exc:
+        raise DockerfileError(f"cannot start buildah for {what}: {exc}") from None
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise DockerfileError(f"the build of {what} ran past its {timeout:.0f}s (build_timeout_sec); buildah's "
+                              f"log ends:\n{log_tail(out.decode(errors='replace'))}") from None
+    text = out.decode(errors="replace")
+    if proc.returncode != 0:
+        raise DockerfileError(f"buildah could not build {what} (exit {proc.returncode}); its log ends:\n"
+                              f"{log_tail(text)}")
+    return text
+
+
+def log_tail(output: str, lines: int = LOG_TAIL_LINES) -> str:
+    kept = [ln.rstrip()[:300] for ln in output.strip().splitlines() if ln.strip()]
+    return "\n".join(kept[-lines:])
+
+
+def _link(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def _blob(layout: Path, digest: str) -> Path:
+    algo, _, hexd = digest.partition(":")
+    return layout / "blobs" / algo / hexd
+
+
+def _materialize(layout: Path, manifest: dict, base_rootfs: Path, rootfs: Path) -> None:
+    """The base's root filesystem hard-linked, then the build's own layers (all after the base's
+    one) applied over it; the files finish_rootfs rewrites are unshared from the base first."""
+    res = subprocess.run(["cp", "-al", str(base_rootfs), str(rootfs)], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise DockerfileError(f"cannot link the base's root filesystem {base_rootfs}: {res.stderr.strip()[-300:]}")
+    layers = [str(_blob(layout, layer["digest"])) for layer in manifest["layers"][1:]]
+    if layers:
+        res = subprocess.run([sys.executable, "-m", "termforge.images.layers", str(rootfs), *layers],
+                             capture_output=True, text=True, timeout=BUILD_TIMEOUT_SEC)
+        if res.returncode != 0:
+            raise DockerfileError(f"cannot apply the built layers: {(res.stderr or res.stdout).strip()[-300:]}")
+    for rel in REWRITTEN:
+        path = rootfs / rel
+        if path.is_file() and not path.is_symlink() and path.stat().st_nlink > 1:
+            tmp = path.with_name(f".{path.name}.unshare")
+            shutil.copy2(path, tmp)
+            os.replace(tmp, path)
+
+
+__all__ = ["BUILDER", "DockerfileError", "DockerfileImage", "build_dockerfile", "build_key", "check_tools",
+           "find_built", "log_tail", "subid_range"]

@@ -1,0 +1,269 @@
+"""The grade pool (runtime/gradepool.py, grading/zygote.py; validate.grade_pool): a grader forked
+from the zygote sees the sandbox a bwrap grader sees (uid, capabilities, namespaces, mounts,
+limits, environment; the pool's work directory and the zygote out of reach), and validation gives
+the same verdict and reason on either path."""
+
+import json
+from contextlib import ExitStack
+
+import pytest
+
+from conftest import make_signature, needs_bwrap
+from termforge.generate.bundles import CONTAINERS
+from termforge.generate.families import family_by_name
+from termforge.generate.procedural import generate_task
+from termforge.generate.verifier_kinds import STRATEGIES
+from termforge.quality.hijack import ATTACKS, plant_script, programs_run_by_tests
+from termforge.quality.validate import _run_agent, validate_task
+from termforge.runtime.base import Limits
+from termforge.runtime.bwrap import BwrapRuntime
+from termforge.runtime.gradepool import PooledRuntime, pooled_runtime
+from termforge.verifier import run_test_file
+
+from test_attacks import LIMITS as ATTACK_LIMITS, PROCESS_EVIDENCE, PROCESS_ROUTES
+
+pytestmark = needs_bwrap
+LIMITS = Limits(wall_sec=60, cpu_sec=60, memory_mb=4096)
+
+# A test file reporting what its grader can see and do, as the failing assertion's message.
+FACTS_TEST = r'''
+import json, os, resource, socket
+
+def _status():
+    keep = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")
+    rows = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+    return {k: rows[k].strip() for k in keep if k in rows}
+
+def _mounts():
+    out = []
+    for line in open("/proc/self/mountinfo"):
+        left, _, right = line.partition(" - ")
+        f, r = left.split(), right.split()
+        opts = sorted(set(f[5].split(",")) - {"relatime", "noatime"})
+        # The root's filesystem type differs by design (the image bound whole, or a read-only tmpfs
+        # of its entries bound one by one); what a grader can do with it (read-only) does not.
+        out.append([f[4], ",".join(opts), "" if f[4] == "/" else r[0]])
+    return sorted(out)
+
+def _try(fn):
+    try:
+        return ["ok", fn()]
+    except Exception as exc:
+        return ["error", type(exc).__name__]
+
+def test_facts():
+    facts = {
+        "ids": [os.getuid(), os.geteuid(), os.getgid(), os.getegid(), sorted(os.getgroups())],
+        "uid_map": open("/proc/self/uid_map").read().split(), "status": _status(),
+        "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()), "pid": os.getpid(),
+        "sid_is_self": os.getsid(0) == os.getpid(), "cwd": os.getcwd(),
+        "env": sorted(k for k in os.environ if k not in ("TERMFORGE_GRADER_FD", "PYTEST_CURRENT_TEST")),
+        "env_values": {k: os.environ.get(k) for k in ("PATH", "HOME", "USER", "LANG", "TERM")},
+        "root": sorted(os.listdir("/")), "mnt": _try(lambda: sorted(os.listdir("/mnt"))),
+        "mounts": _mounts(), "hostname": socket.gethostname(),
+        "net": sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]),
+        "rlimits": {n: resource.getrlimit(getattr(resource, n)) for n in
+                    ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_NPROC")},
+        "write_root": _try(lambda: open("/planted", "w").close()),
+        "write_usr": _try(lambda: open("/usr/planted", "w").close()),
+        "write_app": _try(lambda: open("/app/.facts-probe", "w").close()),
+        "write_tmp": _try(lambda: open("/tmp/x", "w").close()),
+        "kill_init": _try(lambda: os.kill(1, 9)),
+        "fds": sorted(int(f) for f in os.listdir("/proc/self/fd")),
+        "own_environ": _try(lambda: len(open("/proc/self/environ", "rb").read()) > 0),
+        "init_environ": _try(lambda: len(open("/proc/1/environ", "rb").read()) > 0),
+        "dumpable": _try(lambda: os.stat("/proc/self/mem").st_uid),
+        "unshare_net": _try(lambda: os.unshare(os.CLONE_NEWNET)) if hasattr(os, "unshare") else None,
+    }
+    assert False, "FACTS" + json.dumps(facts, sort_keys=True) + "END"
+'''
+
+
+def _facts(output: str) -> dict:
+    assert "FACTS" in output, output[-2000:]
+    blob = output[output.index("FACTS") + 5:output.index("END", output.index("FACTS"))]
+    return json.loads(blob.replace("\n", ""))
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pool", numbered=True)
+    sig = make_signature(7100, "file_operations", "exact_text", "text_only")
+    t = generate_task(sig, root / "tasks", families=[family_by_name("log_level_filter")])
+    (t / "tests" / "test_facts.py").write_text(FACTS_TEST)
+    build = BwrapRuntime().build(t, root / "images")
+    assert build.ok, build.reason
+    return t, build.image
+
+
+def test_a_pooled_grader_sees_the_sandbox_a_bwrap_grader_sees(task):
+    task_dir, image = task
+    runtime = BwrapRuntime()
+    with runtime.start(image, LIMITS) as plain:
+        old = run_test_file(plain, task_dir, "test_facts.py", timeout=60)
+    with ExitStack() as stack:
+        pooled = pooled_runtime(runtime, image, stack)
+        assert isinstance(pooled, PooledRuntime)
+        with pooled.start(image, LIMITS) as session:
+            new = run_test_file(session, task_dir, "test_facts.py", timeout=60)
+        assert pooled.pool.grades == 1 and pooled.pool.broken is None  # served by the pool, no fallback
+    a, b = _facts(old.output), _facts(new.output)
+    # Two differences by design. The pool's root is a read-only tmpfs of the image's top-level
+    # entries, each bound read-only (the image's / cannot be bound without the zygote's own mounts
+    # below it), and /proc/sys, /proc/irq, /proc/bus are covered read-only as bwrap means to (bwrap
+    # in a nested user namespace leaves them): those mounts are set aside. The grader's uid 1000 maps
+    # to the zygote's uid 1000 where bwrap maps it to its intermediate namespace's 0: both are the
+    # same unprivileged host uid, so only the middle field of uid_map is set aside.
+    top = {m[0] for m in a["mounts"]}
+    b["mounts"] = [m for m in b["mounts"] if m[0] in top and not (m[0].count("/") == 1 and m[1] == "nodev,nosuid,ro"
+                                                                  and m not in a["mounts"])]
+    assert len(a["uid_map"]) == len(b["uid_map"]) == 3
+    # The pool's init is not dumpable (a fork of the zygote): a grader can neither read its
+    # /proc entries nor ptrace it, where bwrap's init lets it read an empty environ. Stricter.
+    assert a.pop("init_environ") == ["ok", False] and b.pop("init_environ") == ["error", "PermissionError"]
+    a["uid_map"][1] = b["uid_map"][1] = "parent"
+    differ = {key: (a[key], b.get(key)) for key in a if a[key] != b.get(key)}
+    assert not differ, "\n".join(f"{k}: bwrap {x!r} vs pool {y!r}" for k, (x, y) in differ.items())
+    # What the comparison rests on: a grader is uid 1000 without capabilities, alone in its pid
+    # namespace, without network, and the host's work directory is not there.
+    assert a["ids"][:4] == [1000] * 4 and a["status"]["CapEff"] == "0000000000000000"
+    assert a["write_root"][0] == a["write_usr"][0] == "error" and a["net"] == ["lo"]
+    assert a["mnt"] == ["ok", []] and not any(m[0].startswith("/mnt") for m in a["mounts"])
+    assert old.reward == new.reward == 0.0 and old.reason == new.reason
+
+
+def test_the_zygote_is_out_of_a_graders_reach(task):
+    """A grade cannot signal, read or find the zygote or its supervisor: its pid namespace holds
+    only the grade's own processes, and nothing of the pool's staging folder is mounted."""
+    task_dir, image = task
+    probe = task_dir / "tests" / "test_reach.py"
+    probe.write_text(r'''
+import os, signal
+def test_reach():
+    # Its pid namespace holds the grade's own init (a fork of the zygote, as bwrap's init is
+    # bwrap) and the grader: the init ignores what its namespace sends it.
+    for sig in (signal.SIGKILL, signal.SIGTERM):
+        try:
+            os.kill(1, sig)
+        except (PermissionError, ProcessLookupError):
+            pass
+    assert os.path.exists("/proc/1")
+    assert os.listdir("/mnt") == []
+    assert not os.path.exists("/verifier/zygote.py") and not any("tf-pool" in v for v in os.environ.values())
+''')
+    try:
+        with ExitStack() as stack:
+            pooled = pooled_runtime(BwrapRuntime(), image, stack)
+            for _ in range(2):  # the second grade proves the zygote survived the first one's attempts
+                with pooled.start(image, LIMITS) as session:
+                    v = run_test_file(session, task_dir, "test_reach.py", timeout=60)
+                assert v.reward == 1.0, v.output[-2000:]
+            assert pooled.pool.grades == 2 and pooled.pool.broken is None
+            assert pooled.pool._proc.poll() is None  # the zygote is alive
+    finally:
+        probe.unlink()
+
+
+def _corpus(root):
+    """A fixed small corpus: two families as they come and one composed task."""
+    jobs = [("log_level_filter", make_signature(7200, "file_operations", "exact_text", "text_only")),
+            ("csv_groupby_tool", None),
+            ("log_level_filter", make_signature(7202, "file_operations", list(STRATEGIES)[0], list(CONTAINERS)[0]))]
+    tasks = []
+    for name, sig in jobs:
+        fam = family_by_name(name)
+        sig = sig or make_signature(7201, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
+        tasks.append(generate_task(sig, root / "tasks", families=[fam]))
+    return tasks
+
+
+@pytest.mark.slow
+def test_validation_verdicts_are_identical_with_and_without_the_pool(tmp_path):
+    for task_dir in _corpus(tmp_path):
+        old = validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS)
+        new = validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS, grade_pool=True)
+        assert (new.kept, new.stage, new.reason, new.checks) == (old.kept, old.stage, old.reason, old.checks), \
+            task_dir.name
+        assert new.evidence.get("collected") == old.evidence.get("collected")
+        assert new.evidence.get("mutation") == old.evidence.get("mutation")
+
+
+def test_a_pool_serves_only_what_it_can(task, tmp_path):
+    """Another backend, the host's /usr or a networked task: no pool, the runtime as it is."""
+    _, image = task
+    runtime = BwrapRuntime(rootfs="host")
+    from dataclasses import replace
+
+    with ExitStack() as stack:
+        assert pooled_runtime(runtime, replace(image, rootfs="host"), stack) is runtime
+        assert pooled_runtime(runtime, replace(image, allow_network=True), stack) is runtime
+        other = object()
+        assert pooled_runtime(other, image, stack) is other
+
+
+
+# -- the validation path's attacks, graded through the pool (tests/test_attacks.py runs them on bwrap)
+
+@pytest.fixture(scope="module")
+def program_task(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pool-attacks")
+    fam = family_by_name("csv_groupby_tool")
+    task = generate_task(make_signature(7300, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0]),
+                         root / "tasks", families=[fam])
+    built = BwrapRuntime().build(task, root / "images")
+    assert built.ok, built.reason
+    paths = programs_run_by_tests((task / "tests" / "test_final_state.py").read_text())
+    assert paths
+    return task, built.image, paths
+
+
+def _pooled_agent(program_task, script):
+    task, image, _ = program_task
+    with ExitStack() as stack:
+        pooled = pooled_runtime(BwrapRuntime(), image, stack)
+        verdict, _ = _run_agent(pooled, image, ATTACK_LIMITS, script, task)
+        assert pooled.pool.grades == 1 and pooled.pool.broken is None, pooled.pool.broken  # the pool graded it
+        assert pooled.pool._proc.poll() is None  # and the zygote outlived the attack
+    return verdict
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_attacks_score_zero_through_the_pool(program_task, attack):
+    verdict = _pooled_agent(program_task, ATTACKS[attack][0](program_task[2]))
+    assert verdict.reward == 0.0, verdict.reason
+    if attack in ("reward_write_chmod", "obfuscated_everything", "lingering_rewriter"):
+        assert verdict.hacked, verdict.to_dict()  # the payload ran inside the grade and left evidence
+
+
+# A pooled grader's command line is the zygote's (`python3 -I /verifier/zygote.py FD`): the
+# grader-killing route looks for both names, so that it really kills the grader on either path.
+POOL_ROUTES = {**PROCESS_ROUTES, "kill_grader": PROCESS_ROUTES["kill_grader"].replace("verifier/grade[.]py",
+                                                                                       "verifier/[gz][a-z]*[.]py")}
+
+
+@pytest.mark.parametrize("name", sorted(POOL_ROUTES))
+def test_process_attacks_score_zero_with_a_finding_through_the_pool(program_task, name):
+    assert POOL_ROUTES[name] != PROCESS_ROUTES[name] or name != "kill_grader"
+    verdict = _pooled_agent(program_task, plant_script(program_task[2], False, {name: POOL_ROUTES[name]}))
+    assert verdict.reward == 0.0 and any(PROCESS_EVIDENCE[name] in f for f in verdict.findings), verdict.to_dict()
+
+
+@pytest.mark.parametrize("fixture", ["program_task", "task"])
+def test_mutants_seeded_from_one_oracle_run_grade_as_with_an_oracle_run_each(fixture, request, monkeypatch):
+    import termforge.verifier as verifier
+    from termforge.quality.mutation import mutation_probe
+
+    task, image = request.getfixturevalue(fixture)[:2]
+    calls = []
+    real = verifier.run_oracle
+    monkeypatch.setattr(verifier, "run_oracle", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    plain = mutation_probe(task, BwrapRuntime(), image, LIMITS, 4)
+    oracle_runs_plain, calls[:] = len(calls), []
+    with ExitStack() as stack:
+        pooled = pooled_runtime(BwrapRuntime(), image, stack)
+        seeded = mutation_probe(task, pooled, image, LIMITS, 4, seed_from_oracle=True)
+    assert plain and oracle_runs_plain == 1 + len(plain)
+    assert len(calls) == 1  # the mutants' sessions got a copy of the one oracle run's /app
+    assert [(r["name"], r["reward"], r["ok"], r["reason"]) for r in seeded] == \
+        [(r["name"], r["reward"], r["ok"], r["reason"]) for r in plain]
+    assert all(r["ok"] for r in seeded)
