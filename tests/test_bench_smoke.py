@@ -50,8 +50,12 @@ def test_every_bench_script_has_a_smoke_run():
     assert scripts == set(SMOKE), f"give these a smoke run in SMOKE: {sorted(scripts ^ set(SMOKE))}"
 
 
+# Benches whose smallest run a test of their own makes and checks (one run of it in the suite, not two).
+DEDICATED = {"bench_terminal_learning.py": "tests/test_bench_learning.py"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("script", sorted(SMOKE))
+@pytest.mark.parametrize("script", sorted(set(SMOKE) - set(DEDICATED)))
 def test_bench_runs_and_cleans_up(script, tmp_path):
     if script in NEEDS_SANDBOX and shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")
