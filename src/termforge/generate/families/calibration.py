@@ -25,7 +25,7 @@ import random
 import shlex
 
 from termforge.generate.base import TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
-from termforge.generate.families.scientific_computing import lines_final_test, py_source
+from termforge.generate.families.scientific_computing import py_source
 
 KINDS = ("write_line", "append_line", "count_word", "rename_file", "fix_script")
 
