@@ -17,7 +17,12 @@ run: setup
 	snakemake --cores $(CORES)
 	dvc commit --force --quiet
 
+# The gate: everything but the few long end-to-end runs marked `extended` (each has a faster
+# sibling in the gate); test-all runs those too.
 test: setup
+	python -m pytest -q -p no:cacheprovider -m "not extended" tests
+
+test-all: setup
 	python -m pytest -q -p no:cacheprovider tests
 
 dryrun: setup

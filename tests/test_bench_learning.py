@@ -24,6 +24,7 @@ def _run(out: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # a bench: the reward probe and the trainer it drives are tested in the gate
 @needs_bwrap
 def test_quick_bench_runs_and_resumes(tmp_path):
     out = tmp_path / "bench"

@@ -154,6 +154,7 @@ def stand_in_config() -> dict:
 
 @pytest.mark.slow
 @pytest.mark.model
+@pytest.mark.extended  # the gate: every job of the gpu-full plan gets a valid model (above)
 def test_gpu_full_with_a_tiny_stand_in_trains_then_evaluates_the_trained_weights(tmp_path):
     work = tmp_path / "repo"
     work.mkdir()

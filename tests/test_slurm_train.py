@@ -48,6 +48,7 @@ def _sbatch(script: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the gate: the terminal trainer's 2 processes through Slurm, below, and 2 local ranks
 def test_two_processes_through_slurm_give_the_adapter_of_one(slurm_cluster, tiny_model_dir, tmp_path):
     program = tmp_path / "data_parallel_run.py"
     program.write_text(DATA_PARALLEL_SCRIPT + "\nimport os\nprint('rank', os.environ.get('RANK', '0'), 'of', "

@@ -45,6 +45,7 @@ def _workdir(path: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the gate: test_slurm_cluster.py runs CPU and GPU rules through the profile
 def test_workflow_runs_on_slurm_in_the_right_partitions(slurm_cluster, tmp_path):
     slurm_dir = _workdir(tmp_path / "slurm")
     result = run_snakemake_on_slurm(REPO_ROOT / "Snakefile", slurm_dir, "--configfile", str(slurm_dir / "small.yaml"),
@@ -138,6 +139,7 @@ def test_a_served_policy_group_that_no_node_fits_stops_before_submitting(slurm_c
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the gate: test_serve.py serves the policy to the solve jobs locally
 def test_served_policy_runs_as_one_slurm_job_with_its_solve_shards(slurm_cluster, tmp_path):
     """serve.enabled on Slurm: the server and the solve shard it serves are one group job in the
     GPU partition; the shard's rollouts went through the server, which was stopped afterwards."""
