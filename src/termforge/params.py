@@ -81,35 +81,38 @@ STAGE_KEYS: dict[str, tuple[str | When, ...]] = {
 }
 
 
-def stage_keys(cfg: dict, stage: str) -> list[str]:
-    """The dotted keys `stage` reads under cfg (a full config), placeholders resolved."""
+def _keys_read(stage: str, lookup) -> list[str]:
+    """The dotted keys `stage` reads, `When` conditions decided and placeholders expanded by `lookup`."""
     out = []
     for entry in STAGE_KEYS[stage]:
         if isinstance(entry, When):
-            if not entry.applies(lambda k: get_key(cfg, k)):
+            if not entry.applies(lookup):
                 continue
             entry = entry.key
-        out.append(resolve_key(cfg, entry) if "{" in entry else entry)
+        out.append(_expand(entry, lookup))
     return out
+
+
+def _expand(dotted: str, lookup) -> str:
+    """Expand `{other.key}` placeholders with `lookup`: "models.{solve.model}" -> "models.policy"."""
+    import re
+
+    return re.sub(r"\{([^}]+)\}", lambda m: str(lookup(m.group(1))), dotted) if "{" in dotted else dotted
+
+
+def stage_keys(cfg: dict, stage: str) -> list[str]:
+    """The dotted keys `stage` reads under cfg (a full config), placeholders resolved."""
+    return _keys_read(stage, lambda k: get_key(cfg, k))
 
 
 def flat_stage_keys(opts: dict, stage: str) -> list[str]:
     """The same from the flat params a rule passed (what a stage command checks it was given)."""
-    out = []
-    for entry in STAGE_KEYS[stage]:
-        if isinstance(entry, When):
-            if not entry.applies(lambda k: flat_lookup(opts, k)):
-                continue
-            entry = entry.key
-        out.append(resolve_flat(opts, entry))
-    return out
+    return _keys_read(stage, lambda k: flat_lookup(opts, k))
 
 
 def resolve_key(cfg: dict, dotted: str) -> str:
-    """Expand a `{other.key}` placeholder: "models.{solve.model}" -> "models.policy"."""
-    import re
-
-    return re.sub(r"\{([^}]+)\}", lambda m: str(get_key(cfg, m.group(1))), dotted)
+    """Expand a `{other.key}` placeholder from a full config."""
+    return _expand(dotted, lambda k: get_key(cfg, k))
 
 
 def get_key(cfg: dict, dotted: str):
@@ -162,9 +165,7 @@ def flat_lookup(opts: dict, dotted: str):
 
 def resolve_flat(opts: dict, dotted: str) -> str:
     """Expand placeholders of a STAGE_KEYS entry from the flat params a rule passed."""
-    import re
-
-    return re.sub(r"\{([^}]+)\}", lambda m: str(flat_lookup(opts, m.group(1))), dotted)
+    return _expand(dotted, lambda k: flat_lookup(opts, k))
 
 
 def sync_stamp(path, text: str) -> str:
