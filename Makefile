@@ -20,7 +20,7 @@ run: setup
 # The gate: everything but the few long end-to-end runs marked `extended` (each has a faster
 # sibling in the gate); test-all runs those too.
 test: setup
-	python -m pytest -q -p no:cacheprovider -m "not extended" tests
+	python -m pytest -q -p no:cacheprovider -m "not extended" --durations=20 tests
 
 test-all: setup
 	python -m pytest -q -p no:cacheprovider tests

@@ -1,12 +1,12 @@
 """Run the test suite while the machine is deliberately busy (issue: the suite passes however
 busy the machine is).
 
-Starts `--burners` CPU-burning processes (default: one per core, plus one), then runs the README's
+Starts `--burners` CPU-burning processes (default: one per core), then runs the README's
 test command (`make test`) or the pytest arguments given after `--`, and prints the pytest summary,
 the wall time and the load average seen during the run. The burners are stopped however the run
 ends. Repeat it (`--repeat 2`) to catch failures that depend on scheduling.
 
-    .venv/bin/python bench/stress_suite.py                    # make test, one burner per core + 1
+    .venv/bin/python bench/stress_suite.py                    # make test, one burner per core
     .venv/bin/python bench/stress_suite.py --repeat 2 --burners 4
     .venv/bin/python bench/stress_suite.py -- tests/test_opsd_trainer.py -q   # a slice
 """
@@ -68,13 +68,13 @@ def run_once(command: list[str], burners: int, max_hours: float) -> dict:
     return {"command": command, "returncode": proc.returncode, "summary": summary, "wall_sec": round(wall, 1),
             "burners": burners, "load_avg_max": max(samples, default=None),
             "load_avg_mean": round(sum(samples) / len(samples), 2) if samples else None,
-            "failed": failed, "log_tail": output[-4000:]}
+            "failed": failed, "log_tail": output[-4000:], "output": output}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--burners", type=int, default=(os.cpu_count() or 1) + 1,
-                    help="CPU-burning processes kept running during the suite (default: cores + 1)")
+    ap.add_argument("--burners", type=int, default=os.cpu_count() or 1,
+                    help="CPU-burning processes kept running during the suite (default: one per core)")
     ap.add_argument("--repeat", type=int, default=1, help="run the suite this many times")
     ap.add_argument("--max-hours", type=float, default=2.0, help="burners stop on their own after this long")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
             print("  " + line)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
+        for i, r in enumerate(results, 1):  # the whole pytest output of each run, beside the summary
+            args.out.with_suffix(f".run{i}.log").write_text(r.pop("output"))
         tmp = args.out.with_suffix(".tmp")
         tmp.write_text(json.dumps(results, indent=2))
         tmp.replace(args.out)

@@ -97,3 +97,39 @@ def returns(fn, *args, wait: float = 120.0):
     assert not worker.is_alive(), f"{getattr(fn, '__name__', fn)} blocked for {wait} s"
     return out[0]
 
+
+
+# Two float32 computations of the same values that add in a different order: padding changes the
+# matmul's blocking, data parallelism all-reduces the ranks' gradients in another order than one
+# process accumulates them, micro-batches accumulate separately. Each reordered sum differs by a
+# few ulps (float32 eps 1.2e-7) times the number of terms; after the handful of Adam steps these
+# tests take, the weights and logits (|x| up to ~10) stay within 1e-5 relative and 1e-6 absolute.
+# Comparisons of computations that run the same kernels in the same order stay exact (torch.equal).
+REORDERED_FLOAT32 = {"atol": 1e-6, "rtol": 1e-5}
+# Logits over a padded vs an unpadded batch: the attention and MLP reductions run over different
+# lengths, a few more terms per sum than the weights above.
+REORDERED_LOGITS = {"atol": 1e-5, "rtol": 1e-5}
+
+
+def ulps_of(t, n: int = 4) -> float:
+    """n float32 ulps of t's largest magnitude: the bound for two roundings of the same formula
+    written differently (lerp vs a*x + b*y), where each side is within one ulp of the exact value."""
+    import torch
+
+    return n * torch.finfo(torch.float32).eps * float(t.abs().max())
+
+
+def gate_slice(values, keep, ids=None):
+    """values as pytest parameters, the ones outside `keep` marked `extended`: the CI gate
+    (`make test`) runs the representative slice `keep`, `make test-all` and the bench sweeps run
+    every value. `ids` names a parameter (e.g. a family object by its name)."""
+    keep = set(keep)
+    names = [ids(v) if ids else v for v in values]
+    params = []
+    for v, name in zip(values, names):
+        marks = () if name in keep else (pytest.mark.extended,)
+        args = v if isinstance(v, tuple) else (v,)
+        params.append(pytest.param(*args, marks=marks, id=name if ids else None))
+    missing = keep - set(names)
+    assert not missing, f"gate_slice keeps values that are not parameters: {sorted(missing)}"
+    return params

@@ -7,7 +7,7 @@ cannot pass because the payload never ran.
 CI keeps a representative slice: a task of each family whose final tests run agent programs,
 plus an output-file family, built once; bench/bench_attacks.py sweeps every family x attack.
 Validation's every-family probe test (tests/test_validate.py) runs the hijack probes (all routes,
-direct and obfuscated) on all families.
+direct and obfuscated) on a family per kind of program in the gate, on every family in `make test-all`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_signature, needs_bwrap, returns
+from conftest import gate_slice, make_signature, needs_bwrap, returns
 from termforge.evals.harbor_tasks import build_harbor_image, load_harbor_dir
 from termforge.evals.tbench import run_native
 from termforge.generate.families import family_by_name
@@ -93,7 +93,9 @@ def _settings() -> SolveSettings:
                                                task_timeout_sec=120, sampling=SamplingParams(max_new_tokens=32)))
 
 
-@pytest.mark.parametrize("attack,family", SOLVE_CASES)
+# FIFOs for outputs wait out a sandbox's wall limit: the gate runs them where output files are
+# what the tests read (log_level_filter); test-all adds the program family.
+@pytest.mark.parametrize("attack,family", gate_slice(SOLVE_CASES, set(SOLVE_CASES) - {("fifo_outputs", "csv_groupby_tool")}))
 def test_attack_scores_zero_on_the_solve_path(corpus, family, attack, tmp_path):
     root, rt, tasks = corpus
     task, _, paths = tasks[family]
@@ -105,7 +107,9 @@ def test_attack_scores_zero_on_the_solve_path(corpus, family, attack, tmp_path):
     if evidence and family in PROGRAM_FAMILIES:
         # The payload ran inside the verifier, and the grader recorded what it did.
         assert any(evidence in f for f in row["hacked"]), row
-    assert time.monotonic() - t0 < 3 * LIMITS.wall_sec + 60  # bounded by the limits, never a hang
+    # Never a hang: the harness's task timeout bounds the agent, the wall limits each grading run. A
+    # bound on what the limits allow, not a timing claim: a busy machine stays far inside it.
+    assert time.monotonic() - t0 < _settings().harness.task_timeout_sec + 3 * LIMITS.wall_sec
 
 
 @pytest.mark.parametrize("attack", sorted(ATTACKS))

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import gate_slice
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 
@@ -54,8 +56,15 @@ def test_every_bench_script_has_a_smoke_run():
 DEDICATED = {"bench_terminal_learning.py": "tests/test_bench_learning.py"}
 
 
+# Smoke runs past ten seconds (a model, a corpus, an image build to set up) run in make test-all;
+# what they measure is tested in the gate by the tests of the code they drive.
+SLOW_SMOKE = {"bench_hint_gate.py", "bench_scale.py", "bench_images.py", "bench_opsd_step.py", "bench_terminal_step.py",
+              "bench_terminal_cpu.py", "bench_opsd_loss.py"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("script", sorted(set(SMOKE) - set(DEDICATED)))
+@pytest.mark.parametrize("script", gate_slice(sorted(set(SMOKE) - set(DEDICATED)),
+                                               set(SMOKE) - set(DEDICATED) - SLOW_SMOKE))
 def test_bench_runs_and_cleans_up(script, tmp_path):
     if script in NEEDS_SANDBOX and shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")

@@ -181,6 +181,7 @@ def _make_run_commands() -> list[list[str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the gate: the DVC stages above; `make run` itself is this whole test
 def test_make_run_leaves_one_state_for_dvc_and_snakemake(tmp_path):
     """make run -> dvc.lock; a run after deleting Snakemake's metadata still sees a changed param;
     dvc exp run -S with the README's key; dvc push moves the adapters and the report; a fresh clone

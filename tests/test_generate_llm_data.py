@@ -222,7 +222,8 @@ def _published_answer_free(task_dir):
     assert v.kept, (v.stage, v.reason)
 
 
-@pytest.mark.parametrize("persona,stage", [("a helpful tutor", "static"), ("a chatty lead", "static")])
+@pytest.mark.parametrize("persona,stage", [("a helpful tutor", "static"),
+                                           pytest.param("a chatty lead", "static", marks=pytest.mark.extended)])
 def test_an_answer_in_the_instruction_is_blamed_on_the_task_step(tmp_path, persona, stage):
     task_dir, exc, bodies = _generate(tmp_path, 40 if "tutor" in persona else 41, persona)
     assert exc is None, exc

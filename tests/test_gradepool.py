@@ -8,7 +8,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from conftest import make_signature, needs_bwrap
+from conftest import gate_slice, make_signature, needs_bwrap
 from termforge.generate.bundles import CONTAINERS
 from termforge.generate.families import family_by_name
 from termforge.generate.procedural import generate_task
@@ -227,7 +227,9 @@ def _pooled_agent(program_task, script):
     return verdict
 
 
-@pytest.mark.parametrize("attack", sorted(ATTACKS))
+# fifo_outputs waits out the wall limit and reaches the pooled grader as it reaches a bwrap one
+# (through the outputs the grade reads): the gate leaves it to test-all, fork_bomb stays.
+@pytest.mark.parametrize("attack", gate_slice(sorted(ATTACKS), set(ATTACKS) - {"fifo_outputs"}))
 def test_attacks_score_zero_through_the_pool(program_task, attack):
     verdict = _pooled_agent(program_task, ATTACKS[attack][0](program_task[2]))
     assert verdict.reward == 0.0, verdict.reason
