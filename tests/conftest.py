@@ -111,6 +111,14 @@ REORDERED_FLOAT32 = {"atol": 1e-6, "rtol": 1e-5}
 REORDERED_LOGITS = {"atol": 1e-5, "rtol": 1e-5}
 
 
+def termforge_lines(stderr: str) -> list[str]:
+    """The lines termforge itself wrote to stderr. A one-line error is one such line; a warning the
+    interpreter or a library prints on its own (at shutdown on a loaded machine, say) is not
+    termforge's output, but a traceback is a bug, so none may appear."""
+    assert "Traceback" not in stderr, stderr
+    return [line for line in stderr.splitlines() if line.startswith("termforge:")]
+
+
 def ulps_of(t, n: int = 4) -> float:
     """n float32 ulps of t's largest magnitude: the bound for two roundings of the same formula
     written differently (lerp vs a*x + b*y), where each side is within one ulp of the exact value."""

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import termforge_lines
 from fake_openai_server import FakeOpenAIServer, Scripted, count_words
 
 from termforge.errors import ConfigError, TermforgeError
@@ -623,7 +624,8 @@ def test_check_config_refuses_a_model_spec_its_backend_would_refuse(tmp_path):
     overlay = tmp_path / "vllm.yaml"
     overlay.write_text("models:\n  policy:\n    backend: vllm\n")
     res = _check_config("config.yaml", str(overlay))
-    assert res.returncode == 2
-    assert res.stderr.strip() == ("termforge: error: models.policy.device: unknown option for backend 'vllm' "
-                                  "(accepted: dtype, engine_kwargs, engine_seed, gpu_memory_utilization, lora, "
-                                  "max_model_len, tensor_parallel_size) (used by solve.model, eval.model)")
+    assert res.returncode == 2, res.stderr
+    assert termforge_lines(res.stderr) == [
+        "termforge: error: models.policy.device: unknown option for backend 'vllm' "
+        "(accepted: dtype, engine_kwargs, engine_seed, gpu_memory_utilization, lora, "
+        "max_model_len, tensor_parallel_size) (used by solve.model, eval.model)"], res.stderr

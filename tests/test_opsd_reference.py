@@ -26,7 +26,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 # The tiny random Llama (SmolLM2's tokenizer) and the helpers of the trainer tests.
-from conftest import ulps_of  # noqa: E402
+from conftest import termforge_lines, ulps_of  # noqa: E402
 from test_opsd_trainer import _cut_completion, _tiny_trainer, math_rows, smol_tokenizer, tiny_model_dir  # noqa: E402,F401
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,8 +87,8 @@ def test_unloadable_hub_dataset_stops_with_one_line_naming_the_key(tmp_path):
     params = json.dumps({"train": {"dataset": "siyanzhao/Openthoughts_math_30k_opsd"}})
     res = subprocess.run([sys.executable, "-m", "termforge.cli", "train", "--params", params,
                           "--out-dir", str(tmp_path / "run")], capture_output=True, text=True, env=env)
-    assert res.returncode == 2
-    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2, res.stderr
+    lines = termforge_lines(res.stderr)
     assert len(lines) == 1, res.stderr
     assert re.match(r"termforge: error: train\.dataset: dataset siyanzhao/Openthoughts_math_30k_opsd .*"
                     r"could not be loaded", lines[0])
@@ -383,10 +383,10 @@ def test_answer_column_missing_is_one_line_listing_the_columns(tmp_path):
     params = json.dumps({"train": {**_trace_config().to_dict(), "dataset": str(data)}})
     res = subprocess.run([sys.executable, "-m", "termforge.cli", "train", "--params", params,
                           "--out-dir", str(tmp_path / "run")], capture_output=True, text=True)
-    assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == [
+    assert res.returncode == 2, res.stderr
+    assert termforge_lines(res.stderr) == [
         f"termforge: error: train.answer_column: dataset {data} has no column 'Answer' "
-        "(columns: problem, solution, answer, generated_token_count)"]
+        "(columns: problem, solution, answer, generated_token_count)"], res.stderr
     # With the column named, it trains on that set (the filter reads it).
     from termforge.opsd.data import load_math_rows
 
