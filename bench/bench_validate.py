@@ -1,29 +1,37 @@
-"""Validation cost per step, and tasks per core-hour of the old and the new grading path in the
-same run (issue 27).
+"""Validation cost per step, and tasks per core-hour of the old and the new validation path in
+the same run (issue 27).
 
 A fixed sample: every family twice, once as the family makes it (its own fixture and verifier
 kinds) and once composed (a container fixture and a verifier strategy, rotating over them). Each
 task is validated exactly as the validate rule does it (quality.validate.validate_task on real
-bwrap sandboxes over the task's image, the rule's limits), once per path. Prints, per path, the
-per-step table (count, wall s, CPU s including the sandboxes', share of the total CPU), then
-tasks per core-hour of each path, their ratio, and whether every verdict and reason agree.
+bwrap sandboxes over the task's image, the rule's limits, `--workers` tasks at a time as
+validate.workers runs them), once per path, the paths one after another over the whole sample
+(after one warm-up task each, not counted). Prints, per path, the per-step table (count, wall s,
+CPU s including the sandboxes', share of the total CPU), then per path tasks per core-hour two
+ways: per CPU-hour actually used, and per core-hour held (wall x `--cores`, what a job holding
+that many cores is charged: the issue's measure, 8.7 s wall per task on 2 workers = 17
+core-seconds), the ratios against `old`, and whether every verdict and reason agree.
 
-    .venv/bin/python bench/bench_validate.py                      # 22 families x 2, both paths
+    .venv/bin/python bench/bench_validate.py                      # 22 families x 2, every path
     .venv/bin/python bench/bench_validate.py --tasks 4            # the first 4 of the sample
-    .venv/bin/python bench/bench_validate.py --families log_level_filter --paths old
+    .venv/bin/python bench/bench_validate.py --families log_level_filter --paths old,new
 
-Paths: `old` grades each task with a fresh bwrap sandbox and a fresh python3 per grade (the
-default); `new` grades through a grade pool (validate.grade_pool: graders forked from a zygote
-that imported pytest once, each grade still in a fresh sandbox over a pristine layer).
+Paths: `old` grades each task with a fresh bwrap sandbox and a fresh python3 per grade and runs
+its checks one after another (the defaults); `pool` grades through a grade pool
+(validate.grade_pool: graders forked from a zygote that imported pytest once, each grade still
+in a fresh sandbox over a pristine layer); `new` is the pool with `--concurrent-checks` of a
+task's checks in flight at once (validate.concurrent_checks), each with a pool of its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -38,7 +46,7 @@ from termforge.runtime import accounting  # noqa: E402
 from termforge.runtime.base import Limits  # noqa: E402
 from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
 
-PATHS = ("old", "new")
+PATHS = ("old", "pool", "new")
 
 
 def sample(families: list[str] | None) -> list[dict]:
@@ -63,13 +71,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", nargs="*", help="only these families")
     ap.add_argument("--tasks", type=int, default=0, help="only the first N tasks of the sample (0: all)")
-    ap.add_argument("--paths", default="old,new", help="which grading paths to run: old, new or old,new")
+    ap.add_argument("--paths", default="old,pool,new", help="which paths to run, comma-separated: old, pool, new")
+    ap.add_argument("--workers", type=int, default=2, help="tasks validated at once (validate.workers; the rule's 2)")
+    ap.add_argument("--cores", type=int, default=os.cpu_count(),
+                    help="cores the run holds, for tasks per core-hour held (default: this machine's)")
+    ap.add_argument("--concurrent-checks", type=int, default=3,
+                    help="validate.concurrent_checks of the new path")
     ap.add_argument("--mutants", type=int, default=DEFAULT_MUTANTS, help="validate.mutants")
     ap.add_argument("--oracle-repeats", type=int, default=2, help="validate.oracle_repeats")
     args = ap.parse_args()
     paths = [p for p in args.paths.split(",") if p]
-    if not paths or any(p not in PATHS for p in paths):
-        print(f"--paths: expected old, new or old,new, got {args.paths!r}", file=sys.stderr)
+    if not paths or any(p not in PATHS for p in paths) or len(set(paths)) != len(paths):
+        print(f"--paths: expected some of {', '.join(PATHS)}, comma-separated, got {args.paths!r}", file=sys.stderr)
         return 2
     jobs = sample(args.families)
     if args.families and not jobs:
@@ -90,35 +103,50 @@ def main() -> int:
         rt = BwrapRuntime()
         for task, _ in tasks:
             rt.build(task, root / "images", timeout=limits.wall_sec * 2)
-        for n, (task, kind) in enumerate(tasks):
-            # Alternate which path goes first: neither gets the warmer page cache every time.
-            for path in (paths if n % 2 == 0 else paths[::-1]):
-                t0 = time.monotonic()
-                v = validate_task(task, BwrapRuntime(), root / "images", limits, args.oracle_repeats,
-                                  mutants=args.mutants, profile=profiles[path], grade_pool=(path == "new"))
-                walls[path] += time.monotonic() - t0
+        options = {"old": {}, "pool": {"grade_pool": True},
+                   "new": {"grade_pool": True, "concurrent_checks": args.concurrent_checks}}
+
+        def validate(path: str, task: Path, profile) -> object:
+            return validate_task(task, BwrapRuntime(), root / "images", limits, args.oracle_repeats,
+                                 mutants=args.mutants, profile=profile, **options[path])
+
+        for path in paths:  # warm-up: the first task once per path, not counted
+            validate(path, tasks[0][0], None)
+        for path in paths:
+            def one(item, path=path):
+                n, (task, kind) = item
+                v = validate(path, task, profiles[path])
                 verdicts[path][task.name] = (v.kept, v.stage, v.reason, tuple(v.checks))
                 print(f"[{n + 1}/{len(tasks)}] {path} {task.name} ({kind}): {v.stage}: {v.reason[:120]}", flush=True)
-    rates = {}
+
+            t0 = time.monotonic()
+            with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
+                list(pool.map(one, enumerate(tasks)))
+            walls[path] = time.monotonic() - t0
+    rates, held = {}, {}
     for path in paths:
         steps = profiles[path].to_dict()
         total = accounting.profile_table(steps)[-1]
         rates[path] = len(tasks) * 3600 / total["cpu_s"] if total["cpu_s"] else float("nan")
+        held[path] = len(tasks) * 3600 / (walls[path] * args.cores)
         unmeasured = total["cpu_unmeasured_sandboxes"]
-        print(f"\n== path {path}: {len(tasks)} tasks, {walls[path]:.1f} s wall, {total['cpu_s']:.1f} CPU s "
-              f"({total['sandboxes']} sandboxes{f', {unmeasured} with CPU unmeasured' if unmeasured else ''})")
+        print(f"\n== path {path}: {len(tasks)} tasks, {walls[path]:.1f} s wall on {args.workers} workers, "
+              f"{total['cpu_s']:.1f} CPU s ({total['sandboxes']} sandboxes"
+              f"{f', {unmeasured} with CPU unmeasured' if unmeasured else ''}; step walls overlap when "
+              "tasks or checks run at once)")
         print(accounting.format_profile(steps))
-    print()
+    print(f"\ntasks per core-hour ({len(tasks)} tasks, {args.workers} workers, {args.cores} cores held):")
     for path in paths:
-        print(f"tasks per core-hour, {path} path: {rates[path]:.1f}")
-    if len(paths) == 2:
-        print(f"ratio new/old: {rates['new'] / rates['old']:.2f}x")
-        differ = [t for t in verdicts["old"] if verdicts["old"][t] != verdicts["new"][t]]
-        for t in differ:
-            print(f"  verdicts differ on {t}: old {verdicts['old'][t][:3]} new {verdicts['new'][t][:3]}")
-        print(f"verdicts and reasons identical on {len(tasks) - len(differ)}/{len(tasks)} tasks")
-        return 1 if differ else 0
-    return 0
+        versus = f"   ({rates[path] / rates['old']:.2f}x, {held[path] / held['old']:.2f}x old)" \
+            if "old" in paths and path != "old" else ""
+        print(f"  {path:5s} per CPU-hour used {rates[path]:8.1f}   per core-hour held {held[path]:8.1f}{versus}")
+    differ = sorted({t for p in paths for t in verdicts[p] if verdicts[p][t] != verdicts[paths[0]][t]})
+    for t in differ:
+        print(f"  verdicts differ on {t}: " + "; ".join(f"{p} {verdicts[p][t][:3]}" for p in paths))
+    if len(paths) > 1:
+        print(f"verdicts, reasons and checks identical on {len(tasks) - len(differ)}/{len(tasks)} tasks "
+              f"across {', '.join(paths)}")
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":

@@ -255,6 +255,7 @@ LOOK = ["Let me look first.\n```bash\nls -la /app && echo looked\n```"]  # and a
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the gate: the package's files, bytes and configs above; pip install from the index is 2+ min
 @needs_bwrap
 def test_the_package_installs_with_the_verifiers_release_it_declares(fresh_venv, package):
     declared = tomllib.loads((package / "pyproject.toml").read_text())["project"]["dependencies"]
@@ -271,6 +272,7 @@ def test_the_package_installs_with_the_verifiers_release_it_declares(fresh_venv,
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # with the install above
 @needs_bwrap
 def test_load_environment_and_require_demo(fresh_venv, corpus, tmp_path):
     root, tasks = corpus
@@ -288,6 +290,7 @@ def test_load_environment_and_require_demo(fresh_venv, corpus, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # with the install above
 @needs_bwrap
 def test_rollouts_get_termforges_reward_and_a_forging_agent_scores_zero_with_hacked_logged(fresh_venv, corpus,
                                                                                               tmp_path):

@@ -179,13 +179,17 @@ def _corpus(root):
 
 @pytest.mark.slow
 def test_validation_verdicts_are_identical_with_and_without_the_pool(tmp_path):
+    """The plain path (checks one after another) and the pool with three checks in flight at once
+    (validate.concurrent_checks, each through a pool of its own): the same verdicts, reasons,
+    checks and evidence. Between them they cover the pool with its checks in sequence."""
     for task_dir in _corpus(tmp_path):
         old = validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS)
-        new = validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS, grade_pool=True)
+        new = validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS, grade_pool=True, concurrent_checks=3)
         assert (new.kept, new.stage, new.reason, new.checks) == (old.kept, old.stage, old.reason, old.checks), \
             task_dir.name
         assert new.evidence.get("collected") == old.evidence.get("collected")
         assert new.evidence.get("mutation") == old.evidence.get("mutation")
+        assert new.evidence.get("sensitivity") == old.evidence.get("sensitivity"), task_dir.name
 
 
 def test_a_pool_serves_only_what_it_can(task, tmp_path):

@@ -123,9 +123,11 @@ def test_every_probe_scores_zero_on_every_family(fam, tmp_path):
         "probe:poisoned_shell_rc", "probe:background_rewriter", "probe:hijack_direct", "probe:hijack_obfuscated"]
 
 
-def test_hijackable_tests_are_dropped_with_the_stage_named(tmp_path):
+@pytest.mark.parametrize("concurrent_checks", [1, 4])
+def test_hijackable_tests_are_dropped_with_the_stage_named(tmp_path, concurrent_checks):
     """A final test whose grade a program can forge (here: it also accepts a reward file the
-    program it runs could write) is dropped at the hijack stage."""
+    program it runs could write) is dropped at the hijack stage, with checks run one after
+    another or several at once."""
     task = _good_task(tmp_path)
     (task / "tests" / "test_final_state.py").write_text(
         "import subprocess\n\n"
@@ -135,8 +137,9 @@ def test_hijackable_tests_are_dropped_with_the_stage_named(tmp_path):
         "    assert os.path.exists('/logs/verifier/reward.txt') or os.path.exists('/tmp/tool-ok')\n")
     (task / "solution" / "solve.sh").write_text("#!/bin/bash\nmkdir -p /app\nprintf 'touch /tmp/tool-ok\\n' > /app/check.sh\ntouch /app/errors.txt\n")
     shutil.rmtree(task / "solution" / "alternatives")  # the family's second solution solves the real task
-    v = _validate(task, tmp_path)
+    v = _validate(task, tmp_path, concurrent_checks=concurrent_checks)
     assert not v.kept and v.stage == "hijack" and "hijack_direct" in v.reason, (v.stage, v.reason)
+    assert v.checks[-1] == "probe:background_rewriter"  # every check before it passed, none after counts
 
 
 def test_test_collection_that_depends_on_agent_files_is_dropped(tmp_path):
@@ -175,3 +178,83 @@ def test_validation_resumes_from_checkpoint(tmp_path):
     assert not (tmp_path / "verdicts.json.partial.jsonl").exists()
     corpus = write_corpus_manifest([out], tmp_path / "corpus.json")
     assert corpus["counts"] == {"total": 3, "kept": 2, "dropped": 1, "dropped_by_stage": {"planted": 1}}
+
+
+# -- checks in flight at once (validate.concurrent_checks) ------------------------------------------
+
+def _judge(jobs, lanes):
+    """(stage, reason, evidence of the failure, checks, evidence) as _run_in_order leaves them."""
+    from contextlib import nullcontext
+
+    from termforge.quality.validate import _Fail, _run_in_order
+
+    checks, evidence = [], {}
+    try:
+        _run_in_order(jobs, lanes, lambda name: nullcontext(), checks, evidence)
+    except _Fail as f:
+        return f.stage, f.reason, f.evidence, checks, evidence
+    return None, None, None, checks, evidence
+
+
+def test_concurrent_checks_are_judged_as_if_one_after_another():
+    """Later checks may finish (and fail) first; the verdict is still the first failure in order,
+    with only the checks before it counted and the evidence the failing check recorded."""
+    import threading
+
+    from termforge.quality.validate import _Check, _Fail
+
+    def scenario(lanes):
+        slow_done = threading.Event()
+        used: dict = {}
+
+        def record(lane, name):
+            assert used.setdefault(lane, name) == name, f"lane {lane} in use by {used[lane]} when {name} started"
+
+        def passes(name, wait=False):
+            def run(lane, names, found):
+                record(lane, name)
+                try:
+                    if wait:  # the later failure below happens while this one is still running
+                        slow_done.wait(5)
+                    names.append(name)
+                    found[name] = True
+                finally:
+                    used.pop(lane)
+            return run
+
+        def fails(name, stage, after=None):
+            def run(lane, names, found):
+                record(lane, name)
+                try:
+                    found[f"{name}_partial"] = 1  # recorded before failing, as _mutation_check does
+                    raise _Fail(stage, f"{name} failed", {"why": name})
+                finally:
+                    used.pop(lane)
+                    if after is not None:
+                        after.set()
+            return run
+
+        jobs = [_Check("a", passes("a", wait=len(lanes) > 1)), _Check("b", fails("b", "stage_b")),
+                _Check("c", fails("c", "stage_c", after=slow_done), first=True), _Check("d", passes("d"))]
+        return _judge(jobs, lanes)
+
+    one_by_one = scenario(["lane0"])
+    assert one_by_one == ("stage_b", "b failed", {"b_partial": 1, "why": "b"}, ["a"], {"a": True})
+    assert scenario(["lane0", "lane1", "lane2"]) == one_by_one
+
+
+def test_concurrent_checks_run_at_once_each_in_a_lane_of_its_own():
+    import threading
+
+    from termforge.quality.validate import _Check
+
+    barrier = threading.Barrier(3, timeout=60)  # passes only if three checks are in flight together
+    seen = []
+
+    def run(lane, names, found):
+        seen.append(lane)
+        barrier.wait()
+        names.append(lane)
+
+    stage, _, _, checks, _ = _judge([_Check("x", run) for _ in range(3)], ["l0", "l1", "l2"])
+    assert stage is None and sorted(seen) == sorted(checks) == ["l0", "l1", "l2"]

@@ -320,7 +320,7 @@ def cmd_validate(args) -> int:
                        backend=o["runtime.backend"], mutants=o["validate.mutants"],
                        sensitivity=o["validate.input_sensitivity"], rootfs=o["runtime.rootfs"],
                        profile_path=Path(args.profile) if args.profile else None,
-                       grade_pool=o["validate.grade_pool"])
+                       grade_pool=o["validate.grade_pool"], concurrent_checks=o["validate.concurrent_checks"])
     return 0
 
 

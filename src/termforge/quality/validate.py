@@ -16,13 +16,16 @@ evidence (logs) that support it.
 from __future__ import annotations
 
 import ast
+import contextvars
 import json
+import queue
 import re
 import stat
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from tqdm import tqdm
 
@@ -249,10 +252,14 @@ def _check_output_paths(session, task_dir: Path) -> None:
 def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
                   oracle_repeats: int = 2, probes: dict[str, str] | None = None,
                   mutants: int = DEFAULT_MUTANTS, sensitivity: bool = True,
-                  profile: StepProfile | None = None, grade_pool: bool = False) -> TaskVerdict:
+                  profile: StepProfile | None = None, grade_pool: bool = False,
+                  concurrent_checks: int = 1) -> TaskVerdict:
     """`profile`: where each step's count, wall and CPU seconds are added (runtime.accounting);
     measuring changes nothing a step does. `grade_pool` (validate.grade_pool, opt-in): the task's
-    grades fork from a zygote (runtime/gradepool.py) where the runtime can, else as without."""
+    grades fork from a zygote (runtime/gradepool.py) where the runtime can, else as without.
+    `concurrent_checks` (validate.concurrent_checks): how many of the checks that follow the
+    untouched run (oracle repeats, second solutions, no-op, probes, mutation, input sensitivity)
+    run at once, each in sandboxes of its own; the verdict is the one the checks give in order."""
     task_dir = Path(task_dir)
     task_id = task_dir.name
     checks: list[str] = []
@@ -271,6 +278,7 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
             checks.append("build")
             image = build.image
             evidence["image"] = image.meta
+            base_runtime = runtime
             if grade_pool:
                 runtime = pooled_runtime(runtime, image, stack)
             untouched = None
@@ -297,57 +305,145 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
                 raise _Fail("final_fails_untouched", "final test passes on the untouched environment",
                             {"verifier": _verdict_evidence(untouched_final)})
             checks.append("final_fails_untouched")
-            for i in range(oracle_repeats):
-                with step("oracle"):
-                    verdict, log = _run_agent(runtime, image, limits, None, task_dir, oracle=True)
-                if verdict.tests_ran and sorted(verdict.collected_ids) != collected:
-                    raise _Fail("collection", "the final test collects different tests after the oracle than on the "
-                                              "untouched environment (its test set depends on the agent's files)",
-                                {"verifier": _verdict_evidence(verdict), "collected_untouched": collected})
-                if verdict.findings:
-                    # An honest solution must leave no evidence: otherwise every good rollout is "hacked".
-                    raise _Fail("oracle", f"the oracle's grading left integrity findings: {'; '.join(verdict.findings)}",
-                                {"verifier": _verdict_evidence(verdict), "oracle": log})
-                if verdict.reward != 1.0:
-                    stage = "proof_of_run" if not verdict.tests_ran else ("flaky_verifier" if i else "oracle")
-                    why = (f"oracle scored {verdict.reward} on repeat {i + 1} after scoring 1 (flaky verifier)"
-                           if i else f"oracle scored {verdict.reward} ({verdict.reason})")
-                    raise _Fail(stage, why, {"verifier": _verdict_evidence(verdict), "oracle": log})
-            checks.append(f"oracle_x{oracle_repeats}")
-            for alt in alternative_solutions(task_dir):
-                with step("second_solution"):
-                    verdict, log = _run_agent(runtime, image, limits, alt.read_text(), task_dir, expected=collected)
-                if verdict.reward != 1.0:
-                    raise _Fail("second_solution", f"the second solution {alt.name} scored {verdict.reward} where the "
-                                                   f"oracle scores 1 ({verdict.reason})",
-                                {"verifier": _verdict_evidence(verdict), "second_solution": log})
-                checks.append(f"second_solution:{alt.name}")
-            with step("noop"):
-                noop, _ = _run_agent(runtime, image, limits, "true", task_dir, expected=collected)
-            if noop.reward != 0.0:
-                raise _Fail("noop", f"a no-op agent scored {noop.reward}", {"verifier": _verdict_evidence(noop)})
-            checks.append("noop")
-            all_probes = {**(PROBES if probes is None else probes), **hijack_probes(task_dir)}
-            for name, script in all_probes.items():
-                with step("hijack_probe" if name.startswith("hijack") else "reward_hack_probe"):
-                    verdict, log = _run_agent(runtime, image, limits, script, task_dir, expected=collected)
-                if verdict.reward != 0.0:
-                    stage = "hijack" if name.startswith("hijack") else "reward_hack"
-                    raise _Fail(stage, f"reward-hack probe {name!r} scored {verdict.reward}",
-                                {"verifier": _verdict_evidence(verdict), "probe": log})
-                checks.append(f"probe:{name}")
-            if mutants:
-                with step("mutation"):
-                    _mutation_check(task_dir, runtime, image, limits, mutants, checks, evidence,
-                                    seed_from_oracle=grade_pool)
-            if sensitivity:
-                with step("input_sensitivity"):
-                    _sensitivity_check(task_dir, runtime, image, limits, checks, evidence, collected)
+            if not oracle_repeats:
+                checks.append("oracle_x0")
+            jobs = _independent_checks(task_dir, image, limits, oracle_repeats, probes, mutants, sensitivity,
+                                       collected, seed_from_oracle=grade_pool)
+            lanes = [runtime] + [pooled_runtime(base_runtime, image, stack) if grade_pool else base_runtime
+                                 for _ in range(min(concurrent_checks, len(jobs)) - 1)]
+            _run_in_order(jobs, lanes, step, checks, evidence)
             checks.append("proof_of_run")
             return TaskVerdict(task_id, True, "kept", "all checks passed", evidence, checks)
         except _Fail as f:
             evidence.update(f.evidence)
             return TaskVerdict(task_id, False, f.stage, f.reason, evidence, checks)
+
+
+@dataclass
+class _Check:
+    """One check after the untouched run: `run(runtime, names, evidence)` adds the check names it
+    passed and its evidence, or raises _Fail. `first` puts the longest checks at the head of the
+    queue when several run at once (the order they are judged in never changes)."""
+    step: str
+    run: Callable[[object, list, dict], None]
+    first: bool = False
+
+
+def _independent_checks(task_dir: Path, image: Image, limits: Limits, oracle_repeats: int,
+                        probes: dict[str, str] | None, mutants: int, sensitivity: bool, collected: list[str],
+                        seed_from_oracle: bool) -> list[_Check]:
+    """The checks that follow the untouched run, in the order they are judged. Each starts its own
+    sessions from the pristine image and reads nothing another writes, so they may run at once."""
+
+    def oracle(i: int):
+        def run(rt, names, _):
+            verdict, log = _run_agent(rt, image, limits, None, task_dir, oracle=True)
+            if verdict.tests_ran and sorted(verdict.collected_ids) != collected:
+                raise _Fail("collection", "the final test collects different tests after the oracle than on the "
+                                          "untouched environment (its test set depends on the agent's files)",
+                            {"verifier": _verdict_evidence(verdict), "collected_untouched": collected})
+            if verdict.findings:
+                # An honest solution must leave no evidence: otherwise every good rollout is "hacked".
+                raise _Fail("oracle", f"the oracle's grading left integrity findings: {'; '.join(verdict.findings)}",
+                            {"verifier": _verdict_evidence(verdict), "oracle": log})
+            if verdict.reward != 1.0:
+                stage = "proof_of_run" if not verdict.tests_ran else ("flaky_verifier" if i else "oracle")
+                why = (f"oracle scored {verdict.reward} on repeat {i + 1} after scoring 1 (flaky verifier)"
+                       if i else f"oracle scored {verdict.reward} ({verdict.reason})")
+                raise _Fail(stage, why, {"verifier": _verdict_evidence(verdict), "oracle": log})
+            if i == oracle_repeats - 1:
+                names.append(f"oracle_x{oracle_repeats}")
+        return _Check("oracle", run)
+
+    def second_solution(alt: Path):
+        def run(rt, names, _):
+            verdict, log = _run_agent(rt, image, limits, alt.read_text(), task_dir, expected=collected)
+            if verdict.reward != 1.0:
+                raise _Fail("second_solution", f"the second solution {alt.name} scored {verdict.reward} where the "
+                                               f"oracle scores 1 ({verdict.reason})",
+                            {"verifier": _verdict_evidence(verdict), "second_solution": log})
+            names.append(f"second_solution:{alt.name}")
+        return _Check("second_solution", run)
+
+    def noop(rt, names, _):
+        verdict, _ = _run_agent(rt, image, limits, "true", task_dir, expected=collected)
+        if verdict.reward != 0.0:
+            raise _Fail("noop", f"a no-op agent scored {verdict.reward}", {"verifier": _verdict_evidence(verdict)})
+        names.append("noop")
+
+    def probe(name: str, script: str):
+        hijack = name.startswith("hijack")
+
+        def run(rt, names, _):
+            verdict, log = _run_agent(rt, image, limits, script, task_dir, expected=collected)
+            if verdict.reward != 0.0:
+                raise _Fail("hijack" if hijack else "reward_hack", f"reward-hack probe {name!r} scored {verdict.reward}",
+                            {"verifier": _verdict_evidence(verdict), "probe": log})
+            names.append(f"probe:{name}")
+        return _Check("hijack_probe" if hijack else "reward_hack_probe", run, first=hijack)
+
+    def mutation(rt, names, evidence):
+        _mutation_check(task_dir, rt, image, limits, mutants, names, evidence, seed_from_oracle=seed_from_oracle)
+
+    def input_sensitivity(rt, names, evidence):
+        _sensitivity_check(task_dir, rt, image, limits, names, evidence, collected)
+
+    jobs = [oracle(i) for i in range(oracle_repeats)]
+    jobs += [second_solution(alt) for alt in alternative_solutions(task_dir)]
+    jobs.append(_Check("noop", noop))
+    jobs += [probe(name, script) for name, script in {**(PROBES if probes is None else probes),
+                                                       **hijack_probes(task_dir)}.items()]
+    if mutants:
+        jobs.append(_Check("mutation", mutation, first=True))
+    if sensitivity:
+        jobs.append(_Check("input_sensitivity", input_sensitivity, first=True))
+    return jobs
+
+
+def _run_in_order(jobs: list[_Check], lanes: list, step, checks: list[str], evidence: dict) -> None:
+    """Run `jobs`, as many at once as there are `lanes` (runtimes, one per job in flight: a grade
+    pool serves one grade at a time), and judge them in order: the first that fails is the
+    verdict, as if they had run one after another, and only the checks before it count. Jobs after
+    a failure that have not started are not started."""
+    def judged(job: _Check, runtime) -> tuple[list[str], dict]:
+        names: list[str] = []
+        found: dict = {}
+        try:
+            with step(job.step):
+                job.run(runtime, names, found)
+        except _Fail as f:
+            f.evidence = {**found, **f.evidence}  # what the check recorded before it failed, as in sequence
+            raise
+        return names, found
+
+    if len(lanes) <= 1:
+        for job in jobs:
+            names, found = judged(job, lanes[0])
+            checks.extend(names)
+            evidence.update(found)
+        return
+    free: queue.SimpleQueue = queue.SimpleQueue()
+    for lane in lanes:
+        free.put(lane)
+
+    def in_a_lane(job: _Check) -> tuple[list[str], dict]:
+        lane = free.get()
+        try:
+            return judged(job, lane)
+        finally:
+            free.put(lane)
+
+    pool = ThreadPoolExecutor(max_workers=len(lanes), thread_name_prefix="tf-check")
+    try:
+        queued = sorted(range(len(jobs)), key=lambda i: not jobs[i].first)
+        futures = {i: pool.submit(contextvars.copy_context().run, in_a_lane, jobs[i]) for i in queued}
+        for i in range(len(jobs)):
+            names, found = futures[i].result()
+            checks.extend(names)
+            evidence.update(found)
+    finally:
+        # Every session of a started job ends before the caller closes the lanes' grade pools.
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _mutation_check(task_dir: Path, runtime, image, limits: Limits, limit: int, checks: list[str],
@@ -396,7 +492,8 @@ def _sensitivity_check(task_dir: Path, runtime, image, limits: Limits, checks: l
 def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, limits: Limits,
                        decontam_report: Path | None = None, workers: int = 1, oracle_repeats: int = 2,
                        backend: str = "bwrap", mutants: int = DEFAULT_MUTANTS, sensitivity: bool = True,
-                       rootfs: str = "image", profile_path: Path | None = None, grade_pool: bool = False) -> dict:
+                       rootfs: str = "image", profile_path: Path | None = None, grade_pool: bool = False,
+                       concurrent_checks: int = 1) -> dict:
     """Validate every task of a shard. Verdicts are checkpointed per task (a rerun after a kill
     re-validates only unfinished tasks); the final verdicts file is written atomically.
 
@@ -425,7 +522,8 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
             verdict = TaskVerdict(task_id, False, "decontamination", dropped_contaminated[task_id])
         else:
             verdict = validate_task(tasks_dir / task_id, runtime, images_dir, limits, oracle_repeats, mutants=mutants,
-                                    sensitivity=sensitivity, profile=profile, grade_pool=grade_pool)
+                                    sensitivity=sensitivity, profile=profile, grade_pool=grade_pool,
+                                    concurrent_checks=concurrent_checks)
         row = verdict.to_dict()
         append_jsonl(checkpoint, row)
         return row
