@@ -88,17 +88,20 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.repeat):
         print(f"stress run {i + 1}/{args.repeat}: {' '.join(command)} with {args.burners} CPU burners", flush=True)
         r = run_once(command, args.burners, args.max_hours)
+        output = r.pop("output")
         results.append(r)
-        print(f"  {r['summary']}  wall {r['wall_sec']:.0f}s  load avg mean {r['load_avg_mean']} max {r['load_avg_max']}")
+        print(f"  {r['summary']}  wall {r['wall_sec']:.0f}s  load avg mean {r['load_avg_mean']} max {r['load_avg_max']}",
+              flush=True)
         for line in r["failed"]:
             print("  " + line)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        for i, r in enumerate(results, 1):  # the whole pytest output of each run, beside the summary
-            args.out.with_suffix(f".run{i}.log").write_text(r.pop("output"))
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(results, indent=2))
-        tmp.replace(args.out)
+        if args.out:
+            # Written after every run (each run's whole pytest output beside the summaries so far),
+            # so a machine lost during a later run keeps what finished.
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.with_suffix(f".run{i + 1}.log").write_text(output)
+            tmp = args.out.with_suffix(".tmp")
+            tmp.write_text(json.dumps(results, indent=2))
+            tmp.replace(args.out)
     bad = sum(r["returncode"] != 0 for r in results)
     print(f"stress: {len(results) - bad}/{len(results)} runs green")
     return 1 if bad else 0
