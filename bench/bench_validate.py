@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -60,11 +59,6 @@ def sample(families: list[str] | None) -> list[dict]:
                                   containers[i % len(containers)])
         jobs += [(fam, native, "native"), (fam, composed, "composed")]
     return jobs
-
-
-def core_seconds() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
 
 
 def main() -> int:

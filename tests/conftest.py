@@ -98,7 +98,6 @@ def returns(fn, *args, wait: float = 120.0):
     return out[0]
 
 
-
 # Two float32 computations of the same values that add in a different order: padding changes the
 # matmul's blocking, data parallelism all-reduces the ranks' gradients in another order than one
 # process accumulates them, micro-batches accumulate separately. Each reordered sum differs by a
