@@ -16,11 +16,13 @@ core-seconds), the ratios against `old`, and whether every verdict and reason ag
     .venv/bin/python bench/bench_validate.py --tasks 4            # the first 4 of the sample
     .venv/bin/python bench/bench_validate.py --families log_level_filter --paths old,new
 
-Paths: `old` grades each task with a fresh bwrap sandbox and a fresh python3 per grade and runs
-its checks one after another (the defaults); `pool` grades through a grade pool
-(validate.grade_pool: graders forked from a zygote that imported pytest once, each grade still
-in a fresh sandbox over a pristine layer); `new` is the pool with `--concurrent-checks` of a
-task's checks in flight at once (validate.concurrent_checks), each with a pool of its own.
+Paths: `old` is the reference path (validate.grade_pool: false): a fresh bwrap sandbox and a
+fresh python3 per grade, every grade in full, an oracle run for each check that needs a solved
+/app, checks one after another; `pool` is that path grading through grade pools alone; `new` is
+the default path (the rule's: pools kept from task to task, the first oracle run's /app seeding
+the mutants and input sensitivity, zero-check grades; docs/grading.md, "What validation reuses,
+and what it leaves out"); `concurrent` is `new` with `--concurrent-checks` of a task's checks in
+flight at once (validate.concurrent_checks), each lane with a pool of its own.
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ from termforge.quality.validate import DEFAULT_MUTANTS, validate_task  # noqa: E
 from termforge.runtime import accounting  # noqa: E402
 from termforge.runtime.base import Limits  # noqa: E402
 from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
+from termforge.runtime.gradepool import PoolShelf  # noqa: E402
 
-PATHS = ("old", "pool", "new")
+PATHS = ("old", "pool", "new", "concurrent")
 
 
 def sample(families: list[str] | None) -> list[dict]:
@@ -65,12 +68,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", nargs="*", help="only these families")
     ap.add_argument("--tasks", type=int, default=0, help="only the first N tasks of the sample (0: all)")
-    ap.add_argument("--paths", default="old,pool,new", help="which paths to run, comma-separated: old, pool, new")
+    ap.add_argument("--paths", default="old,pool,new",
+                    help="which paths to run, comma-separated: old, pool, new, concurrent")
     ap.add_argument("--workers", type=int, default=2, help="tasks validated at once (validate.workers; the rule's 2)")
     ap.add_argument("--cores", type=int, default=os.cpu_count(),
                     help="cores the run holds, for tasks per core-hour held (default: this machine's)")
     ap.add_argument("--concurrent-checks", type=int, default=3,
-                    help="validate.concurrent_checks of the new path")
+                    help="validate.concurrent_checks of the concurrent path")
     ap.add_argument("--mutants", type=int, default=DEFAULT_MUTANTS, help="validate.mutants")
     ap.add_argument("--oracle-repeats", type=int, default=2, help="validate.oracle_repeats")
     args = ap.parse_args()
@@ -97,19 +101,22 @@ def main() -> int:
         rt = BwrapRuntime()
         for task, _ in tasks:
             rt.build(task, root / "images", timeout=limits.wall_sec * 2)
-        options = {"old": {}, "pool": {"grade_pool": True},
-                   "new": {"grade_pool": True, "concurrent_checks": args.concurrent_checks}}
+        options = {"old": {"grade_pool": False, "zero_checks": False}, "pool": {"grade_pool": True, "zero_checks": False},
+                   "new": {"grade_pool": True},
+                   "concurrent": {"grade_pool": True, "concurrent_checks": args.concurrent_checks}}
 
-        def validate(path: str, task: Path, profile) -> object:
+        def validate(path: str, task: Path, profile, shelf=None) -> object:
             return validate_task(task, BwrapRuntime(), root / "images", limits, args.oracle_repeats,
-                                 mutants=args.mutants, profile=profile, **options[path])
+                                 mutants=args.mutants, profile=profile, pool_shelf=shelf, **options[path])
 
         for path in paths:  # warm-up: the first task once per path, not counted
             validate(path, tasks[0][0], None)
         for path in paths:
-            def one(item, path=path):
+            shelf = PoolShelf()  # a path's pools are kept from task to task, as run_validate_shard keeps them
+
+            def one(item, path=path, shelf=shelf):
                 n, (task, kind) = item
-                v = validate(path, task, profiles[path])
+                v = validate(path, task, profiles[path], shelf)
                 verdicts[path][task.name] = (v.kept, v.stage, v.reason, tuple(v.checks))
                 print(f"[{n + 1}/{len(tasks)}] {path} {task.name} ({kind}): {v.stage}: {v.reason[:120]}", flush=True)
 
@@ -117,6 +124,7 @@ def main() -> int:
             with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
                 list(pool.map(one, enumerate(tasks)))
             walls[path] = time.monotonic() - t0
+            shelf.close()
     rates, held = {}, {}
     for path in paths:
         steps = profiles[path].to_dict()

@@ -18,7 +18,7 @@ from termforge.quality.validate import _run_agent, validate_task
 from termforge.runtime.base import Limits
 from termforge.runtime.bwrap import BwrapRuntime
 from termforge.runtime.gradepool import PooledRuntime, pooled_runtime
-from termforge.verifier import run_test_file
+from termforge.verifier import ZERO_CHECK, ZERO_PROBE, run_test_file
 
 from test_attacks import LIMITS as ATTACK_LIMITS, PROCESS_EVIDENCE, PROCESS_ROUTES
 
@@ -177,19 +177,86 @@ def _corpus(root):
     return tasks
 
 
+def _validate_counting_oracle_runs(monkeypatch, task_dir, images, **options):
+    import termforge.verifier as verifier
+
+    calls = []
+    real = verifier.run_oracle
+    monkeypatch.setattr(verifier, "run_oracle", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    try:
+        return validate_task(task_dir, BwrapRuntime(), images, LIMITS, **options), len(calls)
+    finally:
+        monkeypatch.setattr(verifier, "run_oracle", real)
+
+
+def _same_verdict(new, old, name):
+    assert (new.kept, new.stage, new.reason, new.checks) == (old.kept, old.stage, old.reason, old.checks), name
+    for key in ("collected", "mutation", "sensitivity"):
+        assert new.evidence.get(key) == old.evidence.get(key), (name, key)
+
+
 @pytest.mark.slow
-def test_validation_verdicts_are_identical_with_and_without_the_pool(tmp_path):
-    """The plain path (checks one after another) and the pool with three checks in flight at once
-    (validate.concurrent_checks, each through a pool of its own): the same verdicts, reasons,
-    checks and evidence. Between them they cover the pool with its checks in sequence."""
-    for task_dir in _corpus(tmp_path):
-        old = validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS)
-        new = validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS, grade_pool=True, concurrent_checks=3)
-        assert (new.kept, new.stage, new.reason, new.checks) == (old.kept, old.stage, old.reason, old.checks), \
-            task_dir.name
-        assert new.evidence.get("collected") == old.evidence.get("collected")
-        assert new.evidence.get("mutation") == old.evidence.get("mutation")
-        assert new.evidence.get("sensitivity") == old.evidence.get("sensitivity"), task_dir.name
+def test_validation_verdicts_are_identical_on_the_reference_and_the_default_path(tmp_path, monkeypatch):
+    """The reference path (a fresh grader per grade, every grade in full, an oracle run for each
+    check that needs a solved /app, checks one after another) and the default one (grade pools
+    kept from task to task on one shelf, zero-check grades, the first oracle run seeding the
+    mutants and input sensitivity): the same verdicts, reasons, checks and evidence, with fewer
+    oracle runs. The last task also runs with three checks in flight at once."""
+    from termforge.runtime.gradepool import PoolShelf
+
+    corpus = _corpus(tmp_path)
+    with PoolShelf() as shelf:
+        for task_dir in corpus:
+            old, old_runs = _validate_counting_oracle_runs(monkeypatch, task_dir, tmp_path / "images",
+                                                           grade_pool=False, zero_checks=False)
+            new, new_runs = _validate_counting_oracle_runs(monkeypatch, task_dir, tmp_path / "images",
+                                                           pool_shelf=shelf)
+            _same_verdict(new, old, task_dir.name)
+            assert old.kept and old.evidence["mutation"], task_dir.name  # every check ran
+            # Saved: the mutation probe's own run and one per mutant, and input sensitivity's run
+            # on the untouched environment (and the one before its program check).
+            program = old.evidence["sensitivity"]["mode"] == "program"
+            assert new_runs == old_runs - (1 + len(old.evidence["mutation"])) - (2 if program else 1), task_dir.name
+        assert len(shelf._all) == 1  # one zygote served the whole corpus
+    concurrent = validate_task(corpus[-1], BwrapRuntime(), tmp_path / "images", LIMITS, concurrent_checks=3)
+    _same_verdict(concurrent, old, corpus[-1].name)
+
+
+FIRST_FAILS_THEN_RUNS = """
+import os, subprocess
+
+def test_first():
+    assert False
+
+def test_second_runs_the_agents_program():
+    subprocess.run(["/app/prog.sh"])
+"""
+
+
+@pytest.mark.parametrize("options, payload_runs", [(ZERO_PROBE, True), (ZERO_CHECK, False), ((), True)])
+def test_a_probes_grade_runs_every_test_a_zero_check_stops_at_the_first_failure(task, tmp_path, options,
+                                                                                payload_runs):
+    """Grades whose reward alone is read print no tracebacks; only those of states that are no
+    attack (ZERO_CHECK) stop at the first failing test. A probe's (ZERO_PROBE) still runs the
+    program a later test executes, so a payload there is still tried (quality/validate.py)."""
+    import shutil
+
+    from termforge.verifier import run_verifier
+
+    task_dir, image = task
+    copy = tmp_path / task_dir.name
+    shutil.copytree(task_dir, copy)
+    (copy / "tests" / "test_final_state.py").write_text(FIRST_FAILS_THEN_RUNS)
+    with ExitStack() as stack:
+        pooled = pooled_runtime(BwrapRuntime(), image, stack)
+        with pooled.start(image, LIMITS) as session:
+            session.exec("printf '#!/bin/sh\\ntouch /app/payload-ran\\n' > /app/prog.sh; chmod +x /app/prog.sh")
+            verdict = run_verifier(session, copy, timeout=60, expected=None, options=options)
+            ran = (session.layer / "payload-ran").exists()
+        assert pooled.pool.grades == 1
+    assert verdict.reward == 0.0 and verdict.collected == 2
+    assert ran is payload_runs
+    assert ("AssertionError" in verdict.output) is (not options)  # tracebacks only in a full grade
 
 
 def test_a_pool_serves_only_what_it_can(task, tmp_path):
@@ -273,3 +340,37 @@ def test_mutants_seeded_from_one_oracle_run_grade_as_with_an_oracle_run_each(fix
     assert [(r["name"], r["reward"], r["ok"], r["reason"]) for r in seeded] == \
         [(r["name"], r["reward"], r["ok"], r["reason"]) for r in plain]
     assert all(r["ok"] for r in seeded)
+
+
+def test_a_kept_oracle_run_seeds_a_session_with_the_same_app_and_a_failed_copy_falls_back(task):
+    """quality/solved.py: a session seeded from the first oracle run's copy holds the same /app
+    (every file's mode and bytes, deletions included); where the copy cannot be made (a file the
+    oracle left unreadable), nothing is kept and the oracle runs in the session instead."""
+    from termforge.quality.sensitivity import tree_state
+    from termforge.quality.solved import SolvedApp, solve_in
+
+    task_dir, image = task
+    with ExitStack() as stack:
+        pooled = pooled_runtime(BwrapRuntime(), image, stack)
+        solved = SolvedApp()
+        stack.callback(solved.close)
+        with pooled.start(image, LIMITS) as first:
+            first_before = tree_state(first)
+            _, ran = solve_in(first, pooled, image, LIMITS, task_dir)
+            assert ran.ok
+            first.exec('rm -f "$(find /app -type f | sort | head -1)"; printf x > /app/new; chmod 640 /app/new')
+            solved.keep(first, LIMITS)
+            kept_state = tree_state(first)
+        assert solved.path is not None and kept_state != first_before
+        seeded, ran = solve_in(pooled.start(image, LIMITS), pooled, image, LIMITS, task_dir, solved)
+        with seeded:
+            assert ran is None and tree_state(seeded) == kept_state
+
+        unreadable = SolvedApp()
+        with pooled.start(image, LIMITS) as other:
+            other.exec("mkdir -p /app/secret && touch /app/secret/x && chmod 000 /app/secret/x")
+            unreadable.keep(other, LIMITS)
+        assert unreadable.path is None
+        fresh, ran = solve_in(pooled.start(image, LIMITS), pooled, image, LIMITS, task_dir, unreadable)
+        with fresh:
+            assert ran is not None and ran.ok  # the oracle ran here instead

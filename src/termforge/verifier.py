@@ -50,6 +50,13 @@ TEST_SH = program("test.sh")
 
 VERIFIER_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 GRADER_ARGV = ["/usr/bin/python3", "-I", "/verifier/grade.py"]
+# Grades whose one use is whether they scored 0 (validation's states that must score 0) print no
+# tracebacks; ZERO_CHECK also stops at the first failing test, for states that are no attack (an
+# attack's payload in a later test must still run, so probes never stop early). The reward is the
+# full run's either way: a reward of 1 needs every collected test to pass, so no test left unrun
+# could change a 0, and a run without a failure is never cut short. Collection is unchanged.
+ZERO_PROBE = ("--tb=no",)
+ZERO_CHECK = ("-x", "--tb=no")
 # test.sh runs by its path, so by its shebang, as Harbor runs it (made executable, then the path
 # given to the shell: harbor/verifier/verifier.py Verifier.verify, harbor/utils/scripts.py
 # build_execution_command): a Python test.sh runs under Python; one without a shebang, under bash.
@@ -330,7 +337,7 @@ def run_verifier(session: BwrapSession, task_dir: Path, timeout: float = 300, *,
                  env: dict | None = None, harbor: bool = False, expected: list[str] | None = None,
                  reward_file_proof: bool | None = None, record: bool = False,
                  reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE,
-                 tests_dirs: list[Path] | None = None) -> Verdict:
+                 tests_dirs: list[Path] | None = None, options: tuple[str, ...] = ()) -> Verdict:
     """Grade a finished episode.
 
     termforge tasks: the grader runs tests/test_final_state.py as the sandbox's first process and
@@ -341,7 +348,8 @@ def run_verifier(session: BwrapSession, task_dir: Path, timeout: float = 300, *,
     and its collected set must equal `expected`, the set recorded on the untouched environment
     (`record=True` is that recording run: no set to compare with yet); otherwise the reward is the
     reward file test.sh wrote, if it lies in `reward_range`. `tests_dirs`: the folders merged into
-    /tests, in order (default task_dir/tests)."""
+    /tests, in order (default task_dir/tests). `options`: pytest options of termforge's own grader,
+    ZERO_PROBE or ZERO_CHECK for a grade whose reward alone is read and must be 0."""
     harbor = harbor or bool(reward_file_proof)
     if expected is None and not harbor:
         expected = expected_tests(task_dir)
@@ -355,7 +363,7 @@ def run_verifier(session: BwrapSession, task_dir: Path, timeout: float = 300, *,
     try:
         if harbor:
             return _harbor_verdict(session, tc, timeout, cwd, env, expected, record, reward_range)
-        run = _run_grader(session, tc, [*GRADER_ARGV, "/tests/test_final_state.py"], timeout, cwd, env)
+        run = _run_grader(session, tc, [*GRADER_ARGV, *options, "/tests/test_final_state.py"], timeout, cwd, env)
         findings = run.findings + _logs_findings(tc.logs, ()) + _disk_findings(run.res)
         return _grade(run.res, run.verdict, findings, expected)
     finally:

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from termforge.io import read_json
+from termforge.quality.solved import SolvedApp, solve_in
 
 NUMBER_RE = re.compile(rb"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
 PROGRAM_SUFFIXES = (".py", ".sh", ".bash", ".awk", ".pl", ".rb")
@@ -206,16 +207,19 @@ def select_mutants(candidates: list[Mutant], limit: int | None) -> list[Mutant]:
 
 
 def mutation_probe(task_dir: Path, runtime, image, limits, limit: int | None = None, seed: int = 0,
-                   names: tuple[str, ...] | None = None, seed_from_oracle: bool = False) -> list[dict]:
+                   names: tuple[str, ...] | None = None, seed_from_oracle: bool = False,
+                   zero_check: bool = True, solved: SolvedApp | None = None) -> list[dict]:
     """Grade mutants of the oracle's outputs on a built image: each in a fresh session where the
     oracle ran and one output was replaced. `limit` bounds how many (select_mutants); `names`
     keeps those whose name starts with one of them. A task without output paths yields none.
 
-    `seed_from_oracle` (validate.grade_pool's path): the oracle runs once; each mutant's fresh
-    session gets a copy of what that run left in /app (made inside the new session's sandbox, by
-    its own uid, deletions included) instead of running the oracle again. Only where the sessions
-    share one uid (a grade pool's), else the oracle runs per mutant as before."""
-    from termforge.verifier import run_oracle, run_verifier
+    `seed_from_oracle` (validate.grade_pool's path): the oracle runs once, and each mutant's fresh
+    session takes a copy of what it left in /app (quality/solved.py) instead of running the oracle
+    again; `solved`: validation's own oracle run's copy, so the probe runs no oracle at all. Only
+    where the sessions share one uid (a grade pool's), else the oracle runs per mutant as before.
+    `zero_check`: an answer-changing mutant's grade stops at its first failing test
+    (verifier.ZERO_CHECK: the same reward; its reason counts fewer tests)."""
+    from termforge.verifier import ZERO_CHECK, run_verifier
 
     task_dir = Path(task_dir)
     paths = output_paths(task_dir)
@@ -224,41 +228,33 @@ def mutation_probe(task_dir: Path, runtime, image, limits, limit: int | None = N
     with runtime.start(image, limits) as untouched:
         originals = _read_outputs(untouched, paths)
     results = []
-    with runtime.start(image, limits) as solved:
-        res = run_oracle(solved, task_dir, timeout=limits.wall_sec)
-        if not res.ok:
+    solved_session, res = solve_in(runtime.start(image, limits), runtime, image, limits, task_dir, solved)
+    own = None
+    try:
+        if res is not None and not res.ok:
             raise RuntimeError(f"task {task_dir.name}: the oracle failed: {res.tail(300)}")
-        outputs = {p: d for p, d in _read_outputs(solved, paths).items() if d is not None}
+        if res is not None and seed_from_oracle:  # the oracle ran here: its /app seeds the mutants
+            own = SolvedApp()
+            own.keep(solved_session, limits)
+        seeds = solved if res is None else own
+        outputs = {p: d for p, d in _read_outputs(solved_session, paths).items() if d is not None}
         candidates = [m for m in mutants(task_dir, outputs, originals, seed) if not names or m.name.startswith(names)]
         for mutant in select_mutants(candidates, limit) if limit is not None else candidates:
-            session = runtime.start(image, limits)
+            session, _ = solve_in(runtime.start(image, limits), runtime, image, limits, task_dir, seeds)
             try:
-                seeded = (seed_from_oracle and getattr(session, "uid", None) == getattr(solved, "uid", False)
-                          and _copy_solved(session, solved, limits))
-                if not seeded:
-                    if seed_from_oracle:  # a copy that failed half-way: start from a pristine layer again
-                        session.stop()
-                        session = runtime.start(image, limits)
-                    run_oracle(session, task_dir, timeout=limits.wall_sec)
                 # Written in place: the file keeps its owner and mode (a program stays executable).
                 session._host_path(mutant.path).write_bytes(mutant.content)
-                verdict = run_verifier(session, task_dir, timeout=limits.wall_sec)
+                verdict = run_verifier(session, task_dir, timeout=limits.wall_sec,
+                                       options=ZERO_CHECK if zero_check and mutant.expect == 0.0 else ())
             finally:
                 session.stop()
             ok = mutant.expect is None or verdict.reward == mutant.expect
             results.append({**mutant.to_dict(), "reward": verdict.reward, "ok": ok, "reason": verdict.reason})
+    finally:
+        solved_session.stop()
+        if own is not None:
+            own.close()
     return results
-
-
-def _copy_solved(session, solved, limits) -> bool:
-    """Make `session`'s /app what the oracle left in `solved`'s, by rm and cp inside `session`'s
-    sandbox as its uid (nothing of the host follows a link the oracle made); False where that
-    fails (e.g. a file the oracle made unreadable): then the oracle runs again instead."""
-    from termforge.runtime.base import Bind
-
-    res = session.exec("find /app -mindepth 1 -delete && cp -a /tmp/solved/. /app/", timeout=limits.wall_sec,
-                       binds=[Bind(solved.layer, "/tmp/solved", False)])
-    return res.ok
 
 
 def run_mutants(task_dir: Path, runtime, images_dir: Path, limits, seed: int = 0,

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from termforge.io import read_json
 from termforge.quality.leaks import environment_text, output_lines_changed, stated_outputs
+from termforge.quality.solved import SolvedApp, solve_in
 
 PERTURB_SCRIPT = Path(__file__).with_name("perturb_inputs.py")
 VARIANTS = ("numbers", "records")
@@ -189,11 +190,15 @@ def constant_program(path: str, data: bytes) -> bytes:
     return b"#!/bin/bash\nexit 0\n"
 
 
-def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str] | None = None) -> SensitivityReport:
+def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str] | None = None,
+                      zero_check: bool = True, solved: SolvedApp | None = None) -> SensitivityReport:
     """Run the check (module doc) on a built image; `expected`: the test ids the final test must
     collect (validation's record). Raises RuntimeError when the oracle fails on the untouched
-    environment (validation has already caught that)."""
-    from termforge.verifier import run_oracle, run_verifier
+    environment (validation has already caught that). `zero_check`: its grades, of states that pass
+    only if the task is unsound, stop at their first failing test (verifier.ZERO_CHECK). `solved`:
+    validation's own oracle run's /app (quality/solved.py), taken instead of running the oracle on
+    the untouched environment again."""
+    from termforge.verifier import ZERO_CHECK, run_oracle, run_verifier
 
     task_dir = Path(task_dir)
     task = read_json(task_dir / "task.json")
@@ -201,15 +206,18 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
     instruction = (task_dir / "instruction.md").read_text()
     named = named_inputs(instruction, outputs)
 
-    with runtime.start(image, limits) as s0:
+    s0 = runtime.start(image, limits)
+    try:
         files = input_files(s0, named, outputs)
         before0 = tree_state(s0)
-        res = run_oracle(s0, task_dir, timeout=limits.wall_sec)
-        if not res.ok:
+        s0, res = solve_in(s0, runtime, image, limits, task_dir, solved)
+        if res is not None and not res.ok:
             raise RuntimeError(f"the oracle failed on the untouched environment: {res.tail(300)}")
         after0 = tree_state(s0)
         effect0 = _effect(before0, after0)
         out0 = _read_outputs(s0, outputs if outputs else [p for p, v in effect0.items() if v is not None])
+    finally:
+        s0.stop()
     produced = {p: d for p, d in out0.items() if d is not None}
     # A file whose mode alone the oracle changed (chmod) is data, whatever it holds.
     programs = [p for p, d in produced.items() if _is_program(p, d)
@@ -218,7 +226,7 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
     if not produced:
         return SensitivityReport("none", None, reason="the oracle leaves no deliverable to compare", inputs=files)
     if not data_outputs:
-        return _program_check(task_dir, runtime, image, limits, programs, files, expected)
+        return _program_check(task_dir, runtime, image, limits, programs, files, expected, zero_check, solved)
     if not files:
         return SensitivityReport("none", None, reason="the instruction names no input file under /app",
                                  inputs=files)
@@ -257,7 +265,8 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
                 return report
             if variant == len(VARIANTS) - 1:
                 # The oracle's deliverables are the unperturbed ones: grade them on the perturbed inputs.
-                verdict = run_verifier(s1, task_dir, timeout=limits.wall_sec, expected=expected)
+                verdict = run_verifier(s1, task_dir, timeout=limits.wall_sec, expected=expected,
+                                       options=ZERO_CHECK if zero_check else ())
                 report.sensitive = False
                 report.oracle_ignores_inputs = True
                 if verdict.reward == 1.0:
@@ -277,17 +286,19 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
 
 
 def _program_check(task_dir: Path, runtime, image, limits, programs: list[str], files: list[str],
-                   expected: list[str] | None) -> SensitivityReport:
-    from termforge.verifier import run_oracle, run_verifier
+                   expected: list[str] | None, zero_check: bool = True,
+                   solved: SolvedApp | None = None) -> SensitivityReport:
+    from termforge.verifier import ZERO_CHECK, run_verifier
 
-    with runtime.start(image, limits) as s:
-        run_oracle(s, task_dir, timeout=limits.wall_sec)
+    s, _ = solve_in(runtime.start(image, limits), runtime, image, limits, task_dir, solved)
+    with s:
         for p in programs:
             host = s._host_path(p)
             data = host.read_bytes() if host.is_file() else b""
             # Written in place: the file keeps its owner and mode (still executable).
             host.write_bytes(constant_program(p, data))
-        verdict = run_verifier(s, task_dir, timeout=limits.wall_sec, expected=expected)
+        verdict = run_verifier(s, task_dir, timeout=limits.wall_sec, expected=expected,
+                               options=ZERO_CHECK if zero_check else ())
     report = SensitivityReport("program", verdict.reward == 0.0, inputs=files,
                                perturbations=[{"variant": "constant_program", "programs": programs,
                                                "reward": verdict.reward}])

@@ -32,14 +32,15 @@ from tqdm import tqdm
 from termforge.errors import TermforgeError
 from termforge.io import append_jsonl, atomic_write_json, read_json, read_jsonl_tolerant
 from termforge.runtime.accounting import StepProfile, format_profile
-from termforge.runtime.gradepool import pooled_runtime
+from termforge.runtime.gradepool import PoolShelf, pooled_runtime
 from termforge.runtime.base import Image, Limits
 from termforge.runtime.base import get_runtime
 from termforge.runtime.trees import Bounds, TreeWalk, read_at
 from termforge.quality.hijack import hijack_probes
 from termforge.quality.mutation import mutation_probe
 from termforge.quality.sensitivity import input_sensitivity
-from termforge.verifier import Verdict, run_oracle, run_test_file, run_verifier
+from termforge.quality.solved import SolvedApp
+from termforge.verifier import ZERO_CHECK, ZERO_PROBE, Verdict, run_oracle, run_test_file, run_verifier
 
 REQUIRED_FILES = ("task.json", "instruction.md", "environment/setup.sh", "tests/test_initial_state.py",
                   "tests/test_final_state.py", "tests/test.sh", "solution/solve.sh", "private/truth.json")
@@ -217,8 +218,11 @@ def _verdict_evidence(v: Verdict) -> dict:
 
 
 def _run_agent(runtime, image: Image, limits: Limits, agent_script: str | None,
-               task_dir: Path, oracle: bool = False, expected: list[str] | None = None) -> tuple[Verdict, str]:
-    """A fresh session: the 'agent' acts, its processes end with its sandbox, then the clean verifier grades."""
+               task_dir: Path, oracle: bool = False, expected: list[str] | None = None,
+               options: tuple[str, ...] = (), keep=None) -> tuple[Verdict, str]:
+    """A fresh session: the 'agent' acts, its processes end with its sandbox, then the clean verifier
+    grades (`options`: verifier.run_verifier's; `keep(session, limits)`: called between the oracle
+    and the grade, quality/solved.py)."""
     session = runtime.start(image, limits)
     try:
         if oracle:
@@ -229,7 +233,9 @@ def _run_agent(runtime, image: Image, limits: Limits, agent_script: str | None,
         if oracle and not res.ok:
             raise _Fail("oracle", f"solve.sh exited {res.exit_code}{' (timed out)' if res.timed_out else ''}",
                         {"oracle": agent_log})
-        verdict = run_verifier(session, task_dir, timeout=limits.wall_sec, expected=expected)
+        if keep is not None:
+            keep(session, limits)
+        verdict = run_verifier(session, task_dir, timeout=limits.wall_sec, expected=expected, options=options)
         if oracle:
             _check_output_paths(session, task_dir)
         return verdict, agent_log
@@ -252,14 +258,22 @@ def _check_output_paths(session, task_dir: Path) -> None:
 def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
                   oracle_repeats: int = 2, probes: dict[str, str] | None = None,
                   mutants: int = DEFAULT_MUTANTS, sensitivity: bool = True,
-                  profile: StepProfile | None = None, grade_pool: bool = False,
-                  concurrent_checks: int = 1) -> TaskVerdict:
+                  profile: StepProfile | None = None, grade_pool: bool = True,
+                  concurrent_checks: int = 1, zero_checks: bool = True,
+                  pool_shelf: PoolShelf | None = None) -> TaskVerdict:
     """`profile`: where each step's count, wall and CPU seconds are added (runtime.accounting);
-    measuring changes nothing a step does. `grade_pool` (validate.grade_pool, opt-in): the task's
-    grades fork from a zygote (runtime/gradepool.py) where the runtime can, else as without.
+    measuring changes nothing a step does. `grade_pool` (validate.grade_pool): the task's grades
+    fork from a zygote (runtime/gradepool.py) where the runtime can, else as without, and the first
+    oracle run's /app seeds the mutants and input sensitivity (quality/solved.py); False: the
+    reference path, a fresh grader per grade and an oracle run per check that needs one.
     `concurrent_checks` (validate.concurrent_checks): how many of the checks that follow the
     untouched run (oracle repeats, second solutions, no-op, probes, mutation, input sensitivity)
-    run at once, each in sandboxes of its own; the verdict is the one the checks give in order."""
+    run at once, each in sandboxes of its own; the verdict is the one the checks give in order.
+    `zero_checks`: grades of states that must score 0 print no tracebacks, and those that are no
+    attack (the untouched final test, the no-op, answer-changing mutants, input sensitivity) stop
+    at their first failing test (verifier.ZERO_PROBE, ZERO_CHECK: the same rewards); False only for
+    bench_validate's old path. `pool_shelf`: where the grade pools come from and go back to (a
+    shard's, kept from task to task); None: pools of this task's own."""
     task_dir = Path(task_dir)
     task_id = task_dir.name
     checks: list[str] = []
@@ -280,7 +294,7 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
             evidence["image"] = image.meta
             base_runtime = runtime
             if grade_pool:
-                runtime = pooled_runtime(runtime, image, stack)
+                runtime = pooled_runtime(runtime, image, stack, pool_shelf)
             untouched = None
             try:
                 with step("initial_state"):
@@ -291,7 +305,8 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
                                 {"verifier": _verdict_evidence(initial)})
                 checks.append("initial_state")
                 with step("final_untouched"):
-                    untouched_final = run_verifier(untouched, task_dir, timeout=limits.wall_sec)
+                    untouched_final = run_verifier(untouched, task_dir, timeout=limits.wall_sec,
+                                                   options=ZERO_CHECK if zero_checks else ())
                     untouched.stop()  # inside the step: removing the session is part of its cost
             finally:
                 if untouched is not None:
@@ -307,9 +322,14 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
             checks.append("final_fails_untouched")
             if not oracle_repeats:
                 checks.append("oracle_x0")
+            # The pool's sessions share a uid: the first oracle run's /app can seed the checks that
+            # start from a solved environment (quality/solved.py).
+            solved = SolvedApp() if grade_pool and oracle_repeats and runtime is not base_runtime else None
+            if solved is not None:
+                stack.callback(solved.close)
             jobs = _independent_checks(task_dir, image, limits, oracle_repeats, probes, mutants, sensitivity,
-                                       collected, seed_from_oracle=grade_pool)
-            lanes = [runtime] + [pooled_runtime(base_runtime, image, stack) if grade_pool else base_runtime
+                                       collected, seed_from_oracle=grade_pool, zero_checks=zero_checks, solved=solved)
+            lanes = [runtime] + [pooled_runtime(base_runtime, image, stack, pool_shelf) if grade_pool else base_runtime
                                  for _ in range(min(concurrent_checks, len(jobs)) - 1)]
             _run_in_order(jobs, lanes, step, checks, evidence)
             checks.append("proof_of_run")
@@ -331,13 +351,20 @@ class _Check:
 
 def _independent_checks(task_dir: Path, image: Image, limits: Limits, oracle_repeats: int,
                         probes: dict[str, str] | None, mutants: int, sensitivity: bool, collected: list[str],
-                        seed_from_oracle: bool) -> list[_Check]:
+                        seed_from_oracle: bool, zero_checks: bool, solved: SolvedApp | None = None) -> list[_Check]:
     """The checks that follow the untouched run, in the order they are judged. Each starts its own
     sessions from the pristine image and reads nothing another writes, so they may run at once."""
 
     def oracle(i: int):
+        keeps = solved if i == 0 else None
+
         def run(rt, names, _):
-            verdict, log = _run_agent(rt, image, limits, None, task_dir, oracle=True)
+            try:
+                verdict, log = _run_agent(rt, image, limits, None, task_dir, oracle=True,
+                                          keep=keeps.keep if keeps else None)
+            finally:
+                if keeps is not None:
+                    keeps.give_up()
             if verdict.tests_ran and sorted(verdict.collected_ids) != collected:
                 raise _Fail("collection", "the final test collects different tests after the oracle than on the "
                                           "untouched environment (its test set depends on the agent's files)",
@@ -353,7 +380,8 @@ def _independent_checks(task_dir: Path, image: Image, limits: Limits, oracle_rep
                 raise _Fail(stage, why, {"verifier": _verdict_evidence(verdict), "oracle": log})
             if i == oracle_repeats - 1:
                 names.append(f"oracle_x{oracle_repeats}")
-        return _Check("oracle", run)
+        # The run that keeps /app for others starts first when checks run at once.
+        return _Check("oracle", run, first=keeps is not None)
 
     def second_solution(alt: Path):
         def run(rt, names, _):
@@ -366,7 +394,8 @@ def _independent_checks(task_dir: Path, image: Image, limits: Limits, oracle_rep
         return _Check("second_solution", run)
 
     def noop(rt, names, _):
-        verdict, _ = _run_agent(rt, image, limits, "true", task_dir, expected=collected)
+        verdict, _ = _run_agent(rt, image, limits, "true", task_dir, expected=collected,
+                                options=ZERO_CHECK if zero_checks else ())
         if verdict.reward != 0.0:
             raise _Fail("noop", f"a no-op agent scored {verdict.reward}", {"verifier": _verdict_evidence(verdict)})
         names.append("noop")
@@ -375,7 +404,8 @@ def _independent_checks(task_dir: Path, image: Image, limits: Limits, oracle_rep
         hijack = name.startswith("hijack")
 
         def run(rt, names, _):
-            verdict, log = _run_agent(rt, image, limits, script, task_dir, expected=collected)
+            verdict, log = _run_agent(rt, image, limits, script, task_dir, expected=collected,
+                                      options=ZERO_PROBE if zero_checks else ())
             if verdict.reward != 0.0:
                 raise _Fail("hijack" if hijack else "reward_hack", f"reward-hack probe {name!r} scored {verdict.reward}",
                             {"verifier": _verdict_evidence(verdict), "probe": log})
@@ -383,10 +413,12 @@ def _independent_checks(task_dir: Path, image: Image, limits: Limits, oracle_rep
         return _Check("hijack_probe" if hijack else "reward_hack_probe", run, first=hijack)
 
     def mutation(rt, names, evidence):
-        _mutation_check(task_dir, rt, image, limits, mutants, names, evidence, seed_from_oracle=seed_from_oracle)
+        _mutation_check(task_dir, rt, image, limits, mutants, names, evidence, seed_from_oracle=seed_from_oracle,
+                        zero_check=zero_checks, solved=solved)
 
     def input_sensitivity(rt, names, evidence):
-        _sensitivity_check(task_dir, rt, image, limits, names, evidence, collected)
+        _sensitivity_check(task_dir, rt, image, limits, names, evidence, collected, zero_check=zero_checks,
+                           solved=solved)
 
     jobs = [oracle(i) for i in range(oracle_repeats)]
     jobs += [second_solution(alt) for alt in alternative_solutions(task_dir)]
@@ -447,10 +479,12 @@ def _run_in_order(jobs: list[_Check], lanes: list, step, checks: list[str], evid
 
 
 def _mutation_check(task_dir: Path, runtime, image, limits: Limits, limit: int, checks: list[str],
-                    evidence: dict, seed_from_oracle: bool = False) -> None:
+                    evidence: dict, seed_from_oracle: bool = False, zero_check: bool = True,
+                    solved: SolvedApp | None = None) -> None:
     """A verifier that accepts a wrong output (or rejects one the instruction allows) drops the task."""
     try:
-        results = mutation_probe(task_dir, runtime, image, limits, limit, seed_from_oracle=seed_from_oracle)
+        results = mutation_probe(task_dir, runtime, image, limits, limit, seed_from_oracle=seed_from_oracle,
+                                 zero_check=zero_check, solved=solved)
     except RuntimeError as exc:
         raise _Fail("mutation", f"the mutation probe could not run: {exc}") from None
     evidence["mutation"] = [{k: r[k] for k in ("name", "expect", "reward", "ok")} for r in results]
@@ -472,10 +506,11 @@ def alternative_solutions(task_dir: Path) -> list[Path]:
 
 
 def _sensitivity_check(task_dir: Path, runtime, image, limits: Limits, checks: list[str], evidence: dict,
-                       collected: list[str]) -> None:
+                       collected: list[str], zero_check: bool = True, solved: SolvedApp | None = None) -> None:
     """An answer that does not move with the inputs drops the task (quality/sensitivity.py)."""
     try:
-        report = input_sensitivity(task_dir, runtime, image, limits, expected=collected)
+        report = input_sensitivity(task_dir, runtime, image, limits, expected=collected, zero_check=zero_check,
+                                   solved=solved)
     except RuntimeError as exc:
         raise _Fail("input_sensitivity", f"the input-sensitivity check could not run: {exc}") from None
     evidence["sensitivity"] = report.to_dict()
@@ -492,7 +527,7 @@ def _sensitivity_check(task_dir: Path, runtime, image, limits: Limits, checks: l
 def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, limits: Limits,
                        decontam_report: Path | None = None, workers: int = 1, oracle_repeats: int = 2,
                        backend: str = "bwrap", mutants: int = DEFAULT_MUTANTS, sensitivity: bool = True,
-                       rootfs: str = "image", profile_path: Path | None = None, grade_pool: bool = False,
+                       rootfs: str = "image", profile_path: Path | None = None, grade_pool: bool = True,
                        concurrent_checks: int = 1) -> dict:
     """Validate every task of a shard. Verdicts are checkpointed per task (a rerun after a kill
     re-validates only unfinished tasks); the final verdicts file is written atomically.
@@ -516,6 +551,7 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
     todo = [t for t in ids if t not in done]
     runtime = get_runtime(backend, rootfs=rootfs)
     profile = StepProfile()
+    shelf = PoolShelf() if grade_pool else None
 
     def one(task_id: str) -> dict:
         if task_id in dropped_contaminated:
@@ -523,12 +559,13 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
         else:
             verdict = validate_task(tasks_dir / task_id, runtime, images_dir, limits, oracle_repeats, mutants=mutants,
                                     sensitivity=sensitivity, profile=profile, grade_pool=grade_pool,
-                                    concurrent_checks=concurrent_checks)
+                                    concurrent_checks=concurrent_checks, pool_shelf=shelf,
+                                    zero_checks=grade_pool)  # grade_pool false: the whole reference path
         row = verdict.to_dict()
         append_jsonl(checkpoint, row)
         return row
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool, shelf or nullcontext():
         for row in tqdm(pool.map(one, todo), total=len(todo), desc=f"validate {manifest['shard']}", unit="task"):
             done[row["task_id"]] = row
     verdicts = [done[t] for t in ids]

@@ -66,6 +66,7 @@ class GradePool:
 
     def __init__(self, rootfs: str, work_root: str | Path | None = None, log=None):
         self.rootfs = str(rootfs)
+        self.work_root = work_root
         self.log = log
         self.staging = Path(tempfile.mkdtemp(prefix="tf-pool-", dir=work_root))
         os.chmod(self.staging, 0o711)  # sessions' uids pass through; nobody lists it
@@ -319,16 +320,64 @@ class PooledRuntime:
         return getattr(self.runtime, name)
 
 
-def pooled_runtime(runtime, image: Image, stack) -> object:
-    """`runtime` with a grade pool for `image` (closed by `stack`), or `runtime` itself where a
-    pool cannot serve the image (another backend, the host's /usr, a networked task)."""
+class PoolShelf:
+    """Grade pools kept from one task to the next (a validate shard): a zygote per image root
+    filesystem and per task (or check) in flight, started once per shard rather than once per
+    task. A pool serves one task at a time: `take` hands out an idle one, or starts one; `put`
+    gives it back once the task's sessions are all stopped; `close` ends them all. The zygote
+    never reads anything of a task, and each grade is still a fresh sandbox over its session's
+    layer, so a pool that served one task serves the next as a new one would."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, str], list[GradePool]] = {}
+        self._all: list[GradePool] = []
+        self._lock = threading.Lock()
+
+    def take(self, rootfs: str, work_root, log=None) -> GradePool:
+        key = (str(rootfs), str(work_root))
+        with self._lock:
+            idle = self._idle.get(key, [])
+            while idle:
+                pool = idle.pop()
+                if pool.broken is None:
+                    return pool
+            pool = GradePool(rootfs, work_root, log=log)
+            self._all.append(pool)
+            return pool
+
+    def put(self, pool: GradePool) -> None:
+        with self._lock:
+            self._idle.setdefault((pool.rootfs, str(pool.work_root)), []).append(pool)
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._all, self._idle = self._all, [], {}
+        for pool in pools:
+            pool.close()
+
+    def __enter__(self) -> "PoolShelf":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def pooled_runtime(runtime, image: Image, stack, shelf: PoolShelf | None = None) -> object:
+    """`runtime` with a grade pool for `image`, or `runtime` itself where a pool cannot serve the
+    image (another backend, the host's /usr, a networked task). The pool is `shelf`'s, given back
+    to it by `stack`, or else a new one that `stack` closes."""
     from termforge.runtime.bwrap import BwrapRuntime
 
     if not isinstance(runtime, BwrapRuntime) or not image.rootfs or image.rootfs == HOST_ROOTFS \
             or image.allow_network:
         return runtime
-    pool = stack.enter_context(GradePool(image.rootfs, runtime.work_root, log=getattr(runtime, "log", None)))
+    log = getattr(runtime, "log", None)
+    if shelf is None:
+        pool = stack.enter_context(GradePool(image.rootfs, runtime.work_root, log=log))
+    else:
+        pool = shelf.take(image.rootfs, runtime.work_root, log=log)
+        stack.callback(shelf.put, pool)
     return PooledRuntime(runtime, pool)
 
 
-__all__ = ["GradePool", "PooledRuntime", "pooled_runtime", "rlimits", "GRADER_PREFIX", "pool_available"]
+__all__ = ["GradePool", "PoolShelf", "PooledRuntime", "pooled_runtime", "rlimits", "GRADER_PREFIX", "pool_available"]
