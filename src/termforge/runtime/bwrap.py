@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import resource
 import secrets
-import select
 import shutil
 import signal
 import stat
@@ -303,24 +302,6 @@ def _feed(pipe, data: bytes) -> None:
         pass
 
 
-def wait_for(proc: subprocess.Popen, timeout: float) -> None:
-    """`proc.wait(timeout)`, woken the moment the process ends (its pidfd) instead of by Popen's
-    polling, which sleeps up to twice as long as a short sandbox ran (0.5 ms doubling to 50 ms)
-    after it has ended. Raises subprocess.TimeoutExpired as Popen.wait does."""
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # no pidfds here (kernel < 5.3), or the process is reaped
-        proc.wait(timeout=timeout)
-        return
-    try:
-        ready, _, _ = select.select([pidfd], [], [], max(0.0, timeout))
-    finally:
-        os.close(pidfd)
-    if not ready:
-        raise subprocess.TimeoutExpired(proc.args, timeout)
-    proc.wait()
-
-
 def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes | None = None, *,
                   uid: int | None = None, watch: list[Path] = (), pass_fds: tuple[int, ...] = ()) -> ExecResult:
     """Run a bwrap command line; on timeout kill the sandbox (its pid namespace dies with it)."""
@@ -351,7 +332,7 @@ def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes 
         accounting.start_thread(_feed, proc.stdin, stdin)
     timed_out = False
     try:
-        wait_for(proc, timeout)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
         os.killpg(proc.pid, signal.SIGKILL)
