@@ -12,13 +12,14 @@ ways: per CPU-hour actually used, and per core-hour held (wall x `--cores`, what
 that many cores is charged: the issue's measure, 8.7 s wall per task on 2 workers = 17
 core-seconds), the ratios against `old`, and whether every verdict and reason agree.
 
-    .venv/bin/python bench/bench_validate.py                      # 22 families x 2, every path
+    .venv/bin/python bench/bench_validate.py                      # every family x 2; paths old, pool, new
     .venv/bin/python bench/bench_validate.py --tasks 4            # the first 4 of the sample
     .venv/bin/python bench/bench_validate.py --families log_level_filter --paths old,new
 
 Paths: `old` is the reference path (validate.grade_pool: false): a fresh bwrap sandbox and a
 fresh python3 per grade, every grade in full, an oracle run for each check that needs a solved
-/app, checks one after another; `pool` is that path grading through grade pools alone; `new` is
+/app, checks one after another; `pool` is the default path without zero-check grades (grade
+pools, and the first oracle run's /app seeding the mutants and input sensitivity); `new` is
 the default path (the rule's: pools kept from task to task, the first oracle run's /app seeding
 the mutants and input sensitivity, zero-check grades; docs/grading.md, "What validation reuses,
 and what it leaves out"); `concurrent` is `new` with `--concurrent-checks` of a task's checks in
@@ -112,19 +113,18 @@ def main() -> int:
         for path in paths:  # warm-up: the first task once per path, not counted
             validate(path, tasks[0][0], None)
         for path in paths:
-            shelf = PoolShelf()  # a path's pools are kept from task to task, as run_validate_shard keeps them
-
-            def one(item, path=path, shelf=shelf):
+            def one(item, path=path, shelf=None):
                 n, (task, kind) = item
                 v = validate(path, task, profiles[path], shelf)
                 verdicts[path][task.name] = (v.kept, v.stage, v.reason, tuple(v.checks))
                 print(f"[{n + 1}/{len(tasks)}] {path} {task.name} ({kind}): {v.stage}: {v.reason[:120]}", flush=True)
 
-            t0 = time.monotonic()
-            with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
-                list(pool.map(one, enumerate(tasks)))
-            walls[path] = time.monotonic() - t0
-            shelf.close()
+            # A path's pools are kept from task to task, as run_validate_shard keeps them.
+            with PoolShelf() as shelf:
+                t0 = time.monotonic()
+                with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
+                    list(pool.map(lambda item: one(item, shelf=shelf), enumerate(tasks)))
+                walls[path] = time.monotonic() - t0
     rates, held = {}, {}
     for path in paths:
         steps = profiles[path].to_dict()
