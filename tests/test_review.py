@@ -154,8 +154,10 @@ def test_a_rejected_trace_is_no_success(tmp_path):
     solved = _solve_shard(tmp_path, task)
     with FakeOpenAIServer(replies=judge_script("<none>", "<none>")) as server:
         out = run_review_traces(solved, tmp_path / "solve" / "reviews" / "00000.json", _judge(server, tmp_path))
-        body = server.chat_bodies()[1]["messages"][1]["content"]
-    assert "cat /tests/test_final_state.py" in body  # the judge read the attempt's commands
+        bodies = [b["messages"][1]["content"] for b in server.chat_bodies()]
+    # The judge read each attempt's commands (the two requests may reach it in either order).
+    assert sum("cat /tests/test_final_state.py" in body for body in bodies) == 1
+    assert sum("grep ERROR /app/logs/app.log.*" in body for body in bodies) == 1
     assert [r["status"] for r in out["reviews"]] == ["reviewed", "dropped"]
     assert "no_shortcut scored 1/5" in out["reviews"][1]["reason"]
     table = run_passk([solved], tmp_path / "passk.json", tmp_path / "passk.csv", tmp_path / "sft.parquet",
