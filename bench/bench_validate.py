@@ -15,6 +15,13 @@ core-seconds), the ratios against `old`, and whether every verdict and reason ag
     .venv/bin/python bench/bench_validate.py                      # every family x 2; paths old, pool, new
     .venv/bin/python bench/bench_validate.py --tasks 4            # the first 4 of the sample
     .venv/bin/python bench/bench_validate.py --families log_level_filter --paths old,new
+    .venv/bin/python bench/bench_validate.py --baseline df5ae13 --paths old,new   # and the issue's baseline
+
+`--baseline REV` re-measures commit REV's validation on the same sample in the same run, first:
+REV's own src/ (from `git archive`) generates, builds and validates the sample's tasks through
+bench/validate_at_commit.py, with the same workers and limits, in a cgroup of its own for its CPU.
+Only families REV has are sampled then. df5ae13 is main as it stood when issue 27 was filed: the
+"before" of its figure (8.7 s wall per task on 2 workers).
 
 Paths: `old` is the reference path (validate.grade_pool: false): a fresh bwrap sandbox and a
 fresh python3 per grade, every grade in full, an oracle run for each check that needs a solved
@@ -29,7 +36,9 @@ flight at once (validate.concurrent_checks), each lane with a pool of its own.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +59,49 @@ from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
 from termforge.runtime.gradepool import PoolShelf  # noqa: E402
 
 PATHS = ("old", "pool", "new", "concurrent")
+REPO = Path(__file__).resolve().parents[1]
+LIMITS = {"wall_sec": 120, "cpu_sec": 120, "memory_mb": 4096}
+
+
+class Baseline:
+    """Another commit's validation, run by bench/validate_at_commit.py on that commit's src/."""
+
+    def __init__(self, rev: str, root: Path):
+        self.rev = rev
+        self.src = root / "baseline"
+        self.src.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev, "src"],
+                                 capture_output=True, check=False)
+        if archive.returncode != 0:
+            raise SystemExit(f"--baseline {rev}: git archive failed: {archive.stderr.decode()[-300:]}")
+        subprocess.run(["tar", "-x", "-C", str(self.src)], input=archive.stdout, check=True)
+
+    def _run(self, *args: str, cgroup=None) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": str(self.src / "src")}
+        return subprocess.run([sys.executable, str(REPO / "bench" / "validate_at_commit.py"), *args], env=env,
+                              stdout=subprocess.PIPE, text=True, check=False, cwd=self.src,
+                              preexec_fn=cgroup.join if cgroup is not None else None)
+
+    def families(self) -> set[str]:
+        res = self._run("--families-only")
+        if res.returncode != 0:
+            raise SystemExit(f"--baseline {self.rev}: its families could not be listed")
+        return set(json.loads(res.stdout.splitlines()[-1]))
+
+    def validate(self, jobs: list, workers: int, root: Path) -> dict:
+        sample = root / "baseline-sample.json"
+        sample.write_text(json.dumps([{"family": fam.name, "signature": sig} for fam, sig, _ in jobs]))
+        cgroup = accounting.sandbox_cgroup()
+        try:
+            res = self._run(str(sample), "--workers", str(workers), "--limits", json.dumps(LIMITS), cgroup=cgroup)
+        finally:
+            if cgroup is not None:
+                cgroup.finish(wait=0)
+        for line in res.stdout.splitlines()[:-1]:
+            print(line, flush=True)
+        if res.returncode != 0:
+            raise SystemExit(f"--baseline {self.rev}: its validation failed (exit {res.returncode})")
+        return json.loads(res.stdout.splitlines()[-1])
 
 
 def sample(families: list[str] | None) -> list[dict]:
@@ -78,6 +130,8 @@ def main() -> int:
                     help="validate.concurrent_checks of the concurrent path")
     ap.add_argument("--mutants", type=int, default=DEFAULT_MUTANTS, help="validate.mutants")
     ap.add_argument("--oracle-repeats", type=int, default=2, help="validate.oracle_repeats")
+    ap.add_argument("--baseline", metavar="REV",
+                    help="also re-measure commit REV's validation on the same sample, first (df5ae13: the issue's)")
     args = ap.parse_args()
     paths = [p for p in args.paths.split(",") if p]
     if not paths or any(p not in PATHS for p in paths) or len(set(paths)) != len(paths):
@@ -87,15 +141,25 @@ def main() -> int:
     if args.families and not jobs:
         print(f"--families: no such family among {[f.name for f in all_families()]}", file=sys.stderr)
         return 2
-    if args.tasks:
-        jobs = jobs[:args.tasks]
     # The validate rule's limits (config.yaml runtime.*): what a task is allowed, not a bench choice.
-    limits = Limits(wall_sec=120, cpu_sec=120, memory_mb=4096)
+    limits = Limits(**LIMITS)
     profiles = {p: accounting.StepProfile() for p in paths}
     verdicts: dict[str, dict[str, tuple]] = {p: {} for p in paths}
     walls = {p: 0.0 for p in paths}
+    base = None
     with tempfile.TemporaryDirectory(prefix="tf-bench-validate-") as tmp:
         root = Path(tmp)
+        if args.baseline:
+            baseline = Baseline(args.baseline, root)
+            known = baseline.families()
+            missing = sorted({fam.name for fam, _, _ in jobs} - known)
+            if missing:
+                print(f"not at {args.baseline}, left out of the sample: {', '.join(missing)}")
+            jobs = [j for j in jobs if j[0].name in known]
+        if args.tasks:
+            jobs = jobs[:args.tasks]
+        if args.baseline:
+            base = baseline.validate(jobs, args.workers, root)
         tasks = [(generate_task(sig, root / "tasks", families=[fam]), kind) for fam, sig, kind in jobs]
         # Build every image first (cached per task): both paths then validate on the same images,
         # and the build step measured below is the cache hit the validate rule sees.
@@ -138,16 +202,31 @@ def main() -> int:
               "tasks or checks run at once)")
         print(accounting.format_profile(steps))
     print(f"\ntasks per core-hour ({len(tasks)} tasks, {args.workers} workers, {args.cores} cores held):")
-    for path in paths:
-        versus = f"   ({rates[path] / rates['old']:.2f}x, {held[path] / held['old']:.2f}x old)" \
-            if "old" in paths and path != "old" else ""
-        print(f"  {path:5s} per CPU-hour used {rates[path]:8.1f}   per core-hour held {held[path]:8.1f}{versus}")
+    if base is not None:
+        rates["baseline"] = len(tasks) * 3600 / base["cpu_s"] if base["cpu_s"] else float("nan")
+        held["baseline"] = len(tasks) * 3600 / (base["wall_s"] * args.cores)
+        print(f"  baseline {args.baseline}: {base['wall_s']:.1f} s wall, "
+              f"{base['cpu_s'] if base['cpu_s'] is not None else float('nan'):.1f} CPU s")
+    for path in ([] if base is None else ["baseline"]) + paths:
+        versus = [f"{held[path] / held[ref]:.2f}x {ref} held, {rates[path] / rates[ref]:.2f}x CPU"
+                  for ref in ("baseline", "old") if ref in held and ref != path and path != "baseline"]
+        print(f"  {path:8s} per CPU-hour used {rates[path]:8.1f}   per core-hour held {held[path]:8.1f}"
+              + (f"   ({'; '.join(versus)})" if versus else ""))
     differ = sorted({t for p in paths for t in verdicts[p] if verdicts[p][t] != verdicts[paths[0]][t]})
     for t in differ:
         print(f"  verdicts differ on {t}: " + "; ".join(f"{p} {verdicts[p][t][:3]}" for p in paths))
     if len(paths) > 1:
         print(f"verdicts, reasons and checks identical on {len(tasks) - len(differ)}/{len(tasks)} tasks "
               f"across {', '.join(paths)}")
+    if base is not None:
+        # The baseline's checks are fewer (input sensitivity and second solutions came later): its
+        # verdict and reason are compared.
+        apart = sorted(t for t in verdicts[paths[0]] if list(verdicts[paths[0]][t][:3]) != base["verdicts"].get(t))
+        for t in apart:
+            print(f"  verdicts differ on {t}: baseline {base['verdicts'].get(t)}; {paths[0]} {verdicts[paths[0]][t][:3]}")
+        print(f"verdicts and reasons identical on {len(tasks) - len(apart)}/{len(tasks)} tasks "
+              f"between baseline {args.baseline} and {paths[0]}")
+        differ += apart
     return 1 if differ else 0
 
 

@@ -84,3 +84,27 @@ def test_bench_runs_and_cleans_up(script, tmp_path):
     assert res.returncode == 0, f"{script} {' '.join(SMOKE[script])}:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
     assert res.stdout.strip(), f"{script} printed nothing"
     assert left == [], f"{script} left temporary files behind: {left[:10]}"
+
+
+@pytest.mark.slow
+def test_bench_validate_remeasures_a_baseline_commit_in_the_same_run(tmp_path):
+    # --baseline REV validates the same sample with REV's own src/ (here HEAD's, so the verdicts must
+    # agree) through bench/validate_at_commit.py, and prints its rate and each path's ratio to it.
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-smoke-", dir="/tmp"))
+    tmp.chmod(0o1777)
+    env = {**os.environ, "TMPDIR": str(tmp), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "src")}
+    try:
+        res = subprocess.run([sys.executable, str(BENCH / "bench_validate.py"), "--baseline", "HEAD", "--families",
+                              "log_level_filter", "--tasks", "1", "--mutants", "1", "--paths", "new"],
+                             cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
+        left = sorted(str(p.relative_to(tmp)) for p in tmp.iterdir())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert res.returncode == 0, f"{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+    rates = {line.split()[0]: line for line in res.stdout.splitlines() if "per core-hour held" in line}
+    assert set(rates) == {"baseline", "new"} and "x baseline held" in rates["new"], res.stdout[-1500:]
+    assert "[1/1] baseline tf-" in res.stdout
+    assert "verdicts and reasons identical on 1/1 tasks between baseline HEAD and new" in res.stdout
+    assert left == [], f"bench_validate --baseline left temporary files behind: {left[:10]}"

@@ -215,3 +215,83 @@ def test_a_metric_family_under_another_strategy_keeps_its_tolerance_in_mutation(
     got = {m.name.split("@")[0]: m.expect for m in mutants(task_dir, {"/app/fit.json": b'{"half_life": 12.5}\n'})}
     # One step may stay within the family's tolerance: reported only; every number far off must fail.
     assert got["number_plus_1"] is None and got["numbers_scaled"] == 0.0
+
+
+def _final_test_constants(task_dir) -> dict:
+    """The decoder strategies' _TF_BASE and _TF_CASES, read from the final test's source."""
+    import ast
+
+    found = {}
+    for node in ast.parse((task_dir / "tests" / "test_final_state.py").read_text()).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id in ("_TF_BASE", "_TF_CASES", "_TF_ENCODER"):
+            value = node.value.args[0] if isinstance(node.value, ast.Call) else node.value
+            found[node.targets[0].id] = ast.literal_eval(value)
+    return found
+
+
+@needs_bwrap
+def test_fresh_containers_made_ahead_are_the_bytes_the_images_python_makes(tmp_path):
+    # The decoder strategies' fresh containers are made when the task is generated (bundles.encoded)
+    # instead of in every grade: each must be the very file the encoder makes inside the sandbox on
+    # the task's image, as the test made it before, executable bit included.
+    from termforge.generate.verifier_kinds import MADE_AHEAD
+
+    rt = BwrapRuntime()
+    kinds = [c.kind for c in CONTAINERS.values() if c.made_ahead]
+    assert len(kinds) == 5 and not CONTAINERS["multi_service_compose"].made_ahead
+    for n, kind in enumerate(kinds):
+        task_dir = _task(tmp_path / kind, "log_level_filter", kind, ("fuzz_equivalence", "metric_threshold")[n % 2],
+                         "complex")
+        made = json.loads((task_dir / "tests" / MADE_AHEAD).read_text())["containers"]
+        consts = _final_test_constants(task_dir)
+        base, cases = json.loads(consts["_TF_BASE"]), json.loads(consts["_TF_CASES"])
+        assert len(made) == len(cases) >= 6
+        image = rt.build(task_dir, tmp_path / "images").image
+        program = consts["_TF_ENCODER"] + ("\nimport os\nsys.stdout.write(base64.b64encode(open(job['path'], 'rb')"
+                                            ".read()).decode() + ' ' + str(os.access(job['path'], os.X_OK)))\n")
+        with rt.start(image, LIMITS) as session:
+            for case, ahead in zip(cases, made):
+                job = json.dumps({"payload": case["payload"], "path": "/tmp/container",
+                                  "params": {**base, **case["params"]}})
+                res = session.exec("", argv=["/usr/bin/python3", "-I", "-c", program], stdin=job.encode(), cwd="/tmp")
+                assert res.ok, res.tail(1000)
+                blob, executable = res.stdout.split()
+                assert (ahead["bytes"], ahead["executable"]) == (blob, executable == "True"), kind
+
+
+@needs_bwrap
+def test_a_graded_program_never_finds_the_fresh_containers(tmp_path):
+    # The final test reads tests/fresh_containers.json on import and removes it: the decoder it then
+    # runs (here one that looks for the file, then fails) finds no copy of the hidden cases.
+    from termforge.generate.verifier_kinds import MADE_AHEAD
+
+    task_dir = _task(tmp_path, "log_level_filter", "audio", "metric_threshold", "short")
+    assert (task_dir / "tests" / MADE_AHEAD).is_file()
+    rt = BwrapRuntime()
+    image = rt.build(task_dir, tmp_path / "images").image
+    spy = (f"#!/bin/bash\nls -a /tests >> /app/spy.txt\n"
+           f"cat /tests/{MADE_AHEAD} > /dev/null 2>&1 && echo READ >> /app/spy.txt\nexit 1\n")
+    with rt.start(image, LIMITS) as session:
+        assert run_oracle(session, task_dir).ok
+        session._host_path("/app/bin/decode-bundle").write_text(spy)
+        verdict = run_verifier(session, task_dir)
+        seen = session._host_path("/app/spy.txt").read_text()
+    assert verdict.reward == 0.0 and verdict.tests_ran
+    assert "test.sh" in seen and MADE_AHEAD not in seen and "READ" not in seen, seen[:2000]
+
+
+@needs_bwrap
+def test_without_the_made_ahead_file_the_test_encodes_each_container_itself(tmp_path):
+    # A copy of the test without its data file (the .py alone) still grades: each fresh container
+    # is encoded when the test runs, as before, and the oracle scores 1.
+    from termforge.generate.verifier_kinds import MADE_AHEAD
+
+    task_dir = _task(tmp_path, "log_level_filter", "image", "fuzz_equivalence", "short")
+    (task_dir / "tests" / MADE_AHEAD).unlink()
+    rt = BwrapRuntime()
+    image = rt.build(task_dir, tmp_path / "images").image
+    with rt.start(image, LIMITS) as session:
+        assert run_oracle(session, task_dir).ok
+        verdict = run_verifier(session, task_dir)
+    assert verdict.reward == 1.0, verdict.output[-2000:]

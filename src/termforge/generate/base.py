@@ -64,6 +64,9 @@ class TaskSpec:
     """Debian packages the task needs beyond BASE_APT_PACKAGES (gcc, sqlite3, ffmpeg...; any Debian package)."""
     allow_network: bool = False
     timeout_sec: int = 600
+    test_data: dict[str, bytes] = field(default_factory=dict)
+    """Data files beside the final test (name -> bytes, written to tests/NAME): what the test reads
+    rather than making in every grade."""
     alternatives: dict[str, str] = field(default_factory=dict)
     """Second solutions (name -> bash script), written to solution/alternatives/<name>.sh: an
     independent implementation that validation requires to score 1 like the oracle."""

@@ -8,8 +8,10 @@ format, or a set of HTTP services described by a compose file. The agent sees on
 and must decode it to get the task's inputs back; the oracle decodes it with `DECODER` first.
 
 Each container is one small class: how it is described to the agent (per difficulty level), its
-encoder and decoder (stdlib-only Python source, run inside the sandbox by setup, the oracle and
-the final tests, so the three always agree), and the parameters a draw fixes.
+encoder and decoder (stdlib-only Python source: setup encodes and the oracle decodes inside the
+sandbox; the final tests' fresh containers are made by the same encoder when the task is
+generated, `encoded`, and carried in the test, since every grade would make the same bytes again),
+and the parameters a draw fixes.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ class Container:
     """Python source defining encode(payload: bytes, path: str, params: dict) -> None."""
     decoder: ClassVar[str]
     """Python source defining decode(path: str) -> bytes (the reference the oracle and tests use)."""
+    made_ahead: ClassVar[bool] = True
+    """Whether the final tests' fresh containers can be made when the task is generated (a single
+    file that depends on nothing but its payload and parameters)."""
 
     def params(self, rng: random.Random, level: int) -> dict:
         return {}
@@ -199,20 +204,24 @@ def encode(payload, path, params):
 '''
     decoder = '''
 import math, struct, wave
+from operator import mul
 
 def decode(path):
     with wave.open(path, "rb") as w:
         s = w.readframes(w.getnframes())
     n = 16
     start = next(i for i, v in enumerate(s) if abs(v - 128) > 50)
-    refs = [[(math.cos(2 * math.pi * k * i / n), math.sin(2 * math.pi * k * i / n)) for i in range(n)]
+    refs = [([math.cos(2 * math.pi * k * i / n) for i in range(n)], [math.sin(2 * math.pi * k * i / n) for i in range(n)])
             for k in (1, 2, 3, 4)]
 
     def symbol(at):
+        x = [v - 128 for v in s[at:at + n]]
+        if len(x) < n:
+            raise IndexError("the recording ends inside a symbol")
         best, best_power = 0, -1.0
-        for k, ref in enumerate(refs):
-            re = sum((s[at + i] - 128) * c for i, (c, _) in enumerate(ref))
-            im = sum((s[at + i] - 128) * d for i, (_, d) in enumerate(ref))
+        for k, (cos, sin) in enumerate(refs):
+            re = sum(map(mul, x, cos))
+            im = sum(map(mul, x, sin))
             if re * re + im * im > best_power:
                 best, best_power = k, re * re + im * im
         return best
@@ -515,6 +524,8 @@ http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever
 class ComposeServicesBundle(Container):
     kind = "multi_service_compose"
     path = "/app/services"
+    # A directory whose services listen on ports the test picks free when it runs.
+    made_ahead = False
     encoder = '''
 import hashlib, json, os
 
@@ -558,12 +569,12 @@ def decode(path):
         index_port = re.search(r"--role index --port (\\d+)", text).group(1)
 
         def get(url):
-            for _ in range(200):
+            for _ in range(1000):
                 try:
                     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
                     return urllib.request.urlopen(req, timeout=5).read()
                 except OSError:
-                    time.sleep(0.05)
+                    time.sleep(0.01)
             raise RuntimeError(f"{url}: no answer")
 
         manifest = json.loads(get(f"http://127.0.0.1:{index_port}/manifest"))
@@ -597,6 +608,26 @@ def decode(path):
 
 CONTAINERS: dict[str, Container] = {c.kind: c for c in (PngBundle(), WavBundle(), Y4mBundle(), ElfTailBundle(),
                                                           VendoredFormatBundle(), ComposeServicesBundle())}
+
+
+def encoded(container: Container, payload: bytes, params: dict) -> tuple[bytes, bool]:
+    """The container file the container's own encoder writes for `payload` with `params`: its
+    bytes, and whether it is executable (what a final test would otherwise make in every grade)."""
+    import os
+    import tempfile
+
+    namespace: dict = {"__name__": f"termforge_{container.kind}_encoder"}
+    exec(_compiled_encoder(container.kind), namespace)  # noqa: S102 - termforge's own encoder
+    with tempfile.TemporaryDirectory(prefix="tf-encode-") as tmp:
+        path = os.path.join(tmp, "container")
+        namespace["encode"](payload, path, params)
+        with open(path, "rb") as fh:
+            return fh.read(), os.access(path, os.X_OK)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_encoder(kind: str):
+    return compile(CONTAINERS[kind].encoder, f"<{kind} encoder>", "exec")
 
 
 def setup_step(container: Container, params: dict) -> str:

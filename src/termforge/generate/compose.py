@@ -90,7 +90,7 @@ def compose(spec: TaskSpec, p: Plan, sig: dict, rng: random.Random) -> TaskSpec:
     params = container.params(rng, level) if container else None
     setup, before, after, instruction, method = spec.setup_sh, "", "", spec.instruction, spec.method_note
     outputs = list(spec.output_paths)
-    test_final = spec.test_final
+    test_final, test_data = spec.test_final, spec.test_data
     if container:
         setup = setup.rstrip("\n") + "\n" + setup_step(container, params)
         before = oracle_step(container)
@@ -103,8 +103,9 @@ def compose(spec: TaskSpec, p: Plan, sig: dict, rng: random.Random) -> TaskSpec:
         after = strategy.oracle(container, list(spec.output_paths))
         instruction = (instruction.rstrip("\n") + "\n\n## Also deliver\n\n- "
                        + strategy.deliverable(container, params) + "\n")
-        test_final = test_final.rstrip("\n") + "\n\n" + strategy.final_tests(container, params, list(spec.output_paths),
-                                                                             rng, level).strip("\n") + "\n"
+        final = strategy.final_tests(container, params, list(spec.output_paths), rng, level)
+        test_final = test_final.rstrip("\n") + "\n\n" + final.source.strip("\n") + "\n"
+        test_data = {**test_data, **final.data}
         outputs.append(strategy.tool)
         method = method.rstrip() + f"\n\nThe extra deliverable {strategy.tool} is graded as {strategy.kind}."
     # Every solution, the oracle and each second solution alike, meets the same composed task: it
@@ -116,4 +117,5 @@ def compose(spec: TaskSpec, p: Plan, sig: dict, rng: random.Random) -> TaskSpec:
                    alternatives={name: wrapped(sh) for name, sh in spec.alternatives.items()},
                    instruction=instruction, method_note=method,
                    test_initial=_initial_test(container, outputs, spec.test_initial), test_final=test_final,
+                   test_data=test_data,
                    output_paths=outputs, verifier_kind=p.verifier_kind, fixture_kind=p.fixture_kind)

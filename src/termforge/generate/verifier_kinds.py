@@ -22,11 +22,14 @@ import base64
 import json
 import random
 import textwrap
+from dataclasses import dataclass, field
 from typing import ClassVar
 
-from termforge.generate.bundles import Container
+from termforge.generate.bundles import Container, encoded
 
 BIN = "/app/bin"
+# The decoder strategies' fresh containers, made when the task is generated (tests/ beside the test).
+MADE_AHEAD = "fresh_containers.json"
 
 RUN_TOOL = '''
 import os as _tf_os
@@ -65,6 +68,15 @@ def _tf_free_port():
 '''
 
 
+@dataclass(frozen=True)
+class FinalTests:
+    """What a strategy adds to a task's final test: pytest source, and data files beside it in
+    tests/ (name -> bytes)."""
+
+    source: str
+    data: dict[str, bytes] = field(default_factory=dict)
+
+
 class VerifierStrategy:
     kind: ClassVar[str]
     tool: ClassVar[str]
@@ -81,7 +93,7 @@ class VerifierStrategy:
         raise NotImplementedError
 
     def final_tests(self, container: Container | None, params: dict | None, output_paths: list[str],
-                    rng: random.Random, level: int) -> str:  # pragma: no cover - interface
+                    rng: random.Random, level: int) -> FinalTests:  # pragma: no cover - interface
         raise NotImplementedError
 
 
@@ -117,8 +129,18 @@ class DecoderEquivalence(VerifierStrategy):
         return write_program(self.tool, container.decoder + "\n" + main)
 
     def final_tests(self, container, params, output_paths, rng, level):
+        payloads = _payloads(rng, self.cases)
         cases = [{"payload": base64.b64encode(p).decode(), "params": container.fuzz_params(params, rng, self.hard)}
-                 for p in _payloads(rng, self.cases)]
+                 for p in payloads]
+        data = {}
+        if container.made_ahead:
+            # The fresh containers are made once, here, by the same encoder, rather than in each of
+            # the 20 or so grades validation gives the task.
+            made = []
+            for case, payload in zip(cases, payloads):
+                blob, executable = encoded(container, payload, {**params, **case["params"]})
+                made.append({"bytes": base64.b64encode(blob).decode(), "executable": executable})
+            data[MADE_AHEAD] = (json.dumps({"containers": made}, sort_keys=True) + "\n").encode()
         encoder = container.encoder + textwrap.dedent('''
             import base64, json, sys
             job = json.load(sys.stdin)
@@ -136,17 +158,43 @@ class DecoderEquivalence(VerifierStrategy):
             _TF_ENCODER = {encoder!r}
 
 
-            def _tf_decoded(case, tmp):
+            def _tf_made_ahead():
+                """The fresh containers made when the task was generated ({made_ahead} beside this
+                file; None: each is encoded here). Read once, on import, then removed, so no program
+                a test runs finds them."""
+                path = _tf_os.path.join(_tf_os.path.dirname(_tf_os.path.abspath(__file__)), {made_ahead!r})
+                try:
+                    with open(path) as fh:
+                        made = _tf_json.load(fh)["containers"]
+                except (OSError, ValueError, KeyError, TypeError):
+                    return None
+                try:
+                    _tf_os.unlink(path)
+                except OSError:
+                    pass
+                return made if len(made) == len(_TF_CASES) else None
+
+
+            _TF_MADE = _tf_made_ahead()
+
+
+            def _tf_decoded(i, case, tmp):
                 params = {{**_TF_BASE, **case["params"]}}
                 if params.get("ports") == "free":
                     params["ports"] = [_tf_free_port() for _ in range(3)]
                 container = _tf_os.path.join(tmp, "container")
                 if _TF_IS_DIR:
                     _tf_os.makedirs(container)
-                job = _tf_json.dumps({{"payload": case["payload"], "path": container, "params": params}})
-                made = _tf_subprocess.run([_tf_sys.executable, "-I", "-c", _TF_ENCODER], input=job.encode(),
-                                          capture_output=True, timeout=120)
-                assert made.returncode == 0, made.stderr.decode()[-2000:]
+                if _TF_MADE is not None:
+                    with open(container, "wb") as fh:
+                        fh.write(_tf_base64.b64decode(_TF_MADE[i]["bytes"]))
+                    if _TF_MADE[i]["executable"]:
+                        _tf_os.chmod(container, 0o755)
+                else:
+                    job = _tf_json.dumps({{"payload": case["payload"], "path": container, "params": params}})
+                    made = _tf_subprocess.run([_tf_sys.executable, "-I", "-c", _TF_ENCODER], input=job.encode(),
+                                              capture_output=True, timeout=120)
+                    assert made.returncode == 0, made.stderr.decode()[-2000:]
                 out = _tf_os.path.join(tmp, "bundle.out")
                 code, _, err = _tf_run([_TF_TOOL, container, out], cwd=tmp)
                 if code != 0 or not _tf_os.path.isfile(out):
@@ -158,14 +206,14 @@ class DecoderEquivalence(VerifierStrategy):
             def _tf_results():
                 assert _tf_os.access(_TF_TOOL, _tf_os.X_OK), f"{{_TF_TOOL}} is missing or not executable"
                 results = []
-                for case in _TF_CASES:
+                for i, case in enumerate(_TF_CASES):
                     with _tf_tempfile.TemporaryDirectory() as tmp:
-                        results.append(_tf_decoded(case, tmp))
+                        results.append(_tf_decoded(i, case, tmp))
                 return results
             ''').format(tool=self.tool, is_dir=container.kind == "multi_service_compose",
                         base=json.dumps(params, sort_keys=True), cases=json.dumps(cases, sort_keys=True),
-                        encoder=encoder)
-        return body + self._test()
+                        encoder=encoder, made_ahead=MADE_AHEAD)
+        return FinalTests(body + self._test(), data)
 
     def _test(self) -> str:
         return textwrap.dedent('''
@@ -255,7 +303,7 @@ class HostileArchives(VerifierStrategy):
                  "unicod\u00e9/\u00fcber.txt", "deep/a/b/c/d.txt"]
         files = {n: base64.b64encode(bytes(rng.randrange(256) for _ in range(rng.randint(0, 300)))).decode()
                  for n in names}
-        return RUN_TOOL + textwrap.dedent('''
+        return FinalTests(RUN_TOOL + textwrap.dedent('''
             import base64 as _tf_base64
             import io as _tf_io
             import json as _tf_json
@@ -344,7 +392,7 @@ class HostileArchives(VerifierStrategy):
                         fh.write(data[: len(data) // 2])
                     code, _, _ = _tf_run([_TF_TOOL, archive, _tf_os.path.join(tmp, "dest")], cwd=tmp)
                     assert code != 0, "a damaged archive was accepted"
-            ''').format(tool=self.tool, files=json.dumps(files, sort_keys=True))
+            ''').format(tool=self.tool, files=json.dumps(files, sort_keys=True)))
 
 
 SERVE_RESULTS = '''
@@ -404,7 +452,7 @@ class ServedResults(VerifierStrategy):
         return write_program(self.tool, SERVE_RESULTS.replace("__OUTPUTS__", repr(list(output_paths))))
 
     def final_tests(self, container, params, output_paths, rng, level):
-        return RUN_TOOL + textwrap.dedent('''
+        return FinalTests(RUN_TOOL + textwrap.dedent('''
             import time as _tf_time
             import urllib.error as _tf_urlerror
             import urllib.request as _tf_request
@@ -423,7 +471,7 @@ class ServedResults(VerifierStrategy):
                     except OSError:
                         if _tf_time.monotonic() > deadline:
                             raise
-                        _tf_time.sleep(0.1)
+                        _tf_time.sleep(0.02)
 
 
             def test_every_deliverable_is_the_same_from_file_command_and_http():
@@ -447,7 +495,7 @@ class ServedResults(VerifierStrategy):
                     assert status == 404, f"an unknown name answered {{status}}"
                 finally:
                     _tf_stop(server)
-            ''').format(tool=self.tool, outputs=list(output_paths))
+            ''').format(tool=self.tool, outputs=list(output_paths)))
 
 
 STRATEGIES: dict[str, VerifierStrategy] = {s.kind: s for s in (DecoderEquivalence(), DecoderScore(), HostileArchives(),

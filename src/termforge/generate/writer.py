@@ -86,6 +86,11 @@ def task_files(task_json: dict, spec: TaskSpec, base_image: str) -> dict[str, tu
         if not re.fullmatch(r"[a-z0-9_-]+", name):
             raise ValueError(f"alternative solution name {name!r}: letters, digits, _ and - only")
         files[f"solution/alternatives/{name}.sh"] = (script.encode(), EXECUTABLE)
+    for name, data in sorted(spec.test_data.items()):
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name.startswith(".") or name.endswith(".py") \
+                or f"tests/{name}" in files:
+            raise ValueError(f"test data file name {name!r}: one plain file name, not a test or a file the task has")
+        files[f"tests/{name}"] = (data, REGULAR)
     for rel, data in spec.fixtures.items():
         if rel.startswith("/") or ".." in Path(rel).parts:
             raise ValueError(f"fixture path {rel!r} must be relative and stay under fixtures/")
