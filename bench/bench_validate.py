@@ -92,8 +92,11 @@ class Baseline:
         sample = root / "baseline-sample.json"
         sample.write_text(json.dumps([{"family": fam.name, "signature": sig} for fam, sig, _ in jobs]))
         cgroup = accounting.sandbox_cgroup()
+        usage = [] if cgroup is None else \
+            ["--cpu-usage-file", str(cgroup.path / ("cpu.stat" if cgroup.kind == "v2" else "cpuacct.usage"))]
         try:
-            res = self._run(str(sample), "--workers", str(workers), "--limits", json.dumps(LIMITS), cgroup=cgroup)
+            res = self._run(str(sample), "--workers", str(workers), "--limits", json.dumps(LIMITS), *usage,
+                            cgroup=cgroup)
         finally:
             if cgroup is not None:
                 cgroup.finish(wait=0)

@@ -10,8 +10,7 @@ commit called it (its own defaults for everything else).
 SAMPLE.json is a list of {"family": NAME, "signature": {...}}. The tasks are generated and built
 first, one task is validated once to warm up (not counted), then all are validated `--workers` at
 a time. The last line printed is JSON: the wall seconds of that phase, the CPU seconds its
-cgroup used (sandboxes included; null where this process has no cgroup of its own to read), and
-each task's verdict.
+cgroup used (sandboxes included; null without --cpu-usage-file), and each task's verdict.
 """
 
 from __future__ import annotations
@@ -25,28 +24,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
-def cgroup_cpu_seconds() -> float | None:
-    """CPU seconds used so far in this process's own cgroup (v2 cpu.stat, or v1 cpuacct)."""
+def cpu_seconds(path: str | None) -> float | None:
+    """CPU seconds used so far in the cgroup whose usage file is `path` (v2 cpu.stat, v1
+    cpuacct.usage): the one bench_validate made for this process, so sandboxes are counted too."""
+    if not path:
+        return None
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        text = Path(path).read_text()
     except OSError:
         return None
-    for line in lines:
-        hier, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        try:
-            if hier == "0" and not controllers:
-                for row in Path(f"/sys/fs/cgroup{path}/cpu.stat").read_text().splitlines():
-                    if row.startswith("usage_usec"):
-                        return int(row.split()[1]) / 1e6
-            elif "cpuacct" in controllers.split(","):
-                for mount in ("cpuacct", "cpu,cpuacct"):
-                    usage = Path(f"/sys/fs/cgroup/{mount}{path}/cpuacct.usage")
-                    if usage.exists():
-                        return int(usage.read_text()) / 1e9
-        except (OSError, ValueError):
-            continue
-    return None
+    if path.endswith("cpu.stat"):
+        rows = [r.split() for r in text.splitlines() if r.startswith("usage_usec")]
+        return int(rows[0][1]) / 1e6 if rows else None
+    return int(text) / 1e9
 
 
 def main() -> int:
@@ -61,6 +51,7 @@ def main() -> int:
     ap.add_argument("--families-only", action="store_true", help="print this commit's family names and stop")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--limits", default='{"wall_sec": 120, "cpu_sec": 120, "memory_mb": 4096}')
+    ap.add_argument("--cpu-usage-file", help="the usage file of the cgroup this process runs in (for its CPU)")
     args = ap.parse_args()
     families = {f.name: f for f in all_families()}
     if args.families_only:
@@ -83,10 +74,10 @@ def main() -> int:
             verdicts[task.name] = [v.kept, v.stage, v.reason]
             print(f"[{n + 1}/{len(tasks)}] baseline {task.name}: {v.stage}: {v.reason[:120]}", flush=True)
 
-        cpu0, t0 = cgroup_cpu_seconds(), time.monotonic()
+        cpu0, t0 = cpu_seconds(args.cpu_usage_file), time.monotonic()
         with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
             list(pool.map(one, enumerate(tasks)))
-        wall, cpu1 = time.monotonic() - t0, cgroup_cpu_seconds()
+        wall, cpu1 = time.monotonic() - t0, cpu_seconds(args.cpu_usage_file)
     cpu = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
     print(json.dumps({"wall_s": wall, "cpu_s": cpu, "verdicts": verdicts}))
     return 0

@@ -19,7 +19,9 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import os
 import random
+import tempfile
 import textwrap
 from typing import ClassVar
 
@@ -613,9 +615,6 @@ CONTAINERS: dict[str, Container] = {c.kind: c for c in (PngBundle(), WavBundle()
 def encoded(container: Container, payload: bytes, params: dict) -> tuple[bytes, bool]:
     """The container file the container's own encoder writes for `payload` with `params`: its
     bytes, and whether it is executable (what a final test would otherwise make in every grade)."""
-    import os
-    import tempfile
-
     namespace: dict = {"__name__": f"termforge_{container.kind}_encoder"}
     exec(_compiled_encoder(container.kind), namespace)  # noqa: S102 - termforge's own encoder
     with tempfile.TemporaryDirectory(prefix="tf-encode-") as tmp:
