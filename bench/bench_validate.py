@@ -26,11 +26,12 @@ Only families REV has are sampled then. df5ae13 is main as it stood when issue 2
 Paths: `old` is the reference path (validate.grade_pool: false): a fresh bwrap sandbox and a
 fresh python3 per grade, every grade in full, an oracle run for each check that needs a solved
 /app, checks one after another; `pool` is the default path without zero-check grades (grade
-pools, and the first oracle run's /app seeding the mutants and input sensitivity); `new` is
-the default path (the rule's: pools kept from task to task, the first oracle run's /app seeding
-the mutants and input sensitivity, zero-check grades; docs/grading.md, "What validation reuses,
-and what it leaves out"); `concurrent` is `new` with `--concurrent-checks` of a task's checks in
-flight at once (validate.concurrent_checks), each lane with a pool of its own.
+pools, the first oracle run's /app seeding the mutants and input sensitivity, config.yaml's
+validate.concurrent_checks); `new` is the default path (the rule's: pools kept from task to task,
+the first oracle run's /app seeding the mutants and input sensitivity, zero-check grades, and
+config.yaml's validate.concurrent_checks of a task's checks in flight at once, each lane with a
+pool of its own; docs/grading.md, "What validation reuses, and what it leaves out");
+`concurrent` is `new` with `--concurrent-checks` of them instead.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -61,6 +64,8 @@ from termforge.runtime.gradepool import PoolShelf  # noqa: E402
 PATHS = ("old", "pool", "new", "concurrent")
 REPO = Path(__file__).resolve().parents[1]
 LIMITS = {"wall_sec": 120, "cpu_sec": 120, "memory_mb": 4096}
+# The validate rule's own settings (config.yaml validate.*), for the paths that are the rule's.
+RULE = yaml.safe_load((REPO / "config.yaml").read_text())["validate"]
 
 
 class Baseline:
@@ -169,8 +174,9 @@ def main() -> int:
         rt = BwrapRuntime()
         for task, _ in tasks:
             rt.build(task, root / "images", timeout=limits.wall_sec * 2)
-        options = {"old": {"grade_pool": False, "zero_checks": False}, "pool": {"grade_pool": True, "zero_checks": False},
-                   "new": {"grade_pool": True},
+        options = {"old": {"grade_pool": False, "zero_checks": False},
+                   "pool": {"grade_pool": True, "zero_checks": False, "concurrent_checks": RULE["concurrent_checks"]},
+                   "new": {"grade_pool": True, "concurrent_checks": RULE["concurrent_checks"]},
                    "concurrent": {"grade_pool": True, "concurrent_checks": args.concurrent_checks}}
 
         def validate(path: str, task: Path, profile, shelf=None) -> object:

@@ -374,3 +374,150 @@ def test_a_kept_oracle_run_seeds_a_session_with_the_same_app_and_a_failed_copy_f
         fresh, ran = solve_in(pooled.start(image, LIMITS), pooled, image, LIMITS, task_dir, unreadable)
         with fresh:
             assert ran is not None and ran.ok  # the oracle ran here instead
+
+
+# Each grade's pytest configuration: made ahead in the zygote (grading/grade.py prepare) from the
+# arguments alone, then this grade's own: its invocation parameters, and nothing another grade did.
+OWN_CONFIG_TEST = r'''
+import pathlib
+
+def test_the_config_is_this_grades_own(pytestconfig):
+    params = pytestconfig.invocation_params
+    assert params.dir == pathlib.Path("/tests") and params.args[-1] == "/tests/test_final_state.py"
+    assert "--import-mode=importlib" in params.args and "-x" in params.args
+    assert [type(p).__name__ for p in params.plugins] == ["Proof"]
+    assert pytestconfig.pluginmanager.is_blocked("cacheprovider")
+    # What an earlier grade did to its config never reaches this one.
+    assert not hasattr(pytestconfig, "_tf_marker") and not pytestconfig.pluginmanager.is_blocked("doctest")
+    pytestconfig._tf_marker = 1
+    pytestconfig.pluginmanager.set_blocked("doctest")
+'''
+
+
+def test_the_pytest_config_the_zygote_makes_ahead_is_each_grades_own(task, tmp_path):
+    import shutil
+
+    from termforge.verifier import run_verifier
+
+    task_dir, image = task
+    copy = tmp_path / task_dir.name
+    shutil.copytree(task_dir, copy)
+    (copy / "tests" / "test_final_state.py").write_text(OWN_CONFIG_TEST)
+    with BwrapRuntime().start(image, LIMITS) as session:
+        plain = run_verifier(session, copy, timeout=60, expected=None, options=ZERO_CHECK)
+    with ExitStack() as stack:
+        pooled = pooled_runtime(BwrapRuntime(), image, stack)
+        grades = []
+        for _ in range(3):
+            with pooled.start(image, LIMITS) as session:
+                grades.append(run_verifier(session, copy, timeout=60, expected=None, options=ZERO_CHECK))
+        assert pooled.pool.grades == 3 and pooled.pool.made_ahead == 3
+    assert plain.reward == 1.0, plain.output
+    assert [(g.reward, g.reason) for g in grades] == [(1.0, plain.reason)] * 3, grades[-1].output
+
+
+def _full_state(root):
+    """Everything `cp -a` carries of a tree: per entry its kind, mode, owner, mtime and bytes or
+    link target, the root's own included."""
+    import hashlib
+    import os
+    import stat as st_
+
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in [".", *dirs, *files] if dirpath == str(root) else [*dirs, *files]:
+            path = os.path.join(dirpath, name)
+            s = os.lstat(path)
+            kind = ("link:" + os.readlink(path)) if st_.S_ISLNK(s.st_mode) else \
+                ("dir" if st_.S_ISDIR(s.st_mode) else hashlib.sha256(open(path, "rb").read()).hexdigest())
+            times = None if st_.S_ISLNK(s.st_mode) else s.st_mtime_ns
+            out[os.path.relpath(path, root)] = (kind, oct(s.st_mode), s.st_uid, times)
+    return out
+
+
+SOLVED_APP = ("mkdir -p /app/out/deep && printf 'answer\\n' > /app/out/deep/result.txt && chmod 640 /app/out/deep/result.txt "
+              "&& ln -s /etc/passwd /app/out/host-link && ln -s ../../.. /app/out/up && touch -d 2001-02-03 /app/out "
+              "&& chmod 751 /app/out && chmod 750 /app && rm -f \"$(find /app -maxdepth 1 -type f | sort | head -1)\"")
+
+
+def test_a_kept_oracle_run_is_the_copy_cp_a_makes_as_the_sessions_uid(task):
+    """quality/solved.py copies on the host: every entry's mode, owner, times, bytes and link
+    target (never followed) equal what the in-sandbox `cp -a` it replaced gives, /app itself
+    included."""
+    from termforge.quality.solved import SolvedApp, solve_in
+    from termforge.runtime.base import Bind
+
+    task_dir, image = task
+    with ExitStack() as stack:
+        pooled = pooled_runtime(BwrapRuntime(), image, stack)
+        solved = SolvedApp()
+        stack.callback(solved.close)
+        first = stack.enter_context(pooled.start(image, LIMITS))
+        assert first.exec(SOLVED_APP).ok
+        solved.keep(first, LIMITS)
+        assert solved.path is not None, solved.why_not
+        seeded, ran = solve_in(pooled.start(image, LIMITS), pooled, image, LIMITS, task_dir, solved)
+        reference = stack.enter_context(pooled.start(image, LIMITS))
+        res = reference.exec("find /app -mindepth 1 -delete && cp -a /tmp/kept/. /app/", cwd="/",
+                             binds=[Bind(first.layer, "/tmp/kept", False)])
+        assert res.ok, res.tail(300)
+        with seeded:
+            assert ran is None
+            got, want = _full_state(seeded.layer), _full_state(reference.layer)
+            assert got == want
+            assert got["out/host-link"][0] == "link:/etc/passwd" and got["."][1] == oct(0o40750)
+
+
+@pytest.mark.parametrize("case, why", [
+    ("ln /app/out/a /app/out/b", "a hard link"),
+    ("mkfifo /app/out/pipe", "a FIFO"),
+    ("chmod 4755 /app/out/a", "a setuid or setgid file"),
+    ("truncate -s 64M /app/out/sparse", "a sparse file"),
+    ("chmod 000 /app/out/a", "a file its owner cannot read"),
+    ("mkdir /app/out/locked && chmod 300 /app/out/locked", "a directory its owner cannot read"),
+    ("dd if=/dev/zero of=/app/out/big bs=1M count=3 2>/dev/null", "more than 2 MiB"),
+])
+def test_an_oracle_run_cp_a_would_not_copy_exactly_is_not_kept(task, case, why):
+    """What a host copy would not reproduce as `cp -a` does keeps nothing: the checks run the
+    oracle themselves, as where the in-sandbox copy failed."""
+    from dataclasses import replace
+
+    from termforge.quality.solved import SolvedApp, solve_in
+
+    task_dir, image = task
+    with ExitStack() as stack:
+        pooled = pooled_runtime(BwrapRuntime(), image, stack)
+        solved = SolvedApp()
+        stack.callback(solved.close)
+        with pooled.start(image, LIMITS) as session:
+            assert session.exec(f"mkdir -p /app/out && printf x > /app/out/a && {case}").ok
+            solved.keep(session, replace(LIMITS, disk_mb=2))
+        assert solved.path is None and why in (solved.why_not or ""), solved.why_not
+        fresh, ran = solve_in(pooled.start(image, LIMITS), pooled, image, LIMITS, task_dir, solved)
+        with fresh:
+            assert ran is not None and ran.ok  # the oracle ran here instead
+
+
+def test_a_pool_started_from_a_thread_that_ends_keeps_its_zygote(task):
+    """bwrap's --die-with-parent signals the zygote when the *thread* that started it ends: a
+    check's lane is a thread per task, so its pool's zygote is started from one long-lived thread
+    instead, and serves the next task without starting again."""
+    import threading
+    import time
+
+    task_dir, image = task
+    with ExitStack() as stack:
+        pooled = pooled_runtime(BwrapRuntime(), image, stack)
+
+        def grade():
+            with pooled.start(image, LIMITS) as session:
+                assert run_test_file(session, task_dir, "test_initial_state.py", timeout=60).reward == 1.0
+
+        lane = threading.Thread(target=grade)
+        lane.start()
+        lane.join()
+        zygote = pooled.pool._proc
+        time.sleep(0.3)
+        assert zygote.poll() is None
+        grade()
+        assert pooled.pool._proc is zygote and pooled.pool.grades == 2

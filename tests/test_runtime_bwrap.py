@@ -3,6 +3,7 @@ codes, and limits that kill (wall clock, CPU time, memory)."""
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,36 @@ def test_copies_in_and_out_never_follow_what_the_agent_left(session, tmp_path):
     for path, why in (("/app/pipe", "FIFO"), ("/app/etc-link/passwd", "not a plain directory")):
         with pytest.raises(TermforgeError, match=why):
             session.copy_out(path, tmp_path / "out" / "x")
+
+
+def test_sessions_keep_their_trees_in_memory_or_where_termforge_work_dir_says(tmp_path, monkeypatch):
+    """runtime.bwrap.default_work_root: $TERMFORGE_WORK_DIR; else /dev/shm where it is a tmpfs
+    (allowing exec, writable, 4 GiB free); else the system temp directory. A named place that
+    cannot be used is an error naming the variable."""
+    from termforge.errors import TermforgeError
+    from termforge.runtime import bwrap
+
+    monkeypatch.delenv(bwrap.WORK_DIR_ENV, raising=False)
+    shm = os.statvfs("/dev/shm") if os.path.isdir("/dev/shm") else None
+    usable = (shm is not None and bwrap._fs_type("/dev/shm") == "tmpfs" and not shm.f_flag & os.ST_NOEXEC
+              and shm.f_bavail * shm.f_frsize >= bwrap.TMPFS_MIN_FREE)
+    assert bwrap._fs_type("/proc") == "proc" and bwrap._fs_type("/proc/self") == "proc"
+    assert bwrap.default_work_root() == (Path("/dev/shm") if usable else None)
+    build = BwrapRuntime().build(_task(tmp_path, "true"), tmp_path / "images")
+    assert build.ok, build.reason
+    with BwrapRuntime().start(build.image, Limits()) as s:
+        assert s.workdir.parent == (Path("/dev/shm") if usable else Path(tempfile.gettempdir()))
+        # What a sandbox writes there runs there (a tmpfs mounted noexec is never picked).
+        assert s.exec("printf '#!/bin/sh\necho ran\n' > /app/p && chmod +x /app/p && /app/p").stdout == "ran\n"
+    named = Path(tempfile.mkdtemp(prefix="tf-work-dir-"))  # sessions' uids must pass through it
+    named.chmod(0o711)
+    try:
+        monkeypatch.setenv(bwrap.WORK_DIR_ENV, str(named))
+        assert bwrap.default_work_root() == named
+        with BwrapRuntime().start(build.image, Limits()) as s:
+            assert s.workdir.parent == named
+    finally:
+        named.rmdir()
+    monkeypatch.setenv(bwrap.WORK_DIR_ENV, str(tmp_path / "missing"))
+    with pytest.raises(TermforgeError, match="TERMFORGE_WORK_DIR=.*missing"):
+        BwrapRuntime()

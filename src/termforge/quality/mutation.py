@@ -215,8 +215,8 @@ def mutation_probe(task_dir: Path, runtime, image, limits, limit: int | None = N
 
     `seed_from_oracle` (validate.grade_pool's path): the oracle runs once, and each mutant's fresh
     session takes a copy of what it left in /app (quality/solved.py) instead of running the oracle
-    again; `solved`: validation's own oracle run's copy, so the probe runs no oracle at all. Only
-    where the sessions share one uid (a grade pool's), else the oracle runs per mutant as before.
+    again; `solved`: validation's own oracle run's copy, so the probe runs no oracle at all. Where
+    nothing can be kept (quality/solved.py), the oracle runs per mutant as before.
     `zero_check`: an answer-changing mutant's grade stops at its first failing test
     (verifier.ZERO_CHECK: the same reward; its reason counts fewer tests)."""
     from termforge.verifier import ZERO_CHECK, run_verifier

@@ -87,11 +87,11 @@ PROBES: dict[str, str] = {
         "printf 'mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; exit 0\\n' >> $f; done; "
         "echo 'export BASH_ENV=/app/.bashrc' >> /home/user/.bashrc; true"
     ),
-    # The agent ends with its rewriter two rounds in (loop every 0.05 s): what grading must not see.
+    # The agent ends with its rewriter two rounds in (loop every 0.01 s): what grading must not see.
     "background_rewriter": (
         "nohup bash -c 'while true; do mkdir -p /logs/verifier 2>/dev/null; "
         "echo 1 > /logs/verifier/reward.txt 2>/dev/null; for f in /app/*; do touch \"$f\"; done; "
-        "sleep 0.05; done' >/dev/null 2>&1 & disown; sleep 0.1; true"
+        "sleep 0.01; done' >/dev/null 2>&1 & disown; sleep 0.02; true"
     ),
 }
 
@@ -323,9 +323,9 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
             checks.append("final_fails_untouched")
             if not oracle_repeats:
                 checks.append("oracle_x0")
-            # The pool's sessions share a uid: the first oracle run's /app can seed the checks that
-            # start from a solved environment (quality/solved.py).
-            solved = SolvedApp() if grade_pool and oracle_repeats and runtime is not base_runtime else None
+            # The first oracle run's /app seeds the checks that start from a solved environment
+            # (quality/solved.py).
+            solved = SolvedApp() if grade_pool and oracle_repeats else None
             if solved is not None:
                 stack.callback(solved.close)
             jobs = _independent_checks(task_dir, image, limits, oracle_repeats, probes, mutants, sensitivity,

@@ -24,6 +24,7 @@ host through `runtime.trees` (iterative, bounded, never following a symlink).
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import secrets
@@ -110,6 +111,56 @@ def sandbox_argv(
         argv += ["--setenv", key, value]
     argv += ["--chdir", cwd, "--"] + command
     return argv
+
+
+# Where sessions keep their writable trees when the caller names no place (default_work_root).
+WORK_DIR_ENV = "TERMFORGE_WORK_DIR"
+TMPFS_DIR = "/dev/shm"
+TMPFS_MIN_FREE = 4 << 30
+
+
+def _fs_type(path: str) -> str | None:
+    """The file-system type of the mount holding `path` (the longest mount point above it)."""
+    best, kind = "", None
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fields = left.split()
+                point = fields[4].replace("\\040", " ") if len(fields) > 4 else ""
+                inside = path == point or path.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best) and right.split():
+                    best, kind = point, right.split()[0]
+    except OSError:
+        return None
+    return kind
+
+
+@functools.lru_cache(maxsize=4)
+def _default_work_root(named: str | None) -> Path | None:
+    if named:
+        path = Path(named)
+        if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
+            raise TermforgeError(f"{WORK_DIR_ENV}={named}: not a directory termforge can write")
+        return path
+    try:
+        vfs = os.statvfs(TMPFS_DIR)
+    except OSError:
+        return None
+    if (_fs_type(TMPFS_DIR) == "tmpfs" and not vfs.f_flag & os.ST_NOEXEC and os.access(TMPFS_DIR, os.W_OK | os.X_OK)
+            and vfs.f_bavail * vfs.f_frsize >= TMPFS_MIN_FREE):
+        return Path(TMPFS_DIR)
+    return None
+
+
+def default_work_root() -> Path | None:
+    """Where a session's writable trees (its /app and home, the grader's /tests and /logs) live
+    when the caller names no place: $TERMFORGE_WORK_DIR; else /dev/shm where it is a tmpfs that
+    allows exec, termforge can write and has 4 GiB free; else None (the system temp directory).
+    Why memory: validation makes and removes about 50 such trees per task, and on a disk file
+    system each removal is journaled (with `discard`, each freed block also waits on the device:
+    measured, a sixth of validation's wall time). Each tree stays under `Limits.disk_mb`."""
+    return _default_work_root(os.environ.get(WORK_DIR_ENV) or None)
 
 
 # BwrapSession's default `uid`: a fresh one (session_uid()).
@@ -436,7 +487,7 @@ class BwrapSession(Session):
         self._stopped = False
         # What stop() could not remove (never expected: tests count leftovers after attacks).
         self.cleanup_problems: list[str] = []
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"tf-{image.task_id}-", dir=work_root))
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"tf-{image.task_id}-", dir=work_root or default_work_root()))
         try:
             self.uid = session_uid() if uid is FRESH_UID else uid
             _check_reachable(self.workdir, self.uid)
@@ -589,7 +640,7 @@ class BwrapRuntime(Runtime):
         whose task.json names none (termforge.images.DEFAULT_BASE)."""
         from termforge.errors import ConfigError
 
-        self.work_root = Path(work_root) if work_root else None
+        self.work_root = Path(work_root) if work_root else default_work_root()
         if rootfs not in ("image", HOST_ROOTFS):
             raise ConfigError(f"runtime.rootfs: expected 'image' or 'host', got {rootfs!r}")
         self.rootfs_mode = rootfs

@@ -31,13 +31,15 @@ import subprocess
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from termforge.grading import program
 from termforge.runtime import accounting, trees
 from termforge.runtime.base import Bind, ExecResult, Image, Limits
-from termforge.runtime.bwrap import (HOST_ROOTFS, SANDBOX_PATH, BwrapSession, DiskWatch, _CappedReader, limit_reason,
-                                     popen_argv, popen_env, session_uid, tree_bounds)
+from termforge.runtime.bwrap import (HOST_ROOTFS, SANDBOX_PATH, BwrapSession, DiskWatch, _CappedReader,
+                                     default_work_root, limit_reason, popen_argv, popen_env, session_uid,
+                                     tree_bounds)
 
 # The argv of termforge's grader (verifier.GRADER_ARGV); only it is served by a pool.
 GRADER_PREFIX = ["/usr/bin/python3", "-I", "/verifier/grade.py"]
@@ -60,6 +62,10 @@ def rlimits(limits: Limits) -> dict[str, list[int]]:
             "RLIMIT_NPROC": [limits.max_procs, limits.max_procs]}
 
 
+# The one thread every zygote is started from (GradePool._ensure).
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tf-zygote-spawner")
+
+
 class GradePool:
     """One zygote over one image root filesystem (module doc). Not shared between threads that
     grade at the same time: a validation worker keeps its own."""
@@ -68,7 +74,7 @@ class GradePool:
         self.rootfs = str(rootfs)
         self.work_root = work_root
         self.log = log
-        self.staging = Path(tempfile.mkdtemp(prefix="tf-pool-", dir=work_root))
+        self.staging = Path(tempfile.mkdtemp(prefix="tf-pool-", dir=work_root or default_work_root()))
         os.chmod(self.staging, 0o711)  # sessions' uids pass through; nobody lists it
         self.uid = session_uid()
         self.tool = self.staging / ".zygote"
@@ -79,6 +85,8 @@ class GradePool:
         self.broken: str | None = None
         self.grades = 0
         self.fallbacks = 0
+        # Grades whose pytest configuration the zygote had made ahead (grading/grade.py prepare).
+        self.made_ahead = 0
         self._proc: subprocess.Popen | None = None
         self._control: socket.socket | None = None
         self._zygote_cpu = 0.0
@@ -135,9 +143,13 @@ class GradePool:
 
         argv = popen_argv(self._argv(theirs.fileno()))
         try:
-            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._zlog, stderr=self._zlog,
-                                          start_new_session=True, preexec_fn=preexec, pass_fds=(theirs.fileno(),),
-                                          env=popen_env(argv))
+            # Started from a thread that lives as long as the process: bwrap's --die-with-parent
+            # is the kernel's parent-death signal, sent when the *thread* that started it ends. A
+            # pool started by a check's lane (a thread per task) would otherwise die with its task
+            # and start again for the next one.
+            self._proc = _SPAWNER.submit(
+                subprocess.Popen, argv, stdin=subprocess.DEVNULL, stdout=self._zlog, stderr=self._zlog,
+                start_new_session=True, preexec_fn=preexec, pass_fds=(theirs.fileno(),), env=popen_env(argv)).result()
         except OSError as exc:
             theirs.close()
             mine.close()
@@ -288,6 +300,7 @@ class GradePool:
             self.fallbacks += 1
             return None
         self.grades += 1
+        self.made_ahead += bool(report.get("made_ahead"))
         cpu = float(report.get("cpu") or 0.0)
         zygote = report.get("zygote_cpu")
         if isinstance(zygote, (int, float)):
