@@ -342,6 +342,15 @@ def test_mutants_seeded_from_one_oracle_run_grade_as_with_an_oracle_run_each(fix
     assert all(r["ok"] for r in seeded)
 
 
+def _pool_and_kept_copy(image, stack):
+    """A grade pool's runtime for `image` and an empty SolvedApp, both ended by `stack`."""
+    from termforge.quality.solved import SolvedApp
+
+    solved = SolvedApp()
+    stack.callback(solved.close)
+    return pooled_runtime(BwrapRuntime(), image, stack), solved
+
+
 def test_a_kept_oracle_run_seeds_a_session_with_the_same_app_and_a_failed_copy_falls_back(task):
     """quality/solved.py: a session seeded from the first oracle run's copy holds the same /app
     (every file's mode and bytes, deletions included); where the copy cannot be made (a file the
@@ -351,9 +360,7 @@ def test_a_kept_oracle_run_seeds_a_session_with_the_same_app_and_a_failed_copy_f
 
     task_dir, image = task
     with ExitStack() as stack:
-        pooled = pooled_runtime(BwrapRuntime(), image, stack)
-        solved = SolvedApp()
-        stack.callback(solved.close)
+        pooled, solved = _pool_and_kept_copy(image, stack)
         with pooled.start(image, LIMITS) as first:
             first_before = tree_state(first)
             _, ran = solve_in(first, pooled, image, LIMITS, task_dir)
@@ -444,14 +451,12 @@ def test_a_kept_oracle_run_is_the_copy_cp_a_makes_as_the_sessions_uid(task):
     """quality/solved.py copies on the host: every entry's mode, owner, times, bytes and link
     target (never followed) equal what the in-sandbox `cp -a` it replaced gives, /app itself
     included."""
-    from termforge.quality.solved import SolvedApp, solve_in
+    from termforge.quality.solved import solve_in
     from termforge.runtime.base import Bind
 
     task_dir, image = task
     with ExitStack() as stack:
-        pooled = pooled_runtime(BwrapRuntime(), image, stack)
-        solved = SolvedApp()
-        stack.callback(solved.close)
+        pooled, solved = _pool_and_kept_copy(image, stack)
         first = stack.enter_context(pooled.start(image, LIMITS))
         assert first.exec(SOLVED_APP).ok
         solved.keep(first, LIMITS)
@@ -482,13 +487,11 @@ def test_an_oracle_run_cp_a_would_not_copy_exactly_is_not_kept(task, case, why):
     oracle themselves, as where the in-sandbox copy failed."""
     from dataclasses import replace
 
-    from termforge.quality.solved import SolvedApp, solve_in
+    from termforge.quality.solved import solve_in
 
     task_dir, image = task
     with ExitStack() as stack:
-        pooled = pooled_runtime(BwrapRuntime(), image, stack)
-        solved = SolvedApp()
-        stack.callback(solved.close)
+        pooled, solved = _pool_and_kept_copy(image, stack)
         with pooled.start(image, LIMITS) as session:
             assert session.exec(f"mkdir -p /app/out && printf x > /app/out/a && {case}").ok
             solved.keep(session, replace(LIMITS, disk_mb=2))

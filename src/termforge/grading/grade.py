@@ -203,15 +203,21 @@ PREPARED_MAX = 8
 
 
 def prepare(args):
-    """In the zygote: make ahead get_config()'s part of grading `args`. It reads no file and no
-    environment variable but PYTEST_DEBUG (with which nothing is made ahead)."""
+    """In the zygote: make ahead get_config()'s part of grading `args` (what it makes is frozen out
+    of the garbage collector, as the zygote's imports are); whether it is made. It reads no file
+    and no environment variable but PYTEST_DEBUG (with which nothing is made ahead)."""
     argv = pytest_argv(args)
-    if argv is None or tuple(argv) in PREPARED or len(PREPARED) >= PREPARED_MAX or os.environ.get("PYTEST_DEBUG"):
+    if argv is None:
         return False
-    from _pytest.config import get_config
+    key = tuple(argv)
+    if key not in PREPARED and len(PREPARED) < PREPARED_MAX and not os.environ.get("PYTEST_DEBUG"):
+        import gc
 
-    PREPARED[tuple(argv)] = get_config(list(argv))
-    return True
+        from _pytest.config import get_config
+
+        PREPARED[key] = get_config(list(argv))
+        gc.freeze()
+    return key in PREPARED
 
 
 def _use_prepared(argv):

@@ -401,9 +401,7 @@ def serve(control_fd):
         made_ahead = False
         if argv[:3] == GRADER_ARGV and argv[3:4] not in (["--request"], ["--supervise"]):
             try:
-                if grade.prepare(argv[3:]):
-                    gc.freeze()
-                made_ahead = tuple(grade.pytest_argv(argv[3:]) or ()) in grade.PREPARED
+                made_ahead = grade.prepare(argv[3:])
             except Exception:  # noqa: BLE001 - nothing made ahead: the grader makes it all
                 pass
         sys.stdout.flush()

@@ -106,11 +106,11 @@ class SolvedApp:
         self._done.wait()
         if self.path is None:
             return None
-        layer = session.layer
-        if trees.remove_tree(layer) or trees.copy_tree(self.path, layer, tree_bounds(limits)):
+        layer, bounds = session.layer, tree_bounds(limits)
+        if trees.remove_tree(layer) or trees.copy_tree(self.path, layer, bounds):
             return False
         uid = getattr(session, "uid", None)
-        if uid is not None and trees.chown(layer, uid, bounds=tree_bounds(limits)):
+        if uid is not None and trees.chown(layer, uid, bounds=bounds):
             return False
         # `cp -a kept/. /app/` gives /app the kept directory's mode and times too.
         os.chmod(layer, stat.S_IMODE(self._root.st_mode))
