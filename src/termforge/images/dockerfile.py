@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -44,7 +45,7 @@ from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, atomic_write_text, stable_hash
 
 # Bump when what a build produces changes: every build is redone.
-BUILDER = "termforge-buildah-1"
+BUILDER = "termforge-buildah-2"
 BUILD_TIMEOUT_SEC = 1800
 # Host ids a build's user namespace maps root to (scripts/setup.sh writes /etc/subuid).
 SUBID_COUNT = 65536
@@ -55,28 +56,55 @@ LOG_TAIL_LINES = 15
 # Runs as root of the build's user namespace, without network. One overlay containers-storage per
 # image cache (S) serves every build: a base goes in once (named by its key), each build's image
 # is pushed uncompressed to the build's own OCI layout (the base's blob is already linked there,
-# so only the new layers are written) and then dropped from the storage.
+# so only the new layers are written) and then dropped from the storage. RUN steps go to the step
+# sandbox ($W/step-runtime, termforge.images.step_sandbox), never to buildah's chroot.
 BUILD_SCRIPT = r"""
 set -euo pipefail
-W=$1; S=$2; BASE_REF=$3; BASE_NAME=$4; TAG=$5
-B=(buildah --root "$S/root" --runroot "$S/run" --storage-driver overlay)
+W=$1; S=$2; BASE_REF=$3; BASE_NAME=$4; TAG=$5; BUILDAH=$6; SKOPEO=$7
+B=("$BUILDAH" --root "$S/root" --runroot "$S/run" --storage-driver overlay)
 if ! "${B[@]}" inspect --type image "$BASE_NAME" >/dev/null 2>&1; then
-  skopeo --policy="$W/policy.json" copy --quiet "$BASE_REF" "containers-storage:[overlay@$S/root+$S/run]$BASE_NAME"
+  "$SKOPEO" --policy="$W/policy.json" copy --quiet "$BASE_REF" "containers-storage:[overlay@$S/root+$S/run]$BASE_NAME"
 fi
-echo "+ buildah bud --isolation chroot --pull=never --from $BASE_NAME (offline, the base from the image store)"
+echo "+ buildah bud --isolation oci --runtime <termforge step sandbox> --pull=never --from $BASE_NAME (offline, the base from the image store)"
 status=0
-"${B[@]}" bud --isolation chroot --pull=never --layers=false --timestamp 0 --signature-policy "$W/policy.json" \
-  --from "$BASE_NAME" -f "$W/Dockerfile" -t "$TAG" "$W/context" 2>&1 || status=$?
+"${B[@]}" bud --isolation oci --runtime "$W/step-runtime" --network none --pull=never --layers=false --timestamp 0 \
+  --signature-policy "$W/policy.json" --from "$BASE_NAME" -f "$W/Dockerfile" -t "$TAG" "$W/context" 2>&1 || status=$?
 if [ $status = 0 ]; then
   "${B[@]}" push --quiet --disable-compression --signature-policy "$W/policy.json" "$TAG" "oci:$W/out:image" || status=$?
 fi
 "${B[@]}" rmi -f "$TAG" >/dev/null 2>&1 || true
 exit $status
 """
+# How the step sandbox is started (python3 -I: the standard library only, nothing of the caller's).
+STEP_RUNTIME = """#!/bin/sh
+exec {python} -I {work}/step_sandbox.py --root={work}/steps --allow={work}:{storage} --bwrap={bwrap} \
+  --records={work}/steps.jsonl "$@"
+"""
+# Failures of the builder's own making (the kernel, the storage, buildah itself) when buildah's final
+# error is not about a RUN step: a Dockerfile cannot cause these, a retry may clear them.
+_BUILDER_SIGNS = re.compile(r"device or resource busy|resource temporarily unavailable|sealing memfd|database is locked|"
+                            r"\block(ing|ed)?\b|no space left on device|too many open files|cannot allocate memory|"
+                            r"interrupted system call|input/output error|^panic:|fatal error:", re.IGNORECASE | re.MULTILINE)
+# A build that fails for the builder's own reason is tried this many times in all.
+BUILD_ATTEMPTS = 3
+RETRY_PAUSE_SEC = 2.0
 
 
 class DockerfileError(TermforgeError):
     """A Dockerfile that did not build here: an environment error; the message says why."""
+
+
+class BuilderError(DockerfileError):
+    """The builder (buildah, its storage, the step sandbox) failed for a reason of its own, on every
+    try: an infrastructure error, never a verdict on the Dockerfile."""
+
+
+class _BuilderFailed(Exception):
+    """One try failed for the builder's own reason (a retry may succeed)."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
+        self.detail = detail
 
 
 @dataclass
@@ -167,11 +195,38 @@ def _userns() -> tuple[list[str], tuple[int, int] | None]:
             "--setuid", "0", "--setgid", "0"], (uids[0], gids[0])
 
 
-def check_tools() -> None:
-    for tool in ("buildah", "skopeo", "unshare"):
-        if shutil.which(tool) is None:
+def check_tools() -> dict[str, str]:
+    """The programs a build runs, by absolute path (looked up on the caller's PATH)."""
+    tools = {}
+    for tool in ("buildah", "skopeo", "unshare", "bwrap"):
+        found = shutil.which(tool)
+        if found is None:
             raise DockerfileError(f"Dockerfile builds need {tool}, which is not installed (scripts/setup.sh "
                                   "installs it)")
+        tools[tool] = os.path.abspath(found)
+    tools["python"] = _step_python()
+    return tools
+
+
+def _searchable(path: str) -> bool:
+    """Whether a user other than the owner can reach and run `path` (the build's namespace root is
+    an unprivileged uid of the host)."""
+    p = Path(path)
+    try:
+        return all(q.stat().st_mode & 0o001 for q in [p, *p.parents])
+    except OSError:
+        return False
+
+
+def _step_python() -> str:
+    """A Python the build's namespace root can run for the step sandbox (standard library only):
+    this one when others can reach it, else the system's."""
+    candidates = [os.path.realpath(sys.executable), shutil.which("python3") or "", "/usr/bin/python3"]
+    for candidate in candidates:
+        if candidate and os.path.isfile(candidate) and (os.geteuid() != 0 or _searchable(os.path.realpath(candidate))):
+            return os.path.realpath(candidate)
+    raise DockerfileError(f"Dockerfile builds run their steps with a python3 that other users can run; none of "
+                          f"{[c for c in candidates if c]} is (install Debian's python3)")
 
 
 def build_dockerfile(context: str | os.PathLike, dockerfile: str | os.PathLike, base, *,
@@ -201,13 +256,25 @@ def build_dockerfile(context: str | os.PathLike, dockerfile: str | os.PathLike, 
             return found
         for stale in [*root.glob(f".stage-{key}-*"), *root.glob(f"tf-buildah-{key[:8]}-*")]:  # killed builds
             shutil.rmtree(stale, ignore_errors=True)
-        stage = root / f".stage-{key}-{os.getpid()}"
-        stage.mkdir()
-        try:
-            built = _build(text, context, base, key, stage, cache, timeout, log, what)
-            os.rename(stage, root / key)
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
+        tools = check_tools()
+        for attempt in range(1, BUILD_ATTEMPTS + 1):
+            stage = root / f".stage-{key}-{os.getpid()}"
+            stage.mkdir()
+            try:
+                built = _build(text, context, base, key, stage, cache, timeout, log, what, tools)
+                os.rename(stage, root / key)
+                break
+            except _BuilderFailed as exc:
+                if attempt == BUILD_ATTEMPTS:
+                    raise BuilderError(
+                        f"the builder (buildah {tools['buildah']}, {BUILDER}) failed on the Dockerfile of {what} "
+                        f"{BUILD_ATTEMPTS} times for its own reason, not the Dockerfile's (an infrastructure "
+                        f"error); the last failure:\n{exc.detail}") from None
+                log(f"images: the builder failed on the Dockerfile of {what} for its own reason (try {attempt} "
+                    f"of {BUILD_ATTEMPTS}), trying again: {exc.detail.splitlines()[-1] if exc.detail else ''}")
+                time.sleep(RETRY_PAUSE_SEC * attempt)
+            finally:
+                shutil.rmtree(stage, ignore_errors=True)
         built.dir = root / key
     return built
 
@@ -230,7 +297,7 @@ def _base_layout(base, cache, dest: Path) -> tuple[str, dict]:
 
 
 def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout: float,
-           log: Callable[[str], None], what: str) -> DockerfileImage:
+           log: Callable[[str], None], what: str, tools: dict[str, str]) -> DockerfileImage:
     from termforge.containment import copy_regular_tree
     from termforge.errors import InputError
 
@@ -254,6 +321,13 @@ def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout
         storage = stage.parent.parent / "buildah"
         for sub in ("root", "run"):
             (storage / sub).mkdir(parents=True, exist_ok=True)
+        # The step sandbox is copied in: the namespace's root runs it wherever the package lies.
+        shutil.copyfile(Path(__file__).with_name("step_sandbox.py"), work / "step_sandbox.py")
+        (work / "steps").mkdir()
+        runtime = work / "step-runtime"
+        runtime.write_text(STEP_RUNTIME.format(python=tools["python"], work=work, storage=storage.resolve(),
+                                               bwrap=tools["bwrap"]))
+        runtime.chmod(0o755)
         if owner:
             subprocess.run(["chown", "-R", f"{owner[0]}:{owner[1]}", str(work)], check=True, capture_output=True)
             os.chown(storage, *owner)
@@ -264,9 +338,9 @@ def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout
         base_ref, base_config = _base_layout(base, cache, work / "base")
         tag = f"localhost/termforge-build:{key}"
         # --mount-proc: RUN steps see the build's own pid namespace in /proc, not the host's processes.
-        argv = ["unshare", *userns, "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
+        argv = [tools["unshare"], *userns, "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
                 "bash", "-c", BUILD_SCRIPT, "build", str(work), str(storage), base_ref,
-                f"localhost/termforge-base:{base.key}", tag]
+                f"localhost/termforge-base:{base.key}", tag, tools["buildah"], tools["skopeo"]]
         log(f"images: building the Dockerfile of {what} with buildah (offline) ...")
         output = _run_build(argv, work, timeout, what)
         atomic_write_text(stage / "build.log", output)
@@ -303,14 +377,16 @@ def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout
 
 
 def _run_build(argv: list[str], work: Path, timeout: float, what: str) -> str:
+    """buildah's log. A failure is a DockerfileError when it is the Dockerfile's (failure_owner),
+    else _BuilderFailed (the caller tries again)."""
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(work / "home"),
            "XDG_RUNTIME_DIR": str(work / "home"), "LC_ALL": "C.UTF-8", "TMPDIR": str(work / "home"),
-           "BUILDAH_ISOLATION": "chroot"}
+           "BUILDAH_ISOLATION": "oci"}
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
     except OSError as exc:
-        raise DockerfileError(f"cannot start buildah for {what}: {exc}") from None
+        raise _BuilderFailed(f"cannot start buildah: {exc}") from None
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -320,9 +396,47 @@ def _run_build(argv: list[str], work: Path, timeout: float, what: str) -> str:
                               f"log ends:\n{log_tail(out.decode(errors='replace'))}") from None
     text = out.decode(errors="replace")
     if proc.returncode != 0:
-        raise DockerfileError(f"buildah could not build {what} (exit {proc.returncode}); its log ends:\n"
-                              f"{log_tail(text)}")
+        message = f"buildah could not build {what} (exit {proc.returncode}); its log ends:\n{log_tail(text)}"
+        if failure_owner(text, read_step_records(work / "steps.jsonl")) == "dockerfile":
+            raise DockerfileError(message)
+        raise _BuilderFailed(message)
     return text
+
+
+def read_step_records(path: Path) -> list[dict]:
+    """What the step sandbox recorded of each RUN step: did its command start, how did it end."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            records.append(item)
+    return records
+
+
+def failure_owner(output: str, steps: list[dict]) -> str:
+    """Whose a failed build is: "dockerfile" or "builder".
+
+    A RUN step is the Dockerfile's exactly when the step sandbox started its command and saw it end
+    non-zero (the sandbox's own record says so, not the log the step writes to); a RUN step buildah
+    failed at whose command never started, or ended well, is the builder's. Outside RUN steps
+    buildah's final error decides: the builder's when buildah died without one or it is of the
+    kind a Dockerfile cannot cause (_BUILDER_SIGNS: a busy device, a lock, no space, a crash), else
+    the Dockerfile's (a COPY of a missing file, a bad instruction, an unknown FROM)."""
+    if any(step.get("started") and step.get("exit") != 0 for step in steps):
+        return "dockerfile"
+    errors = [ln for ln in output.splitlines() if ln.startswith("Error: ")]
+    if not errors:
+        return "builder"
+    if errors[-1].startswith('Error: building at STEP "RUN '):
+        return "builder"
+    return "builder" if _BUILDER_SIGNS.search(errors[-1]) or "\npanic: " in f"\n{output}" else "dockerfile"
 
 
 def log_tail(output: str, lines: int = LOG_TAIL_LINES) -> str:

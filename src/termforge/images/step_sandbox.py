@@ -1,0 +1,404 @@
+"""The sandbox a Dockerfile's RUN step runs in: a minimal OCI runtime for `buildah bud --isolation
+oci --runtime`, which runs each step's process under bubblewrap (docs/images.md, "Dockerfile builds").
+
+buildah keeps everything it is good at (the Dockerfile's syntax, layers, commit); only the step's
+process is ours. bwrap pivot_roots into a fresh mount namespace holding the working container's
+root filesystem and nothing else of the host: no host /dev (bwrap's own), no /sys, no cgroup
+tree, only bind mounts whose source lies in the build's own folders (buildah's per-step files,
+RUN --mount sources), a new pid namespace (so /proc/1/root is the sandbox's root), no network, no
+inherited descriptor but stdio, and only the capabilities of ALLOWED_CAPS (what apt and dpkg
+need: CAP_SYS_CHROOT is harmless once the host tree is gone; never SYS_ADMIN or SYS_PTRACE). A
+chroot escape ends at the image's root.
+
+The step runs as root of a nested user namespace that maps the build's own ids one to one (bwrap
+needs one to set the step's uid), so files keep the owners apt, dpkg and USER give them.
+
+This file runs as a program in the build's user namespace (python3 -I step_sandbox.py ...), on the
+host's Python by path: standard library only. The commands are the OCI runtime's that buildah
+1.28 uses: create, start, state, kill, delete. Global options: --root=DIR (state), --allow=DIR:...
+(the folders bind sources may come from), --bwrap=PATH, --records=FILE (where each step's
+outcome is appended: did its command start, how did it end).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import sys
+import time
+
+ALLOWED_CAPS = frozenset({
+    "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_NET_BIND_SERVICE",
+    "CAP_SETFCAP", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID", "CAP_SYS_CHROOT", "CAP_AUDIT_WRITE",
+})
+CLONE_NEWUSER = 0x10000000
+RLIMITS = {"RLIMIT_NOFILE": resource.RLIMIT_NOFILE, "RLIMIT_NPROC": resource.RLIMIT_NPROC}
+
+
+class StepError(Exception):
+    """A step this runtime refuses or cannot start: said on stderr, exit 1 (buildah shows it)."""
+
+
+def _within(path: str, roots: list[str]) -> bool:
+    real = os.path.realpath(path)
+    return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def bwrap_argv(spec: dict, allowed: list[str], open_path, bwrap: str = "bwrap") -> list[str]:
+    """The bwrap command line that runs the OCI spec's process. Every bind source must lie in
+    `allowed` (realpath'd): a spec naming anything else of the host is refused, never bound.
+    Sources are bound by descriptor (`open_path(realpath)` gives one; bwrap closes each after
+    binding it), so a step run as a user who cannot reach the build's folders still gets its root.
+    A root step runs as the root the caller is (in the step's own user namespace); any other
+    uid gets a user namespace of bwrap's mapping that uid to itself (the caller has switched to
+    it), with no capabilities, as under Docker."""
+    allowed = [os.path.realpath(a) for a in allowed if a]
+    root = spec.get("root") or {}
+    root_path = root.get("path") or ""
+    if not os.path.isabs(root_path):
+        raise StepError(f"the step's root {root_path!r} is not an absolute path")
+    if not _within(root_path, allowed):
+        raise StepError(f"the step's root {root_path} is outside the build's folders")
+    uid, gid = step_ids(spec)
+    argv = [bwrap]
+    if uid != 0:
+        argv += ["--unshare-user", "--uid", str(uid), "--gid", str(gid), "--disable-userns"]
+    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
+             "--die-with-parent", "--new-session",
+             "--bind-fd", str(open_path(os.path.realpath(root_path))), "/", "--dev", "/dev", "--proc", "/proc"]
+    for mount in spec.get("mounts") or []:
+        dest, kind, opts = mount.get("destination") or "", mount.get("type") or "", mount.get("options") or []
+        if not os.path.isabs(dest) or dest in ("/", "/proc", "/dev") or dest.startswith(("/dev/", "/proc/", "/sys")):
+            continue  # bwrap's own /dev and /proc; never /sys (the host's devices and cgroups)
+        if kind == "tmpfs":
+            size = next((o.partition("=")[2] for o in opts if o.startswith("size=")), "")
+            if size:
+                argv += ["--size", str(_bytes(size))]
+            argv += ["--tmpfs", dest]
+        elif kind == "bind" or "bind" in opts or "rbind" in opts:
+            source = mount.get("source") or ""
+            if not os.path.isabs(source) or not _within(source, allowed):
+                raise StepError(f"the step asks to bind {source} on {dest}, outside the build's folders")
+            argv += ["--ro-bind-fd" if "ro" in opts else "--bind-fd", str(open_path(os.path.realpath(source))), dest]
+        # any other kind (sysfs, cgroup, mqueue, devpts outside /dev) is not the build's to have
+    proc = spec.get("process") or {}
+    hostname = spec.get("hostname")
+    if hostname:
+        argv += ["--hostname", hostname]
+    argv += ["--chdir", proc.get("cwd") or "/", "--clearenv"]
+    for item in proc.get("env") or []:
+        key, sep, value = item.partition("=")
+        if sep and key:
+            argv += ["--setenv", key, value]
+    argv += ["--cap-drop", "ALL"]
+    if uid == 0:
+        caps = (proc.get("capabilities") or {}).get("bounding") or []
+        for cap in sorted(set(caps) & ALLOWED_CAPS):
+            argv += ["--cap-add", cap]
+    args = proc.get("args") or []
+    if not args:
+        raise StepError("the step has no command")
+    return argv + ["--", *args]
+
+
+def step_ids(spec: dict) -> tuple[int, int]:
+    user = (spec.get("process") or {}).get("user") or {}
+    return int(user.get("uid", 0)), int(user.get("gid", 0))
+
+
+def _bytes(size: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    size = size.strip().lower()
+    if size and size[-1] in units:
+        return int(size[:-1]) * units[size[-1]]
+    return int(size)
+
+
+def identity_userns() -> int:
+    """An fd of a new user namespace, child of ours, mapping each of our ids to itself."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            os.close(done_w)
+            if libc.unshare(CLONE_NEWUSER) != 0:
+                os._exit(1)
+            os.write(ready_w, b"1")
+            os.read(done_r, 1)
+            # No user namespace below this one (bwrap's --disable-userns needs --unshare-user).
+            with open("/proc/sys/user/max_user_namespaces", "w") as f:
+                f.write("0")
+            os.write(ready_w, b"2")
+            os.read(done_r, 1)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(done_r)
+    try:
+        if os.read(ready_r, 1) != b"1":
+            raise StepError("cannot make the step's user namespace")
+        for kind in ("uid", "gid"):
+            lines = []
+            for line in open(f"/proc/self/{kind}_map").read().splitlines():
+                inner, _outer, count = line.split()
+                lines.append(f"{inner} {inner} {count}")
+            with open(f"/proc/{pid}/{kind}_map", "w") as f:
+                f.write("\n".join(lines) + "\n")
+        os.write(done_w, b"1")
+        if os.read(ready_r, 1) != b"2":
+            raise StepError("cannot close the step's user namespace to nesting")
+        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+    finally:
+        os.close(done_w)
+        os.close(ready_r)
+        os.waitpid(pid, 0)
+
+
+class State:
+    def __init__(self, root: str, cid: str):
+        if not cid or "/" in cid or cid.startswith("."):
+            raise StepError(f"bad container id {cid!r}")
+        self.dir = os.path.join(root, cid)
+        self.cid = cid
+
+    @property
+    def fifo(self) -> str:
+        return os.path.join(self.dir, "start")
+
+    def read(self) -> dict:
+        try:
+            with open(os.path.join(self.dir, "state.json")) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            raise StepError(f"container {self.cid} does not exist") from None
+
+    def write(self, record: dict) -> None:
+        tmp = os.path.join(self.dir, ".state.json")
+        with open(tmp, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, os.path.join(self.dir, "state.json"))
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (field 22 of /proc/PID/stat), or None when it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def _run_step(spec: dict, allowed: list[str], bwrap: str, records: str, cid: str) -> int:
+    """Run the step under bwrap, wait for it, and append to `records` whether the step's own
+    command started and how it ended: the evidence that tells a Dockerfile's failure from the
+    builder's. Returns the exit status buildah is to see."""
+    uid, gid = step_ids(spec)
+    if uid == 0:
+        # Root of a namespace of its own that can make no other: nothing a root step does with
+        # its capabilities reaches past the sandbox bwrap builds below.
+        userns = identity_userns()
+        try:
+            if ctypes.CDLL(None, use_errno=True).setns(userns, CLONE_NEWUSER) != 0:
+                raise StepError(f"cannot enter the step's user namespace (errno {ctypes.get_errno()})")
+        finally:
+            os.close(userns)
+    fds: list[int] = []
+
+    def open_path(path: str) -> int:
+        fds.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
+        return fds[-1]
+
+    argv = bwrap_argv(spec, allowed, open_path, bwrap)
+    groups = sorted({int(g) for g in ((spec.get("process") or {}).get("user") or {}).get("additionalGids") or []})
+    status_r, status_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            # Nothing but stdio, the descriptors bwrap binds and its status pipe reaches bwrap
+            # (it closes all of them before the step's command runs).
+            keep = sorted({*fds, status_w})
+            last = 2
+            for fd in keep:
+                os.closerange(last + 1, fd)
+                os.set_inheritable(fd, True)
+                last = fd
+            os.closerange(last + 1, os.sysconf("SC_OPEN_MAX"))
+            os.chdir("/")
+            if uid != 0:  # bwrap maps the step's uid to this one: files keep the owners USER gives them
+                os.setgroups(groups)
+                os.setresgid(gid, gid, gid)
+                os.setresuid(uid, uid, uid)
+            os.execvpe(argv[0], [argv[0], "--json-status-fd", str(status_w), *argv[1:]],
+                       {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        except BaseException as exc:  # noqa: BLE001
+            print(f"termforge step sandbox: cannot run bwrap: {exc}", file=sys.stderr)
+        os._exit(127)
+    os.close(status_w)
+    for fd in fds:
+        os.close(fd)
+    # Only bwrap's first report is read: "child-pid" says the step's command was started. The
+    # exit status is bwrap's own (it exits as its command did).
+    report = b""
+    while b"\n" not in report:
+        chunk = os.read(status_r, 4096)
+        if not chunk:
+            break
+        report += chunk
+    os.close(status_r)
+    started = b'"child-pid"' in report.split(b"\n", 1)[0]
+    _, wait_status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(wait_status)
+    code = 128 - code if code < 0 else code
+    if records:
+        line = json.dumps({"id": cid, "args": (spec.get("process") or {}).get("args") or [],
+                           "started": started, "exit": code}) + "\n"
+        fd = os.open(records, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    return code
+
+
+def create(root: str, allowed: list[str], bwrap: str, records: str, bundle: str, pid_file: str,
+           cid: str) -> None:
+    with open(os.path.join(bundle, "config.json")) as f:
+        spec = json.load(f)
+    state = State(root, cid)
+    os.makedirs(state.dir, mode=0o700)
+    os.mkfifo(state.fifo, 0o600)
+    allowed = [*allowed, bundle]
+    bwrap_argv(spec, allowed, lambda _path: -1, bwrap)  # refused here, before buildah starts the step
+    rlimits = [(RLIMITS[r["type"]], int(r["soft"]), int(r["hard"]))
+               for r in (spec.get("process") or {}).get("rlimits") or [] if r.get("type") in RLIMITS]
+    pid = os.fork()
+    if pid == 0:
+        code = 127
+        try:
+            os.setsid()
+            # Blocks until `start` opens the other end: buildah starts the step when it is ready.
+            with open(state.fifo, "rb") as f:
+                if f.read() != b"start":
+                    os._exit(1)
+            for which, soft, hard in rlimits:
+                resource.setrlimit(which, (soft, hard))
+            code = _run_step(spec, allowed, bwrap, records, cid)
+        except BaseException as exc:  # noqa: BLE001 - whatever it is, the step did not start
+            print(f"termforge step sandbox: cannot start the step: {exc}", file=sys.stderr)
+        os._exit(code)
+    state.write({"pid": pid, "start_time": _start_time(pid), "bundle": bundle, "started": False})
+    with open(pid_file + ".tmp", "w") as f:
+        f.write(str(pid))
+    os.replace(pid_file + ".tmp", pid_file)
+
+
+def start(root: str, cid: str) -> None:
+    state = State(root, cid)
+    record = state.read()
+    fd = os.open(state.fifo, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(fd, b"start")
+    finally:
+        os.close(fd)
+    record["started"] = True
+    state.write(record)
+
+
+def status(root: str, cid: str) -> dict:
+    state = State(root, cid)
+    record = state.read()
+    alive = record.get("start_time") is not None and _start_time(record["pid"]) == record["start_time"]
+    phase = ("running" if record.get("started") else "created") if alive else "stopped"
+    return {"ociVersion": "1.0.2", "id": cid, "status": phase, "pid": record["pid"] if alive else 0,
+            "bundle": record["bundle"]}
+
+
+def kill(root: str, cid: str, sig: str = "SIGTERM") -> None:
+    current = status(root, cid)
+    if current["status"] == "stopped":
+        return
+    number = int(sig) if sig.isdigit() else getattr(signal, sig if sig.startswith("SIG") else f"SIG{sig}")
+    os.kill(current["pid"], number)
+
+
+def delete(root: str, cid: str, force: bool) -> None:
+    state = State(root, cid)
+    if not os.path.isdir(state.dir):
+        return
+    current = status(root, cid)
+    if current["status"] != "stopped":
+        if not force:
+            raise StepError(f"container {cid} is still running")
+        os.kill(current["pid"], signal.SIGKILL)
+        for _ in range(100):
+            if status(root, cid)["status"] == "stopped":
+                break
+            time.sleep(0.01)
+    for name in os.listdir(state.dir):
+        os.unlink(os.path.join(state.dir, name))
+    os.rmdir(state.dir)
+
+
+def main(argv: list[str]) -> int:
+    opts = {"root": "", "allow": "", "bwrap": "bwrap", "records": ""}
+    args = list(argv)
+    while args and args[0].startswith("--"):
+        key, _, value = args.pop(0)[2:].partition("=")
+        if key in opts:
+            opts[key] = value
+        # other global options (--log, --log-format, --systemd-cgroup ...) mean nothing here
+    if not args:
+        print("usage: step_sandbox.py --root=DIR --allow=DIR[:DIR] COMMAND ...", file=sys.stderr)
+        return 2
+    if args[0] in ("--version", "version"):
+        print("termforge step sandbox (bwrap)")
+        return 0
+    if not opts["root"]:
+        print("termforge step sandbox: --root=DIR is required", file=sys.stderr)
+        return 2
+    command, rest = args[0], args[1:]
+    flags, positional, i = {}, [], 0
+    while i < len(rest):
+        item = rest[i]
+        if item.startswith("--"):
+            key, sep, value = item[2:].partition("=")
+            if not sep and key in ("bundle", "pid-file", "console-socket", "preserve-fds", "log", "signal"):
+                i += 1
+                value = rest[i] if i < len(rest) else ""
+            flags[key] = value
+        elif item.startswith("-") and len(item) > 1:
+            flags[item[1:]] = "1"
+        else:
+            positional.append(item)
+        i += 1
+    try:
+        if command == "create":
+            if flags.get("console-socket"):
+                raise StepError("a terminal for a build step is not supported")
+            create(opts["root"], [p for p in opts["allow"].split(":") if p], opts["bwrap"], opts["records"],
+                   flags.get("bundle") or os.getcwd(), flags["pid-file"], positional[-1])
+        elif command == "start":
+            start(opts["root"], positional[-1])
+        elif command == "state":
+            print(json.dumps(status(opts["root"], positional[-1])))
+        elif command == "kill":
+            kill(opts["root"], positional[0], positional[1] if len(positional) > 1 else flags.get("signal") or "SIGTERM")
+        elif command == "delete":
+            delete(opts["root"], positional[-1], "force" in flags or "f" in flags)
+        else:
+            raise StepError(f"unknown command {command!r}")
+    except (StepError, OSError, KeyError, IndexError, ValueError) as exc:
+        print(f"termforge step sandbox: {command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
