@@ -10,8 +10,13 @@ inherited descriptor but stdio, and only the capabilities of ALLOWED_CAPS (what 
 need: CAP_SYS_CHROOT is harmless once the host tree is gone; never SYS_ADMIN or SYS_PTRACE). A
 chroot escape ends at the image's root.
 
-The step runs as root of a nested user namespace that maps the build's own ids one to one (bwrap
-needs one to set the step's uid), so files keep the owners apt, dpkg and USER give them.
+A root step runs as root of a nested user namespace that maps the build's ids one to one and can
+make no other; a USER step runs as that uid in bwrap's own user namespace (mapping it to itself,
+no capabilities). Either way files keep the owners apt, dpkg and USER give them. bwrap's command
+line names no host path: the sources are bound under VIEW_DIR in a mount namespace of the waiter's.
+
+Whether a failed step is the Dockerfile's is recorded here, not guessed from the log: bwrap's
+status report holds an exit code only when the step's own command ran and ended.
 
 This file runs as a program in the build's user namespace (python3 -I step_sandbox.py ...), on the
 host's Python by path: standard library only. The commands are the OCI runtime's that buildah
@@ -35,6 +40,13 @@ ALLOWED_CAPS = frozenset({
     "CAP_SETFCAP", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID", "CAP_SYS_CHROOT", "CAP_AUDIT_WRITE",
 })
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
+# Where StepView puts the step's sources, in a mount namespace of its own (a folder every host has,
+# searchable by any uid; what it holds on the host stays as it is).
+VIEW_DIR = "/mnt"
+# Files buildah binds into every step only to inform it (the image itself is not changed by them).
+INFO_FILES = frozenset({"/run/.containerenv", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf"})
 RLIMITS = {"RLIMIT_NOFILE": resource.RLIMIT_NOFILE, "RLIMIT_NPROC": resource.RLIMIT_NPROC}
 
 
@@ -47,11 +59,11 @@ def _within(path: str, roots: list[str]) -> bool:
     return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def bwrap_argv(spec: dict, allowed: list[str], open_path, bwrap: str = "bwrap") -> list[str]:
+def bwrap_argv(spec: dict, allowed: list[str], place, bwrap: str = "bwrap") -> list[str]:
     """The bwrap command line that runs the OCI spec's process. Every bind source must lie in
     `allowed` (realpath'd): a spec naming anything else of the host is refused, never bound.
-    Sources are bound by descriptor (`open_path(realpath)` gives one; bwrap closes each after
-    binding it), so a step run as a user who cannot reach the build's folders still gets its root.
+    bwrap binds each source from where `place(realpath)` put it (StepView: a folder any uid can
+    reach, so a step run as a user who cannot reach the build's folders still gets its root).
     A root step runs as the root the caller is (in the step's own user namespace); any other
     uid gets a user namespace of bwrap's mapping that uid to itself (the caller has switched to
     it), with no capabilities, as under Docker."""
@@ -68,7 +80,7 @@ def bwrap_argv(spec: dict, allowed: list[str], open_path, bwrap: str = "bwrap") 
         argv += ["--unshare-user", "--uid", str(uid), "--gid", str(gid), "--disable-userns"]
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
              "--die-with-parent", "--new-session",
-             "--bind-fd", str(open_path(os.path.realpath(root_path))), "/", "--dev", "/dev", "--proc", "/proc"]
+             "--bind", place(os.path.realpath(root_path)), "/", "--dev", "/dev", "--proc", "/proc"]
     for mount in spec.get("mounts") or []:
         dest, kind, opts = mount.get("destination") or "", mount.get("type") or "", mount.get("options") or []
         if not os.path.isabs(dest) or dest in ("/", "/proc", "/dev") or dest.startswith(("/dev/", "/proc/", "/sys")):
@@ -79,10 +91,12 @@ def bwrap_argv(spec: dict, allowed: list[str], open_path, bwrap: str = "bwrap") 
                 argv += ["--size", str(_bytes(size))]
             argv += ["--tmpfs", dest]
         elif kind == "bind" or "bind" in opts or "rbind" in opts:
+            if uid != 0 and dest in INFO_FILES:
+                continue  # bwrap, as that user, could not make the mount point in the image
             source = mount.get("source") or ""
             if not os.path.isabs(source) or not _within(source, allowed):
                 raise StepError(f"the step asks to bind {source} on {dest}, outside the build's folders")
-            argv += ["--ro-bind-fd" if "ro" in opts else "--bind-fd", str(open_path(os.path.realpath(source))), dest]
+            argv += ["--ro-bind" if "ro" in opts else "--bind", place(os.path.realpath(source)), dest]
         # any other kind (sysfs, cgroup, mqueue, devpts outside /dev) is not the build's to have
     proc = spec.get("process") or {}
     hostname = spec.get("hostname")
@@ -195,11 +209,42 @@ def _start_time(pid: int) -> str | None:
     return None if fields[0] in ("Z", "X") else fields[19]
 
 
+class StepView:
+    """The step's root and bind sources bound under VIEW_DIR in a new, private mount namespace
+    of this process: bwrap, run as the step's uid, reaches them there whatever the modes of the
+    build's folders."""
+
+    def __init__(self):
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        if self.libc.unshare(CLONE_NEWNS) != 0:
+            raise StepError(f"cannot make the step's mount namespace (errno {ctypes.get_errno()})")
+        self._mount(None, "/", None, MS_REC | MS_PRIVATE)
+        self._mount("tmpfs", VIEW_DIR, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+        self.count = 0
+
+    def _mount(self, source, target, fstype, flags, data=None) -> None:
+        enc = (lambda v: v.encode() if isinstance(v, str) else v)
+        if self.libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
+            raise StepError(f"cannot mount {source} on {target} (errno {ctypes.get_errno()})")
+
+    def place(self, path: str) -> str:
+        self.count += 1
+        target = os.path.join(VIEW_DIR, str(self.count))
+        if os.path.isdir(path):
+            os.mkdir(target, 0o755)
+        else:
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        self._mount(path, target, None, MS_BIND | MS_REC)
+        return target
+
+
 def _run_step(spec: dict, allowed: list[str], bwrap: str, records: str, cid: str) -> int:
     """Run the step under bwrap, wait for it, and append to `records` whether the step's own
     command started and how it ended: the evidence that tells a Dockerfile's failure from the
     builder's. Returns the exit status buildah is to see."""
     uid, gid = step_ids(spec)
+    view = StepView()
+    argv = bwrap_argv(spec, allowed, view.place, bwrap)
     if uid == 0:
         # Root of a namespace of its own that can make no other: nothing a root step does with
         # its capabilities reaches past the sandbox bwrap builds below.
@@ -209,27 +254,16 @@ def _run_step(spec: dict, allowed: list[str], bwrap: str, records: str, cid: str
                 raise StepError(f"cannot enter the step's user namespace (errno {ctypes.get_errno()})")
         finally:
             os.close(userns)
-    fds: list[int] = []
-
-    def open_path(path: str) -> int:
-        fds.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
-        return fds[-1]
-
-    argv = bwrap_argv(spec, allowed, open_path, bwrap)
     groups = sorted({int(g) for g in ((spec.get("process") or {}).get("user") or {}).get("additionalGids") or []})
     status_r, status_w = os.pipe()
     child = os.fork()
     if child == 0:
         try:
-            # Nothing but stdio, the descriptors bwrap binds and its status pipe reaches bwrap
-            # (it closes all of them before the step's command runs).
-            keep = sorted({*fds, status_w})
-            last = 2
-            for fd in keep:
-                os.closerange(last + 1, fd)
-                os.set_inheritable(fd, True)
-                last = fd
-            os.closerange(last + 1, os.sysconf("SC_OPEN_MAX"))
+            # Nothing but stdio and bwrap's status pipe reaches bwrap (it closes the pipe before
+            # the step's command runs).
+            os.closerange(3, status_w)
+            os.closerange(status_w + 1, os.sysconf("SC_OPEN_MAX"))
+            os.set_inheritable(status_w, True)
             os.chdir("/")
             if uid != 0:  # bwrap maps the step's uid to this one: files keep the owners USER gives them
                 os.setgroups(groups)
@@ -241,24 +275,27 @@ def _run_step(spec: dict, allowed: list[str], bwrap: str, records: str, cid: str
             print(f"termforge step sandbox: cannot run bwrap: {exc}", file=sys.stderr)
         os._exit(127)
     os.close(status_w)
-    for fd in fds:
-        os.close(fd)
-    # Only bwrap's first report is read: "child-pid" says the step's command was started. The
-    # exit status is bwrap's own (it exits as its command did).
+    # bwrap reports "exit-code" only when the step's own command ran and ended: a sandbox that
+    # could not be set up (or a command it could not exec) ends without one.
     report = b""
-    while b"\n" not in report:
-        chunk = os.read(status_r, 4096)
-        if not chunk:
-            break
+    while chunk := os.read(status_r, 65536):
         report += chunk
     os.close(status_r)
-    started = b'"child-pid"' in report.split(b"\n", 1)[0]
+    step_exit = None
+    for line in report.decode(errors="replace").splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict) and isinstance(item.get("exit-code"), int):
+            step_exit = item["exit-code"]
     _, wait_status = os.waitpid(child, 0)
     code = os.waitstatus_to_exitcode(wait_status)
     code = 128 - code if code < 0 else code
     if records:
         line = json.dumps({"id": cid, "args": (spec.get("process") or {}).get("args") or [],
-                           "started": started, "exit": code}) + "\n"
+                           "started": step_exit is not None,
+                           "exit": step_exit if step_exit is not None else code}) + "\n"
         fd = os.open(records, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line.encode())
@@ -275,7 +312,7 @@ def create(root: str, allowed: list[str], bwrap: str, records: str, bundle: str,
     os.makedirs(state.dir, mode=0o700)
     os.mkfifo(state.fifo, 0o600)
     allowed = [*allowed, bundle]
-    bwrap_argv(spec, allowed, lambda _path: -1, bwrap)  # refused here, before buildah starts the step
+    bwrap_argv(spec, allowed, lambda path: path, bwrap)  # refused here, before buildah starts the step
     rlimits = [(RLIMITS[r["type"]], int(r["soft"]), int(r["hard"]))
                for r in (spec.get("process") or {}).get("rlimits") or [] if r.get("type") in RLIMITS]
     pid = os.fork()
