@@ -576,10 +576,10 @@ def _tb_copy(root: Path, name: str, new_name: str, test_sh_prefix: str = "", ext
 
 
 def test_a_tb_dockerfile_build_cannot_reach_the_host_or_the_network(tmp_path):
-    """A third-party Dockerfile's RUN steps are task code: buildah runs them as root of a user
-    namespace mapped to unprivileged ids (never the host's root), with no network, in a chroot of
-    the image, in a pid namespace of their own (no host process or its command line is visible);
-    what they write lands in the image, never on the host."""
+    """A third-party Dockerfile's RUN steps are task code: they run as root of a user namespace
+    mapped to unprivileged ids (never the host's root), with no network, in the step sandbox (bwrap
+    pivot_rooted into the image), in a pid namespace of their own (no host process or its command
+    line is visible); what they write lands in the image, never on the host."""
     import shutil
     import subprocess
 
@@ -589,7 +589,7 @@ def test_a_tb_dockerfile_build_cannot_reach_the_host_or_the_network(tmp_path):
     canary = f"tf-host-process-canary-{os.getpid()}"  # grep'd as ...-123[4]: no build command line holds it
     dockerfile = task_dir / "environment" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() + (
-        f"RUN echo pwned > {marker}; cp /proc/self/uid_map /app/uid_map; "
+        f"RUN echo pwned > {marker}; cp /proc/self/uid_map /app/uid_map; readlink /proc/self/ns/user > /app/userns; "
         "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' > /app/ifaces; "
         "(ls /work /root/.cache 2>&1 || true) > /app/host_view; "
         f"(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c {canary[:-1]}[{canary[-1]}] || true) > /app/host_procs\n"))
@@ -604,13 +604,45 @@ def test_a_tb_dockerfile_build_cannot_reach_the_host_or_the_network(tmp_path):
         host_process.wait()
     assert built.ok, built.reason
     layer = built.image.path / "layer"
-    inside, outside, _count = (layer / "uid_map").read_text().split()
-    assert inside == "0" and (os.geteuid() != 0 or outside != "0"), "the build ran as the host's root"
+    inside, _outside, _count = (layer / "uid_map").read_text().split()[:3]
+    # uid 0 of a user namespace other than the host's (whose ids the build's maps to subordinate ones)
+    assert inside == "0" and (layer / "userns").read_text().strip() != os.readlink("/proc/self/ns/user"), \
+        "the build ran as the host's root"
     assert (layer / "ifaces").read_text().split() == ["lo"], "the build had a network"
     view = (layer / "host_view").read_text().splitlines()
     assert len(view) == 2 and all("No such file or directory" in line for line in view), view
     assert not Path(marker).exists(), "the build wrote the host's /tmp"
     assert (layer / "host_procs").read_text().split() == ["0"], "the build saw the host's processes"
+
+
+def test_a_dockerfile_run_step_finds_nothing_of_the_host(tmp_path):
+    """Issue 39 item 1: a RUN step escaped buildah's chroot (mkdir x; chroot x; cd .. x64; chroot .)
+    into the host's tree, read a host-only file and wrote the host's /tmp, /var/tmp and /dev/shm.
+    Every escape of tests/build_attacks.py (that one, /proc/1/root, another process's root, an
+    inherited descriptor, a new proc or bind mount, /sys and the host's devices, the builder's
+    processes and the capabilities to reach them) runs in one build of a tb-mini Dockerfile, and
+    finds nothing: no trace of the host canary's content in the image or the log, nothing SEEN,
+    no marker on the host. Each escape must have run. bench/bench_attacks.py --builds runs each
+    in a build of its own."""
+    import shutil
+
+    from build_attacks import ESCAPES, Canary
+    from termforge.evals.harbor_tasks import load_harbor_task
+    from termforge.images.dockerfile import find_built
+
+    task_dir = tmp_path / "tb-escaping-build"
+    shutil.copytree(TB_MINI / "log-error-summary", task_dir)
+    canary = Canary.plant()
+    try:
+        dockerfile = task_dir / "environment" / "Dockerfile"
+        dockerfile.write_text(dockerfile.read_text() + canary.install(task_dir / "environment", ESCAPES))
+        built = build_harbor_image(load_harbor_task(task_dir), tmp_path / "images")
+        assert built.ok, built.reason
+        rootfs = find_built(read_json(built.image.path / "image.json")["dockerfile"]["key"]).rootfs
+        findings = canary.findings(ESCAPES, built.image.path / "layer" / "escape", built.log, rootfs)
+        assert findings == [], findings
+    finally:
+        canary.remove()
 
 
 @pytest.fixture(scope="module")

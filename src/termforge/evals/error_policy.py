@@ -35,7 +35,7 @@ NO_VALID_REWARD = frozenset({
     "PermissionDeniedError", "NotFoundError", "ServiceOperationsUnsupportedError", "VercelScopeError",
     "DspyImportError", "MissingExtraError", "RegradeError", "CancelledError",
     # termforge's native runner: the harness failed (never a policy's score)
-    "AgentInfraError", "VerifierError", "VerifierEnvError",
+    "AgentInfraError", "VerifierError", "VerifierEnvError", "BuilderInfraError",
 })
 
 # Exception types that mean the environment, not the agent or the verifier, failed.

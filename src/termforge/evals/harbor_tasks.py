@@ -1041,13 +1041,14 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
     build by Dockerfile + context + base digest in the image cache, and this task image by
     environment/ + base digest, so an unchanged task is not rebuilt."""
     from termforge.images import ensure_task_base
-    from termforge.images.dockerfile import DockerfileError, build_dockerfile, find_built
+    from termforge.images.dockerfile import BuilderError, DockerfileError, build_dockerfile, find_built
 
     start = time.monotonic()
 
-    def fail(reason: str, log: str = "") -> BuildResult:
+    def fail(reason: str, log: str = "", infra: bool = False) -> BuildResult:
         reason = f"task {task.name}: {reason}"
-        return BuildResult(False, None, reason, (log + "\n" + reason).strip(), time.monotonic() - start)
+        return BuildResult(False, None, reason, (log + "\n" + reason).strip(), time.monotonic() - start,
+                           infra=infra)
 
     try:
         plan = native_plan(task)
@@ -1078,6 +1079,8 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
     try:
         built = build_dockerfile(task.environment_dir, task.dockerfile, base, timeout=timeout, cache=image_cache,
                                  log=lambda _msg: None, what=f"task {task.name}")
+    except BuilderError as exc:
+        return fail(f"not built, and not for its environment/Dockerfile's sake: {exc}", header, infra=True)
     except DockerfileError as exc:
         return fail(f"environment/Dockerfile did not build: {exc}", header)
     build_log = built.dir / "build.log"

@@ -584,8 +584,12 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
     result["environment_setup"] = setup
     if not build.ok:
         setup["finished_at"] = _now()
-        result["exception_info"] = _exception_info("EnvironmentBuildError", build.reason)
-        tf["error_kind"] = ENVIRONMENT_ERROR
+        if build.infra:  # the builder's own failure: the harness's error, as AgentInfraError is
+            result["exception_info"] = _exception_info("BuilderInfraError", build.reason)
+            tf["error_kind"] = OTHER_ERROR
+        else:
+            result["exception_info"] = _exception_info("EnvironmentBuildError", build.reason)
+            tf["error_kind"] = ENVIRONMENT_ERROR
         return finish()
     limits = job.limits or default_limits(task)
     try:

@@ -91,6 +91,9 @@ class BuildResult:
     log: str
     duration_sec: float
     cached: bool = False
+    # The builder failed for its own reason (termforge.images.dockerfile.BuilderError): an
+    # infrastructure error, never a verdict on the task's environment.
+    infra: bool = False
 
 
 class Session:
