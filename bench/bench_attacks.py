@@ -1,8 +1,11 @@
 """Every family x every attack (termforge.quality.hijack.ATTACKS) on the solve path's grading:
 the reward each attack got (must be 0) and whether the grader recorded evidence of it. The oracle
-row is the control (must be 1, not hacked). tests/test_attacks.py keeps a representative slice.
+row is the control (must be 1, not hacked). Then every escape a Dockerfile's RUN step tries
+against the builder (tests/build_attacks.py), each in a build of its own on a tb-mini task: what
+it reached of the host (must be nothing). tests/test_attacks.py keeps a representative slice.
 
     .venv/bin/python bench/bench_attacks.py [--families a,b] [--attacks x,y] [--seed 7]
+                                           [--escapes x,y] [--builds-only | --no-builds]
 """
 
 from __future__ import annotations
@@ -32,7 +35,51 @@ def main() -> int:
     ap.add_argument("--families", default="")
     ap.add_argument("--attacks", default="")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--escapes", default="", help="build escapes to run (default: all)")
+    ap.add_argument("--builds-only", action="store_true", help="only the Dockerfile-build escapes")
+    ap.add_argument("--no-builds", action="store_true", help="no Dockerfile-build escapes")
     args = ap.parse_args()
+    forged = 0 if args.builds_only else grade_attacks(args)
+    escaped = 0 if args.no_builds else build_escapes([e for e in args.escapes.split(",") if e])
+    return 1 if forged or escaped else 0
+
+
+def build_escapes(names: list[str]) -> int:
+    """Each escape in a build of its own; prints what it reached; the number that reached anything."""
+    import shutil
+
+    from build_attacks import ESCAPES, Canary
+    from termforge.evals.harbor_tasks import build_harbor_image, load_harbor_task
+    from termforge.images.dockerfile import find_built
+    from termforge.io import read_json
+
+    task = Path(__file__).resolve().parents[1] / "benchmarks" / "tb-mini" / "log-error-summary"
+    escaped, t0 = 0, time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tf-bench-escapes-") as tmp:
+        for name in names or list(ESCAPES):
+            task_dir = Path(tmp) / name
+            shutil.copytree(task, task_dir)
+            canary = Canary.plant()
+            try:
+                dockerfile = task_dir / "environment" / "Dockerfile"
+                dockerfile.write_text(dockerfile.read_text() + canary.install(task_dir / "environment", [name]))
+                built = build_harbor_image(load_harbor_task(task_dir), Path(tmp) / "images")
+                if not built.ok:
+                    findings = [f"build failed: {built.reason[-200:]}"]
+                else:
+                    rootfs = find_built(read_json(built.image.path / "image.json")["dockerfile"]["key"]).rootfs
+                    findings = canary.findings([name], built.image.path / "layer" / "escape", built.log, rootfs)
+            finally:
+                canary.remove()
+            escaped += bool(findings)
+            print(f"build escape {name}: {'ESCAPED ' + str(len(findings)) + ': ' + '; '.join(findings)[:300] if findings else 'found nothing of the host'}",
+                  flush=True)
+    print(f"\n{len(names or ESCAPES)} build escapes in {time.monotonic() - t0:.0f}s; escaped: {escaped}")
+    return escaped
+
+
+def grade_attacks(args) -> int:
+    """Every family x attack on the solve path's grading; the number of forged grades."""
     fams = [f for f in all_families() if not args.families or f.name in args.families.split(",")]
     attacks = [a for a in sorted(ATTACKS) if not args.attacks or a in args.attacks.split(",")]
     with tempfile.TemporaryDirectory(prefix="tf-bench-attacks-") as tmp:
@@ -58,7 +105,7 @@ def main() -> int:
             print(" ".join(rows[-1]), flush=True)
         print(f"\n{len(fams)} families x {len(attacks)} attacks in {time.monotonic() - t0:.0f}s; "
               f"forged grades: {forged} (H = the grader recorded evidence)")
-        return 1 if forged else 0
+        return forged
 
 
 if __name__ == "__main__":
