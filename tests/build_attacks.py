@@ -56,6 +56,11 @@ unshare -Urmpf --mount-proc sh -c 'echo "SAW: a user namespace of its own"' 2>/d
     # The host's devices, cgroups and sysfs.
     "sys_and_dev": r"""for p in /sys/fs/cgroup /sys/class/net /sys/block /sys/kernel; do [ -e "$p" ] && echo "SAW: $p"; done
 for p in /dev/*; do case ${{p#/dev/}} in null|zero|full|random|urandom|tty|pts|shm|ptmx|fd|stdin|stdout|stderr|console|core|mqueue) ;; *) echo "SAW: $p";; esac; done""",
+    # Memory past any cap through the tmpfs /dev and /dev/shm are (the file removed after).
+    "dev_fill": r"""for d in /dev/shm /dev; do
+  n=$(dd if=/dev/zero of="$d/{mark}-{name}-fill" bs=1M count=100 2>/dev/null; stat -c %s "$d/{mark}-{name}-fill" 2>/dev/null || echo 0)
+  rm -f "$d/{mark}-{name}-fill"; [ "$n" -ge 83886080 ] && echo "SAW: $n bytes written into $d"
+done""",
     # The builder's processes (to ptrace, read the environment of, enter the root of).
     "builder_processes": r"""for p in /proc/[0-9]*; do c=$(tr '\0' ' ' < $p/cmdline 2>/dev/null); case $c in *buildah*|*skopeo*|*step_sandbox*|*termforge*) echo "SAW: $p $c";; esac; done
 grep -q '^CapEff:' /proc/self/status && python3 -c "

@@ -763,8 +763,15 @@ def test_the_step_sandbox_binds_only_the_builds_folders_and_grants_no_capability
                         "options": ["rbind"]}]}
     argv = bwrap_argv(spec, [str(build)], lambda path: path)
     assert argv[argv.index("--bind") + 1:argv.index("--bind") + 3] == [str(build / "rootfs"), "/"]
-    assert "/sys" not in argv and "/dev/shm" not in argv and "/sys/fs/cgroup" not in argv
-    assert {"--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--dev", "--proc"} <= set(argv)
+    binds = [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a in ("--bind", "--ro-bind")]
+    assert binds == [(str(build / "rootfs"), "/"), (str(build / "hostname"), "/etc/hostname")], binds
+    assert "/sys" not in argv and "/sys/fs/cgroup" not in argv
+    assert {"--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--proc"} <= set(argv)
+    # /dev and /dev/shm are tmpfs of their own, capped; the only host nodes are harmless ones
+    tmpfs = {argv[i + 1]: int(argv[i - 1]) for i, a in enumerate(argv) if a == "--tmpfs" and argv[i - 2] == "--size"}
+    assert tmpfs["/dev"] <= 1 << 20 and tmpfs["/dev/shm"] <= 64 << 20, tmpfs
+    assert {argv[i + 1] for i, a in enumerate(argv) if a == "--dev-bind"} == {
+        f"/dev/{n}" for n in ("null", "zero", "full", "random", "urandom", "tty")}
     caps = {argv[i + 1] for i, a in enumerate(argv) if a == "--cap-add"}
     assert caps == {"CAP_CHOWN", "CAP_SETUID", "CAP_SYS_CHROOT"} and caps <= ALLOWED_CAPS
     assert not ALLOWED_CAPS & {"CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_SYS_MODULE", "CAP_NET_ADMIN", "CAP_MKNOD"}

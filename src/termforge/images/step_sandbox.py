@@ -3,8 +3,8 @@ oci --runtime`, which runs each step's process under bubblewrap (docs/images.md,
 
 buildah keeps everything it is good at (the Dockerfile's syntax, layers, commit); only the step's
 process is ours. bwrap pivot_roots into a fresh mount namespace holding the working container's
-root filesystem and nothing else of the host: no host /dev (bwrap's own), no /sys, no cgroup
-tree, only bind mounts whose source lies in the build's own folders (buildah's per-step files,
+root filesystem and nothing else of the host: a /dev of its own (a few harmless device nodes on
+a capped tmpfs, a capped /dev/shm), no /sys, no cgroup tree, only bind mounts whose source lies in the build's own folders (buildah's per-step files,
 RUN --mount sources), a new pid namespace (so /proc/1/root is the sandbox's root), no network, no
 inherited descriptor but stdio, and only the capabilities of ALLOWED_CAPS (what apt and dpkg
 need: CAP_SYS_CHROOT is harmless once the host tree is gone; never SYS_ADMIN or SYS_PTRACE). A
@@ -47,6 +47,9 @@ MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x4
 VIEW_DIR = "/mnt"
 # Files buildah binds into every step only to inform it (the image itself is not changed by them).
 INFO_FILES = frozenset({"/run/.containerenv", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf"})
+DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+DEV_BYTES = 1 << 20
+SHM_BYTES = 64 << 20
 RLIMITS = {"RLIMIT_NOFILE": resource.RLIMIT_NOFILE, "RLIMIT_NPROC": resource.RLIMIT_NPROC}
 
 
@@ -80,11 +83,11 @@ def bwrap_argv(spec: dict, allowed: list[str], place, bwrap: str = "bwrap") -> l
         argv += ["--unshare-user", "--uid", str(uid), "--gid", str(gid), "--disable-userns"]
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
              "--die-with-parent", "--new-session",
-             "--bind", place(os.path.realpath(root_path)), "/", "--dev", "/dev", "--proc", "/proc"]
+             "--bind", place(os.path.realpath(root_path)), "/", *_dev_args(spec), "--proc", "/proc"]
     for mount in spec.get("mounts") or []:
         dest, kind, opts = mount.get("destination") or "", mount.get("type") or "", mount.get("options") or []
         if not os.path.isabs(dest) or dest in ("/", "/proc", "/dev") or dest.startswith(("/dev/", "/proc/", "/sys")):
-            continue  # bwrap's own /dev and /proc; never /sys (the host's devices and cgroups)
+            continue  # our own /dev and bwrap's /proc; never /sys (the host's devices and cgroups)
         if kind == "tmpfs":
             size = next((o.partition("=")[2] for o in opts if o.startswith("size=")), "")
             if size:
@@ -116,6 +119,22 @@ def bwrap_argv(spec: dict, allowed: list[str], place, bwrap: str = "bwrap") -> l
     if not args:
         raise StepError("the step has no command")
     return argv + ["--", *args]
+
+
+def _dev_args(spec: dict) -> list[str]:
+    """A /dev of a few harmless device nodes on a tmpfs capped at DEV_BYTES, and /dev/shm capped at
+    the size buildah's spec gives it (SHM_BYTES if none): bwrap's --dev would be an uncapped tmpfs
+    a step could fill the host's memory through."""
+    shm = next((m for m in spec.get("mounts") or [] if m.get("destination") == "/dev/shm"), {})
+    size = next((o.partition("=")[2] for o in shm.get("options") or [] if o.startswith("size=")), "")
+    args = ["--size", str(DEV_BYTES), "--tmpfs", "/dev"]
+    for node in DEV_NODES:
+        args += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        args += ["--symlink", target, f"/dev/{name}"]
+    return args + ["--perms", "1777", "--size", str(min(_bytes(size), SHM_BYTES) if size else SHM_BYTES),
+                   "--tmpfs", "/dev/shm"]
 
 
 def step_ids(spec: dict) -> tuple[int, int]:
