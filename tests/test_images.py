@@ -729,6 +729,9 @@ def test_a_persistent_builder_failure_is_an_infrastructure_error_naming_the_buil
     ("Error: creating build container: nosuch: image not known", [], "dockerfile"),
     ("Error: acquiring lock on the storage: resource temporarily unavailable", [], "builder"),
     ("panic: runtime error: index out of range\ngoroutine 1 [running]:", [], "builder"),
+    # words of the Dockerfile's own cannot make its failure the builder's
+    ('Error: building at STEP "COPY lock /x": checking on sources: copier: stat: "/lock": no such file or directory',
+     [], "dockerfile"),
     ("", [], "builder"),  # died without a word
     # a step's output cannot pass for buildah's final error: the last one is buildah's
     ('Error: building at STEP "COPY a b": fake\nError: building at STEP "RUN x": while running runtime: exit status 1',
@@ -737,7 +740,7 @@ def test_a_persistent_builder_failure_is_an_infrastructure_error_naming_the_buil
 def test_failure_owner_reads_the_step_sandboxs_record_before_the_log(output, steps, owner):
     from termforge.images.dockerfile import failure_owner
 
-    assert failure_owner(output, steps) == owner
+    assert failure_owner(output, steps, "FROM debian:bookworm-slim\nCOPY lock /x\nRUN make\n") == owner
 
 
 def test_the_step_sandbox_binds_only_the_builds_folders_and_grants_no_capability_that_undoes_it(tmp_path):

@@ -31,6 +31,7 @@ import json
 import os
 import pwd
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -77,14 +78,14 @@ exit $status
 """
 # How the step sandbox is started (python3 -I: the standard library only, nothing of the caller's).
 STEP_RUNTIME = """#!/bin/sh
-exec {python} -I {work}/step_sandbox.py --root={work}/steps --allow={work}:{storage} --bwrap={bwrap} \
-  --records={work}/steps.jsonl "$@"
+exec {python} -I {program} --root={steps} --allow={work} --allow={storage} --bwrap={bwrap} --records={records} "$@"
 """
 # Failures of the builder's own making (the kernel, the storage, buildah itself) when buildah's final
 # error is not about a RUN step: a Dockerfile cannot cause these, a retry may clear them.
 _BUILDER_SIGNS = re.compile(r"device or resource busy|resource temporarily unavailable|sealing memfd|database is locked|"
                             r"\block(ing|ed)?\b|no space left on device|too many open files|cannot allocate memory|"
-                            r"interrupted system call|input/output error|^panic:|fatal error:", re.IGNORECASE | re.MULTILINE)
+                            r"interrupted system call|input/output error", re.IGNORECASE)
+_WORDS = re.compile(r"[^\s\"':,;=()\[\]{}<>/]+")
 # A build that fails for the builder's own reason is tried this many times in all.
 BUILD_ATTEMPTS = 3
 RETRY_PAUSE_SEC = 2.0
@@ -242,7 +243,7 @@ def build_dockerfile(context: str | os.PathLike, dockerfile: str | os.PathLike, 
     found = find_built(key, cache)
     if found:
         return found
-    check_tools()
+    tools = check_tools()
     root = _cache_dir(cache)
     _mkdirs(root)
     try:
@@ -256,7 +257,6 @@ def build_dockerfile(context: str | os.PathLike, dockerfile: str | os.PathLike, 
             return found
         for stale in [*root.glob(f".stage-{key}-*"), *root.glob(f"tf-buildah-{key[:8]}-*")]:  # killed builds
             shutil.rmtree(stale, ignore_errors=True)
-        tools = check_tools()
         for attempt in range(1, BUILD_ATTEMPTS + 1):
             stage = root / f".stage-{key}-{os.getpid()}"
             stage.mkdir()
@@ -325,8 +325,9 @@ def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout
         shutil.copyfile(Path(__file__).with_name("step_sandbox.py"), work / "step_sandbox.py")
         (work / "steps").mkdir()
         runtime = work / "step-runtime"
-        runtime.write_text(STEP_RUNTIME.format(python=tools["python"], work=work, storage=storage.resolve(),
-                                               bwrap=tools["bwrap"]))
+        runtime.write_text(STEP_RUNTIME.format(**{k: shlex.quote(str(v)) for k, v in {
+            "python": tools["python"], "program": work / "step_sandbox.py", "steps": work / "steps", "work": work,
+            "storage": storage.resolve(), "bwrap": tools["bwrap"], "records": work / "steps.jsonl"}.items()}))
         runtime.chmod(0o755)
         if owner:
             subprocess.run(["chown", "-R", f"{owner[0]}:{owner[1]}", str(work)], check=True, capture_output=True)
@@ -342,7 +343,7 @@ def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout
                 "bash", "-c", BUILD_SCRIPT, "build", str(work), str(storage), base_ref,
                 f"localhost/termforge-base:{base.key}", tag, tools["buildah"], tools["skopeo"]]
         log(f"images: building the Dockerfile of {what} with buildah (offline) ...")
-        output = _run_build(argv, work, timeout, what)
+        output = _run_build(argv, work, timeout, what, text)
         atomic_write_text(stage / "build.log", output)
         index = json.loads((layout / "index.json").read_text())
         if not index.get("manifests"):
@@ -376,7 +377,7 @@ def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run_build(argv: list[str], work: Path, timeout: float, what: str) -> str:
+def _run_build(argv: list[str], work: Path, timeout: float, what: str, dockerfile_text: str) -> str:
     """buildah's log. A failure is a DockerfileError when it is the Dockerfile's (failure_owner),
     else _BuilderFailed (the caller tries again)."""
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(work / "home"),
@@ -397,7 +398,7 @@ def _run_build(argv: list[str], work: Path, timeout: float, what: str) -> str:
     text = out.decode(errors="replace")
     if proc.returncode != 0:
         message = f"buildah could not build {what} (exit {proc.returncode}); its log ends:\n{log_tail(text)}"
-        if failure_owner(text, read_step_records(work / "steps.jsonl")) == "dockerfile":
+        if failure_owner(text, read_step_records(work / "steps.jsonl"), dockerfile_text) == "dockerfile":
             raise DockerfileError(message)
         raise _BuilderFailed(message)
     return text
@@ -420,23 +421,24 @@ def read_step_records(path: Path) -> list[dict]:
     return records
 
 
-def failure_owner(output: str, steps: list[dict]) -> str:
+def failure_owner(output: str, steps: list[dict], dockerfile_text: str = "") -> str:
     """Whose a failed build is: "dockerfile" or "builder".
 
-    A RUN step is the Dockerfile's exactly when the step sandbox started its command and saw it end
+    A RUN step is the Dockerfile's exactly when the step sandbox ran its command and saw it end
     non-zero (the sandbox's own record says so, not the log the step writes to); a RUN step buildah
-    failed at whose command never started, or ended well, is the builder's. Outside RUN steps
-    buildah's final error decides: the builder's when buildah died without one or it is of the
-    kind a Dockerfile cannot cause (_BUILDER_SIGNS: a busy device, a lock, no space, a crash), else
+    failed at whose command never ran, or ended well, is the builder's. Otherwise buildah's final
+    error decides: the builder's when there is none (buildah died or crashed) or it is of a kind a
+    Dockerfile cannot cause (_BUILDER_SIGNS: a busy device, a lock, no space), read with every word
+    the Dockerfile holds taken out (a COPY of a file named "lock" is still the Dockerfile's); else
     the Dockerfile's (a COPY of a missing file, a bad instruction, an unknown FROM)."""
     if any(step.get("started") and step.get("exit") != 0 for step in steps):
         return "dockerfile"
     errors = [ln for ln in output.splitlines() if ln.startswith("Error: ")]
-    if not errors:
+    if not errors or errors[-1].startswith('Error: building at STEP "RUN '):
         return "builder"
-    if errors[-1].startswith('Error: building at STEP "RUN '):
-        return "builder"
-    return "builder" if _BUILDER_SIGNS.search(errors[-1]) or "\npanic: " in f"\n{output}" else "dockerfile"
+    own = set(_WORDS.findall(dockerfile_text))
+    said = " ".join(w for w in _WORDS.findall(errors[-1]) if w not in own)
+    return "builder" if _BUILDER_SIGNS.search(said) else "dockerfile"
 
 
 def log_tail(output: str, lines: int = LOG_TAIL_LINES) -> str:

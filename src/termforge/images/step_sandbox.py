@@ -20,8 +20,8 @@ status report holds an exit code only when the step's own command ran and ended.
 
 This file runs as a program in the build's user namespace (python3 -I step_sandbox.py ...), on the
 host's Python by path: standard library only. The commands are the OCI runtime's that buildah
-1.28 uses: create, start, state, kill, delete. Global options: --root=DIR (state), --allow=DIR:...
-(the folders bind sources may come from), --bwrap=PATH, --records=FILE (where each step's
+1.28 uses: create, start, state, kill, delete. Global options: --root=DIR (state), --allow=DIR
+(a folder bind sources may come from; repeated), --bwrap=PATH, --records=FILE (where each step's
 outcome is appended: did its command start, how did it end).
 """
 
@@ -403,15 +403,18 @@ def delete(root: str, cid: str, force: bool) -> None:
 
 
 def main(argv: list[str]) -> int:
-    opts = {"root": "", "allow": "", "bwrap": "bwrap", "records": ""}
+    opts = {"root": "", "bwrap": "bwrap", "records": ""}
+    allowed: list[str] = []
     args = list(argv)
     while args and args[0].startswith("--"):
         key, _, value = args.pop(0)[2:].partition("=")
-        if key in opts:
+        if key == "allow":
+            allowed.append(value)
+        elif key in opts:
             opts[key] = value
         # other global options (--log, --log-format, --systemd-cgroup ...) mean nothing here
     if not args:
-        print("usage: step_sandbox.py --root=DIR --allow=DIR[:DIR] COMMAND ...", file=sys.stderr)
+        print("usage: step_sandbox.py --root=DIR --allow=DIR... COMMAND ...", file=sys.stderr)
         return 2
     if args[0] in ("--version", "version"):
         print("termforge step sandbox (bwrap)")
@@ -438,7 +441,7 @@ def main(argv: list[str]) -> int:
         if command == "create":
             if flags.get("console-socket"):
                 raise StepError("a terminal for a build step is not supported")
-            create(opts["root"], [p for p in opts["allow"].split(":") if p], opts["bwrap"], opts["records"],
+            create(opts["root"], [p for p in allowed if p], opts["bwrap"], opts["records"],
                    flags.get("bundle") or os.getcwd(), flags["pid-file"], positional[-1])
         elif command == "start":
             start(opts["root"], positional[-1])
