@@ -621,69 +621,89 @@ BUSY_RUNTIME = """#!/bin/sh
 echo "Close_Fd sealing memfd copy: Device or resource busy" >&2
 exit 1
 """
+# And a stand-in for bwrap whose first BWRAP_FAILS sandboxes cannot be set up.
+STANDIN_BWRAP = """#!/bin/sh
+d={dir}
+n=$(( $(cat $d/bwraps 2>/dev/null || echo 0) + 1 )); echo $n > $d/bwraps
+if [ $n -le $(cat $d/bwrap_fails) ]; then echo "bwrap: Can't mount proc on /newroot/proc: Device or resource busy" >&2; exit 1; fi
+exec {bwrap} "$@"
+"""
 
 
 @pytest.fixture
 def standin_buildah(monkeypatch):
-    """(set the number of `bud`s that fail, read how many ran): a stand-in buildah first on PATH."""
+    """(set how many `bud`s and bwrap sandboxes fail, read how many `bud`s ran, make a build
+    context): a stand-in buildah and bwrap first on PATH."""
     from termforge.images import dockerfile
 
     d = Path(tempfile.mkdtemp(prefix="tf-standin-buildah-"))
     d.chmod(0o777)  # the build's namespace root (an unprivileged host uid) counts its calls here
     (d / "buildah").write_text(STANDIN_BUILDAH.format(dir=d, buildah=shutil.which("buildah")))
     (d / "busy-runtime").write_text(BUSY_RUNTIME)
-    for name in ("buildah", "busy-runtime"):
+    (d / "bwrap").write_text(STANDIN_BWRAP.format(dir=d, bwrap=shutil.which("bwrap")))
+    (d / "bwrap_fails").write_text("0")
+    for name in ("buildah", "busy-runtime", "bwrap"):
         (d / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{d}:{os.environ['PATH']}")
     monkeypatch.setattr(dockerfile, "RETRY_PAUSE_SEC", 0.0)
 
-    def fails(n: int) -> None:
+    def fails(n: int, bwrap: int = 0) -> None:
+        """The next n `bud`s (counted from the first) fail; the next `bwrap` sandboxes fail to set up."""
         (d / "fails").write_text(str(n))
+        (d / "bwrap_fails").write_text(str(bwrap))
+        (d / "bwraps").unlink(missing_ok=True)
 
     def buds() -> int:
         return int((d / "buds").read_text()) if (d / "buds").exists() else 0
 
+    def context(body: str) -> Path:
+        """A build context whose Dockerfile no earlier run built (a fresh token in it): never cached."""
+        import secrets
+
+        ctx = Path(tempfile.mkdtemp(prefix="context-", dir=d))
+        ctx.chmod(0o755)
+        (ctx / "Dockerfile").write_text(f"FROM debian:bookworm-slim\nRUN echo {secrets.token_hex(8)} > /token\n{body}")
+        return ctx
+
     fails(0)
-    yield fails, buds
+    yield fails, buds, context
     shutil.rmtree(d, ignore_errors=True)
-
-
-def _dockerfile_context(body: str) -> Path:
-    """A build context whose Dockerfile no earlier run built (a fresh token in it): never cached."""
-    import secrets
-
-    d = Path(tempfile.mkdtemp(prefix="tf-dockerfile-"))
-    d.chmod(0o755)
-    (d / "Dockerfile").write_text(f"FROM debian:bookworm-slim\nRUN echo {secrets.token_hex(8)} > /token\n{body}")
-    return d
 
 
 @needs_buildah
 def test_a_builders_transient_failure_is_retried_and_a_dockerfiles_own_failure_is_not(standin_buildah):
     """Item 7 of issue 39: buildah's RUN step ended with `Close_Fd sealing memfd copy: Device or
     resource busy`. Injected here for real (a stand-in buildah whose first build runs its RUN steps
-    with a runtime failing that way): the build is tried again and succeeds. A RUN that exits
-    non-zero is the Dockerfile's: one try, a DockerfileError, never a BuilderError."""
+    with a runtime failing that way; a stand-in bwrap whose first sandbox cannot be set up): the
+    build is tried again and succeeds. A RUN that exits non-zero, or names a program the image
+    lacks, is the Dockerfile's: one try, a DockerfileError, never a BuilderError."""
     from termforge.images.dockerfile import BuilderError, DockerfileError, build_dockerfile
 
-    fails, buds = standin_buildah
+    fails, buds, context = standin_buildah
     base = ensure_task_base("debian:bookworm-slim", [], None)
     messages = []
-    ctx = _dockerfile_context("RUN echo built > /built\n")
+    ctx = context("RUN echo built > /built\n")
     fails(1)
     built = build_dockerfile(ctx, ctx / "Dockerfile", base, log=messages.append)
     assert buds() == 2 and (built.rootfs / "built").read_text() == "built\n"
     assert any("failed on the Dockerfile" in m and "for its own reason (try 1 of 3)" in m for m in messages), messages
 
-    broken = _dockerfile_context("RUN echo about to fail; exit 3\n")
+    # The step sandbox itself could not be set up (bwrap failed before the step's command): the builder's.
+    unset = context("RUN echo built > /built\n")
     before = buds()
-    fails(0)
-    with pytest.raises(DockerfileError) as err:
-        build_dockerfile(broken, broken / "Dockerfile", base, log=messages.append)
-    assert not isinstance(err.value, BuilderError) and "exit status 3" in str(err.value)
-    assert buds() == before + 1  # not retried
-    shutil.rmtree(ctx, ignore_errors=True)
-    shutil.rmtree(broken, ignore_errors=True)
+    fails(0, bwrap=1)
+    built = build_dockerfile(unset, unset / "Dockerfile", base, log=messages.append)
+    assert buds() == before + 2 and (built.rootfs / "built").read_text() == "built\n"
+
+    for body, said in (("RUN echo about to fail; exit 3\n", "exit status 3"),
+                       ('RUN ["/no/such/program"]\n', "no/such/program")):
+        broken = context(body)
+        before = buds()
+        fails(0)
+        with pytest.raises(DockerfileError) as err:
+            build_dockerfile(broken, broken / "Dockerfile", base, log=messages.append)
+        assert not isinstance(err.value, BuilderError) and said in str(err.value), err.value
+        assert buds() == before + 1  # not retried
 
 
 @needs_buildah
@@ -695,7 +715,7 @@ def test_a_persistent_builder_failure_is_an_infrastructure_error_naming_the_buil
     from termforge.evals.tbench import noop_agent, run_native
     from termforge.images.dockerfile import BUILD_ATTEMPTS
 
-    fails, buds = standin_buildah
+    fails, buds, _context = standin_buildah
     fails(99)
     task_dir = tmp_path / "tb-builder-down"
     shutil.copytree(Path(__file__).resolve().parents[1] / "benchmarks" / "tb-mini" / "log-error-summary", task_dir)

@@ -15,8 +15,9 @@ make no other; a USER step runs as that uid in bwrap's own user namespace (mappi
 no capabilities). Either way files keep the owners apt, dpkg and USER give them. bwrap's command
 line names no host path: the sources are bound under VIEW_DIR in a mount namespace of the waiter's.
 
-Whether a failed step is the Dockerfile's is recorded here, not guessed from the log: bwrap's
-status report holds an exit code only when the step's own command ran and ended.
+Whether a failed step is the Dockerfile's is recorded here, not guessed from the log: whether bwrap
+set the sandbox up and handed the step's command to exec (it reads --block-fd at that point), and
+how it ended.
 
 This file runs as a program in the build's user namespace (python3 -I step_sandbox.py ...), on the
 host's Python by path: standard library only. The commands are the OCI runtime's that buildah
@@ -27,12 +28,15 @@ outcome is appended: did its command start, how did it end).
 
 from __future__ import annotations
 
+import array
 import ctypes
+import fcntl
 import json
 import os
 import resource
 import signal
 import sys
+import termios
 import time
 
 ALLOWED_CAPS = frozenset({
@@ -259,7 +263,7 @@ class StepView:
 
 def _run_step(spec: dict, allowed: list[str], bwrap: str, records: str, cid: str) -> int:
     """Run the step under bwrap, wait for it, and append to `records` whether the step's own
-    command started and how it ended: the evidence that tells a Dockerfile's failure from the
+    command was started and how it ended: the evidence that tells a Dockerfile's failure from the
     builder's. Returns the exit status buildah is to see."""
     uid, gid = step_ids(spec)
     view = StepView()
@@ -274,47 +278,40 @@ def _run_step(spec: dict, allowed: list[str], bwrap: str, records: str, cid: str
         finally:
             os.close(userns)
     groups = sorted({int(g) for g in ((spec.get("process") or {}).get("user") or {}).get("additionalGids") or []})
-    status_r, status_w = os.pipe()
+    # bwrap reads --block-fd once the sandbox is set up, just before it executes the step's
+    # command: a byte still in the pipe afterwards means the sandbox never was (the builder's
+    # failure); a byte taken means the command was the step's to run, and bwrap's exit status is
+    # the command's (or bwrap's own when the image lacks the program: still the Dockerfile's).
+    block_r, block_w = os.pipe()
+    os.write(block_w, b"x")
+    os.close(block_w)
     child = os.fork()
     if child == 0:
         try:
-            # Nothing but stdio and bwrap's status pipe reaches bwrap (it closes the pipe before
-            # the step's command runs).
-            os.closerange(3, status_w)
-            os.closerange(status_w + 1, os.sysconf("SC_OPEN_MAX"))
-            os.set_inheritable(status_w, True)
+            # Nothing but stdio and the block pipe reaches bwrap (it closes the pipe before the
+            # step's command runs).
+            os.closerange(3, block_r)
+            os.closerange(block_r + 1, os.sysconf("SC_OPEN_MAX"))
+            os.set_inheritable(block_r, True)
             os.chdir("/")
             if uid != 0:  # bwrap maps the step's uid to this one: files keep the owners USER gives them
                 os.setgroups(groups)
                 os.setresgid(gid, gid, gid)
                 os.setresuid(uid, uid, uid)
-            os.execvpe(argv[0], [argv[0], "--json-status-fd", str(status_w), *argv[1:]],
+            os.execvpe(argv[0], [argv[0], "--block-fd", str(block_r), *argv[1:]],
                        {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
         except BaseException as exc:  # noqa: BLE001
             print(f"termforge step sandbox: cannot run bwrap: {exc}", file=sys.stderr)
         os._exit(127)
-    os.close(status_w)
-    # bwrap reports "exit-code" only when the step's own command ran and ended: a sandbox that
-    # could not be set up (or a command it could not exec) ends without one.
-    report = b""
-    while chunk := os.read(status_r, 65536):
-        report += chunk
-    os.close(status_r)
-    step_exit = None
-    for line in report.decode(errors="replace").splitlines():
-        try:
-            item = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(item, dict) and isinstance(item.get("exit-code"), int):
-            step_exit = item["exit-code"]
     _, wait_status = os.waitpid(child, 0)
+    left = array.array("i", [0])
+    fcntl.ioctl(block_r, termios.FIONREAD, left)
+    os.close(block_r)
     code = os.waitstatus_to_exitcode(wait_status)
     code = 128 - code if code < 0 else code
     if records:
         line = json.dumps({"id": cid, "args": (spec.get("process") or {}).get("args") or [],
-                           "started": step_exit is not None,
-                           "exit": step_exit if step_exit is not None else code}) + "\n"
+                           "started": left[0] == 0, "exit": code}) + "\n"
         fd = os.open(records, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line.encode())
