@@ -811,3 +811,24 @@ def test_the_step_sandbox_binds_only_the_builds_folders_and_grants_no_capability
             bwrap_argv(bad, [str(build)], lambda path: path)
     with pytest.raises(StepError, match="outside the build's folders"):
         bwrap_argv(dict(spec, root={"path": "/"}), [str(build)], lambda path: path)
+
+
+@needs_buildah
+def test_a_user_step_runs_as_that_user_without_capabilities_and_keeps_its_files_owners(standin_buildah):
+    """A RUN after USER runs in the step sandbox as that uid (bwrap's user namespace mapping it to
+    itself): the files it makes belong to it in the image, it holds no capability, it cannot write
+    what root owns; a root step's files stay root's."""
+    from termforge.images.dockerfile import build_dockerfile
+
+    _fails, _buds, context = standin_buildah
+    ctx = context("RUN useradd -u 1234 app && mkdir /data && chown app:app /data && touch /rootfile\n"
+                  "USER app\n"
+                  "RUN id -u > /data/uid && touch /data/mine && grep CapEff /proc/self/status > /data/caps && "
+                  "(touch /rootfile 2>/dev/null && echo wrote || echo denied) > /data/root_write\n")
+    built = build_dockerfile(ctx, ctx / "Dockerfile", ensure_task_base("debian:bookworm-slim", [], None),
+                             log=lambda _m: None)
+    data = built.rootfs / "data"
+    assert (data / "uid").read_text() == "1234\n"
+    assert (data / "caps").read_text().split() == ["CapEff:", "0000000000000000"]
+    assert (data / "root_write").read_text() == "denied\n"
+    assert (data / "mine").stat().st_uid == 1234 and (built.rootfs / "rootfile").stat().st_uid == 0

@@ -8,10 +8,11 @@ into a root filesystem the bwrap runtime runs on (docs/images.md, "Dockerfile bu
    lines name: termforge.images.ensure_task_base). The store holds it as an OCI image; it is
    copied once into the image cache's overlay containers-storage (`<cache>/buildah`, shared by
    every build) and buildah's `--from` puts it in place of the FROM line, so nothing is pulled.
-2. buildah runs `bud --isolation chroot --pull=never` inside `unshare --net` (no network: buildah's
-   chroot isolation refuses `--network none`), as root of a user namespace mapped to the
-   subordinate ids of /etc/subuid: RUN steps are task code, and real root in a chroot is no
-   sandbox. `apt-get update` then fails softly and `apt-get install` finds its packages already
+2. buildah runs `bud --isolation oci --runtime <the step sandbox> --pull=never` inside `unshare
+   --net` (no network), as root of a user namespace mapped to the subordinate ids of /etc/subuid.
+   RUN steps are task code: each runs in termforge.images.step_sandbox (bwrap pivot_rooted into
+   the working container, nothing of the host), never in buildah's chroot, which a double chroot
+   leaves. `apt-get update` then fails softly and `apt-get install` finds its packages already
    installed (they are in the derived base), so a Terminal-Bench Dockerfile builds unchanged.
 3. The built image is pushed to an OCI layout; its first layers must be the base's. The root
    filesystem is the base's, hard-linked from the image cache, with only the build's own layers
@@ -21,8 +22,10 @@ into a root filesystem the bwrap runtime runs on (docs/images.md, "Dockerfile bu
    `<image cache>/dockerfile/<key>/` holds rootfs/, build.json (config, layers, digest, timings)
    and build.log, published by a rename, so a second run (any results folder) does not rebuild.
 
-A failure (a RUN step that exits non-zero, a timeout, a missing tool) is a DockerfileError whose
-message ends with the tail of buildah's log: the caller turns it into an environment error.
+A failure of the Dockerfile's (a RUN step that exits non-zero, a timeout, a missing tool) is a
+DockerfileError whose message ends with the tail of buildah's log: the caller turns it into an
+environment error. A failure of the builder's own (failure_owner) is tried again, BUILD_ATTEMPTS
+in all, then is a BuilderError naming buildah: an infrastructure error, not the task's.
 """
 
 from __future__ import annotations
