@@ -22,10 +22,11 @@ into a root filesystem the bwrap runtime runs on (docs/images.md, "Dockerfile bu
    `<image cache>/dockerfile/<key>/` holds rootfs/, build.json (config, layers, digest, timings)
    and build.log, published by a rename, so a second run (any results folder) does not rebuild.
 
-A failure of the Dockerfile's (a RUN step that exits non-zero, a timeout, a missing tool) is a
+A failure of the Dockerfile's (a RUN step that exits non-zero, a timeout) is a
 DockerfileError whose message ends with the tail of buildah's log: the caller turns it into an
 environment error. A failure of the builder's own (failure_owner) is tried again, BUILD_ATTEMPTS
-in all, then is a BuilderError naming buildah: an infrastructure error, not the task's.
+in all, then is a BuilderError naming buildah: an infrastructure error, not the task's (as is
+a missing tool or subordinate id range).
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ def _userns() -> tuple[list[str], tuple[int, int] | None]:
         return ["--user", "--map-root-user"], None
     uids, gids = subid_range("uid"), subid_range("gid")
     if not uids or not gids:
-        raise DockerfileError(
+        raise BuilderError(
             f"Dockerfile builds run as root of a user namespace mapped to subordinate ids, and /etc/subuid or "
             f"/etc/subgid gives uid {os.getuid()} no range of {SUBID_COUNT}; add one, e.g. "
             f"`echo root:1500000:{SUBID_COUNT} | tee -a /etc/subuid /etc/subgid` (scripts/setup.sh does)")
@@ -205,7 +206,7 @@ def check_tools() -> dict[str, str]:
     for tool in ("buildah", "skopeo", "unshare", "bwrap"):
         found = shutil.which(tool)
         if found is None:
-            raise DockerfileError(f"Dockerfile builds need {tool}, which is not installed (scripts/setup.sh "
+            raise BuilderError(f"Dockerfile builds need {tool}, which is not installed (scripts/setup.sh "
                                   "installs it)")
         tools[tool] = os.path.abspath(found)
     tools["python"] = _step_python()
@@ -229,7 +230,7 @@ def _step_python() -> str:
     for candidate in candidates:
         if candidate and os.path.isfile(candidate) and (os.geteuid() != 0 or _searchable(os.path.realpath(candidate))):
             return os.path.realpath(candidate)
-    raise DockerfileError(f"Dockerfile builds run their steps with a python3 that other users can run; none of "
+    raise BuilderError(f"Dockerfile builds run their steps with a python3 that other users can run; none of "
                           f"{[c for c in candidates if c]} is (install Debian's python3)")
 
 
@@ -252,7 +253,7 @@ def build_dockerfile(context: str | os.PathLike, dockerfile: str | os.PathLike, 
     try:
         _check_reachable(root)  # the build's namespace root is an unprivileged uid of the host too
     except TermforgeError as exc:
-        raise DockerfileError(str(exc)) from None
+        raise BuilderError(str(exc)) from None
     what = what or str(context)
     with _locked(root.parent / "locks" / f"dockerfile-{key}.lock", f"the Dockerfile of {what}", log):
         found = find_built(key, cache)
@@ -350,7 +351,7 @@ def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout
         atomic_write_text(stage / "build.log", output)
         index = json.loads((layout / "index.json").read_text())
         if not index.get("manifests"):
-            raise DockerfileError(f"buildah pushed no image for {what}; its log ends:\n{log_tail(output)}")
+            raise _BuilderFailed(f"buildah pushed no image for {what}; its log ends:\n{log_tail(output)}")
         manifest = json.loads(_blob(layout, index["manifests"][0]["digest"]).read_bytes())
         config = json.loads(_blob(layout, manifest["config"]["digest"]).read_bytes())
         diff_ids = (config.get("rootfs") or {}).get("diff_ids", [])
