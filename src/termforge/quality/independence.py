@@ -7,9 +7,10 @@ never sees the oracle (generate/llm_prompts.second_solution_prompt takes only th
 the listing of /app); this check refuses, after the fact, a script that came out the same anyway.
 
 Two readings, each blind to what a copy would change:
-- normalised tokens: comments and layout dropped, string and number literals reduced to their
-  kind, every name replaced by the order it first appears in (renaming every variable changes
-  nothing);
+- normalised tokens: comments and layout dropped, string, number and path literals reduced to
+  their kind, every name the script binds (a variable, a function, an argument) reduced to one
+  symbol, so renaming changes nothing; the commands, functions and attributes it calls are its
+  method and keep their spelling;
 - the shape of the embedded Python (heredocs and `python3 -c` bodies): the sequence of syntax node
   kinds, names and literals left out.
 The similarity is the larger of the two (difflib's ratio: matched tokens over all tokens). Two
@@ -30,18 +31,12 @@ _HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1[^\n]*\n(.*?)\n\s*\2\s*$", re.S | 
 _PY_C = re.compile(r"python3?\s+-c\s+(['\"])(.*?)(?<!\\)\1", re.S)
 _TOKEN = re.compile(r"""
     (?P<str>"(?:\\.|[^"\\])*"|'[^']*')
+  | (?P<path>(?:[\w.*-]*/)+[\w.*-]*)
   | (?P<num>\d+(?:\.\d+)?)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<op>\S)
 """, re.X)
 _COMMENT = re.compile(r"(?m)(?:^|(?<=\s))#(?!!).*$")
-# Words whose spelling is the language, not the author's choice: kept as they are.
-_KEYWORDS = frozenset("""
-if then else elif fi for while until do done case esac in function return local export set unset
-break continue exit shift read echo printf test true false def class import from as with try except
-finally raise pass lambda yield global nonlocal not and or is None True False print open range len
-sorted sum min max int float str list dict set tuple enumerate zip map filter
-""".split())
 
 
 def _python_bodies(script: str) -> list[str]:
@@ -57,9 +52,28 @@ def _python_bodies(script: str) -> list[str]:
     return out
 
 
+def bound_names(script: str) -> set[str]:
+    """The names the script's author chose: shell variables it assigns, loops over or reads, and
+    what its embedded Python binds (variables, functions, classes, arguments, loop targets)."""
+    names = set(re.findall(r"(?m)(?:^|[;\s(])([A-Za-z_]\w*)\+?=", script))
+    names |= set(re.findall(r"\b(?:for|read(?:\s+-\w+)*)\s+([A-Za-z_]\w*)", script))
+    for body in _python_bodies(script):
+        for node in ast.walk(ast.parse(body)):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+            elif isinstance(node, ast.alias) and node.asname:
+                names.add(node.asname)
+    return names
+
+
 def normalised_tokens(script: str) -> list[str]:
-    """The script's tokens with comments, layout, literals' values and names' spellings gone."""
-    names: dict[str, str] = {}
+    """The script's tokens with comments, layout, literals' values and the spellings of the names
+    its author chose gone; commands, functions and attributes it calls keep theirs (the method)."""
+    bound = bound_names(script)
     out = []
     for m in _TOKEN.finditer(_COMMENT.sub("", script)):
         kind = m.lastgroup
@@ -68,8 +82,10 @@ def normalised_tokens(script: str) -> list[str]:
             out.append("S")
         elif kind == "num":
             out.append("N")
+        elif kind == "path":
+            out.append("P")
         elif kind == "name":
-            out.append(tok if tok in _KEYWORDS else names.setdefault(tok, f"v{len(names)}"))
+            out.append("ID" if tok in bound else tok)
         else:
             out.append(tok)
     return out
@@ -110,4 +126,4 @@ def repeats_oracle(oracle: str, other: str, threshold: float = THRESHOLD) -> str
     return None
 
 
-__all__ = ["THRESHOLD", "similarity", "repeats_oracle", "normalised_tokens", "python_shape"]
+__all__ = ["THRESHOLD", "similarity", "repeats_oracle", "normalised_tokens", "python_shape", "bound_names"]
