@@ -77,13 +77,21 @@ def target_lines(lines: list[str], data: list[int], targets: list[str]) -> list[
     if hit:
         return hit
     words = {w for t in targets for w in _WORD.findall(t)}
-    share: dict[str, list[int]] = {}
-    for i in data:
-        for w in set(_WORD.findall(lines[i])) & words:
-            share.setdefault(w, []).append(i)
+    held = {i: set(_WORD.findall(lines[i])) & words for i in data}
+    share: dict[str, int] = {}
+    for ws in held.values():
+        for w in ws:
+            share[w] = share.get(w, 0) + 1
     # A word on most lines (a level, a year) says nothing of which record the answer holds.
-    rare = {w: idx for w, idx in share.items() if len(idx) <= max(1, len(data) // 2)}
-    return sorted({i for idx in rare.values() for i in idx})
+    rare = {w for w, n in share.items() if n <= max(1, len(data) // 2)}
+    out: set[int] = set()
+    for t in targets:
+        want = set(_WORD.findall(t)) & rare
+        overlap = {i: len(held[i] & want) for i in data}
+        best = max(overlap.values(), default=0)
+        if best:  # the records that hold the most of this output line's words
+            out |= {i for i, n in overlap.items() if n == best}
+    return sorted(out)
 
 
 def _shift_last_number(lines: list[str], rows: list[int]) -> int:
