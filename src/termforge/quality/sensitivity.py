@@ -6,16 +6,22 @@ its output score 0. What gives it away is that its output does not move when the
 
 1. A fresh session runs the oracle on the untouched environment; its deliverables are recorded
    (the files in `output_paths`, or, for a task graded on the tree, every file the oracle changed).
-2. Another fresh session perturbs the input data the instruction names (a number changed in every
-   second data line, a record dropped, a shape or tone added: quality/perturb_inputs.py, run inside
-   the sandbox), runs the oracle again and records its deliverables. Two perturbations are tried
-   (numbers, then records) until one moves the output.
+2. Each input the instruction names (a file, or a directory with its files) is perturbed ALONE in
+   a fresh session (a number changed in every second data line, a record dropped, a shape or tone
+   added: quality/perturb_inputs.py, run inside the sandbox), the oracle runs again and its
+   deliverables are recorded. The variants are tried in order until one moves the output: numbers,
+   records, then both aimed at the records the answer draws on (the input lines that hold the
+   oracle's own output lines or their rarer words), so a selection the blanket variants happen to
+   miss is still reached. Perturbing every input at once would hide an oracle that reads only one
+   of two files it is told to read.
    The output lines that moved are what the data decides: the instruction must not state them
    (verbatim, as an "example", or restated in prose), unless the inputs hold them (`restated`).
-3. Unchanged deliverables after both: `oracle_ignores_inputs`. The same session then grades the
-   oracle's (unchanged) deliverables on the perturbed environment; a task whose tests still pass
-   there grades nothing the inputs decide, and is dropped (`drop`). A task whose tests notice the
-   changed inputs is kept, with the finding reported.
+3. An input whose every variant leaves the deliverables as they were: `oracle_ignores_inputs`,
+   and the task is dropped naming that input (`drop`). A session where only that input changed
+   grades the oracle's deliverables, to say which: the final test still passes them (the answer
+   does not depend on the input: a constant, or computed from the other inputs alone), or it
+   rejects them (the test reads the input, the oracle does not). An input nothing of which could
+   be changed is not judged.
 
 Only inputs the instruction names are perturbed (every file under a named directory): an oracle
 that reads its answer from a file the agent is not pointed at (a cached key, a notes file) keeps its
@@ -225,13 +231,15 @@ def _answer_targets(produced: dict[str, bytes]) -> list[str]:
 
 
 def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str] | None = None,
-                      zero_check: bool = True, solved: SolvedApp | None = None) -> SensitivityReport:
+                      zero_check: bool = True, solved: SolvedApp | None = None,
+                      per_input: bool = True) -> SensitivityReport:
     """Run the check (module doc) on a built image; `expected`: the test ids the final test must
     collect (validation's record). Raises RuntimeError when the oracle fails on the untouched
     environment (validation has already caught that). `zero_check`: its grades, of states that pass
     only if the task is unsound, stop at their first failing test (verifier.ZERO_CHECK). `solved`:
     validation's own oracle run's /app (quality/solved.py), taken instead of running the oracle on
-    the untouched environment again."""
+    the untouched environment again. `per_input=False`: every named input perturbed at once, as
+    one (the check before issue 40, kept as bench_input_sensitivity's baseline)."""
     from termforge.verifier import ZERO_CHECK, run_oracle, run_verifier
 
     task_dir = Path(task_dir)
@@ -244,6 +252,8 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
     try:
         units = input_units(s0, named, outputs)
         files = [f for _, fs in units for f in fs]
+        if not per_input and units:
+            units = [("the named inputs", list(dict.fromkeys(files)))]
         before0 = tree_state(s0)
         s0, res = solve_in(s0, runtime, image, limits, task_dir, solved)
         if res is not None and not res.ok:

@@ -6,8 +6,9 @@ grade must collect) -> oracle scores exactly 1 (twice: flaky verifiers are rejec
 agent scores 0 -> every reward-hack probe scores 0, including the hijack class (a payload planted
 in each program the final tests execute, trying every route to a forged grade) -> mutants of the
 oracle's outputs that change the answer score 0 and allowed ones score 1 (quality/mutation.py,
-`mutants` of them) -> the oracle computes from the inputs (quality/sensitivity.py: a task whose
-answer does not move with its inputs is dropped) -> the verifier's tests provably ran. Second
+`mutants` of them, and every exchange mutant: values moved between keys and rows with every aggregate
+kept) -> the oracle computes from the inputs (quality/sensitivity.py: a task whose answer does not
+move when one named input changes alone is dropped, naming it) -> the verifier's tests provably ran. Second
 solutions (solution/alternatives/*.sh: a family's second reference implementation, or the
 independent solution the llm generator had a model write) must score 1 like the oracle. Every verdict carries its reason and the
 evidence (logs) that support it.
