@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_signature
+from conftest import make_signature, needs_bwrap
 from termforge.generate.families import all_families
 from termforge.generate.procedural import generate_task
 from termforge.quality.independence import THRESHOLD, bound_names, repeats_oracle, similarity
+from termforge.quality.validate import validate_task
+from termforge.runtime.base import Limits
+from termforge.runtime.bwrap import BwrapRuntime
 
 sys.path.insert(0, str(Path(__file__).parent))
 import test_generate_llm as census_case  # noqa: E402
@@ -94,3 +97,16 @@ def test_short_scripts_are_copies_only_when_identical_after_normalising():
     one = "#!/bin/bash\nsort -u /app/in.txt > /app/out.txt\n"
     assert repeats_oracle(one, "#!/bin/bash\n# dedupe\nsort   -u /app/in.txt >/app/out.txt\n")
     assert repeats_oracle(one, "#!/bin/bash\nawk '!seen[$0]++' /app/in.txt | sort > /app/out.txt\n") is None
+
+
+@needs_bwrap
+def test_validation_refuses_a_second_solution_that_is_the_oracle_again(tmp_path):
+    """A published task's alternatives are checked again at validation: a copy of the oracle shipped
+    as solution/alternatives/ is refused before it is run."""
+    fam = next(f for f in all_families() if f.name == "log_level_filter")
+    task = generate_task(make_signature(3, fam.domains[0], "exact_text", "text_only",
+                                        corpus_kind="family-test-log_level_filter"), tmp_path / "t", families=[fam])
+    oracle = (task / "solution" / "solve.sh").read_text()
+    (task / "solution" / "alternatives" / "python.sh").write_text(disguise(oracle, random.Random(0)))
+    v = validate_task(task, BwrapRuntime(), tmp_path / "images", Limits(wall_sec=60, cpu_sec=60, memory_mb=4096))
+    assert not v.kept and v.stage == "second_solution" and "python.sh" in v.reason, (v.stage, v.reason)

@@ -125,13 +125,21 @@ def _walk(root: Path, under: Path) -> list[Path]:
 
 def input_units(session, named: list[str], outputs: list[str]) -> list[tuple[str, list[str]]]:
     """Each input the instruction names (a file, or a directory with all of its files), with the
-    sandbox paths of the regular files it holds, none of them a deliverable; one unit "/app" with
-    every file under it when the instruction names none. A named path that holds no file (it does
-    not exist yet, or is a deliverable) is left out."""
+    sandbox paths of the regular files it holds, none of them a deliverable, nor one under another
+    named input inside it (a named directory and a file named in it are two inputs); one unit
+    "/app" with every file under it when the instruction names none. A named path that holds no
+    file (it does not exist yet, or is a deliverable) is left out."""
     root = _app_root(session)
     wanted = [p for p in named if p.startswith("/app/")] or ["/app"]
     units: list[tuple[str, list[str]]] = []
     budget = MAX_INPUT_FILES
+
+    def inner(path: str, name: str) -> bool:
+        """Is `path` under another named input more specific than `name` (its own unit)?"""
+        base = name.rstrip("/")
+        return any(o.rstrip("/") != base and o.rstrip("/").startswith(base + "/")
+                   and (path == o.rstrip("/") or path.startswith(o.rstrip("/") + "/")) for o in wanted)
+
     for name in wanted:
         r = root / name[len("/app/"):].rstrip("/") if name != "/app" else root
         try:
@@ -143,7 +151,8 @@ def input_units(session, named: list[str], outputs: list[str]) -> list[tuple[str
         files = []
         for f in _walk(root, r):
             sp = "/app/" + str(f.relative_to(root))
-            if sp not in outputs and not any(sp.startswith(o.rstrip("/") + "/") for o in outputs):
+            if sp not in outputs and not any(sp.startswith(o.rstrip("/") + "/") for o in outputs) \
+                    and not inner(sp, name):
                 files.append(sp)
         files = files[:budget]
         budget -= len(files)

@@ -10,7 +10,8 @@ oracle's outputs that change the answer score 0 and allowed ones score 1 (qualit
 kept) -> the oracle computes from the inputs (quality/sensitivity.py: a task whose answer does not
 move when one named input changes alone is dropped, naming it) -> the verifier's tests provably ran. Second
 solutions (solution/alternatives/*.sh: a family's second reference implementation, or the
-independent solution the llm generator had a model write) must score 1 like the oracle. Every verdict carries its reason and the
+independent solution the llm generator had a model write) must score 1 like the oracle, and must not
+be the oracle's text or structure again (quality/independence.py: a copy confirms nothing). Every verdict carries its reason and the
 evidence (logs) that support it.
 """
 
@@ -38,6 +39,7 @@ from termforge.runtime.base import Image, Limits
 from termforge.runtime.base import get_runtime
 from termforge.runtime.trees import Bounds, TreeWalk, read_at
 from termforge.quality.hijack import hijack_probes
+from termforge.quality.independence import repeats_oracle
 from termforge.quality.mutation import mutation_probe
 from termforge.quality.sensitivity import input_sensitivity
 from termforge.quality.solved import SolvedApp
@@ -387,6 +389,10 @@ def _independent_checks(task_dir: Path, image: Image, limits: Limits, oracle_rep
 
     def second_solution(alt: Path):
         def run(rt, names, _):
+            copied = repeats_oracle((task_dir / "solution" / "solve.sh").read_text(errors="replace"),
+                                    alt.read_text(errors="replace"))
+            if copied:
+                raise _Fail("second_solution", f"{alt.name}: {copied}")
             verdict, log = _run_agent(rt, image, limits, alt.read_text(), task_dir, expected=collected)
             if verdict.reward != 1.0:
                 raise _Fail("second_solution", f"the second solution {alt.name} scored {verdict.reward} where the "
