@@ -564,23 +564,19 @@ def _matches_plain(secret: Secret, view: _View) -> bool:
 
 
 # What joins the fields of one compound token (a timestamp 10:00:02, a date 2024-05-01, an address
-# 10.0.0.2, a version 1.2.3, an id req_0002, a path): a number inside one is a field of a value the
-# text holds for its own sake, not a statement of that number.
+# 10.0.0.2, a version 1.2.3, an id req_0002, a ratio 1/2): a number inside one is a field of a value
+# the text holds for its own sake, not a statement of that number.
 _COMPOUND_JOINERS = frozenset(":-/._#@")
 
 
-def _embedded_number(secret: Secret, view: _View, evidence: str, token_index: int) -> bool:
-    """Is the number at `token_index` a field of a compound token, or zero-padded to a fixed width
-    (`02`) where the secret is not written so (a mode `0600` is)? Either way the text does not
-    state it as a number: a short answer (a count of 2) is not leaked by the seconds of a timestamp."""
+def _embedded_number(view: _View, token_index: int) -> bool:
+    """Is the number at `token_index` a field of a compound token? Then the text does not state it
+    as a number: a short answer (a count of 2) is not leaked by the seconds of a timestamp."""
     if token_index < 0 or token_index >= len(view.tokens):
         return False
     tok, start, end = view.tokens[token_index]
     if not tok.isdigit():
         return False
-    padded = len(tok) > 1 and tok.startswith("0") and evidence.lstrip("+-−").startswith("0")
-    if padded and not secret.text.strip().lstrip("+-").startswith("0"):
-        return True
     text = view.text
     before = text[start - 1] if start >= 1 else ""
     after = text[end] if end < len(text) else ""
@@ -667,7 +663,7 @@ def _number_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]
             continue
         if short and not _in_context(secret, view, idx):
             continue
-        if short and idx >= 0 and _embedded_number(secret, view, evidence, idx):
+        if short and idx >= 0 and _embedded_number(view, idx):
             continue  # a coincident short number: a field of a timestamp, date, id or version
         if view.name == "plain":
             how = "unit" if idx < 0 else ("literal" if evidence == secret.text and secret.text in view.flat else "number")
@@ -712,7 +708,7 @@ def _piece_leaks(views: list[_View], secrets: SecretSet) -> list[Leak]:
                 need = min(3, _sig_digits(x))
                 hit, where = next(((e, abs(idx) if idx >= 0 else -1 - idx) for v, tol, e, idx in view.numbers
                                    if _near(v, tol, x, _half_ulp(x)) and (v == x or _written_sig(v) >= need)
-                                   and not (_is_short(secret) and _embedded_number(secret, view, e, idx))),
+                                   and not (_is_short(secret) and _embedded_number(view, idx))),
                                   (None, -1))
             elif len(_alnum(ns)) >= 2:
                 m = _literal_re(ns).search(view.text)
