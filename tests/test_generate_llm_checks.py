@@ -249,7 +249,8 @@ def test_digits_inside_a_timestamp_date_or_id_are_no_statement_of_a_short_answer
     for log in incidental:
         assert visible_leak(_spec(truth, instruction), [_text_fixture("logs/auth.log", log)]) is None, log
     # The same numbers, stated as the answer's own values in a file the task ships, still leak.
-    for stated in ("summary\nauth: 2\nsshd: 3\n", "auth=2 sshd=3\n", "2 auth\n3 sshd\n"):
+    for stated in ("summary\nauth: 2\nsshd: 3\n", "auth=2 sshd=3\n", "2 auth\n3 sshd\n", "auth:2,sshd:3\n",
+                   "auth-2 sshd-3\n"):
         leak = visible_leak(_spec(truth, instruction), [_text_fixture("logs/auth.log", stated)])
         assert leak is not None and leak[1] == "environment/fixtures/logs/auth.log", stated
     # An instruction naming the log's first timestamp states no piece of the answer either.

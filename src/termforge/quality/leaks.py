@@ -563,10 +563,12 @@ def _matches_plain(secret: Secret, view: _View) -> bool:
     return _literal_re(_norm(secret.text)).search(view.text) is not None
 
 
-# What joins the fields of one compound token (a timestamp 10:00:02, a date 2024-05-01, an address
-# 10.0.0.2, a version 1.2.3, an id req_0002, a ratio 1/2): a number inside one is a field of a value
-# the text holds for its own sake, not a statement of that number.
-_COMPOUND_JOINERS = frozenset(":-/._#@")
+# What joins the fields of one compound token: between digit groups (a timestamp 10:00:02, a date
+# 2024-05-01, an address 10.0.0.2, a version 1.2.3, a ratio 1/2), or an identifier's underscore
+# (req_0002). A number inside one is a field of a value the text holds for its own sake, not a
+# statement of that number; `auth:2` or `auth-2` (a label, then the number) still states it.
+_DIGIT_JOINERS = frozenset(":-/.")
+_NAME_JOINERS = frozenset("_")
 
 
 def _embedded_number(view: _View, token_index: int) -> bool:
@@ -578,11 +580,13 @@ def _embedded_number(view: _View, token_index: int) -> bool:
     if not tok.isdigit():
         return False
     text = view.text
-    before = text[start - 1] if start >= 1 else ""
-    after = text[end] if end < len(text) else ""
-    joined_before = before in _COMPOUND_JOINERS and start >= 2 and text[start - 2].isalnum()
-    joined_after = after in _COMPOUND_JOINERS and end + 1 < len(text) and text[end + 1].isalnum()
-    return joined_before or joined_after
+
+    def joined(joiner: str, other: str) -> bool:
+        return (joiner in _DIGIT_JOINERS and other.isdigit()) or (joiner in _NAME_JOINERS and other.isalnum())
+
+    before = joined(text[start - 1], text[start - 2]) if start >= 2 else False
+    after = joined(text[end], text[end + 1]) if end + 1 < len(text) else False
+    return before or after
 
 
 def _in_context(secret: Secret, view: _View, token_index: int) -> bool:
