@@ -101,12 +101,26 @@ def test_short_scripts_are_copies_only_when_identical_after_normalising():
 
 @needs_bwrap
 def test_validation_refuses_a_second_solution_that_is_the_oracle_again(tmp_path):
-    """A published task's alternatives are checked again at validation: a copy of the oracle shipped
-    as solution/alternatives/ is refused before it is run."""
+    """A published llm task's second solution is checked again at validation: a copy of the oracle
+    shipped as solution/alternatives/independent.sh is refused before it is run."""
+    import json
+
     fam = next(f for f in all_families() if f.name == "log_level_filter")
     task = generate_task(make_signature(3, fam.domains[0], "exact_text", "text_only",
                                         corpus_kind="family-test-log_level_filter"), tmp_path / "t", families=[fam])
+    meta = json.loads((task / "task.json").read_text())
+    meta["provenance"] = {**meta.get("provenance", {}), "backend": "llm"}  # as the llm backend writes it
+    (task / "task.json").write_text(json.dumps(meta))
     oracle = (task / "solution" / "solve.sh").read_text()
-    (task / "solution" / "alternatives" / "python.sh").write_text(disguise(oracle, random.Random(0)))
-    v = validate_task(task, BwrapRuntime(), tmp_path / "images", Limits(wall_sec=60, cpu_sec=60, memory_mb=4096))
-    assert not v.kept and v.stage == "second_solution" and "python.sh" in v.reason, (v.stage, v.reason)
+    (task / "solution" / "alternatives" / "python.sh").unlink()
+    (task / "solution" / "alternatives" / "independent.sh").write_text(disguise(oracle, random.Random(0)))
+    limits = Limits(wall_sec=60, cpu_sec=60, memory_mb=4096)
+    v = validate_task(task, BwrapRuntime(), tmp_path / "images", limits)
+    assert not v.kept and v.stage == "second_solution" and "independent.sh" in v.reason, (v.stage, v.reason)
+    # The family's own second implementation, written apart, is a second opinion.
+    again = generate_task(make_signature(3, fam.domains[0], "exact_text", "text_only",
+                                         corpus_kind="family-test-log_level_filter"), tmp_path / "u", families=[fam])
+    (task / "solution" / "alternatives" / "independent.sh").write_text(
+        (again / "solution" / "alternatives" / "python.sh").read_text())
+    v = validate_task(task, BwrapRuntime(), tmp_path / "images", limits)
+    assert v.kept and "second_solution:independent.sh" in v.checks, (v.stage, v.reason)

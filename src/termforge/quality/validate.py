@@ -10,8 +10,8 @@ oracle's outputs that change the answer score 0 and allowed ones score 1 (qualit
 kept) -> the oracle computes from the inputs (quality/sensitivity.py: a task whose answer does not
 move when one named input changes alone is dropped, naming it) -> the verifier's tests provably ran. Second
 solutions (solution/alternatives/*.sh: a family's second reference implementation, or the
-independent solution the llm generator had a model write) must score 1 like the oracle, and must not
-be the oracle's text or structure again (quality/independence.py: a copy confirms nothing). Every verdict carries its reason and the
+independent solution the llm generator had a model write) must score 1 like the oracle, and a model's
+must not be the oracle's text or structure again (quality/independence.py: a copy confirms nothing). Every verdict carries its reason and the
 evidence (logs) that support it.
 """
 
@@ -387,10 +387,15 @@ def _independent_checks(task_dir: Path, image: Image, limits: Limits, oracle_rep
         # The run that keeps /app for others starts first when checks run at once.
         return _Check("oracle", run, first=keeps is not None)
 
+    # A model's second solution must not be the oracle again (quality/independence.py). A procedural
+    # family's is a reference implementation its author wrote apart, and composition wraps it and the
+    # oracle in the same container and strategy steps, which would count as likeness.
+    written_by_model = (read_json(task_dir / "task.json").get("provenance") or {}).get("backend") == "llm"
+
     def second_solution(alt: Path):
         def run(rt, names, _):
-            copied = repeats_oracle((task_dir / "solution" / "solve.sh").read_text(errors="replace"),
-                                    alt.read_text(errors="replace"))
+            copied = written_by_model and repeats_oracle((task_dir / "solution" / "solve.sh").read_text(errors="replace"),
+                                                         alt.read_text(errors="replace"))
             if copied:
                 raise _Fail("second_solution", f"{alt.name}: {copied}")
             verdict, log = _run_agent(rt, image, limits, alt.read_text(), task_dir, expected=collected)
