@@ -161,14 +161,6 @@ def input_units(session, named: list[str], outputs: list[str]) -> list[tuple[str
     return units
 
 
-def input_files(session, named: list[str], outputs: list[str]) -> list[str]:
-    """Sandbox paths of the regular files the named inputs hold (input_units, flattened)."""
-    seen: list[str] = []
-    for _, files in input_units(session, named, outputs):
-        seen += [f for f in files if f not in seen]
-    return seen
-
-
 def tree_state(session) -> dict[str, tuple[int, str]]:
     """Every regular file under /app: sandbox path -> (mode, sha256)."""
     root = _app_root(session)
