@@ -54,7 +54,8 @@ def disguise(script: str, rng: random.Random) -> str:
             out.append("# the same steps, written again")
             out.append(": started")  # a statement that does nothing
         indent = ln[:len(ln) - len(ln.lstrip())]
-        if rng.random() < 0.2 and not indent and not ln.startswith("#!") and out and not out[-1].rstrip().endswith("\\"):
+        continued = out and out[-1].rstrip().endswith("\\")
+        if rng.random() < 0.2 and not indent and not ln.startswith("#!") and not continued:
             out.append("# " + " ".join(rng.choice(("step", "here", "then", "now", "data")) for _ in range(3)))
         out.append(indent + re.sub(r"(?<=\S) (?=[=|>])", "  ", ln.lstrip()) if rng.random() < 0.5 else ln)
     return "\n".join(out)
@@ -84,8 +85,8 @@ def test_solutions_written_apart_are_second_opinions():
     }
     with tempfile.TemporaryDirectory() as tmp:
         fam = next(f for f in all_families() if f.name == "log_level_filter")
-        task = generate_task(make_signature(3, fam.domains[0], "exact_text", "text_only",
-                                            corpus_kind="family-test-log_level_filter"), Path(tmp) / "t", families=[fam])
+        sig = make_signature(3, fam.domains[0], "exact_text", "text_only", corpus_kind="family-test-log_level_filter")
+        task = generate_task(sig, Path(tmp) / "t", families=[fam])
         pairs["log_level_filter"] = (ORACLES["log_level_filter"],
                                      (task / "solution" / "alternatives" / "python.sh").read_text())
     for name, (a, b) in pairs.items():

@@ -8,9 +8,10 @@ files, `mutants()` produces named mutants, each with what the verifier must say:
     the instruction's own words kept), a number +1 / -1 (for metric-threshold verifiers, every number
     moved far off instead: one step may stay within the tolerance), NaN, inf; a line dropped or duplicated; lines
     reordered where the instruction says order matters; the file truncated; the wrong case where
-    the instruction specifies one; values moved between keys and rows with every aggregate kept
-    (two rows' values swapped, values rotated among rows, two fields of a row swapped: the set of
-    keys, the total, the line count and order stay, so a test of aggregates alone passes them); for a program the agent had to fix, the planted bug restored
+    the instruction specifies one; values moved between keys and rows with every aggregate
+    kept (two rows' values swapped, values rotated among rows, two fields of a row swapped: the
+    set of keys, the total, the line count and order stay, so a test of aggregates alone passes
+    them); for a program the agent had to fix, the planted bug restored
     (the untouched version of the file);
   expect 1 (allowed): perturbations the instruction permits (a trailing blank line; a reorder
     where it says "in any order");

@@ -11,8 +11,8 @@ kept) -> the oracle computes from the inputs (quality/sensitivity.py: a task who
 move when one named input changes alone is dropped, naming it) -> the verifier's tests provably ran. Second
 solutions (solution/alternatives/*.sh: a family's second reference implementation, or the
 independent solution the llm generator had a model write) must score 1 like the oracle, and a model's
-must not be the oracle's text or structure again (quality/independence.py: a copy confirms nothing). Every verdict carries its reason and the
-evidence (logs) that support it.
+must not be the oracle's text or structure again (quality/independence.py: a copy confirms nothing).
+Every verdict carries its reason and the evidence (logs) that support it.
 """
 
 from __future__ import annotations
@@ -394,8 +394,8 @@ def _independent_checks(task_dir: Path, image: Image, limits: Limits, oracle_rep
 
     def second_solution(alt: Path):
         def run(rt, names, _):
-            copied = written_by_model and repeats_oracle((task_dir / "solution" / "solve.sh").read_text(errors="replace"),
-                                                         alt.read_text(errors="replace"))
+            oracle_sh = (task_dir / "solution" / "solve.sh").read_text(errors="replace")
+            copied = written_by_model and repeats_oracle(oracle_sh, alt.read_text(errors="replace"))
             if copied:
                 raise _Fail("second_solution", f"{alt.name}: {copied}")
             verdict, log = _run_agent(rt, image, limits, alt.read_text(), task_dir, expected=collected)
