@@ -28,6 +28,7 @@ SMOKE = {
     "bench_hint_gate.py": ["--split", "heldout"],
     "bench_images.py": ["--tasks", "1", "--starts", "2"],
     "bench_input_checks.py": ["--tasks", "20", "--k", "2", "--repeat", "1"],
+    "bench_input_sensitivity.py": ["--families", "log_level_filter"],
     "bench_mutation.py": ["--families", "log_level_filter", "--seeds", "1"],
     "bench_opsd_loss.py": ["--batch", "1", "--tokens", "8", "--vocab", "64", "--chunk-size", "4"],
     "bench_opsd_step.py": ["--tiny", "--steps", "1", "--warmup", "0", "--prompts", "2", "--max-completion", "4",
@@ -43,7 +44,7 @@ SMOKE = {
     "bench_validate.py": ["--families", "log_level_filter", "--tasks", "1", "--mutants", "1"],
 }
 NEEDS_SANDBOX = {"bench_attacks.py", "bench_compose.py", "bench_generate.py", "bench_harness.py", "bench_images.py",
-                 "bench_mutation.py", "bench_scale.py", "bench_terminal_cpu.py", "bench_terminal_learning.py",
+                 "bench_input_sensitivity.py", "bench_mutation.py", "bench_scale.py", "bench_terminal_cpu.py", "bench_terminal_learning.py",
                  "bench_validate.py"}
 
 

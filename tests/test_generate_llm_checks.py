@@ -232,3 +232,27 @@ def test_restated_and_file_shipped_answers_are_leaks_and_stated_values_are_not()
     assert leak is not None and leak[:2] == ("environment", "environment/setup.sh")
     # The output path the instruction states is repeated by the expected block: not a leak.
     assert visible_leak(_spec(truth, instruction), [_text_fixture("logs/app.log", "db: timeout\nauth: denied\n")]) is None
+
+
+def test_digits_inside_a_timestamp_date_or_id_are_no_statement_of_a_short_answer():
+    """Issue 40: the answer key `auth: 2` next to a log line at `10:00:02` was refused as a leak of the
+    answer into the input. A short value is stated only as a number of its own beside its key."""
+    from termforge.generate.llm import visible_leak
+
+    instruction = "Count the failed logins per service in `/app/logs/auth.log`; write `/app/out/counts.txt`."
+    truth = {"given": {"output": "/app/out/counts.txt"}, "expected": {"counts": {"auth": 2, "sshd": 3}}}
+    incidental = [
+        "2024-05-01 10:00:02 auth: failed password for bob\n2024-05-01 10:00:03 sshd: failed password for eve\n",
+        "auth session 7f02-0002 opened at 2024-03-02T11:02:03Z by uid 1002\nsshd build 3.2.3 auth v2.3\n",
+        "auth from 10.0.0.2 port 22/3 sshd pid 4411/3 req_0003 retry 1/2\n",
+    ]
+    for log in incidental:
+        assert visible_leak(_spec(truth, instruction), [_text_fixture("logs/auth.log", log)]) is None, log
+    # The same numbers, stated as the answer's own values in a file the task ships, still leak.
+    for stated in ("summary\nauth: 2\nsshd: 3\n", "auth=2 sshd=3\n", "2 auth\n3 sshd\n", "auth:2,sshd:3\n",
+                   "auth-2 sshd-3\n"):
+        leak = visible_leak(_spec(truth, instruction), [_text_fixture("logs/auth.log", stated)])
+        assert leak is not None and leak[1] == "environment/fixtures/logs/auth.log", stated
+    # An instruction naming the log's first timestamp states no piece of the answer either.
+    told = instruction + " Lines before 10:00:02 are from the previous rotation."
+    assert visible_leak(_spec(truth, told), [_text_fixture("logs/auth.log", incidental[0])]) is None

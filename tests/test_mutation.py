@@ -89,3 +89,55 @@ def test_family_kills_a_sample_of_its_mutants(fam, tmp_path):
     k = kill_rate(results)
     assert k["answer_changing"] >= 1, (fam.name, results)
     assert not k["survivors"] and not k["rejected_allowed"], (fam.name, k)
+
+
+def _sums(data: bytes) -> tuple[list[bytes], float, int]:
+    """What an aggregate-only check sees: each line's first field, the total of the lines' last
+    numbers, the line count."""
+    import re
+
+    lines = [ln for ln in data.split(b"\n") if ln.strip()]
+    keys = [re.split(rb"[,\s]", ln)[0] for ln in lines]
+    total = sum(float(re.findall(rb"-?\d+(?:\.\d+)?", ln)[-1]) for ln in lines if re.search(rb"\d", ln))
+    return keys, round(total, 6), len(lines)
+
+
+def test_exchange_mutants_keep_every_aggregate_and_change_the_answer(tmp_path):
+    task = _task("regional_revenue_report", tmp_path)
+    data = b"region,paid_orders,revenue\nwest,3,120.50\neast,2,99.00\nnorth,4,10.25\n"
+    got = {m.name.split("@")[0]: m for m in mutants(task, {"/app/report.csv": data})}
+    assert {"values_swapped", "values_rotated", "fields_swapped"} <= set(got)
+    for kind in ("values_swapped", "values_rotated"):
+        m = got[kind]
+        assert m.expect == 0.0 and m.content != data
+        assert _sums(m.content) == _sums(data), kind  # keys, total, line count and order kept
+    assert got["fields_swapped"].expect == 0.0
+    assert sorted(got["fields_swapped"].content.split(b"\n")[1].split(b",")) != \
+        sorted(got["fields_swapped"].content.split(b"\n")[0].split(b","))
+    # Values that only permute whole lines are a reorder: allowed where the instruction says any order.
+    (task / "instruction.md").write_text("List the values, one per line, in any order.\n")
+    same = {m.name.split("@")[0]: m.expect for m in mutants(task, {"/app/v.txt": b"1\n3\n5\n"})}
+    assert same["values_swapped"] == 1.0 and same["values_rotated"] == 1.0
+
+
+def test_a_final_test_of_aggregates_only_is_dropped(tmp_path):
+    """Issue 40: a final test that checks the set of keys, the total and the order passes a report
+    with two regions' figures swapped. Every other mutant changes an aggregate and is killed."""
+    from termforge.quality.validate import validate_task
+
+    task = _task("regional_revenue_report", tmp_path)
+    rt = BwrapRuntime()
+    [path] = output_paths(task)
+    with rt.start(rt.build(task, tmp_path / "images").image, LIMITS) as session:
+        assert run_oracle(session, task).ok
+        data = session._host_path(path).read_bytes()
+    keys, total, count = _sums(data)
+    (task / "tests" / "test_final_state.py").write_text(
+        "import re\n\n\ndef test_aggregates():\n"
+        f"    lines = [ln for ln in open({path!r}, 'rb').read().split(b'\\n') if ln.strip()]\n"
+        f"    assert [re.split(rb'[,\\s]', ln)[0] for ln in lines] == {keys!r}\n"
+        "    total = sum(float(re.findall(rb'-?\\d+(?:\\.\\d+)?', ln)[-1]) for ln in lines if re.search(rb'\\d', ln))\n"
+        f"    assert round(total, 6) == {total!r} and len(lines) == {count}\n")
+    v = validate_task(task, rt, tmp_path / "images", LIMITS)
+    assert not v.kept and v.stage == "mutation", (v.stage, v.reason)
+    assert "values_swapped@" in v.reason or "values_rotated@" in v.reason, v.reason

@@ -239,3 +239,60 @@ def test_an_instruction_that_states_the_output_is_dropped(tmp_path):
     _with_instruction(restated, f"\nHint from the last audit: we counted {words}.\n")
     report = input_sensitivity(restated, rt, rt.build(restated, tmp_path / "images").image, LIMITS)
     assert report.restated, (words, report.to_dict())
+
+
+@needs_bwrap
+def test_a_log_level_filter_task_whose_selected_lines_the_blanket_perturbations_miss_is_kept(tmp_path):
+    """Issue 40: the family's oracle plainly reads its logs, but for this seed both blanket
+    perturbations (numbers in every second line, every third line dropped) miss the one line it
+    selects, and the task was dropped as "answer is a constant". The perturbation aimed at the
+    lines the oracle's output holds moves it."""
+    task_dir = _task(tmp_path, "log_level_filter", seed=19)
+    [selected] = json.loads((task_dir / "private" / "truth.json").read_text())["expected_lines"]
+    for variant in (0, 1):  # the case as it is: neither blanket perturbation touches the selected line
+        for log in (task_dir / "environment" / "fixtures" / "logs").iterdir():
+            assert selected in P.perturb_text(log.read_text(), variant)[0].splitlines() or \
+                selected not in log.read_text().splitlines()
+    v = validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS)
+    assert v.kept, (v.stage, v.reason)
+    [row] = v.evidence["sensitivity"]["per_input"]
+    assert row["input"] == "/app/logs/" and row["moved"] and row["variant"].endswith("_at_answer"), row
+
+
+@needs_bwrap
+def test_a_named_input_the_oracle_never_reads_is_dropped_naming_it(tmp_path):
+    """Every input the instruction names must move the answer when it alone changes: perturbing
+    all of them at once moves it through the logs, and hides the one the oracle never opens."""
+    task_dir = _task(tmp_path, "log_level_filter", seed=2)
+    aliases = "".join(f"{s} {i + 1}\n" for i, s in enumerate(("auth", "billing", "search", "gateway", "scheduler",
+                                                             "storage", "payments")))
+    (task_dir / "environment" / "fixtures" / "aliases.txt").write_text(aliases)
+    setup = task_dir / "environment" / "setup.sh"
+    setup.write_text(setup.read_text() + "\ncp /tmp/env/fixtures/aliases.txt /app/aliases.txt\n")
+    _with_instruction(task_dir, "\nServices may log under a numbered alias: `/app/aliases.txt` maps each to its id.\n")
+    rt = BwrapRuntime()
+    report = input_sensitivity(task_dir, rt, rt.build(task_dir, tmp_path / "images").image, LIMITS)
+    assert report.drop and report.blame == "oracle" and "/app/aliases.txt" in report.reason, report.to_dict()
+    moved = {r["input"]: r["moved"] for r in report.per_input}
+    assert moved == {"/app/logs/": True, "/app/aliases.txt": False}, report.per_input
+
+
+def test_aimed_perturbations_reach_the_records_the_answer_holds():
+    """Selected records with no number in them, placed where the blanket variants miss them: the
+    aimed variants find them by the oracle's output and change or drop them."""
+    rows = ["user,status,team", "ana,ok,red", "bob,FAIL,blue", "cy,ok,red", "di,ok,blue", "ed,FAIL,green",
+            "fu,ok,red", "gil,ok,blue"]
+    text = "\n".join(rows) + "\n"
+    selected = ["bob blue", "ed green"]  # the oracle's output: who failed, and their team
+    for variant in (0, 1):
+        kept = P.perturb_text(text, variant)[0].splitlines()
+        assert "bob,FAIL,blue" in kept and "ed,FAIL,green" in kept
+    assert P.perturb_text(text, 2, selected) == (text, "")  # no number in those lines to change
+    dropped, what = P.perturb_text(text, 3, selected)
+    assert "bob,FAIL,blue" not in dropped and "ed,FAIL,green" not in dropped and "answer draws on" in what
+    assert dropped.splitlines()[0] == "user,status,team" and dropped.count("\n") == text.count("\n") - 2
+    # A selected line copied whole into the output is found as it is, and every number of it moves.
+    log = "".join(f"17000{i} svc{i % 3} {'ERROR' if i == 3 else 'INFO'} code={500 + i}\n" for i in range(8))
+    changed, what = P.perturb_text(log, 2, ["170003 svc0 ERROR code=503"])
+    assert "170003 svc0 ERROR code=503" not in changed and "1 line(s) the answer draws on" in what
+    assert [a for a, b in zip(log.splitlines(), changed.splitlines()) if a != b] == ["170003 svc0 ERROR code=503"]

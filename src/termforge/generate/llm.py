@@ -48,6 +48,7 @@ from termforge.generate.writer import task_files, write_task_dir
 from termforge.io import atomic_write_json, clean_stale_staging, read_json, seed_from, stable_hash
 from termforge.models.base import ChatModel, SamplingParams
 from termforge.models.openai_backend import ModelRequestError
+from termforge.quality.independence import repeats_oracle
 from termforge.quality.leaks import SecretSet, against_inputs, find_leaks
 from termforge.quality.validate import TaskVerdict, validate_task
 from termforge.runtime.base import Limits, Runtime
@@ -66,7 +67,9 @@ LISTING_CHARS = 16000
 SECOND_SOLUTION_ATTEMPTS = 2
 # Regenerating a step invalidates the steps written from its output.
 DEPENDENTS = {"task": ("initial_test", "final_test", "environment"), "initial_test": ("environment",),
-              "final_test": (), "environment": ()}
+              "final_test": (), "environment": (), P.SECOND_SOLUTION: ()}
+# Faults of the solver's own reply: the second-solution step is asked again, the task is not at fault.
+SOLVER_FAULTS = ("format", "truncated", "not_independent")
 MAX_FIXTURES = 64
 MAX_FIXTURE_BYTES = 16 * 1024 * 1024
 LOG_CHARS = 3000
@@ -639,6 +642,8 @@ class _Chain:
         self.second_solution = second_solution
         self.alternative: str | None = None
         self._asking = ""
+        self._validated: tuple[str, TaskVerdict] | None = None
+        self._solver_repair: StepError | None = None  # the solver's last fault, sent back to it
 
     # -- model calls -----------------------------------------------------------------------------
 
@@ -754,10 +759,17 @@ class _Chain:
         cand = self.work / "candidate" / self.task_id
         if cand.exists():
             shutil.rmtree(cand)
-        write_task_dir(cand, self.files({"backend": BACKEND, "candidate": True}))
         self.alternative = None
-        verdict = validate_task(cand, self.runtime, self.images_dir, self.limits)
-        self.check_log.append({"stage": verdict.stage, "kept": verdict.kept})
+        files = self.files({"backend": BACKEND, "candidate": True})
+        write_task_dir(cand, files)
+        key = stable_hash(b"".join(rel.encode() + b"\0" + data for rel, (data, _) in sorted(files.items())))
+        if self._validated is not None and self._validated[0] == key:
+            # Only the second solution was asked again: the candidate is the one validation kept.
+            verdict = self._validated[1]
+        else:
+            verdict = validate_task(cand, self.runtime, self.images_dir, self.limits)
+            self._validated = (key, verdict)
+            self.check_log.append({"stage": verdict.stage, "kept": verdict.kept})
         if not verdict.kept:
             raise self._blame(verdict)
         if not self.second_solution:
@@ -781,16 +793,25 @@ class _Chain:
             raise StepError("environment", "build", f"build failed: {build.reason}", sanitize_log(build.log))
         with self.runtime.start(build.image, self.limits) as s:
             listing = environment_listing(s)
+        # What the solver is shown is the agent's view, built from nothing else: the oracle, the
+        # tests and the answer key never enter its conversation (llm_prompts.second_solution_prompt).
         prompt = P.second_solution_prompt(self._instruction(), listing)
         round_no = len(self.rounds) - 1
         paths = self.outputs["task"]["output_paths"]
-        trouble: StepError | None = None
+        oracle = self.outputs["task"]["solve_sh"]
+        trouble: StepError | None = self._solver_repair
         for _attempt in range(SECOND_SOLUTION_ATTEMPTS):
             reply = self._ask(P.SECOND_SOLUTION, prompt, trouble, round_no)
             try:
                 if self._finish_reason == "length":
                     raise StepError(P.SECOND_SOLUTION, "truncated", "the reply was cut off at the token limit")
                 script = parse_second_solution_reply(reply)
+                if repeats_oracle(oracle, script):
+                    # Told without a word of the oracle: the solver must not learn it from the refusal.
+                    raise StepError(P.SECOND_SOLUTION, "not_independent",
+                                    "the script was refused as a second opinion: it repeats the text or structure "
+                                    "of a solution already written. Solve the task your own way, from the "
+                                    "instruction and the files in /app")
             except StepError as exc:
                 trouble = exc
                 continue
@@ -807,6 +828,10 @@ class _Chain:
                 continue
             break
         else:
+            if trouble is not None and trouble.step == P.SECOND_SOLUTION and trouble.stage in SOLVER_FAULTS:
+                # The solver's reply could not be used (unparsed, cut, a copy): that is its step's
+                # fault, not the instruction's; the repair round asks the solver again.
+                raise trouble
             raise StepError("task", "second_solution",
                             "an independent solution written from the instruction and /app alone could not produce "
                             "the deliverables: the instruction must name every input and state exactly what to "
@@ -909,6 +934,7 @@ class _Chain:
                     if step not in self.outputs:
                         self._run_step(step, repair if repair is not None and repair.step == step else None,
                                        round_no)
+                self._solver_repair = repair if repair is not None and repair.step == P.SECOND_SOLUTION else None
                 return self.check(), None
             except ModelRequestError as exc:
                 if exc.is_configuration:

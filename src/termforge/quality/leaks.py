@@ -563,6 +563,32 @@ def _matches_plain(secret: Secret, view: _View) -> bool:
     return _literal_re(_norm(secret.text)).search(view.text) is not None
 
 
+# What joins the fields of one compound token: between digit groups (a timestamp 10:00:02, a date
+# 2024-05-01, an address 10.0.0.2, a version 1.2.3, a ratio 1/2), or an identifier's underscore
+# (req_0002). A number inside one is a field of a value the text holds for its own sake, not a
+# statement of that number; `auth:2` or `auth-2` (a label, then the number) still states it.
+_DIGIT_JOINERS = frozenset(":-/.")
+_NAME_JOINERS = frozenset("_")
+
+
+def _embedded_number(view: _View, token_index: int) -> bool:
+    """Is the number at `token_index` a field of a compound token? Then the text does not state it
+    as a number: a short answer (a count of 2) is not leaked by the seconds of a timestamp."""
+    if token_index < 0 or token_index >= len(view.tokens):
+        return False
+    tok, start, end = view.tokens[token_index]
+    if not tok.isdigit():
+        return False
+    text = view.text
+
+    def joined(joiner: str, other: str) -> bool:
+        return (joiner in _DIGIT_JOINERS and other.isdigit()) or (joiner in _NAME_JOINERS and other.isalnum())
+
+    before = joined(text[start - 1], text[start - 2]) if start >= 2 else False
+    after = joined(text[end], text[end + 1]) if end + 1 < len(text) else False
+    return before or after
+
+
 def _in_context(secret: Secret, view: _View, token_index: int) -> bool:
     if token_index < 0:
         token_index = -1 - token_index
@@ -641,6 +667,8 @@ def _number_leaks(secret: Secret, view: _View, spans: list[tuple[str, int, int]]
             continue
         if short and not _in_context(secret, view, idx):
             continue
+        if short and idx >= 0 and _embedded_number(view, idx):
+            continue  # a coincident short number: a field of a timestamp, date, id or version
         if view.name == "plain":
             how = "unit" if idx < 0 else ("literal" if evidence == secret.text and secret.text in view.flat else "number")
         else:
@@ -683,7 +711,8 @@ def _piece_leaks(views: list[_View], secrets: SecretSet) -> list[Leak]:
                 x = secret.number
                 need = min(3, _sig_digits(x))
                 hit, where = next(((e, abs(idx) if idx >= 0 else -1 - idx) for v, tol, e, idx in view.numbers
-                                   if _near(v, tol, x, _half_ulp(x)) and (v == x or _written_sig(v) >= need)),
+                                   if _near(v, tol, x, _half_ulp(x)) and (v == x or _written_sig(v) >= need)
+                                   and not (_is_short(secret) and _embedded_number(view, idx))),
                                   (None, -1))
             elif len(_alnum(ns)) >= 2:
                 m = _literal_re(ns).search(view.text)

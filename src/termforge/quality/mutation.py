@@ -8,7 +8,10 @@ files, `mutants()` produces named mutants, each with what the verifier must say:
     the instruction's own words kept), a number +1 / -1 (for metric-threshold verifiers, every number
     moved far off instead: one step may stay within the tolerance), NaN, inf; a line dropped or duplicated; lines
     reordered where the instruction says order matters; the file truncated; the wrong case where
-    the instruction specifies one; for a program the agent had to fix, the planted bug restored
+    the instruction specifies one; values moved between keys and rows with every aggregate
+    kept (two rows' values swapped, values rotated among rows, two fields of a row swapped: the
+    set of keys, the total, the line count and order stay, so a test of aggregates alone passes
+    them); for a program the agent had to fix, the planted bug restored
     (the untouched version of the file);
   expect 1 (allowed): perturbations the instruction permits (a trailing blank line; a reorder
     where it says "in any order");
@@ -96,6 +99,86 @@ def _number_mutants(path: str, data: bytes, rng: random.Random, tolerant: bool =
     return out
 
 
+_FIELD_SPLIT = re.compile(rb"([,\t;|]|\s+)")
+_WORD_FIELD = re.compile(rb"[A-Za-z_][\w.@/+-]*")
+
+
+def _reorder_expect(instruction: str) -> float | None:
+    """What a permutation of whole lines must score: allowed where the instruction says any order,
+    answer-changing where it asks for one, reported only where it says nothing."""
+    return 1.0 if ANY_ORDER.search(instruction) else (0.0 if ORDER_WORDS.search(instruction) else None)
+
+
+def _far(old: bytes, new: bytes) -> bool:
+    """A move a tolerance cannot absorb (for metric-threshold verifiers): at least half the value."""
+    a, b = float(old), float(new)
+    return abs(a - b) > 0.5 * max(abs(a), abs(b), 1.0)
+
+
+def _exchange_mutants(path: str, data: bytes, rng: random.Random, instruction: str,
+                      tolerant: bool = False) -> list[Mutant]:
+    """Values moved between keys and rows, keeping what an aggregate check sees: the total, the set
+    of keys (every label stays where it is), the number of lines and their order. Two rows' values
+    swapped, every row's value rotated one row on, two fields of one row swapped. A result that is
+    a permutation of whole lines is a reorder (answer-changing only where order matters); under a
+    tolerance a move is answer-changing only when it is large."""
+    trailing = data.endswith(b"\n")
+    lines = (data[:-1] if trailing else data).split(b"\n")
+    end = b"\n" if trailing else b""
+    # The value of a row is its last number; a one-line output (a JSON object) holds its values side by side.
+    slots = ([(i, m) for i, ln in enumerate(lines) for m in NUMBER_RE.finditer(ln)] if len(lines) == 1 else
+             [(i, list(NUMBER_RE.finditer(ln))[-1]) for i, ln in enumerate(lines) if NUMBER_RE.search(ln)])
+
+    def place(values: list[bytes]) -> bytes:
+        out = list(lines)
+        for (i, m), v in sorted(zip(slots, values), key=lambda t: (t[0][0], -t[0][1].start())):
+            out[i] = out[i][:m.start()] + v + out[i][m.end():]
+        return b"\n".join(out) + end
+
+    def expect_of(new: bytes, moved: list[tuple[bytes, bytes]]) -> float | None:
+        if sorted(new.split(b"\n")) == sorted(data.split(b"\n")):
+            return _reorder_expect(instruction)
+        if tolerant and not any(_far(a, b) for a, b in moved):
+            return None
+        return 0.0
+
+    out: list[Mutant] = []
+    values = [m.group() for _, m in slots]
+    pairs = [(a, b) for a in range(len(values)) for b in range(a + 1, len(values)) if values[a] != values[b]]
+    if pairs:
+        a, b = rng.choice(pairs)
+        swapped = list(values)
+        swapped[a], swapped[b] = values[b], values[a]
+        new = place(swapped)
+        out.append(Mutant(f"values_swapped@{path}:{slots[a][0] + 1},{slots[b][0] + 1}", path, new,
+                          expect_of(new, [(values[a], values[b])])))
+    if len(set(values)) >= 2 and len(values) >= 3:
+        rotated = values[-1:] + values[:-1]
+        new = place(rotated)
+        out.append(Mutant(f"values_rotated@{path}", path, new, expect_of(new, list(zip(values, rotated)))))
+    rows = []
+    for i, ln in enumerate(lines):
+        parts = _FIELD_SPLIT.split(ln)
+        fields = [j for j in range(0, len(parts), 2) if parts[j]]
+        numeric = [j for j in fields if NUMBER_RE.fullmatch(parts[j])]
+        words = [j for j in fields if _WORD_FIELD.fullmatch(parts[j])]  # a label, not JSON's punctuation
+        for group in (numeric, words):
+            pairs = [(x, y) for k, x in enumerate(group) for y in group[k + 1:] if parts[x] != parts[y]]
+            if pairs:
+                rows.append((i, parts, pairs))
+    if rows:
+        i, parts, pairs = rng.choice(rows)
+        x, y = rng.choice(pairs)
+        parts = list(parts)
+        moved = [(parts[x], parts[y])] if NUMBER_RE.fullmatch(parts[x]) else []
+        parts[x], parts[y] = parts[y], parts[x]
+        new = b"\n".join(lines[:i] + [b"".join(parts)] + lines[i + 1:]) + end
+        expect = expect_of(new, moved) if moved else (0.0 if sorted(new.split(b"\n")) != sorted(data.split(b"\n"))
+                                                      else _reorder_expect(instruction))
+        out.append(Mutant(f"fields_swapped@{path}:{i + 1}", path, new, expect))
+    return [m for m in out if m.content != data]
+
+
 _VALUE = re.compile(rb"[A-Za-z0-9]+")
 _DIGITS = bytes.maketrans(b"0123456789", b"5678901234")
 
@@ -131,7 +214,7 @@ def _line_mutants(path: str, data: bytes, rng: random.Random, instruction: str) 
         j = rng.choice(pairs)
         swapped = lines[:j] + [lines[j + 1], lines[j]] + lines[j + 2:]
         # Allowed where the instruction says so, answer-changing where it asks for an order.
-        expect = 1.0 if ANY_ORDER.search(instruction) else (0.0 if ORDER_WORDS.search(instruction) else None)
+        expect = _reorder_expect(instruction)
         out.append(Mutant(f"lines_reordered@{path}:{j + 1}", path, b"\n".join(swapped) + end, expect))
     return out
 
@@ -163,6 +246,7 @@ def mutants(task_dir: Path, outputs: dict[str, bytes], originals: dict[str, byte
             out.append(Mutant(f"format_only@{path}", path, fake, 0.0))
         out += _number_mutants(path, data, rng, tolerant)
         out += _line_mutants(path, data, rng, instruction)
+        out += _exchange_mutants(path, data, rng, instruction, tolerant)
         if CASE_WORDS.search(instruction) and data.upper() != data and data.lower() != data.upper():
             out.append(Mutant(f"wrong_case@{path}", path, data.upper(), 0.0))
         if data.endswith(b"\n"):
@@ -192,18 +276,27 @@ PROBE_ORDER = ("bug_restored", "format_only", "number_plus_1", "numbers_scaled",
                "wrong_case", "truncated", "inf", "number_minus_1", "lines_reordered", "trailing_blank_line")
 
 
+# Values moved between keys and rows with every aggregate kept: a final test that checks only the
+# set of keys, the total or the order passes them. Every one of these a task has is graded, beyond
+# the `limit` sample.
+EXCHANGE_KINDS = ("values_swapped", "values_rotated", "fields_swapped")
+
+
 def select_mutants(candidates: list[Mutant], limit: int | None) -> list[Mutant]:
-    """At most `limit` mutants with a definite expectation, one per kind in PROBE_ORDER first."""
+    """Every exchange mutant (EXCHANGE_KINDS) with a definite expectation, and at most `limit`
+    others, one per kind in PROBE_ORDER first."""
     definite = [m for m in candidates if m.expect is not None]
     if limit is None or len(definite) <= limit:
         return definite
+    always = [m for m in definite if m.name.split("@")[0] in EXCHANGE_KINDS]
+    definite = [m for m in definite if m not in always]
     rank = {kind: i for i, kind in enumerate(PROBE_ORDER)}
     firsts, rest, seen = [], [], set()
     for m in sorted(definite, key=lambda m: (rank.get(m.name.split("@")[0], len(rank)), m.name)):
         kind = m.name.split("@")[0]
         (rest if kind in seen else firsts).append(m)
         seen.add(kind)
-    return (firsts + rest)[:limit]
+    return (firsts + rest)[:limit] + always
 
 
 def mutation_probe(task_dir: Path, runtime, image, limits, limit: int | None = None, seed: int = 0,

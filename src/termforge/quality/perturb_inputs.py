@@ -1,15 +1,20 @@
 """Perturb a task's input files in place (runs INSIDE the task's sandbox, stdlib only).
 
 The input-sensitivity check (termforge.quality.sensitivity) sends this file to `python3 -I -` in
-a fresh session and passes one JSON argument: {"files": [absolute paths], "variant": 0 or 1}.
+a fresh session and passes one JSON argument: {"files": [absolute paths], "variant": 0 to 3, "targets": [strings]}.
 It changes the data the way a different but equally valid input would look, and prints one JSON
 line: {"changed": [{"path", "kind", "detail"}], "skipped": [{"path", "why"}]}.
 
 Variant 0 changes numbers (in every second data line of a text file, every fourth row of each
 SQLite table, a new shape in a PNG, a new tone in a WAV), variant 1 drops records (every third
-data line or row, a frame of a video, shapes added elsewhere). An executable is wrapped so that
-what it prints is shifted (its exit status and stdin are kept): a program under study is an input
-too. Nothing here trusts the files: a file it cannot parse is skipped and reported.
+data line or row, a frame of a video, shapes added elsewhere). Variants 2 and 3 aim at the records
+the answer depends on: the spec's "targets" are the oracle's own output lines and the words they
+hold, and the data lines that hold an output line (or, failing that, one of its words) get every
+number changed (2) or are dropped (3); a file none of whose lines is a target gets the lines the
+first two variants left alone (the other phase), a table the other rows, and a format without a
+second phase nothing (no oracle run is wasted on the same change twice). An executable is wrapped
+so that what it prints is shifted (its exit status and stdin are kept): a program under study is
+an input too. Nothing here trusts the files: a file it cannot parse is skipped and reported.
 
 It runs in the sandbox rather than on the host because the inputs are written by task code (an
 adversary): a SQLite file or an image is only ever opened by the task's own interpreter.
@@ -60,11 +65,62 @@ def _data_lines(lines: list[str]) -> list[int]:
     return idx
 
 
-def perturb_text(text: str, variant: int) -> tuple[str, str]:
+TARGET_LINE_MIN = 4  # an output line shorter than this ("1", "ok") is found in lines by chance
+_WORD = re.compile(r"[A-Za-z0-9_]{3,}")
+
+
+def target_lines(lines: list[str], data: list[int], targets: list[str]) -> list[int]:
+    """The data lines the oracle's output draws on: those holding one of its lines (a selected
+    record, copied), else those holding one of its words that few lines share (a key it counts)."""
+    whole = [t for t in targets if len(t) >= TARGET_LINE_MIN]
+    hit = [i for i in data if any(t in lines[i] or lines[i].strip() and lines[i].strip() in t for t in whole)]
+    if hit:
+        return hit
+    words = {w for t in targets for w in _WORD.findall(t)}
+    held = {i: set(_WORD.findall(lines[i])) & words for i in data}
+    share: dict[str, int] = {}
+    for ws in held.values():
+        for w in ws:
+            share[w] = share.get(w, 0) + 1
+    # A word on most lines (a level, a year) says nothing of which record the answer holds.
+    rare = {w for w, n in share.items() if n <= max(1, len(data) // 2)}
+    out: set[int] = set()
+    for t in targets:
+        want = set(_WORD.findall(t)) & rare
+        overlap = {i: len(held[i] & want) for i in data}
+        best = max(overlap.values(), default=0)
+        if best:  # the records that hold the most of this output line's words
+            out |= {i for i, n in overlap.items() if n == best}
+    return sorted(out)
+
+
+def _shift_last_number(lines: list[str], rows: list[int]) -> int:
+    touched = 0
+    for i in rows:
+        ms = list(NUMBER.finditer(lines[i]))
+        if ms:
+            m = ms[-1]
+            lines[i] = lines[i][:m.start()] + _shift_number(m) + lines[i][m.end():]
+            touched += 1
+    return touched
+
+
+def perturb_text(text: str, variant: int, targets: list[str] | None = None) -> tuple[str, str]:
     lines = text.split("\n")
     data = _data_lines(lines)
     if not data:
         return text, ""
+    if variant >= 2:
+        aimed = target_lines(lines, data, targets or [])
+        rows = aimed or (data[1::2] if variant == 2 else data[0::3])
+        where = "line(s) the answer draws on" if aimed else "other line(s)"
+        if variant == 2:
+            touched = _shift_last_number(lines, rows)
+            return ("\n".join(lines), f"a number changed in {touched} {where}") if touched else (text, "")
+        if not aimed and len(data) < MIN_RECORDS or len(rows) >= len(data):
+            return text, ""  # settings, or every record: dropping them breaks the file, not the answer
+        drop = set(rows)
+        return "\n".join(ln for i, ln in enumerate(lines) if i not in drop), f"{len(drop)} {where} dropped"
     if variant == 0:
         touched = 0
         for i in data[::2] if len(data) > 1 else data:
@@ -92,16 +148,17 @@ def perturb_sqlite(path: str, variant: int) -> str:
         for t in tables:
             q = '"' + t.replace('"', '""') + '"'
             cols = con.execute(f"PRAGMA table_info({q})").fetchall()
-            if variant == 0:
+            if variant % 2 == 0:
                 nums = [c[1] for c in cols if (c[2] or "").upper() in ("INTEGER", "INT", "REAL", "NUMERIC", "FLOAT")
                         and not c[5] and not c[1].lower().endswith("id")]
+                phase = 1 if variant == 0 else 3  # variant 2: the rows variant 0 left alone
                 for c in nums:
                     qc = '"' + c.replace('"', '""') + '"'
-                    con.execute(f"UPDATE {q} SET {qc} = {qc} * 2 + 1 WHERE rowid % 4 = 1 AND {qc} IS NOT NULL")
+                    con.execute(f"UPDATE {q} SET {qc} = {qc} * 2 + 1 WHERE rowid % 4 = {phase} AND {qc} IS NOT NULL")
                 if nums:
                     done.append(f"{t}: {len(nums)} numeric column(s) changed")
             else:
-                cur = con.execute(f"DELETE FROM {q} WHERE rowid % 3 = 0")
+                cur = con.execute(f"DELETE FROM {q} WHERE rowid % 3 = {0 if variant == 1 else 1}")
                 if cur.rowcount:
                     done.append(f"{t}: {cur.rowcount} row(s) dropped")
         con.commit()
@@ -239,14 +296,24 @@ def perturb_bytes(path: str, data: bytes, variant: int) -> bytes | None:
     return data[:-1] + bytes([data[-1] ^ delta])
 
 
-def perturb_file(path: str, variant: int) -> tuple[str, str]:
+def perturb_file(path: str, variant: int, targets: list[str] | None = None) -> tuple[str, str]:
     """(kind, detail); detail empty when nothing could be changed."""
     with open(path, "rb") as fh:
         head = fh.read(16)
-    if head.startswith(b"\x7fELF"):
-        return "executable", perturb_executable(path)
     if head.startswith(b"SQLite format 3\x00"):
         return "sqlite", perturb_sqlite(path, variant)
+    if variant >= 2 and not head.startswith(b"\x7fELF"):
+        try:
+            text = open(path, "rb").read(MAX_TEXT + 1).decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is None or "\x00" in text or len(text) > MAX_TEXT or path.endswith(SOURCE_SUFFIXES) \
+                or text.startswith("#!"):
+            return "other", ""  # no second phase for media, opaque bytes or code: variants 0 and 1 did them
+        new, detail = perturb_text(text, variant, targets)
+        return "text", _write(path, new.encode("utf-8") if detail else None, detail)
+    if head.startswith(b"\x7fELF"):
+        return "executable", perturb_executable(path) if variant < 2 else ""
     if head.startswith(b"RIFF") and head[8:12] == b"WAVE":
         return "wav", perturb_wav(path, variant)
     if os.path.getsize(path) > MAX_TEXT:
@@ -286,7 +353,7 @@ def main(argv: list[str]) -> int:
     changed, skipped = [], []
     for path in spec["files"]:
         try:
-            kind, detail = perturb_file(path, int(spec.get("variant", 0)))
+            kind, detail = perturb_file(path, int(spec.get("variant", 0)), list(spec.get("targets") or []))
         except Exception as exc:  # noqa: BLE001 - a file it cannot parse is skipped, and said so
             skipped.append({"path": path, "why": f"{type(exc).__name__}: {exc}"[:200]})
             continue

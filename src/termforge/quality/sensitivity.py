@@ -6,16 +6,22 @@ its output score 0. What gives it away is that its output does not move when the
 
 1. A fresh session runs the oracle on the untouched environment; its deliverables are recorded
    (the files in `output_paths`, or, for a task graded on the tree, every file the oracle changed).
-2. Another fresh session perturbs the input data the instruction names (a number changed in every
-   second data line, a record dropped, a shape or tone added: quality/perturb_inputs.py, run inside
-   the sandbox), runs the oracle again and records its deliverables. Two perturbations are tried
-   (numbers, then records) until one moves the output.
+2. Each input the instruction names (a file, or a directory with its files) is perturbed ALONE in
+   a fresh session (a number changed in every second data line, a record dropped, a shape or tone
+   added: quality/perturb_inputs.py, run inside the sandbox), the oracle runs again and its
+   deliverables are recorded. The variants are tried in order until one moves the output: numbers,
+   records, then both aimed at the records the answer draws on (the input lines that hold the
+   oracle's own output lines or their rarer words), so a selection the blanket variants happen to
+   miss is still reached. Perturbing every input at once would hide an oracle that reads only one
+   of two files it is told to read.
    The output lines that moved are what the data decides: the instruction must not state them
    (verbatim, as an "example", or restated in prose), unless the inputs hold them (`restated`).
-3. Unchanged deliverables after both: `oracle_ignores_inputs`. The same session then grades the
-   oracle's (unchanged) deliverables on the perturbed environment; a task whose tests still pass
-   there grades nothing the inputs decide, and is dropped (`drop`). A task whose tests notice the
-   changed inputs is kept, with the finding reported.
+3. An input whose every variant leaves the deliverables as they were: `oracle_ignores_inputs`,
+   and the task is dropped naming that input (`drop`). A session where only that input changed
+   grades the oracle's deliverables, to say which: the final test still passes them (the answer
+   does not depend on the input: a constant, or computed from the other inputs alone), or it
+   rejects them (the test reads the input, the oracle does not). An input nothing of which could
+   be changed is not judged.
 
 Only inputs the instruction names are perturbed (every file under a named directory): an oracle
 that reads its answer from a file the agent is not pointed at (a cached key, a notes file) keeps its
@@ -45,7 +51,8 @@ from termforge.quality.leaks import environment_text, output_lines_changed, stat
 from termforge.quality.solved import SolvedApp, solve_in
 
 PERTURB_SCRIPT = Path(__file__).with_name("perturb_inputs.py")
-VARIANTS = ("numbers", "records")
+VARIANTS = ("numbers", "records", "numbers_at_answer", "records_at_answer")
+MAX_TARGETS = 400  # output lines and words sent to the perturbation as what the answer draws on
 MAX_INPUT_FILES = 200
 PROGRAM_SUFFIXES = (".py", ".sh", ".bash", ".awk", ".pl", ".rb")
 _APP_PATH = re.compile(r"(?<![\w.~:/\\-])(/app(?:/[A-Za-z0-9_.+@%-]+)*/?)")
@@ -67,6 +74,9 @@ class SensitivityReport:
     inputs: list[str] = field(default_factory=list)
     perturbations: list[dict] = field(default_factory=list)
     changed_outputs: list[str] = field(default_factory=list)
+    per_input: list[dict] = field(default_factory=list)
+    """Per named input, perturbed alone: whether the oracle's deliverables moved (None: nothing of it
+    could be changed), the variant that moved them, and how many oracle runs it took."""
     restated: list[str] = field(default_factory=list)
     """What the instruction states of the outputs the data decides (described, never quoted):
     givens come from inputs, never from outputs."""
@@ -113,24 +123,42 @@ def _walk(root: Path, under: Path) -> list[Path]:
     return out
 
 
-def input_files(session, named: list[str], outputs: list[str]) -> list[str]:
-    """Sandbox paths of the regular files the named inputs hold (a named directory: all of its
-    files), none of them a deliverable; every file under /app when the instruction names none."""
+def input_units(session, named: list[str], outputs: list[str]) -> list[tuple[str, list[str]]]:
+    """Each input the instruction names (a file, or a directory with all of its files), with the
+    sandbox paths of the regular files it holds, none of them a deliverable, nor one under another
+    named input inside it (a named directory and a file named in it are two inputs); one unit
+    "/app" with every file under it when the instruction names none. A named path that holds no
+    file (it does not exist yet, or is a deliverable) is left out."""
     root = _app_root(session)
-    roots = [root / p[len("/app/"):].rstrip("/") for p in named if p.startswith("/app/")] or [root]
-    seen: list[str] = []
-    for r in roots:
+    wanted = [p for p in named if p.startswith("/app/")] or ["/app"]
+    units: list[tuple[str, list[str]]] = []
+    budget = MAX_INPUT_FILES
+
+    def inner(path: str, name: str) -> bool:
+        """Is `path` under another named input more specific than `name` (its own unit)?"""
+        base = name.rstrip("/")
+        return any(o.rstrip("/") != base and o.rstrip("/").startswith(base + "/")
+                   and (path == o.rstrip("/") or path.startswith(o.rstrip("/") + "/")) for o in wanted)
+
+    for name in wanted:
+        r = root / name[len("/app/"):].rstrip("/") if name != "/app" else root
         try:
             resolved = r.resolve()
         except OSError:
             continue
         if not str(resolved).startswith(str(root.resolve())) or not r.exists():
             continue
+        files = []
         for f in _walk(root, r):
             sp = "/app/" + str(f.relative_to(root))
-            if sp not in outputs and sp not in seen and not any(sp.startswith(o.rstrip("/") + "/") for o in outputs):
-                seen.append(sp)
-    return seen[:MAX_INPUT_FILES]
+            if sp not in outputs and not any(sp.startswith(o.rstrip("/") + "/") for o in outputs) \
+                    and not inner(sp, name):
+                files.append(sp)
+        files = files[:budget]
+        budget -= len(files)
+        if files:
+            units.append((name, files))
+    return units
 
 
 def tree_state(session) -> dict[str, tuple[int, str]]:
@@ -167,8 +195,8 @@ def _effect(before: dict, after: dict) -> dict[str, tuple[int, str] | None]:
     return out
 
 
-def _perturb(session, files: list[str], variant: int, timeout: float) -> dict:
-    spec = json.dumps({"files": files, "variant": variant})
+def _perturb(session, files: list[str], variant: int, timeout: float, targets: list[str] | None = None) -> dict:
+    spec = json.dumps({"files": files, "variant": variant, "targets": targets or []})
     res = session.exec("python3 -I - " + _shell_quote(spec), stdin=PERTURB_SCRIPT.read_bytes(), timeout=timeout)
     try:
         return json.loads(res.stdout.strip().splitlines()[-1])
@@ -190,14 +218,29 @@ def constant_program(path: str, data: bytes) -> bytes:
     return b"#!/bin/bash\nexit 0\n"
 
 
+def _answer_targets(produced: dict[str, bytes]) -> list[str]:
+    """The oracle's output lines: what tells the perturbation which records the answer draws on."""
+    lines: list[str] = []
+    for data in produced.values():
+        for ln in data.decode("utf-8", "replace").splitlines():
+            ln = ln.strip()
+            if ln and ln not in lines:
+                lines.append(ln[:500])
+            if len(lines) >= MAX_TARGETS:
+                return lines
+    return lines
+
+
 def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str] | None = None,
-                      zero_check: bool = True, solved: SolvedApp | None = None) -> SensitivityReport:
+                      zero_check: bool = True, solved: SolvedApp | None = None,
+                      per_input: bool = True) -> SensitivityReport:
     """Run the check (module doc) on a built image; `expected`: the test ids the final test must
     collect (validation's record). Raises RuntimeError when the oracle fails on the untouched
     environment (validation has already caught that). `zero_check`: its grades, of states that pass
     only if the task is unsound, stop at their first failing test (verifier.ZERO_CHECK). `solved`:
     validation's own oracle run's /app (quality/solved.py), taken instead of running the oracle on
-    the untouched environment again."""
+    the untouched environment again. `per_input=False`: every named input perturbed at once, as
+    one (the check before issue 40, kept as bench_input_sensitivity's baseline)."""
     from termforge.verifier import ZERO_CHECK, run_oracle, run_verifier
 
     task_dir = Path(task_dir)
@@ -208,7 +251,10 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
 
     s0 = runtime.start(image, limits)
     try:
-        files = input_files(s0, named, outputs)
+        units = input_units(s0, named, outputs)
+        files = [f for _, fs in units for f in fs]
+        if not per_input and units:
+            units = [("the named inputs", list(dict.fromkeys(files)))]
         before0 = tree_state(s0)
         s0, res = solve_in(s0, runtime, image, limits, task_dir, solved)
         if res is not None and not res.ok:
@@ -218,6 +264,7 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
         out0 = _read_outputs(s0, outputs if outputs else [p for p, v in effect0.items() if v is not None])
     finally:
         s0.stop()
+    files = list(dict.fromkeys(files))
     produced = {p: d for p, d in out0.items() if d is not None}
     # A file whose mode alone the oracle changed (chmod) is data, whatever it holds.
     programs = [p for p, d in produced.items() if _is_program(p, d)
@@ -231,57 +278,97 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
         return SensitivityReport("none", None, reason="the instruction names no input file under /app",
                                  inputs=files)
 
+    targets = _answer_targets({p: produced[p] for p in data_outputs})
     report = SensitivityReport("data", None, inputs=files)
-    for variant, name in enumerate(VARIANTS):
-        with runtime.start(image, limits) as s1:
-            done = _perturb(s1, files, variant, limits.wall_sec)
-            report.perturbations.append({"variant": name, **done})
-            if not done.get("changed"):
-                continue
-            before1 = tree_state(s1)
-            res = run_oracle(s1, task_dir, timeout=limits.wall_sec)
-            if not res.ok:
-                report.sensitive = True
-                report.reason = f"the oracle fails on the perturbed inputs ({name}): it reads them"
-                return report
-            if outputs:
-                out1 = _read_outputs(s1, outputs)
-                changed = [p for p in data_outputs if out1.get(p) != out0.get(p)]
-            else:
-                effect1 = _effect(before1, tree_state(s1))
-                changed = [p for p in data_outputs if effect1.get(p) != effect0.get(p)]
+    moved_lines: dict[str, list[str]] = {}
+    moved_after: list[str] = []
+
+    def oracle_on(s1, unit_files: list[str], variant: int, name: str, unit: str) -> tuple[dict, object, list[str]]:
+        """Perturb `unit_files` in `s1` and run the oracle: (what changed, its run or None, moved deliverables)."""
+        done = _perturb(s1, unit_files, variant, limits.wall_sec, targets)
+        report.perturbations.append({"input": unit, "variant": name, **done})
+        if not done.get("changed"):
+            return done, None, []
+        before1 = tree_state(s1)
+        ran = run_oracle(s1, task_dir, timeout=limits.wall_sec)
+        if not ran.ok:
+            return done, ran, []
+        if outputs:
+            out1 = _read_outputs(s1, outputs)
+            changed = [p for p in data_outputs if out1.get(p) != out0.get(p)]
             if changed:
-                report.sensitive = True
-                report.changed_outputs = changed
-                report.reason = f"the oracle's deliverables change when the inputs change ({name})"
-                if outputs:
-                    lines = output_lines_changed({p: out0[p] for p in changed if out0.get(p) is not None}, out1)
-                    after = "\n".join((out1.get(p) or b"").decode("utf-8", "replace") for p in changed)
-                    truth = task_dir / "private" / "truth.json"
-                    given = (read_json(truth).get("given") or {}) if truth.is_file() else {}
-                    declared = "\n".join([json.dumps(given, sort_keys=True), *outputs])
-                    leaks = stated_outputs(instruction, lines, environment_text(task_dir), after, declared)
-                    report.restated = sorted({leak.describe() for leak in leaks})
-                return report
-            if variant == len(VARIANTS) - 1:
-                # The oracle's deliverables are the unperturbed ones: grade them on the perturbed inputs.
+                for path, lines in output_lines_changed({p: out0[p] for p in changed if out0.get(p) is not None},
+                                                        out1).items():
+                    moved_lines.setdefault(path, [])
+                    moved_lines[path] += [ln for ln in lines if ln not in moved_lines[path]]
+                moved_after.extend((out1.get(p) or b"").decode("utf-8", "replace") for p in changed)
+        else:
+            effect1 = _effect(before1, tree_state(s1))
+            changed = [p for p in data_outputs if effect1.get(p) != effect0.get(p)]
+        return done, ran, changed
+
+    # Each named input alone: an oracle that reads only some of them keeps its answer when another
+    # changes, however much all of them together move it.
+    for unit, unit_files in units:
+        row = {"input": unit, "files": len(unit_files), "moved": None, "variant": None, "oracle_runs": 0}
+        report.per_input.append(row)
+        first_change = None
+        for variant, name in enumerate(VARIANTS):
+            with runtime.start(image, limits) as s1:
+                done, ran, changed = oracle_on(s1, unit_files, variant, name, unit)
+            if ran is None and not done.get("changed"):
+                continue
+            row["oracle_runs"] += 1
+            first_change = variant if first_change is None else first_change
+            if not ran.ok or changed:
+                row["moved"], row["variant"] = True, name
+                report.changed_outputs += [p for p in changed if p not in report.changed_outputs]
+                if not ran.ok:
+                    row["oracle_fails"] = True  # it reads them, and they broke it
+                break
+        if first_change is None:
+            continue  # nothing of it could be changed: not judged
+        if not row["moved"]:
+            row["moved"] = False
+            # The oracle's deliverables are the unperturbed ones: grade them where only this input changed.
+            with runtime.start(image, limits) as s1:
+                _perturb(s1, unit_files, first_change, limits.wall_sec, targets)
+                run_oracle(s1, task_dir, timeout=limits.wall_sec)
                 verdict = run_verifier(s1, task_dir, timeout=limits.wall_sec, expected=expected,
                                        options=ZERO_CHECK if zero_check else ())
-                report.sensitive = False
-                report.oracle_ignores_inputs = True
-                if verdict.reward == 1.0:
-                    report.drop, report.blame = True, "oracle"
-                    report.reason = ("oracle_ignores_inputs: the oracle writes the same deliverables whatever the "
-                                     f"inputs ({', '.join(files[:4])}{' ...' if len(files) > 4 else ''} perturbed), "
-                                     "and the final test still passes them on the perturbed inputs: the answer is a "
-                                     "constant, not computed")
-                else:
-                    report.reason = ("oracle_ignores_inputs: the oracle writes the same deliverables whatever the "
-                                     "inputs, but the final test rejects them on the perturbed inputs")
-                return report
-    if report.sensitive is None:
-        report.reason = "no input could be perturbed: " + "; ".join(
-            f"{s['path']}: {s['why']}" for p in report.perturbations for s in p.get("skipped", [])[:3])[:400]
+            report.sensitive = False
+            report.oracle_ignores_inputs = True
+            report.drop, report.blame = True, "oracle"
+            shown = f"{unit} ({', '.join(unit_files[:3])}{' ...' if len(unit_files) > 3 else ''})" \
+                if unit_files != [unit] else unit
+            tried = ", ".join(VARIANTS[v] for v in range(len(VARIANTS))
+                              if any(p.get("input") == unit and p["variant"] == VARIANTS[v] and p.get("changed")
+                                     for p in report.perturbations))
+            if verdict.reward == 1.0:
+                report.reason = (f"oracle_ignores_inputs: {unit}: the oracle writes the same deliverables whatever "
+                                 f"{shown} holds (perturbed alone: {tried}), and the final test still passes them "
+                                 f"there: the answer does not depend on {unit}, which the instruction names "
+                                 "(a constant, or computed from the other inputs alone)")
+            else:
+                report.reason = (f"oracle_ignores_inputs: {unit}: the oracle writes the same deliverables whatever "
+                                 f"{shown} holds (perturbed alone: {tried}), though the final test rejects them "
+                                 f"there: the oracle does not compute its answer from {unit}")
+            return report
+    judged = [r for r in report.per_input if r["moved"] is not None]
+    if judged:
+        report.sensitive = True
+        report.reason = ("the oracle's deliverables change when each named input changes alone ("
+                         + "; ".join(f"{r['input']}: {r['variant']}" for r in judged) + ")")
+        if outputs and moved_lines:
+            truth = task_dir / "private" / "truth.json"
+            given = (read_json(truth).get("given") or {}) if truth.is_file() else {}
+            declared = "\n".join([json.dumps(given, sort_keys=True), *outputs])
+            leaks = stated_outputs(instruction, moved_lines, environment_text(task_dir), "\n".join(moved_after),
+                                   declared)
+            report.restated = sorted({leak.describe() for leak in leaks})
+        return report
+    report.reason = "no input could be perturbed: " + "; ".join(
+        f"{s['path']}: {s['why']}" for p in report.perturbations for s in p.get("skipped", [])[:3])[:400]
     return report
 
 

@@ -6,11 +6,13 @@ grade must collect) -> oracle scores exactly 1 (twice: flaky verifiers are rejec
 agent scores 0 -> every reward-hack probe scores 0, including the hijack class (a payload planted
 in each program the final tests execute, trying every route to a forged grade) -> mutants of the
 oracle's outputs that change the answer score 0 and allowed ones score 1 (quality/mutation.py,
-`mutants` of them) -> the oracle computes from the inputs (quality/sensitivity.py: a task whose
-answer does not move with its inputs is dropped) -> the verifier's tests provably ran. Second
+`mutants` of them, and every exchange mutant: values moved between keys and rows with every aggregate
+kept) -> the oracle computes from the inputs (quality/sensitivity.py: a task whose answer does not
+move when one named input changes alone is dropped, naming it) -> the verifier's tests provably ran. Second
 solutions (solution/alternatives/*.sh: a family's second reference implementation, or the
-independent solution the llm generator had a model write) must score 1 like the oracle. Every verdict carries its reason and the
-evidence (logs) that support it.
+independent solution the llm generator had a model write) must score 1 like the oracle, and a model's
+must not be the oracle's text or structure again (quality/independence.py: a copy confirms nothing).
+Every verdict carries its reason and the evidence (logs) that support it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from termforge.runtime.base import Image, Limits
 from termforge.runtime.base import get_runtime
 from termforge.runtime.trees import Bounds, TreeWalk, read_at
 from termforge.quality.hijack import hijack_probes
+from termforge.quality.independence import repeats_oracle
 from termforge.quality.mutation import mutation_probe
 from termforge.quality.sensitivity import input_sensitivity
 from termforge.quality.solved import SolvedApp
@@ -384,8 +387,17 @@ def _independent_checks(task_dir: Path, image: Image, limits: Limits, oracle_rep
         # The run that keeps /app for others starts first when checks run at once.
         return _Check("oracle", run, first=keeps is not None)
 
+    # A model's second solution must not be the oracle again (quality/independence.py). A procedural
+    # family's is a reference implementation its author wrote apart, and composition wraps it and the
+    # oracle in the same container and strategy steps, which would count as likeness.
+    written_by_model = (read_json(task_dir / "task.json").get("provenance") or {}).get("backend") == "llm"
+
     def second_solution(alt: Path):
         def run(rt, names, _):
+            oracle_sh = (task_dir / "solution" / "solve.sh").read_text(errors="replace")
+            copied = written_by_model and repeats_oracle(oracle_sh, alt.read_text(errors="replace"))
+            if copied:
+                raise _Fail("second_solution", f"{alt.name}: {copied}")
             verdict, log = _run_agent(rt, image, limits, alt.read_text(), task_dir, expected=collected)
             if verdict.reward != 1.0:
                 raise _Fail("second_solution", f"the second solution {alt.name} scored {verdict.reward} where the "
