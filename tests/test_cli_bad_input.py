@@ -929,3 +929,50 @@ def test_stale_staging_is_removed_for_its_own_outputs_only(tmp_path):
     assert clean_stale_staging(tmp_path, ["tf-a"]) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == [".keep", ".p.json.q9w8e7.tmp", ".tf-b.k3j4ab.partial"]
     assert clean_stale_staging(tmp_path) == 2 and [p.name for p in tmp_path.iterdir()] == [".keep"]
+
+
+# -- operator edges (issue 45) ------------------------------------------------------------------
+
+
+def _shard_with_task_json_id(ws: dict, root: Path, bad_id: str) -> Path:
+    """A copy of the workspace's shard whose first task.json names bad_id (the manifest keeps the
+    safe id): what a generator model or a hand edit could leave."""
+    tasks = root / "tasks"
+    shutil.copytree(ws["tasks"], tasks, ignore=shutil.ignore_patterns("manifests"))
+    task_json = tasks / ws["ids"][0] / "task.json"
+    task_json.write_text(json.dumps({**json.loads(task_json.read_text()), "id": bad_id}))
+    manifest = root / "results" / "tasks" / "manifests" / "00000.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({**json.loads(Path(ws["valid"]["shard_manifest"]).read_text()),
+                                    "tasks_dir": str(tasks)}))
+    return manifest
+
+
+@pytest.mark.parametrize("bad_id", ["../../escaped-image", "<absolute>", "..", "tf-other"])
+def test_build_images_keeps_a_task_json_id_inside_the_images_dir(bad_id, ws, tmp_path, capsys):
+    """build-images takes the image's name from the manifest's checked id: a task.json naming an
+    unsafe id (or another task's) is refused before anything is built."""
+    bad_id = str(tmp_path / "abs-image") if bad_id == "<absolute>" else bad_id
+    case = tmp_path / "a" / "b"
+    manifest = _shard_with_task_json_id(ws, case, bad_id)
+    images = case / "images"
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    rc, err = run_main(["build-images", "--configfile", ws["valid"]["config"], "--manifest", str(manifest),
+                        "--images-dir", str(images), "--out", str(case / "out.json")], capsys)
+    task_json = case / "tasks" / ws["ids"][0] / "task.json"
+    assert check_refusal("build-images", rc, err, str(task_json)) is None, err
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_runtime_build_refuses_an_unsafe_task_json_id(ws, tmp_path):
+    """The runtimes' own build (validate, generate's checks and mutation call it directly)."""
+    from termforge.errors import InputError
+    from termforge.runtime.bwrap import BwrapRuntime
+
+    task = tmp_path / "x" / "y" / "task"
+    shutil.copytree(Path(ws["tasks"]) / ws["ids"][0], task)
+    (task / "task.json").write_text(json.dumps({**json.loads((task / "task.json").read_text()),
+                                                "id": "../../escaped-image"}))
+    with pytest.raises(InputError, match="safe path component"):
+        BwrapRuntime(rootfs="host").build(task, tmp_path / "x" / "y" / "images")
+    assert not (tmp_path / "escaped-image").exists() and not (tmp_path / "x" / "y" / "images").exists()
