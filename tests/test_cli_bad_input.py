@@ -976,3 +976,18 @@ def test_a_runtime_build_refuses_an_unsafe_task_json_id(ws, tmp_path):
     with pytest.raises(InputError, match="safe path component"):
         BwrapRuntime(rootfs="host").build(task, tmp_path / "x" / "y" / "images")
     assert not (tmp_path / "escaped-image").exists() and not (tmp_path / "x" / "y" / "images").exists()
+
+
+def test_a_reward_probe_task_id_stays_inside_the_tasks_dir(tmp_path):
+    """train.reward_probe_tasks lists ids whose instruction.md is read: `..` reaches no other file."""
+    from termforge.errors import InputError
+    from termforge.opsd.config import OPSDConfig
+    from termforge.opsd.reward_probe import split_reward_probe
+
+    (tmp_path / "instruction.md").write_text("a file outside the tasks folder\n")
+    (tmp_path / "tasks").mkdir()
+    listed = tmp_path / "probe.json"
+    listed.write_text(json.dumps([".."]))
+    cfg = OPSDConfig(data_kind="terminal", tasks_dir=str(tmp_path / "tasks"), reward_probe_tasks=str(listed))
+    with pytest.raises(InputError, match="safe path component"):
+        split_reward_probe([], cfg)
