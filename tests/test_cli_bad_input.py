@@ -17,6 +17,7 @@ import errno
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,8 @@ import pytest
 from termforge import cli
 from termforge.errors import PRODUCERS, producer_of
 from termforge.schemas import KINDS
+
+from conftest import termforge_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 PARSER = cli.build_parser()
@@ -896,7 +899,7 @@ def test_a_failed_export_leaves_nothing_and_the_next_removes_stale_staging(ws, t
         rc, err = run_main(argv, capsys)
     finally:
         termforge.export.private_row = real
-    assert rc == 2 and "No space left" in err, err
+    assert rc == 2 and "no space left" in err and str(out) in err and ws["tasks"] not in err, err
     assert not (out / "export.json").exists() and not (out / "dataset" / "train.parquet").exists()
     assert [p for p in out.rglob("*") if p.name.endswith(".partial") and p not in stale] == []
     rc, err = run_main(argv, capsys)
@@ -991,3 +994,99 @@ def test_a_reward_probe_task_id_stays_inside_the_tasks_dir(tmp_path):
     cfg = OPSDConfig(data_kind="terminal", tasks_dir=str(tmp_path / "tasks"), reward_probe_tasks=str(listed))
     with pytest.raises(InputError, match="safe path component"):
         split_reward_probe([], cfg)
+
+
+@pytest.mark.parametrize("argv", [["plan", "--configfile", str(ROOT / "config.yaml")],
+                                  ["check-config", str(ROOT / "config.yaml")],
+                                  ["dvc-yaml", "--configfile", str(ROOT / "config.yaml")]],
+                         ids=lambda a: a[0])
+def test_a_reader_that_stops_early_gets_no_traceback(argv, tmp_path):
+    """`termforge plan | head -2`: stdout is a pipe whose reader is gone (closed before the
+    command writes, so the write always meets it closed)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        res = subprocess.run([sys.executable, "-m", "termforge.cli", *argv], cwd=ROOT, stdout=write_end,
+                             stderr=subprocess.PIPE, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    finally:
+        os.close(write_end)
+    assert termforge_lines(res.stderr) == [] and res.stderr.strip() == "", res.stderr
+    assert res.returncode == 141, res.returncode
+    # Through a shell pipe, as an operator types it.
+    res = subprocess.run(f"{shlex.join([sys.executable, '-m', 'termforge.cli', *argv])} | head -c 1", shell=True,
+                         cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr, res.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real, tiny file system (a tmpfs mounted here: needs root), and a way to fill it up to a
+    given number of free bytes."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+
+    def fill(leave: int) -> None:
+        filler = mount / ".filler"
+        filler.unlink(missing_ok=True)
+        free = os.statvfs(mount).f_bavail * os.statvfs(mount).f_frsize
+        with open(filler, "wb") as fh:
+            fh.write(b"\0" * max(free - leave, 0))
+
+    try:
+        yield mount, fill
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+# (command, its arguments with OUT for the folder on the small disk, the outputs it writes)
+FULL_DISK_CASES = {
+    "passk": (lambda ws, out: ["passk", "--solved", ws["valid"]["solve_records"], "--out", f"{out}/solve/passk.json",
+                               "--csv", f"{out}/solve/passk.csv", "--sft", f"{out}/solve/sft.parquet"]),
+    "export": (lambda ws, out: ["export", "--configfile", ws["valid"]["config"], "--corpus",
+                                ws["valid"]["corpus_manifest"], "--out-dir", f"{out}/export"]),
+    "eval-table": (lambda ws, out: ["eval-table", "--records", ws["valid"]["eval_record"], "--out",
+                                    f"{out}/eval/results.csv"]),
+    "sample-axes": (lambda ws, out: ["sample-axes", "--configfile", ws["valid"]["config"], "--out",
+                                     f"{out}/axes/signatures.jsonl", "--stats", f"{out}/axes/stats.json"]),
+    "generate": (lambda ws, out: ["generate", "--configfile", ws["valid"]["config"], "--signatures",
+                                  ws["valid"]["signatures"], "--shard", "00000", "--tasks-dir", f"{out}/tasks",
+                                  "--out", f"{out}/tasks/manifests/00000.json"]),
+}
+
+
+@pytest.mark.parametrize("cmd", sorted(FULL_DISK_CASES))
+def test_a_full_disk_names_the_output_and_leaves_nothing(cmd, ws, small_disk, capsys):
+    """ENOSPC on an output: one line naming an output (never an input) and the space needed;
+    nothing half-made, not even an empty folder. Filled to several levels, so the disk fills
+    before the first output and part way through the later ones."""
+    mount, fill = small_disk
+    argv = FULL_DISK_CASES[cmd](ws, mount / "results")
+    inputs = [a for a in argv[1:] if not a.startswith(str(mount)) and Path(a).exists()]
+    failures = []
+    for leave in (0, 4096, 12288, 40960, 98304):
+        shutil.rmtree(mount / "results", ignore_errors=True)
+        fill(leave)
+        rc, err = run_main(argv, capsys)
+        # generate keeps the task directories it finished (the next run resumes from them)
+        done = [p for p in (mount / "results" / "tasks").glob("*/task.json")] if cmd == "generate" else []
+        left = sorted(str(p.relative_to(mount)) for p in mount.rglob("*") if p.name != ".filler" and
+                      not any(d.parent == p or d.parent in p.parents or p in d.parents for d in done))
+        if rc == 0:
+            continue  # it fitted
+        lines = termforge_lines(err)  # progress bars aside
+        line = lines[0] if lines else ""
+        if rc != 2 or len(lines) != 1 or not line.startswith(f"termforge: error: {cmd}: {mount}/results/"):
+            failures.append(f"leave {leave}: rc {rc}: {err[-600:]!r}")
+        elif any(i in line for i in inputs):
+            failures.append(f"leave {leave}: names no output (or an input): {line!r}")
+        elif "no space left" not in line or "free" not in line:
+            failures.append(f"leave {leave}: does not say the space needed: {line!r}")
+        elif left:
+            failures.append(f"leave {leave}: left {left}")
+    (mount / ".filler").unlink()
+    assert not failures, "\n".join(failures)

@@ -31,11 +31,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
-from termforge.errors import ConfigError, InputError, TermforgeError, one_line, os_error_problem
-from termforge.io import atomic_write_json, atomic_write_text
+from termforge.errors import (ConfigError, InputError, NoSpaceError, TermforgeError, is_no_space, one_line,
+                              os_error_problem)
+from termforge.io import StagedOutputs, atomic_write_json, atomic_write_text
 
 
 def input_arg(sp: argparse.ArgumentParser, *flags: str, kind: str, **kw) -> argparse.Action:
@@ -194,9 +197,11 @@ def cmd_sample_axes(args) -> int:
     sigs = sample_signatures(o["corpus.n_tasks"], o["seed"], o["corpus.mix"], taxonomy, domains=domains,
                              anchor_prob=o["corpus.anchor_prob"],
                              new_bucket_weight=o["corpus.sft_v2_new_bucket_weight"])
-    write_signatures(args.out, sigs)
     stats = axis_balance(sigs, taxonomy, domains)
-    write_stats(args.stats, stats)
+    with StagedOutputs() as staged:  # signatures and their balance, both or neither
+        write_signatures(staged.file(args.out), sigs)
+        write_stats(staged.file(args.stats), stats)
+        staged.publish()
     print(f"sample-axes: {len(sigs)} signatures -> {args.out}; balance (exp(H)/N): "
           + ", ".join(f"{k}={v['normalised_effective_number']:.2f}" for k, v in stats["axes"].items()
                       if v.get("normalised_effective_number") is not None))
@@ -936,19 +941,62 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _full_output(sp: argparse.ArgumentParser, args: argparse.Namespace, exc: OSError) -> str:
+    """The declared output a full disk stopped: one the error names, else the one on the file
+    system with the least space left (an input the error may name is never blamed)."""
+    from termforge.errors import free_bytes
+
+    outputs = []
+    for action in sp._actions:
+        value = getattr(args, action.dest, None) if getattr(action, "termforge_output", None) else None
+        outputs += [str(v) for v in (value if isinstance(value, list) else [value]) if v is not None]
+    for name in (exc.filename, exc.filename2):
+        for out in outputs:
+            if name is not None and Path(os.fsdecode(name)).is_relative_to(out):
+                return out
+    return min(outputs, key=lambda o: free_bytes(o) or 0, default=str(Path.cwd()))
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe its reader has closed (`termforge plan | head -2`)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+    except (AttributeError, ValueError, OSError):  # not a real file (captured output)
+        return False
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         check_inputs(subcommands(parser)[args.command], args)
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a reader that stopped early is found here, not at interpreter exit
+        return status
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        # The reader took what it wanted: no traceback, and nothing more to write (the
+        # interpreter's own flush at exit would fail again), with the status a SIGPIPE gives.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except NoSpaceError as exc:
+        print(one_line(f"termforge: error: {args.command}: {exc}"), file=sys.stderr)
     except InputError as exc:
         print(one_line(f"termforge: error: {args.command}: {exc}"), file=sys.stderr)
     except TermforgeError as exc:
         print(one_line(f"termforge: error: {exc}"), file=sys.stderr)
     except OSError as exc:
-        # A file problem no reader anticipated (a full disk, a vanished folder): still one line
-        # naming the file. An OSError without a file is a bug and keeps its traceback.
+        if is_no_space(exc):  # a writer without its own NoSpaceError: name the output, not the file
+            full = _full_output(subcommands(parser)[args.command], args, exc)
+            print(one_line(f"termforge: error: {args.command}: {NoSpaceError(full)}"), file=sys.stderr)
+            return 2
+        # A file problem no reader anticipated (a vanished folder): still one line naming the
+        # file. An OSError without a file is a bug and keeps its traceback.
         if not exc.filename:
             raise
         print(one_line(f"termforge: error: {args.command}: {InputError(exc.filename, os_error_problem(exc))}"),
