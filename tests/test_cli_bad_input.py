@@ -73,6 +73,38 @@ def test_an_undeclared_path_argument_is_caught():
     assert undeclared_path_args(parser) == ["import-things --source-file"]
 
 
+def options_without_help(parser: argparse.ArgumentParser, name: str = "termforge") -> list[str]:
+    """Every option, positional argument and subcommand of parser (and its subcommands) whose
+    --help says nothing about it."""
+    out = []
+    for a in parser._actions:
+        if isinstance(a, argparse._HelpAction):
+            continue
+        if isinstance(a, argparse._SubParsersAction):
+            helped = {c.dest for c in a._choices_actions if c.help and c.help.strip()}
+            for sub_name, sp in a.choices.items():
+                if sub_name not in helped:
+                    out.append(f"{name} {sub_name}")
+                out += options_without_help(sp, f"{name} {sub_name}")
+        elif not a.help or a.help == argparse.SUPPRESS or not a.help.strip():
+            out.append(f"{name} {'/'.join(a.option_strings) or a.dest}")
+    return out
+
+
+def test_every_option_says_what_it_is():
+    missing = options_without_help(PARSER)
+    assert not missing, f"give these a help= text (what the value is, and its default): {missing}"
+
+
+def test_an_option_without_help_is_caught():
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sp = sub.add_parser("new-thing", help="does a new thing")
+    sp.add_argument("--depth", type=int)
+    sub.add_parser("unexplained")
+    assert options_without_help(parser) == ["termforge new-thing --depth", "termforge unexplained"]
+
+
 # -- a valid workspace: one generated shard and a valid file of every input kind ------------------
 
 
