@@ -7,6 +7,7 @@ from termforge.cluster import preflight, train_launcher, train_resources
 from termforge.config import (
     ablation_config,
     check_config,
+    check_config_files,
     coerce_cli_overrides,
     model_names,
     shard_ids,
@@ -18,6 +19,8 @@ from termforge.params import stage_params_json, stamp_input
 # Schema check by Snakemake itself (fills defaults), then termforge's checks with a one-line
 # message naming the key (a jsonschema traceback is not something a user should read).
 try:
+    # Snakemake's own YAML reading keeps the last of two equal keys: the files are read again here.
+    check_config_files(workflow.configfiles)
     # Nested --config values arrive as strings: typed by the schema first (termforge.config).
     config.update(
         check_config(coerce_cli_overrides(config, workflow.config_settings.config))

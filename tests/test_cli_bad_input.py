@@ -1122,3 +1122,81 @@ def test_a_full_disk_names_the_output_and_leaves_nothing(cmd, ws, small_disk, ca
             failures.append(f"leave {leave}: left {left}")
     (mount / ".filler").unlink()
     assert not failures, "\n".join(failures)
+
+
+DUPLICATE_OVERLAY = "corpus:\n  n_tasks: 4\n  shard_size: 2\n  # a later edit\n  n_tasks: 6\n"
+
+
+def _names_the_duplicate(line: str, key: str, first: int, second: int) -> bool:
+    return f"key {key} is written twice (line {first} and line {second})" in line
+
+
+def test_a_key_written_twice_in_a_config_is_one_line(tmp_path, capsys):
+    overlay = tmp_path / "dup.yaml"
+    overlay.write_text(DUPLICATE_OVERLAY)
+    for argv in (["check-config", str(ROOT / "config.yaml"), str(overlay)],
+                 ["plan", "--configfile", str(ROOT / "config.yaml"), str(overlay)],
+                 ["sample-axes", "--configfile", str(ROOT / "config.yaml"), str(overlay), "--out",
+                  str(tmp_path / "out" / "s.jsonl"), "--stats", str(tmp_path / "out" / "stats.json")]):
+        rc, err = run_main(argv, capsys)
+        lines = termforge_lines(err)
+        assert rc == 2 and len(lines) == 1 and str(overlay) in lines[0], (argv[0], err)
+        assert _names_the_duplicate(lines[0], "corpus.n_tasks", 2, 5), lines[0]
+    assert not (tmp_path / "out").exists()
+    # Nested in a list, and the same key spelled as a different YAML scalar of the same value.
+    overlay.write_text("ablations:\n  a: {train: {lr: 1, lr: 2}}\n")
+    rc, err = run_main(["check-config", str(overlay)], capsys)
+    assert rc == 2 and _names_the_duplicate(err, "ablations.a.train.lr", 2, 2), err
+    overlay.write_text("seed: 1\n'seed': 2\n")
+    rc, err = run_main(["check-config", str(overlay)], capsys)
+    assert rc == 2 and _names_the_duplicate(err, "seed", 1, 2), err
+
+
+def test_a_key_written_twice_in_a_taxonomy_is_one_line(tmp_path, capsys):
+    from termforge.axes.taxonomy import package_taxonomy_path
+
+    text = package_taxonomy_path().read_text()
+    first = next(i for i, line in enumerate(text.splitlines(), 1) if line.startswith("languages:"))
+    lang = next(line for line in text.splitlines()[first:] if line.startswith("  "))
+    taxonomy = tmp_path / "taxonomy.yaml"
+    lines = text.splitlines()
+    lines.insert(first + 1, lang)  # the first language again, one line below itself
+    taxonomy.write_text("\n".join(lines) + "\n")
+    overlay = tmp_path / "tax.yaml"
+    overlay.write_text(f"corpus: {{taxonomy: {taxonomy}}}\n")
+    rc, err = run_main(["sample-axes", "--configfile", str(ROOT / "config.yaml"), str(overlay), "--out",
+                        str(tmp_path / "out" / "s.jsonl"), "--stats", str(tmp_path / "out" / "stats.json")], capsys)
+    out = termforge_lines(err)
+    key = "languages." + lang.split(":")[0].strip()
+    assert rc == 2 and len(out) == 1 and str(taxonomy) in out[0], err
+    assert _names_the_duplicate(out[0], key, first + 1, first + 2), out[0]
+
+
+def test_a_key_written_twice_in_a_base_declaration_is_refused(tmp_path):
+    from termforge.errors import ConfigError
+    from termforge.images.declarations import BASES_DIR, load_declarations
+
+    bases = tmp_path / "bases"
+    shutil.copytree(BASES_DIR, bases)
+    decl = bases / "debian-bookworm-slim.yaml"
+    decl.write_text(decl.read_text() + "suite: trixie\n")
+    suite_line = next(i for i, line in enumerate(decl.read_text().splitlines(), 1) if line.startswith("suite:"))
+    last = len(decl.read_text().splitlines())
+    with pytest.raises(ConfigError) as info:
+        load_declarations(bases)
+    assert str(decl) in str(info.value) and _names_the_duplicate(str(info.value), "suite", suite_line, last)
+
+
+@pytest.mark.slow
+def test_snakemake_stops_on_a_key_written_twice(tmp_path):
+    """Snakemake reads config files with its own YAML loader (last key wins): the workflow reads
+    them again and stops with termforge's line."""
+    overlay = tmp_path / "dup.yaml"
+    overlay.write_text(DUPLICATE_OVERLAY)
+    res = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "-s", str(ROOT / "Snakefile"),
+                          "-d", str(ROOT), "--configfile", str(ROOT / "config.yaml"), str(overlay)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    lines = termforge_lines(res.stderr + res.stdout)
+    assert res.returncode != 0 and len(lines) == 1, res.stderr[-2000:]
+    assert str(overlay) in lines[0] and _names_the_duplicate(lines[0], "corpus.n_tasks", 2, 5), lines[0]
