@@ -1200,3 +1200,45 @@ def test_snakemake_stops_on_a_key_written_twice(tmp_path):
     lines = termforge_lines(res.stderr + res.stdout)
     assert res.returncode != 0 and len(lines) == 1, res.stderr[-2000:]
     assert str(overlay) in lines[0] and _names_the_duplicate(lines[0], "corpus.n_tasks", 2, 5), lines[0]
+
+
+@pytest.fixture
+def read_only_disk(tmp_path):
+    """A real read-only file system (a tmpfs mounted read-only: needs root, whom a chmod'ed folder
+    would not stop)."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(mount)], capture_output=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_read_only_output_is_named_as_given(ws, read_only_disk, capsys):
+    """Never under a staging sibling's name (`.tf-….partial`), which the user never gave."""
+    ro = read_only_disk
+    cases = {
+        "generate": (["generate", "--configfile", ws["valid"]["config"], "--signatures", ws["valid"]["signatures"],
+                      "--shard", "00000", "--tasks-dir", str(ro), "--out", str(ws["root"] / "ro-m.json")], str(ro)),
+        "generate-sub": (["generate", "--configfile", ws["valid"]["config"], "--signatures", ws["valid"]["signatures"],
+                          "--shard", "00000", "--tasks-dir", str(ro / "tasks"), "--out",
+                          str(ws["root"] / "ro-m.json")], str(ro / "tasks")),
+        "sample-axes": (["sample-axes", "--configfile", ws["valid"]["config"], "--out", str(ro / "s.jsonl"),
+                         "--stats", str(ws["root"] / "ro-stats.json")], str(ro / "s.jsonl")),
+        "export": (["export", "--configfile", ws["valid"]["config"], "--corpus", ws["valid"]["corpus_manifest"],
+                    "--out-dir", str(ro / "export")], str(ro / "export")),
+        "passk": (["passk", "--solved", ws["valid"]["solve_records"], "--out", str(ro / "p.json"), "--csv",
+                   str(ro / "p.csv")], str(ro / "p.json")),
+    }
+    failures = []
+    for name, (argv, given) in cases.items():
+        rc, err = run_main(argv, capsys)
+        lines = termforge_lines(err)
+        want = f"termforge: error: {argv[0]}: {given}: is on a read-only file system"
+        if rc != 2 or len(lines) != 1 or not lines[0].startswith(want) or ".partial" in err:
+            failures.append(f"{name}: rc {rc}: {err[-500:]!r}")
+    assert not (ws["root"] / "ro-m.json").exists() and not (ws["root"] / "ro-stats.json").exists()
+    assert not failures, "\n".join(failures)

@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 from termforge.errors import (ConfigError, InputError, NoSpaceError, TermforgeError, is_no_space, one_line,
-                              os_error_problem)
+                              os_error_problem, show_path)
 from termforge.io import StagedOutputs, atomic_write_json, atomic_write_text
 
 
@@ -962,20 +962,57 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _full_output(sp: argparse.ArgumentParser, args: argparse.Namespace, exc: OSError) -> str:
-    """The declared output a full disk stopped: one the error names, else the one on the file
-    system with the least space left (an input the error may name is never blamed)."""
-    from termforge.errors import free_bytes
-
+def _declared_outputs(sp: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
     outputs = []
     for action in sp._actions:
         value = getattr(args, action.dest, None) if getattr(action, "termforge_output", None) else None
         outputs += [str(v) for v in (value if isinstance(value, list) else [value]) if v is not None]
-    for name in (exc.filename, exc.filename2):
+    return outputs
+
+
+def _output_named(outputs: list[str], *names) -> str | None:
+    """The declared output a path from an OSError belongs to: the output itself, the folder it
+    lies in, or the output a staging sibling (`.{output}.{random}.partial`) is being written for."""
+    from termforge.io import staging_owner
+
+    for name in names:
+        if name is None:
+            continue
+        path = Path(os.fsdecode(name))
+        owner = staging_owner(path.name)
+        candidates = [path, path.with_name(owner)] if owner else [path]
         for out in outputs:
-            if name is not None and Path(os.fsdecode(name)).is_relative_to(out):
+            if any(c == Path(out) or c.is_relative_to(out) for c in candidates):
                 return out
-    return min(outputs, key=lambda o: free_bytes(o) or 0, default=str(Path.cwd()))
+    return None
+
+
+def _full_output(outputs: list[str], exc: OSError) -> str:
+    """The declared output a full disk stopped: one the error names, else the one on the file
+    system with the least space left (an input the error may name is never blamed)."""
+    from termforge.errors import free_bytes
+
+    return _output_named(outputs, exc.filename, exc.filename2) or \
+        min(outputs, key=lambda o: free_bytes(o) or 0, default=str(Path.cwd()))
+
+
+def _is_write_error(exc: OSError, output: str) -> bool:
+    """Whether an OSError about a path of `output` came from writing it: the output itself or a
+    staging sibling failed, or the file system is read-only (a folder output is read too)."""
+    import errno
+    from termforge.io import staging_owner
+
+    name = Path(os.fsdecode(exc.filename))
+    return exc.errno == errno.EROFS or name == Path(output) or staging_owner(name.name) is not None
+
+
+def _write_problem(exc: OSError) -> str:
+    """What an OSError met while writing says about the output, in words."""
+    import errno
+
+    words = {errno.EROFS: "is on a read-only file system (expected somewhere to write)",
+             errno.EACCES: "is not writable (permission denied)", errno.EPERM: "is not writable (operation not permitted)"}
+    return words.get(exc.errno) or os_error_problem(exc)
 
 
 def _stdout_closed() -> bool:
@@ -1012,9 +1049,15 @@ def main(argv: list[str] | None = None) -> int:
     except TermforgeError as exc:
         print(one_line(f"termforge: error: {exc}"), file=sys.stderr)
     except OSError as exc:
+        outputs = _declared_outputs(subcommands(parser)[args.command], args)
         if is_no_space(exc):  # a writer without its own NoSpaceError: name the output, not the file
-            full = _full_output(subcommands(parser)[args.command], args, exc)
-            print(one_line(f"termforge: error: {args.command}: {NoSpaceError(full)}"), file=sys.stderr)
+            print(one_line(f"termforge: error: {args.command}: {NoSpaceError(_full_output(outputs, exc))}"),
+                  file=sys.stderr)
+            return 2
+        output = _output_named(outputs, exc.filename)
+        if output is not None and _is_write_error(exc, output):  # named as the user gave it
+            print(one_line(f"termforge: error: {args.command}: {show_path(output)}: {_write_problem(exc)}"),
+                  file=sys.stderr)
             return 2
         # A file problem no reader anticipated (a vanished folder): still one line naming the
         # file. An OSError without a file is a bug and keeps its traceback.

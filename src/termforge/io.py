@@ -290,7 +290,7 @@ def _remove(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def _staging_owner(name: str) -> str | None:
+def staging_owner(name: str) -> str | None:
     """The output a staging leftover belongs to: `.{output}.{random}.partial` (or `.tmp`), or
     `.{output}.old-{pid}`; None for any other name. mkstemp/mkdtemp's random part has no dot."""
     if not name.startswith("."):
@@ -311,7 +311,7 @@ def clean_stale_staging(root: Path, names: Iterable[str] | None = None) -> int:
     n = 0
     if root.is_dir():
         for p in root.iterdir():
-            owner = _staging_owner(p.name)
+            owner = staging_owner(p.name)
             if owner is not None and (wanted is None or owner in wanted):
                 _remove(p)
                 n += 1
