@@ -3,7 +3,7 @@ import sys
 
 from snakemake.utils import validate
 
-from termforge.cluster import preflight, train_launcher, train_resources
+from termforge.cluster import preflight, serve_group_problem, train_launcher, train_resources
 from termforge.config import (
     ablation_config,
     check_config,
@@ -67,6 +67,19 @@ SOLVE_PARTITION = GPU_PARTITION if SERVED else CPU_PARTITION
 # Server ids: `policy` (one server for every shard) or policy-000, policy-001 ... (one per
 # serve.shards_per_server shards; each runs as one group job with the shards it serves).
 SHARDS_PER_SERVER = config["serve"]["shards_per_server"]
+
+
+# Snakemake's own refusal of a too-small --cores for these groups names no option: say which.
+if SERVED:
+    problem = serve_group_problem(
+        workflow._cores,
+        GPU_THREADS,
+        CPU_THREADS,
+        len(SHARDS),
+        SHARDS_PER_SERVER,
+    )
+    if problem:
+        sys.exit(f"termforge: config error: {problem}")
 
 
 def server_of(shard):

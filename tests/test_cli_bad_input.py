@@ -1242,3 +1242,39 @@ def test_a_read_only_output_is_named_as_given(ws, read_only_disk, capsys):
             failures.append(f"{name}: rc {rc}: {err[-500:]!r}")
     assert not (ws["root"] / "ro-m.json").exists() and not (ws["root"] / "ro-stats.json").exists()
     assert not failures, "\n".join(failures)
+
+
+def test_serve_group_cores_is_where_snakemake_stops_refusing():
+    from termforge.cluster import serve_group_problem
+
+    # gpu-full + tmax15k: servers of 16 threads, 4 shards of 8 threads each per server
+    assert serve_group_problem(47, 16, 8, 40, 4) is not None and "--cores 48" in serve_group_problem(2, 16, 8, 40, 4)
+    assert serve_group_problem(48, 16, 8, 40, 4) is None
+    # one server for every shard; fewer shards than a server takes; no --cores known
+    assert "--cores 22" in serve_group_problem(2, 2, 4, 5, 0)
+    assert "--cores 10" in serve_group_problem(9, 2, 4, 2, 3) and serve_group_problem(10, 2, 4, 2, 3) is None
+    assert serve_group_problem(None, 16, 8, 40, 4) is None
+
+
+@pytest.mark.slow
+def test_a_served_dry_run_without_enough_cores_says_which_cores(tmp_path):
+    """Snakemake refuses the policy server groups below their summed threads with a WorkflowError
+    about `_cores`; the workflow says first which --cores they need, and that --cores plans."""
+    overlay = tmp_path / "served.yaml"
+    overlay.write_text("corpus: {n_tasks: 4, shard_size: 2}\nserve: {enabled: true, shards_per_server: null}\n"
+                       "solve: {agent: model}\ncluster: {cpu_threads: 2, gpus_per_job: 1, cpus_per_gpu: 3}\n")
+
+    def dry(*cores):
+        return subprocess.run([sys.executable, "-m", "snakemake", "-n", *cores, "-s", str(ROOT / "Snakefile"),
+                               "-d", str(tmp_path), "--configfile", str(ROOT / "config.yaml"), str(overlay)],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+
+    for cores in (["--cores", "2"], ["--cores", "6"]):
+        res = dry(*cores)
+        lines = termforge_lines(res.stderr + res.stdout)
+        assert res.returncode != 0 and len(lines) == 1, res.stderr[-2000:]
+        assert "needs --cores 7 (serve_policy 3 threads + 2 x solve 2 threads" in lines[0], lines[0]
+        assert "WorkflowError" not in res.stderr
+    res = dry("--cores", "7")
+    assert res.returncode == 0 and "serve_policy" in res.stdout, res.stderr[-2000:]
