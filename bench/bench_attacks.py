@@ -15,6 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from bench_args import chosen  # noqa: E402
 from conftest import make_signature  # noqa: E402
 from termforge.generate.families import all_families  # noqa: E402
 from termforge.generate.procedural import generate_task  # noqa: E402
@@ -29,12 +30,13 @@ LIMITS = Limits(wall_sec=40, cpu_sec=40, memory_mb=2048, max_procs=64, max_open_
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--families", default="")
-    ap.add_argument("--attacks", default="")
+    ap.add_argument("--families", default="", help="comma-separated family names (default: every family)")
+    ap.add_argument("--attacks", default="", help="comma-separated attack names (default: every attack)")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
-    fams = [f for f in all_families() if not args.families or f.name in args.families.split(",")]
-    attacks = [a for a in sorted(ATTACKS) if not args.attacks or a in args.attacks.split(",")]
+    names = chosen("--families", args.families, [f.name for f in all_families()])
+    fams = [f for f in all_families() if f.name in names]
+    attacks = chosen("--attacks", args.attacks, sorted(ATTACKS))
     with tempfile.TemporaryDirectory(prefix="tf-bench-attacks-") as tmp:
         root = Path(tmp)
         rt = BwrapRuntime()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from bench_args import chosen  # noqa: E402
 from conftest import make_signature  # noqa: E402
 from termforge.generate.families import all_families  # noqa: E402
 from termforge.generate.procedural import generate_task  # noqa: E402
@@ -27,7 +28,8 @@ def main() -> int:
     ap.add_argument("--families", default="")
     ap.add_argument("--seeds", type=int, default=3)
     args = ap.parse_args()
-    fams = [f for f in all_families() if not args.families or f.name in args.families.split(",")]
+    names = chosen("--families", args.families, [f.name for f in all_families()])
+    fams = [f for f in all_families() if f.name in names]
     with tempfile.TemporaryDirectory(prefix="tf-bench-mutation-") as tmp:
         root = Path(tmp)
         rt, limits = BwrapRuntime(), Limits(wall_sec=60, cpu_sec=60, memory_mb=4096)

@@ -1278,3 +1278,74 @@ def test_a_served_dry_run_without_enough_cores_says_which_cores(tmp_path):
         assert "WorkflowError" not in res.stderr
     res = dry("--cores", "7")
     assert res.returncode == 0 and "serve_policy" in res.stdout, res.stderr[-2000:]
+
+
+# -- bench scripts: an unknown name is an error, never an empty measurement ---------------------
+
+# (script, arguments with one unknown name or missing path, the option named in the error)
+BENCH_BAD_NAMES = {
+    "attacks-families": ("bench_attacks.py", ["--families", "nosuch"], "--families"),
+    "attacks-attacks": ("bench_attacks.py", ["--attacks", "disk_fill,nosuch"], "--attacks"),
+    "compose-families": ("bench_compose.py", ["--families", "nosuch"], "--families"),
+    "compose-fixtures": ("bench_compose.py", ["--fixtures", "nosuch"], "--fixtures"),
+    "mutation-families": ("bench_mutation.py", ["--families", "nosuch"], "--families"),
+    "validate-families": ("bench_validate.py", ["--families", "log_level_filter", "nosuch"], "--families"),
+    "validate-paths": ("bench_validate.py", ["--paths", "old,nosuch"], "--paths"),
+    "opsd-loss-variants": ("bench_opsd_loss.py", ["--variants", "nosuch"], "--variants"),
+    "opsd-step-variants": ("bench_opsd_step.py", ["--variants", "nosuch"], "--variants"),
+    "terminal-learning-levels": ("bench_terminal_learning.py", ["--levels", "nosuch"], "--levels"),
+    "terminal-learning-objectives": ("bench_terminal_learning.py", ["--objectives", "nosuch", "--quick"],
+                                     "--objectives"),
+    "plan-overlay": ("bench_plan.py", ["--overlay", "nosuch.yaml"], "--overlay"),
+    "scale-overlay": ("bench_scale.py", ["--overlay", "nosuch.yaml"], "--overlay"),
+    "generate-signatures": ("bench_generate.py", ["--signatures", "nosuch.yaml"], "--signatures"),
+    "hint-gate-corpus": ("bench_hint_gate.py", ["--corpus", "nosuch"], "--corpus"),
+    "hint-gate-disguises": ("bench_hint_gate.py", ["--disguises", "nosuch"], "--disguises"),
+}
+# Bench options that name nothing to check: numbers, files the script writes, free text, internal.
+BENCH_FREE_OPTIONS = {
+    "bench_decontam.py --keep": "a folder it creates", "bench_scale.py --keep": "a folder it creates",
+    "bench_harness.py --concurrency": "numbers", "bench_hint_gate.py --judge": "a model spec (JSON)",
+    "bench_hint_gate.py --probe": "a model spec (JSON)", "bench_hint_gate.py --split": "argparse choices",
+    "bench_opsd_loss.py --worker": "internal (argparse choices)", "bench_opsd_loss.py --out": "internal: written",
+    "bench_opsd_step.py --variant": "internal: one of --variants, checked there",
+    "bench_terminal_learning.py --out": "written", "bench_terminal_learning.py --temperatures": "numbers",
+    "bench_terminal_learning.py --turn-caps": "numbers", "bench_terminal_learning.py --token-caps": "numbers",
+    "bench_terminal_learning.py --select": "argparse choices",
+    "bench_terminal_step.py --model": "a Hub id or a local model (the loader names it)",
+    "bench_validate.py --baseline": "a git revision (git names it)", "stress_suite.py --out": "written",
+    "stress_suite.py pytest_args": "passed to pytest", "validate_at_commit.py sample": "internal (bench_validate)",
+    "validate_at_commit.py --limits": "internal (bench_validate)",
+    "validate_at_commit.py --cpu-usage-file": "internal (bench_validate)",
+}
+
+
+def bench_value_options() -> set[str]:
+    """Every bench option that takes a value other than a number."""
+    found = set()
+    for script in sorted((ROOT / "bench").glob("*.py")):
+        for m in re.finditer(r"add_argument\(\s*\"([^\"]+)\"([^)]*)", script.read_text()):
+            rest = m.group(2)
+            if re.search(r"type=(int|float)|action=\"store_(true|false)\"", rest):
+                continue
+            found.add(f"{script.name} {m.group(1)}")
+    return found
+
+
+def test_every_bench_name_option_is_checked():
+    covered = {f"{s} {opt}" for s, _, opt in BENCH_BAD_NAMES.values()}
+    unlisted = bench_value_options() - covered - set(BENCH_FREE_OPTIONS)
+    assert not unlisted, f"check these with bench/bench_args.py and add a case to BENCH_BAD_NAMES: {sorted(unlisted)}"
+    assert len(BENCH_FREE_OPTIONS) <= 25  # the exceptions stay few, each with its reason
+
+
+@pytest.mark.parametrize("case", sorted(BENCH_BAD_NAMES))
+def test_a_bench_script_refuses_an_unknown_name(case, tmp_path):
+    script, args, option = BENCH_BAD_NAMES[case]
+    # (before the fix an unknown level sampled signatures forever: the timeout bounds that)
+    res = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    lines = [line for line in res.stderr.splitlines() if line.startswith(f"{script}: error: ")]
+    assert "Traceback" not in res.stderr and res.returncode == 2, (res.returncode, res.stderr[-1500:])
+    assert len(lines) == 1 and f"{option}: " in lines[0] and "nosuch" in lines[0], res.stderr[-1500:]
+    assert res.stdout.strip() == "" or "0 families" not in res.stdout, res.stdout[-500:]
