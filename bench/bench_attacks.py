@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from bench_args import chosen  # noqa: E402
 from conftest import make_signature  # noqa: E402
 from termforge.generate.families import all_families  # noqa: E402
 from termforge.generate.procedural import generate_task  # noqa: E402
@@ -32,15 +33,18 @@ LIMITS = Limits(wall_sec=40, cpu_sec=40, memory_mb=2048, max_procs=64, max_open_
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--families", default="")
-    ap.add_argument("--attacks", default="")
+    ap.add_argument("--families", default="", help="comma-separated family names (default: every family)")
+    ap.add_argument("--attacks", default="", help="comma-separated attack names (default: every attack)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--escapes", default="", help="build escapes to run (default: all)")
     ap.add_argument("--builds-only", action="store_true", help="only the Dockerfile-build escapes")
     ap.add_argument("--no-builds", action="store_true", help="no Dockerfile-build escapes")
     args = ap.parse_args()
+    from build_attacks import ESCAPES
+
+    escapes = chosen("--escapes", args.escapes, list(ESCAPES))
     forged = 0 if args.builds_only else grade_attacks(args)
-    escaped = 0 if args.no_builds else build_escapes([e for e in args.escapes.split(",") if e])
+    escaped = 0 if args.no_builds else build_escapes(escapes)
     return 1 if forged or escaped else 0
 
 
@@ -48,7 +52,7 @@ def build_escapes(names: list[str]) -> int:
     """Each escape in a build of its own; prints what it reached; the number that reached anything."""
     import shutil
 
-    from build_attacks import ESCAPES, Canary
+    from build_attacks import Canary
     from termforge.evals.harbor_tasks import build_harbor_image, load_harbor_task
     from termforge.images.dockerfile import find_built
     from termforge.io import read_json
@@ -56,7 +60,7 @@ def build_escapes(names: list[str]) -> int:
     task = Path(__file__).resolve().parents[1] / "benchmarks" / "tb-mini" / "log-error-summary"
     escaped, t0 = 0, time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tf-bench-escapes-") as tmp:
-        for name in names or list(ESCAPES):
+        for name in names:
             task_dir = Path(tmp) / name
             shutil.copytree(task, task_dir)
             canary = Canary.plant()
@@ -74,14 +78,15 @@ def build_escapes(names: list[str]) -> int:
             escaped += bool(findings)
             print(f"build escape {name}: {'ESCAPED ' + str(len(findings)) + ': ' + '; '.join(findings)[:300] if findings else 'found nothing of the host'}",
                   flush=True)
-    print(f"\n{len(names or ESCAPES)} build escapes in {time.monotonic() - t0:.0f}s; escaped: {escaped}")
+    print(f"\n{len(names)} build escapes in {time.monotonic() - t0:.0f}s; escaped: {escaped}")
     return escaped
 
 
 def grade_attacks(args) -> int:
     """Every family x attack on the solve path's grading; the number of forged grades."""
-    fams = [f for f in all_families() if not args.families or f.name in args.families.split(",")]
-    attacks = [a for a in sorted(ATTACKS) if not args.attacks or a in args.attacks.split(",")]
+    names = chosen("--families", args.families, [f.name for f in all_families()])
+    fams = [f for f in all_families() if f.name in names]
+    attacks = chosen("--attacks", args.attacks, sorted(ATTACKS))
     with tempfile.TemporaryDirectory(prefix="tf-bench-attacks-") as tmp:
         root = Path(tmp)
         rt = BwrapRuntime()

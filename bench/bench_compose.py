@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from bench_args import chosen  # noqa: E402
 from conftest import make_signature  # noqa: E402
 from termforge.generate.bundles import CONTAINERS  # noqa: E402
 from termforge.generate.families import all_families  # noqa: E402
@@ -42,8 +43,9 @@ def main() -> int:
     except ImportError:  # pragma: no cover
         def tqdm(x, **_):
             return x
-    families = [f for f in all_families() if not args.families or f.name in args.families]
-    kinds = [k for k in CONTAINERS if not args.fixtures or k in args.fixtures]
+    names = chosen("--families", args.families, [f.name for f in all_families()])
+    families = [f for f in all_families() if f.name in names]
+    kinds = chosen("--fixtures", args.fixtures, CONTAINERS)
     verifiers = list(STRATEGIES)
     jobs = []
     for i, fam in enumerate(families):

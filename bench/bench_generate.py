@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from bench_args import existing  # noqa: E402
 from termforge.axes.sampler import sample_signatures  # noqa: E402
 from termforge.axes.taxonomy import load_taxonomy  # noqa: E402
 from termforge.generate.honour import AXES, SHAPE_AXES, actual_axes, honoured_axes  # noqa: E402
@@ -136,6 +137,7 @@ if __name__ == "__main__":
     ap.add_argument("--signatures", metavar="OVERLAY", help="build every signature of this overlay (in memory)")
     ap.add_argument("--limit", type=int, default=0, help="with --signatures: only the first N signatures")
     a = ap.parse_args()
+    existing("--signatures", a.signatures)
     if a.signatures:
         bench_signatures(a.signatures, a.limit)
     else:

@@ -23,6 +23,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from bench_args import existing
 from termforge.hints.corpus import DEFAULT_CORPUS, corpus_tasks, load_corpus, score_gate
 from termforge.hints.gate import LEAK_FINDINGS, check_hint
 
@@ -88,6 +89,8 @@ def main() -> None:
     ap.add_argument("--split", choices=("tune", "heldout", "both"), default="both",
                     help="which kinds of the meaning-level corpus to score")
     args = ap.parse_args()
+    existing("--corpus", args.corpus)
+    existing("--disguises", args.disguises or None)
     leaks, honest = load_corpus(args.corpus)
     with tempfile.TemporaryDirectory() as tmp:
         seeds = sorted({r["seed"] for r in leaks + honest})

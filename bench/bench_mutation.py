@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from bench_args import chosen  # noqa: E402
 from conftest import make_signature  # noqa: E402
 from termforge.generate.families import all_families  # noqa: E402
 from termforge.generate.procedural import generate_task  # noqa: E402
@@ -31,8 +32,9 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--names", default="", help="only mutants whose name starts with one of these (comma-separated)")
     args = ap.parse_args()
-    names = tuple(n for n in args.names.split(",") if n) or None
-    fams = [f for f in all_families() if not args.families or f.name in args.families.split(",")]
+    kinds = tuple(n for n in args.names.split(",") if n) or None
+    names = chosen("--families", args.families, [f.name for f in all_families()])
+    fams = [f for f in all_families() if f.name in names]
     with tempfile.TemporaryDirectory(prefix="tf-bench-mutation-") as tmp:
         root = Path(tmp)
         rt, limits = BwrapRuntime(), Limits(wall_sec=60, cpu_sec=60, memory_mb=4096)
@@ -45,7 +47,7 @@ def main() -> int:
                 # Distinct indexes: families of one domain would otherwise share a task id.
                 sig = make_signature(1000 * (seed + 1) + i, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
                 task = generate_task(sig, root / "tasks", families=[fam])
-                results += run_mutants(task, rt, root / "images", limits, seed=seed, names=names)
+                results += run_mutants(task, rt, root / "images", limits, seed=seed, names=kinds)
             k = kill_rate(results)
             ex = kill_rate([r for r in results if r["name"].split("@")[0] in EXCHANGE_KINDS])
             ex_wrong += ex["answer_changing"]

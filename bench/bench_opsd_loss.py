@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+from bench_args import chosen
+
 VARIANTS = ("naive_full", "unchunked", "chunked")
 # glibc raises its mmap threshold (up to 32 MiB) after the first large free, and then serves
 # chunk-sized tensors from a heap it rarely returns; a fixed 1 MiB threshold sends every large
@@ -135,6 +137,7 @@ def main() -> None:
     parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    variants = chosen("--variants", args.variants, VARIANTS)
     if args.worker:
         worker(args)
         return
@@ -147,7 +150,7 @@ def main() -> None:
           f"beta {args.beta}, T {args.temperature}, clip {args.clip}, {args.threads} threads")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for variant in args.variants.split(","):
+        for variant in variants:
             out = os.path.join(tmp, variant + ".json")
             passthrough = [a for a in sys.argv[1:] if not a.startswith(("--worker", "--out"))]
             subprocess.run([sys.executable, __file__, *passthrough, "--worker", variant, "--out", out],

@@ -37,6 +37,8 @@ import subprocess
 import sys
 import time
 
+from bench_args import chosen
+
 QWEN3_1_7B_SHAPE = dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
                         num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
                         rope_theta=1_000_000.0, tie_word_embeddings=True, rms_norm_eps=1e-6)
@@ -219,6 +221,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--variant", help=argparse.SUPPRESS)  # internal: run one variant in this process
     args = parser.parse_args()
+    variants = chosen("--variants", args.variants, ("ours", "reference"))
     if args.tiny:
         for key, value in dict(prompts=4, max_completion=48, prompt_min=8, prompt_max=24, context_min=16,
                                context_max=40, micro_batch=2, chunk_size=16, steps=1).items():
@@ -231,7 +234,7 @@ def main() -> int:
         return 0
 
     results = {}
-    for variant in args.variants.split(","):
+    for variant in variants:
         cmd = [sys.executable, __file__, "--variant", variant] + [a for a in sys.argv[1:]
                                                                     if not a.startswith("--variants")]
         env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=os.environ.get("PYTORCH_CUDA_ALLOC_CONF",

@@ -8,6 +8,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_args import existing
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -24,9 +26,10 @@ def plan(overlays: list[Path]) -> tuple[float, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--overlay", default=str(ROOT / "configs" / "tmax15k.yaml"))
+    ap.add_argument("--overlay", default=str(ROOT / "configs" / "tmax15k.yaml"), help="the config overlay to plan")
     ap.add_argument("--skip-baseline", action="store_true", help="only time the sharded plan")
     args = ap.parse_args()
+    existing("--overlay", args.overlay)
     sharded, _ = plan([Path(args.overlay)])
     print(f"sharded plan ({args.overlay}): {sharded:.2f} s")
     if args.skip_baseline:

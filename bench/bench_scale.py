@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_args import existing
 from termforge.config import load_config
 from termforge.params import stage_params_json
 
@@ -50,6 +51,7 @@ def main() -> None:
     ap.add_argument("--project-size", type=int, default=15_000)
     ap.add_argument("--keep", help="run in this directory and keep it")
     args = ap.parse_args()
+    existing("--overlay", ROOT / args.overlay)  # before any work is set up
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,7 @@ while other processes hold the cores); on idle cores use 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -43,9 +44,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from bench_args import chosen  # noqa: E402
+from termforge.axes.vocab import TASK_COMPLEXITIES  # noqa: E402
 from termforge.io import atomic_write_json, read_json, seed_from  # noqa: E402
+from termforge.opsd.config import OPSDConfig  # noqa: E402
 
-LEVELS = ("short", "moderate", "complex", "intricate")
+LEVELS = TASK_COMPLEXITIES
+# What train.objective may be: checked before the pool is built (the trainer would refuse it after).
+OBJECTIVES = next(f.metadata["choices"] for f in dataclasses.fields(OPSDConfig) if f.name == "objective")
 TASK_TIMEOUT_SEC = 3600.0
 
 
@@ -199,7 +205,7 @@ def rates_table(result: dict) -> str:
 def measure(args) -> None:
     """The pass@k grid of the untrained model over the calibration pool (issue #30, step 2)."""
     root = Path(args.out)
-    ids = make_pool(root, args.pool, args.pool_seed, tuple(args.levels.split(",")))
+    ids = make_pool(root, args.pool, args.pool_seed, args.levels)
     base = BaseModel(args.threads)
     for temperature in [float(x) for x in args.temperatures.split(",")]:
         for turn_cap in [int(x) for x in args.turn_caps.split(",")]:
@@ -404,7 +410,7 @@ def print_report(result: dict) -> None:
 
 def learn(args) -> dict:
     root = Path(args.out)
-    ids = make_pool(root, args.pool, args.pool_seed, tuple(args.levels.split(",")))
+    ids = make_pool(root, args.pool, args.pool_seed, args.levels)
     base = BaseModel(args.threads)
     selection = passk(root, base, ids, args.k, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                       turn_cap=args.turn_cap, max_new_tokens=args.max_new_tokens,
@@ -414,7 +420,7 @@ def learn(args) -> dict:
     train, held = split_band(root, selection, args.heldout, args.pool_seed, fill=args.quick, select=args.select)
     band = len(train) + len(held)
     objectives = {}
-    for objective in args.objectives.split(","):
+    for objective in args.objectives:
         runs = [run_training(args, root, objective, seed)
                 for seed in range(args.first_seed, args.first_seed + args.seeds)]
         objectives[objective] = {"stats": objective_stats(runs, seed_from("bench-stats", objective)),
@@ -459,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--select", choices=("band", "all"), default="band",
                         help="which pool tasks train and are held out: those solved sometimes by the untrained "
                              "model (band), or all of them")
-    parser.add_argument("--objectives", default="grpo,mixed")
+    parser.add_argument("--objectives", default="grpo,mixed",
+                        help=f"comma-separated training objectives to compare ({', '.join(OBJECTIVES)})")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--first-seed", type=int, default=0,
                         help="seeds first-seed .. first-seed + seeds - 1: processes may share the seeds out over "
@@ -471,6 +478,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lora-r", type=int, default=8)
     parser.add_argument("--eval-episodes", type=int, default=8, help="held-out episodes per task, before and after")
     args = parser.parse_args(argv)
+    # Names checked before any work (an unknown level would otherwise sample signatures forever).
+    args.levels = tuple(chosen("--levels", args.levels, TASK_COMPLEXITIES))
+    args.objectives = chosen("--objectives", args.objectives, OBJECTIVES)
     if args.quick:
         args.pool, args.k, args.seeds, args.steps, args.prompts, args.group = 8, 3, 1, 1, 1, 2
         args.heldout, args.eval_episodes, args.max_new_tokens = 2, 2, 32

@@ -50,6 +50,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from bench_args import chosen  # noqa: E402
 from conftest import make_signature  # noqa: E402
 from termforge.generate.bundles import CONTAINERS  # noqa: E402
 from termforge.generate.families import all_families  # noqa: E402
@@ -141,14 +142,8 @@ def main() -> int:
     ap.add_argument("--baseline", metavar="REV",
                     help="also re-measure commit REV's validation on the same sample, first (df5ae13: the issue's)")
     args = ap.parse_args()
-    paths = [p for p in args.paths.split(",") if p]
-    if not paths or any(p not in PATHS for p in paths) or len(set(paths)) != len(paths):
-        print(f"--paths: expected some of {', '.join(PATHS)}, comma-separated, got {args.paths!r}", file=sys.stderr)
-        return 2
-    jobs = sample(args.families)
-    if args.families and not jobs:
-        print(f"--families: no such family among {[f.name for f in all_families()]}", file=sys.stderr)
-        return 2
+    paths = chosen("--paths", args.paths, PATHS)
+    jobs = sample(chosen("--families", args.families, [f.name for f in all_families()]))
     # The validate rule's limits (config.yaml runtime.*): what a task is allowed, not a bench choice.
     limits = Limits(**LIMITS)
     profiles = {p: accounting.StepProfile() for p in paths}

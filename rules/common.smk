@@ -3,10 +3,11 @@ import sys
 
 from snakemake.utils import validate
 
-from termforge.cluster import preflight, train_launcher, train_resources
+from termforge.cluster import preflight, serve_group_problem, train_launcher, train_resources
 from termforge.config import (
     ablation_config,
     check_config,
+    check_config_files,
     coerce_cli_overrides,
     model_names,
     shard_ids,
@@ -18,6 +19,8 @@ from termforge.params import stage_params_json, stamp_input
 # Schema check by Snakemake itself (fills defaults), then termforge's checks with a one-line
 # message naming the key (a jsonschema traceback is not something a user should read).
 try:
+    # Snakemake's own YAML reading keeps the last of two equal keys: the files are read again here.
+    check_config_files(workflow.configfiles)
     # Nested --config values arrive as strings: typed by the schema first (termforge.config).
     config.update(
         check_config(coerce_cli_overrides(config, workflow.config_settings.config))
@@ -64,6 +67,19 @@ SOLVE_PARTITION = GPU_PARTITION if SERVED else CPU_PARTITION
 # Server ids: `policy` (one server for every shard) or policy-000, policy-001 ... (one per
 # serve.shards_per_server shards; each runs as one group job with the shards it serves).
 SHARDS_PER_SERVER = config["serve"]["shards_per_server"]
+
+
+# Snakemake's own refusal of a too-small --cores for these groups names no option: say which.
+if SERVED:
+    problem = serve_group_problem(
+        workflow._cores,
+        GPU_THREADS,
+        CPU_THREADS,
+        len(SHARDS),
+        SHARDS_PER_SERVER,
+    )
+    if problem:
+        sys.exit(f"termforge: config error: {problem}")
 
 
 def server_of(shard):

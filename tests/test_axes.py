@@ -116,7 +116,7 @@ def test_structural_errors_name_the_key(tmp_path, mutate, key):
 def test_duplicate_yaml_key_is_rejected_and_strict_counts_apply_on_request(tmp_path):
     p = tmp_path / "dup.yaml"
     p.write_text("languages: {bash: 1}\ndomains:\n  debugging: {}\n  debugging: {}\n")
-    with pytest.raises(ConfigError, match=r"dup.yaml: duplicate key 'debugging' \(line 4\)"):
+    with pytest.raises(ConfigError, match=r"dup.yaml: key domains.debugging is written twice \(line 3 and line 4\)"):
         load_taxonomy(p)
     with pytest.raises(ConfigError, match="must define every domain"):
         load_taxonomy(write_yaml(tmp_path, small_user_taxonomy()), strict=True)

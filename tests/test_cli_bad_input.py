@@ -17,6 +17,7 @@ import errno
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,8 @@ import pytest
 from termforge import cli
 from termforge.errors import PRODUCERS, producer_of
 from termforge.schemas import KINDS
+
+from conftest import termforge_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 PARSER = cli.build_parser()
@@ -68,6 +71,38 @@ def test_an_undeclared_path_argument_is_caught():
     sp = sub.add_parser("import-things")
     sp.add_argument("--source-file", required=True)
     assert undeclared_path_args(parser) == ["import-things --source-file"]
+
+
+def options_without_help(parser: argparse.ArgumentParser, name: str = "termforge") -> list[str]:
+    """Every option, positional argument and subcommand of parser (and its subcommands) whose
+    --help says nothing about it."""
+    out = []
+    for a in parser._actions:
+        if isinstance(a, argparse._HelpAction):
+            continue
+        if isinstance(a, argparse._SubParsersAction):
+            helped = {c.dest for c in a._choices_actions if c.help and c.help.strip()}
+            for sub_name, sp in a.choices.items():
+                if sub_name not in helped:
+                    out.append(f"{name} {sub_name}")
+                out += options_without_help(sp, f"{name} {sub_name}")
+        elif not a.help or a.help == argparse.SUPPRESS or not a.help.strip():
+            out.append(f"{name} {'/'.join(a.option_strings) or a.dest}")
+    return out
+
+
+def test_every_option_says_what_it_is():
+    missing = options_without_help(PARSER)
+    assert not missing, f"give these a help= text (what the value is, and its default): {missing}"
+
+
+def test_an_option_without_help_is_caught():
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sp = sub.add_parser("new-thing", help="does a new thing")
+    sp.add_argument("--depth", type=int)
+    sub.add_parser("unexplained")
+    assert options_without_help(parser) == ["termforge new-thing --depth", "termforge unexplained"]
 
 
 # -- a valid workspace: one generated shard and a valid file of every input kind ------------------
@@ -896,7 +931,7 @@ def test_a_failed_export_leaves_nothing_and_the_next_removes_stale_staging(ws, t
         rc, err = run_main(argv, capsys)
     finally:
         termforge.export.private_row = real
-    assert rc == 2 and "No space left" in err, err
+    assert rc == 2 and "no space left" in err and str(out) in err and ws["tasks"] not in err, err
     assert not (out / "export.json").exists() and not (out / "dataset" / "train.parquet").exists()
     assert [p for p in out.rglob("*") if p.name.endswith(".partial") and p not in stale] == []
     rc, err = run_main(argv, capsys)
@@ -929,3 +964,388 @@ def test_stale_staging_is_removed_for_its_own_outputs_only(tmp_path):
     assert clean_stale_staging(tmp_path, ["tf-a"]) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == [".keep", ".p.json.q9w8e7.tmp", ".tf-b.k3j4ab.partial"]
     assert clean_stale_staging(tmp_path) == 2 and [p.name for p in tmp_path.iterdir()] == [".keep"]
+
+
+# -- operator edges (issue 45) ------------------------------------------------------------------
+
+
+def _shard_with_task_json_id(ws: dict, root: Path, bad_id: str) -> Path:
+    """A copy of the workspace's shard whose first task.json names bad_id (the manifest keeps the
+    safe id): what a generator model or a hand edit could leave."""
+    tasks = root / "tasks"
+    shutil.copytree(ws["tasks"], tasks, ignore=shutil.ignore_patterns("manifests"))
+    task_json = tasks / ws["ids"][0] / "task.json"
+    task_json.write_text(json.dumps({**json.loads(task_json.read_text()), "id": bad_id}))
+    manifest = root / "results" / "tasks" / "manifests" / "00000.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({**json.loads(Path(ws["valid"]["shard_manifest"]).read_text()),
+                                    "tasks_dir": str(tasks)}))
+    return manifest
+
+
+@pytest.mark.parametrize("bad_id", ["../../escaped-image", "<absolute>", "..", "tf-other"])
+def test_build_images_keeps_a_task_json_id_inside_the_images_dir(bad_id, ws, tmp_path, capsys):
+    """build-images takes the image's name from the manifest's checked id: a task.json naming an
+    unsafe id (or another task's) is refused before anything is built."""
+    bad_id = str(tmp_path / "abs-image") if bad_id == "<absolute>" else bad_id
+    case = tmp_path / "a" / "b"
+    manifest = _shard_with_task_json_id(ws, case, bad_id)
+    images = case / "images"
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    rc, err = run_main(["build-images", "--configfile", ws["valid"]["config"], "--manifest", str(manifest),
+                        "--images-dir", str(images), "--out", str(case / "out.json")], capsys)
+    task_json = case / "tasks" / ws["ids"][0] / "task.json"
+    assert check_refusal("build-images", rc, err, str(task_json)) is None, err
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_runtime_build_refuses_an_unsafe_task_json_id(ws, tmp_path):
+    """The runtimes' own build (validate, generate's checks and mutation call it directly)."""
+    from termforge.errors import InputError
+    from termforge.runtime.bwrap import BwrapRuntime
+
+    task = tmp_path / "x" / "y" / "task"
+    shutil.copytree(Path(ws["tasks"]) / ws["ids"][0], task)
+    (task / "task.json").write_text(json.dumps({**json.loads((task / "task.json").read_text()),
+                                                "id": "../../escaped-image"}))
+    with pytest.raises(InputError, match="safe path component"):
+        BwrapRuntime(rootfs="host").build(task, tmp_path / "x" / "y" / "images")
+    assert not (tmp_path / "escaped-image").exists() and not (tmp_path / "x" / "y" / "images").exists()
+
+
+def test_a_reward_probe_task_id_stays_inside_the_tasks_dir(tmp_path):
+    """train.reward_probe_tasks lists ids whose instruction.md is read: `..` reaches no other file."""
+    from termforge.errors import InputError
+    from termforge.opsd.config import OPSDConfig
+    from termforge.opsd.reward_probe import split_reward_probe
+
+    (tmp_path / "instruction.md").write_text("a file outside the tasks folder\n")
+    (tmp_path / "tasks").mkdir()
+    listed = tmp_path / "probe.json"
+    listed.write_text(json.dumps([".."]))
+    cfg = OPSDConfig(data_kind="terminal", tasks_dir=str(tmp_path / "tasks"), reward_probe_tasks=str(listed))
+    with pytest.raises(InputError, match="safe path component"):
+        split_reward_probe([], cfg)
+
+
+@pytest.mark.parametrize("argv", [["plan", "--configfile", str(ROOT / "config.yaml")],
+                                  ["check-config", str(ROOT / "config.yaml")],
+                                  ["dvc-yaml", "--configfile", str(ROOT / "config.yaml")]],
+                         ids=lambda a: a[0])
+def test_a_reader_that_stops_early_gets_no_traceback(argv, tmp_path):
+    """`termforge plan | head -2`: stdout is a pipe whose reader is gone (closed before the
+    command writes, so the write always meets it closed)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        res = subprocess.run([sys.executable, "-m", "termforge.cli", *argv], cwd=ROOT, stdout=write_end,
+                             stderr=subprocess.PIPE, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    finally:
+        os.close(write_end)
+    assert termforge_lines(res.stderr) == [] and res.stderr.strip() == "", res.stderr
+    assert res.returncode == 141, res.returncode
+    # Through a shell pipe, as an operator types it.
+    res = subprocess.run(f"{shlex.join([sys.executable, '-m', 'termforge.cli', *argv])} | head -c 1", shell=True,
+                         cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr, res.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real, tiny file system (a tmpfs mounted here: needs root), and a way to fill it up to a
+    given number of free bytes."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+
+    def fill(leave: int) -> None:
+        filler = mount / ".filler"
+        filler.unlink(missing_ok=True)
+        free = os.statvfs(mount).f_bavail * os.statvfs(mount).f_frsize
+        with open(filler, "wb") as fh:
+            fh.write(b"\0" * max(free - leave, 0))
+
+    try:
+        yield mount, fill
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+# (command, its arguments with OUT for the folder on the small disk, the outputs it writes)
+FULL_DISK_CASES = {
+    "passk": (lambda ws, out: ["passk", "--solved", ws["valid"]["solve_records"], "--out", f"{out}/solve/passk.json",
+                               "--csv", f"{out}/solve/passk.csv", "--sft", f"{out}/solve/sft.parquet"]),
+    "export": (lambda ws, out: ["export", "--configfile", ws["valid"]["config"], "--corpus",
+                                ws["valid"]["corpus_manifest"], "--out-dir", f"{out}/export"]),
+    "eval-table": (lambda ws, out: ["eval-table", "--records", ws["valid"]["eval_record"], "--out",
+                                    f"{out}/eval/results.csv"]),
+    "sample-axes": (lambda ws, out: ["sample-axes", "--configfile", ws["valid"]["config"], "--out",
+                                     f"{out}/axes/signatures.jsonl", "--stats", f"{out}/axes/stats.json"]),
+    "generate": (lambda ws, out: ["generate", "--configfile", ws["valid"]["config"], "--signatures",
+                                  ws["valid"]["signatures"], "--shard", "00000", "--tasks-dir", f"{out}/tasks",
+                                  "--out", f"{out}/tasks/manifests/00000.json"]),
+}
+
+
+@pytest.mark.parametrize("cmd", sorted(FULL_DISK_CASES))
+def test_a_full_disk_names_the_output_and_leaves_nothing(cmd, ws, small_disk, capsys):
+    """ENOSPC on an output: one line naming an output (never an input) and the space needed;
+    nothing half-made, not even an empty folder. Filled to several levels, so the disk fills
+    before the first output and part way through the later ones."""
+    mount, fill = small_disk
+    argv = FULL_DISK_CASES[cmd](ws, mount / "results")
+    inputs = [a for a in argv[1:] if not a.startswith(str(mount)) and Path(a).exists()]
+    failures = []
+    for leave in (0, 4096, 12288, 40960, 98304):
+        shutil.rmtree(mount / "results", ignore_errors=True)
+        fill(leave)
+        rc, err = run_main(argv, capsys)
+        # generate keeps the task directories it finished (the next run resumes from them)
+        done = [p for p in (mount / "results" / "tasks").glob("*/task.json")] if cmd == "generate" else []
+        left = sorted(str(p.relative_to(mount)) for p in mount.rglob("*") if p.name != ".filler" and
+                      not any(d.parent == p or d.parent in p.parents or p in d.parents for d in done))
+        if rc == 0:
+            continue  # it fitted
+        lines = termforge_lines(err)  # progress bars aside
+        line = lines[0] if lines else ""
+        if rc != 2 or len(lines) != 1 or not line.startswith(f"termforge: error: {cmd}: {mount}/results/"):
+            failures.append(f"leave {leave}: rc {rc}: {err[-600:]!r}")
+        elif any(i in line for i in inputs):
+            failures.append(f"leave {leave}: names no output (or an input): {line!r}")
+        elif "no space left" not in line or "free" not in line:
+            failures.append(f"leave {leave}: does not say the space needed: {line!r}")
+        elif left:
+            failures.append(f"leave {leave}: left {left}")
+    (mount / ".filler").unlink()
+    assert not failures, "\n".join(failures)
+
+
+DUPLICATE_OVERLAY = "corpus:\n  n_tasks: 4\n  shard_size: 2\n  # a later edit\n  n_tasks: 6\n"
+
+
+def _names_the_duplicate(line: str, key: str, first: int, second: int) -> bool:
+    return f"key {key} is written twice (line {first} and line {second})" in line
+
+
+def test_a_key_written_twice_in_a_config_is_one_line(tmp_path, capsys):
+    overlay = tmp_path / "dup.yaml"
+    overlay.write_text(DUPLICATE_OVERLAY)
+    for argv in (["check-config", str(ROOT / "config.yaml"), str(overlay)],
+                 ["plan", "--configfile", str(ROOT / "config.yaml"), str(overlay)],
+                 ["sample-axes", "--configfile", str(ROOT / "config.yaml"), str(overlay), "--out",
+                  str(tmp_path / "out" / "s.jsonl"), "--stats", str(tmp_path / "out" / "stats.json")]):
+        rc, err = run_main(argv, capsys)
+        lines = termforge_lines(err)
+        assert rc == 2 and len(lines) == 1 and str(overlay) in lines[0], (argv[0], err)
+        assert _names_the_duplicate(lines[0], "corpus.n_tasks", 2, 5), lines[0]
+    assert not (tmp_path / "out").exists()
+    # Nested in a list, and the same key spelled as a different YAML scalar of the same value.
+    overlay.write_text("ablations:\n  a: {train: {lr: 1, lr: 2}}\n")
+    rc, err = run_main(["check-config", str(overlay)], capsys)
+    assert rc == 2 and _names_the_duplicate(err, "ablations.a.train.lr", 2, 2), err
+    overlay.write_text("seed: 1\n'seed': 2\n")
+    rc, err = run_main(["check-config", str(overlay)], capsys)
+    assert rc == 2 and _names_the_duplicate(err, "seed", 1, 2), err
+
+
+def test_a_key_written_twice_in_a_taxonomy_is_one_line(tmp_path, capsys):
+    from termforge.axes.taxonomy import package_taxonomy_path
+
+    text = package_taxonomy_path().read_text()
+    first = next(i for i, line in enumerate(text.splitlines(), 1) if line.startswith("languages:"))
+    lang = next(line for line in text.splitlines()[first:] if line.startswith("  "))
+    taxonomy = tmp_path / "taxonomy.yaml"
+    lines = text.splitlines()
+    lines.insert(first + 1, lang)  # the first language again, one line below itself
+    taxonomy.write_text("\n".join(lines) + "\n")
+    overlay = tmp_path / "tax.yaml"
+    overlay.write_text(f"corpus: {{taxonomy: {taxonomy}}}\n")
+    rc, err = run_main(["sample-axes", "--configfile", str(ROOT / "config.yaml"), str(overlay), "--out",
+                        str(tmp_path / "out" / "s.jsonl"), "--stats", str(tmp_path / "out" / "stats.json")], capsys)
+    out = termforge_lines(err)
+    key = "languages." + lang.split(":")[0].strip()
+    assert rc == 2 and len(out) == 1 and str(taxonomy) in out[0], err
+    assert _names_the_duplicate(out[0], key, first + 1, first + 2), out[0]
+
+
+def test_a_key_written_twice_in_a_base_declaration_is_refused(tmp_path):
+    from termforge.errors import ConfigError
+    from termforge.images.declarations import BASES_DIR, load_declarations
+
+    bases = tmp_path / "bases"
+    shutil.copytree(BASES_DIR, bases)
+    decl = bases / "debian-bookworm-slim.yaml"
+    decl.write_text(decl.read_text() + "suite: trixie\n")
+    suite_line = next(i for i, line in enumerate(decl.read_text().splitlines(), 1) if line.startswith("suite:"))
+    last = len(decl.read_text().splitlines())
+    with pytest.raises(ConfigError) as info:
+        load_declarations(bases)
+    assert str(decl) in str(info.value) and _names_the_duplicate(str(info.value), "suite", suite_line, last)
+
+
+@pytest.mark.slow
+def test_snakemake_stops_on_a_key_written_twice(tmp_path):
+    """Snakemake reads config files with its own YAML loader (last key wins): the workflow reads
+    them again and stops with termforge's line."""
+    overlay = tmp_path / "dup.yaml"
+    overlay.write_text(DUPLICATE_OVERLAY)
+    res = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "-s", str(ROOT / "Snakefile"),
+                          "-d", str(ROOT), "--configfile", str(ROOT / "config.yaml"), str(overlay)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    lines = termforge_lines(res.stderr + res.stdout)
+    assert res.returncode != 0 and len(lines) == 1, res.stderr[-2000:]
+    assert str(overlay) in lines[0] and _names_the_duplicate(lines[0], "corpus.n_tasks", 2, 5), lines[0]
+
+
+@pytest.fixture
+def read_only_disk(tmp_path):
+    """A real read-only file system (a tmpfs mounted read-only: needs root, whom a chmod'ed folder
+    would not stop)."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(mount)], capture_output=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_read_only_output_is_named_as_given(ws, read_only_disk, capsys):
+    """Never under a staging sibling's name (`.tf-….partial`), which the user never gave."""
+    ro = read_only_disk
+    cases = {
+        "generate": (["generate", "--configfile", ws["valid"]["config"], "--signatures", ws["valid"]["signatures"],
+                      "--shard", "00000", "--tasks-dir", str(ro), "--out", str(ws["root"] / "ro-m.json")], str(ro)),
+        "generate-sub": (["generate", "--configfile", ws["valid"]["config"], "--signatures", ws["valid"]["signatures"],
+                          "--shard", "00000", "--tasks-dir", str(ro / "tasks"), "--out",
+                          str(ws["root"] / "ro-m.json")], str(ro / "tasks")),
+        "sample-axes": (["sample-axes", "--configfile", ws["valid"]["config"], "--out", str(ro / "s.jsonl"),
+                         "--stats", str(ws["root"] / "ro-stats.json")], str(ro / "s.jsonl")),
+        "export": (["export", "--configfile", ws["valid"]["config"], "--corpus", ws["valid"]["corpus_manifest"],
+                    "--out-dir", str(ro / "export")], str(ro / "export")),
+        "passk": (["passk", "--solved", ws["valid"]["solve_records"], "--out", str(ro / "p.json"), "--csv",
+                   str(ro / "p.csv")], str(ro / "p.json")),
+    }
+    failures = []
+    for name, (argv, given) in cases.items():
+        rc, err = run_main(argv, capsys)
+        lines = termforge_lines(err)
+        want = f"termforge: error: {argv[0]}: {given}: is on a read-only file system"
+        if rc != 2 or len(lines) != 1 or not lines[0].startswith(want) or ".partial" in err:
+            failures.append(f"{name}: rc {rc}: {err[-500:]!r}")
+    assert not (ws["root"] / "ro-m.json").exists() and not (ws["root"] / "ro-stats.json").exists()
+    assert not failures, "\n".join(failures)
+
+
+def test_serve_group_cores_is_where_snakemake_stops_refusing():
+    from termforge.cluster import serve_group_problem
+
+    # gpu-full + tmax15k: servers of 16 threads, 4 shards of 8 threads each per server
+    assert serve_group_problem(47, 16, 8, 40, 4) is not None and "--cores 48" in serve_group_problem(2, 16, 8, 40, 4)
+    assert serve_group_problem(48, 16, 8, 40, 4) is None
+    # one server for every shard; fewer shards than a server takes; no --cores known
+    assert "--cores 22" in serve_group_problem(2, 2, 4, 5, 0)
+    assert "--cores 10" in serve_group_problem(9, 2, 4, 2, 3) and serve_group_problem(10, 2, 4, 2, 3) is None
+    assert serve_group_problem(None, 16, 8, 40, 4) is None
+
+
+@pytest.mark.slow
+def test_a_served_dry_run_without_enough_cores_says_which_cores(tmp_path):
+    """Snakemake refuses the policy server groups below their summed threads with a WorkflowError
+    about `_cores`; the workflow says first which --cores they need, and that --cores plans."""
+    overlay = tmp_path / "served.yaml"
+    overlay.write_text("corpus: {n_tasks: 4, shard_size: 2}\nserve: {enabled: true, shards_per_server: null}\n"
+                       "solve: {agent: model}\ncluster: {cpu_threads: 2, gpus_per_job: 1, cpus_per_gpu: 3}\n")
+
+    def dry(*cores):
+        return subprocess.run([sys.executable, "-m", "snakemake", "-n", *cores, "-s", str(ROOT / "Snakefile"),
+                               "-d", str(tmp_path), "--configfile", str(ROOT / "config.yaml"), str(overlay)],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+
+    for cores in (["--cores", "2"], ["--cores", "6"]):
+        res = dry(*cores)
+        lines = termforge_lines(res.stderr + res.stdout)
+        assert res.returncode != 0 and len(lines) == 1, res.stderr[-2000:]
+        assert "needs --cores 7 (serve_policy 3 threads + 2 x solve 2 threads" in lines[0], lines[0]
+        assert "WorkflowError" not in res.stderr
+    res = dry("--cores", "7")
+    assert res.returncode == 0 and "serve_policy" in res.stdout, res.stderr[-2000:]
+
+
+# -- bench scripts: an unknown name is an error, never an empty measurement ---------------------
+
+# (script, arguments with one unknown name or missing path, the option named in the error)
+BENCH_BAD_NAMES = {
+    "attacks-families": ("bench_attacks.py", ["--families", "nosuch"], "--families"),
+    "attacks-attacks": ("bench_attacks.py", ["--attacks", "disk_fill,nosuch"], "--attacks"),
+    "compose-families": ("bench_compose.py", ["--families", "nosuch"], "--families"),
+    "compose-fixtures": ("bench_compose.py", ["--fixtures", "nosuch"], "--fixtures"),
+    "mutation-families": ("bench_mutation.py", ["--families", "nosuch"], "--families"),
+    "validate-families": ("bench_validate.py", ["--families", "log_level_filter", "nosuch"], "--families"),
+    "validate-paths": ("bench_validate.py", ["--paths", "old,nosuch"], "--paths"),
+    "opsd-loss-variants": ("bench_opsd_loss.py", ["--variants", "nosuch"], "--variants"),
+    "opsd-step-variants": ("bench_opsd_step.py", ["--variants", "nosuch"], "--variants"),
+    "terminal-learning-levels": ("bench_terminal_learning.py", ["--levels", "nosuch"], "--levels"),
+    "terminal-learning-objectives": ("bench_terminal_learning.py", ["--objectives", "nosuch", "--quick"],
+                                     "--objectives"),
+    "plan-overlay": ("bench_plan.py", ["--overlay", "nosuch.yaml"], "--overlay"),
+    "scale-overlay": ("bench_scale.py", ["--overlay", "nosuch.yaml"], "--overlay"),
+    "generate-signatures": ("bench_generate.py", ["--signatures", "nosuch.yaml"], "--signatures"),
+    "hint-gate-corpus": ("bench_hint_gate.py", ["--corpus", "nosuch"], "--corpus"),
+    "hint-gate-disguises": ("bench_hint_gate.py", ["--disguises", "nosuch"], "--disguises"),
+}
+# Bench options that name nothing to check: numbers, files the script writes, free text, internal.
+BENCH_FREE_OPTIONS = {
+    "bench_decontam.py --keep": "a folder it creates", "bench_scale.py --keep": "a folder it creates",
+    "bench_harness.py --concurrency": "numbers", "bench_hint_gate.py --judge": "a model spec (JSON)",
+    "bench_hint_gate.py --probe": "a model spec (JSON)", "bench_hint_gate.py --split": "argparse choices",
+    "bench_opsd_loss.py --worker": "internal (argparse choices)", "bench_opsd_loss.py --out": "internal: written",
+    "bench_opsd_step.py --variant": "internal: one of --variants, checked there",
+    "bench_terminal_learning.py --out": "written", "bench_terminal_learning.py --temperatures": "numbers",
+    "bench_terminal_learning.py --turn-caps": "numbers", "bench_terminal_learning.py --token-caps": "numbers",
+    "bench_terminal_learning.py --select": "argparse choices",
+    "bench_terminal_step.py --model": "a Hub id or a local model (the loader names it)",
+    "bench_validate.py --baseline": "a git revision (git names it)", "stress_suite.py --out": "written",
+    "stress_suite.py pytest_args": "passed to pytest", "validate_at_commit.py sample": "internal (bench_validate)",
+    "validate_at_commit.py --limits": "internal (bench_validate)",
+    "validate_at_commit.py --cpu-usage-file": "internal (bench_validate)",
+}
+
+
+def bench_value_options() -> set[str]:
+    """Every bench option that takes a value other than a number."""
+    found = set()
+    for script in sorted((ROOT / "bench").glob("*.py")):
+        for m in re.finditer(r"add_argument\(\s*\"([^\"]+)\"([^)]*)", script.read_text()):
+            rest = m.group(2)
+            if re.search(r"type=(int|float)|action=\"store_(true|false)\"", rest):
+                continue
+            found.add(f"{script.name} {m.group(1)}")
+    return found
+
+
+def test_every_bench_name_option_is_checked():
+    covered = {f"{s} {opt}" for s, _, opt in BENCH_BAD_NAMES.values()}
+    unlisted = bench_value_options() - covered - set(BENCH_FREE_OPTIONS)
+    assert not unlisted, f"check these with bench/bench_args.py and add a case to BENCH_BAD_NAMES: {sorted(unlisted)}"
+    assert len(BENCH_FREE_OPTIONS) <= 25  # the exceptions stay few, each with its reason
+
+
+@pytest.mark.parametrize("case", sorted(BENCH_BAD_NAMES))
+def test_a_bench_script_refuses_an_unknown_name(case, tmp_path):
+    script, args, option = BENCH_BAD_NAMES[case]
+    # (before the fix an unknown level sampled signatures forever: the timeout bounds that)
+    res = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    lines = [line for line in res.stderr.splitlines() if line.startswith(f"{script}: error: ")]
+    assert "Traceback" not in res.stderr and res.returncode == 2, (res.returncode, res.stderr[-1500:])
+    assert len(lines) == 1 and f"{option}: " in lines[0] and "nosuch" in lines[0], res.stderr[-1500:]
+    assert res.stdout.strip() == "" or "0 families" not in res.stdout, res.stdout[-500:]

@@ -432,3 +432,27 @@ def test_no_url_path_is_named_as_a_file(tmp_path):
     hint = procedural_hint(task_dir)
     assert "/results/" not in hint and check_hint(hint, task_dir).passed
     assert all(p.startswith("/app/") for p in re.findall(r"`(/[^`]+)`", hint)), hint
+
+
+def test_the_summary_counts_off_task_drops_apart_from_leak_drops(tasks, tmp_path, capsys):
+    """A hint dropped for being about another task is no leak: the summary line and coverage.json
+    count the two apart."""
+    a, b = tasks["sqlite_shop_questions"]
+    moved = procedural_hint(a)  # a's hint, written for b: about another task, and no secret of b's
+    assert set(check_hint(moved, b).kinds()) == {"off_task"}
+    leaking, answer = a, _truth(a)["answers"]["q3"]
+    qa, qb = (json.loads((d / "private" / "truth.json").read_text())["given"]["questions"] for d in (a, b))
+    only_a = next(text for text in qa.values() if text not in qb.values())
+
+    def reply(messages):
+        return f"Query the database; the customer is {answer}." if only_a in messages[1]["content"] else moved
+
+    with FakeOpenAIServer(replies=reply) as server:
+        cov = run_hints([b, leaking], "llm", tmp_path / "out", model=_openai_model(server), max_rounds=1)
+    status = {t: v["status"] for t, v in cov["tasks"].items()}
+    assert sorted(status.values()) == ["dropped_leak", "dropped_leak"], cov["tasks"]
+    assert cov["dropped_by_reason"] == {"leak": 1, "off_task": 1, "form": 0}, cov["tasks"]
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("hints (llm")][0]
+    assert "1 dropped for leaks, 1 dropped as off-task" in line, line
+    on_disk = json.loads((tmp_path / "out" / "coverage.json").read_text())
+    assert on_disk["dropped_by_reason"] == cov["dropped_by_reason"]

@@ -220,3 +220,45 @@ def test_combine_errors_name_the_culprit(two_runs):
     (root / "a" / "results" / "tasks" / sigs_a[3]["id"] / "task.json").write_text(json.dumps({"id": sigs_a[3]["id"]}))
     with pytest.raises(TermforgeError, match="no axis 'colour'"):
         combine([man_a], "balanced", root / "x.json", axis="colour")
+
+
+def _every_role_on_its_own_model(embedded: dict) -> tuple[dict, dict[str, str]]:
+    """A config in which every config key that names a model (MODEL_ROLES, review.judge) is in
+    use and names a priced API model of its own."""
+    from termforge.models.base import MODEL_ROLES
+
+    cfg = copy.deepcopy(embedded)
+    cfg["prices"] = {}
+    roles = {}
+    for role, cond_key, cond_value in [*MODEL_ROLES, ("review.judge", None, None)]:
+        name = "m-" + role.replace(".", "-")
+        section, key = role.split(".")
+        cfg.setdefault(section, {})[key] = name
+        if cond_key:
+            cond_section, cond_name = cond_key.split(".")
+            cfg[cond_section][cond_name] = cond_value
+        cfg["models"][name] = {"backend": "openai", "model": f"gpt-{name}"}
+        cfg["prices"][f"gpt-{name}"] = {"input_per_mtok": 1.0, "output_per_mtok": 4.0}
+        roles[role] = f"gpt-{name}"
+    return cfg, roles
+
+
+def test_every_model_the_run_calls_is_priced(embedded):
+    """A role added to MODEL_ROLES without a phase here fails this test: the plan would hide its cost."""
+    cfg, roles = _every_role_on_its_own_model(embedded)
+    est = estimate(cfg)
+    priced = {p["model"] for p in est["phases"] if p["cost_usd"] is not None and p["max_cost_usd"]}
+    assert {role: model for role, model in roles.items() if model not in priced} == {}
+
+
+def test_the_example_overlays_price_the_hint_judge_and_probe(embedded):
+    for example in ("openai.yaml", "anthropic.yaml"):
+        cfg = load_config([REPO / "config.yaml", REPO / "configs" / "examples" / example])
+        est = estimate(cfg)
+        for role in ("judge", "probe"):
+            p = phase(est, f"hints {role}")
+            assert p["model"] == cfg["models"][cfg["hints"][role]]["model"] and p["cost_usd"] > 0, (example, p)
+            # at least one call per hint draft, and never more than the hint model's worst case
+            assert p["calls"] >= phase(est, "hints")["calls"]
+        assert phase(est, "hints probe")["calls"] > phase(est, "hints judge")["calls"]  # its baselines
+        assert est["totals"]["cost_usd"] == pytest.approx(sum(p["cost_usd"] or 0 for p in est["phases"]), abs=1e-3)

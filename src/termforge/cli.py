@@ -31,11 +31,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
-from termforge.errors import ConfigError, InputError, TermforgeError, one_line, os_error_problem
-from termforge.io import atomic_write_json, atomic_write_text
+from termforge.errors import (ConfigError, InputError, NoSpaceError, TermforgeError, is_no_space, one_line,
+                              os_error_problem, show_path)
+from termforge.io import StagedOutputs, atomic_write_json, atomic_write_text
 
 
 def input_arg(sp: argparse.ArgumentParser, *flags: str, kind: str, **kw) -> argparse.Action:
@@ -194,9 +197,11 @@ def cmd_sample_axes(args) -> int:
     sigs = sample_signatures(o["corpus.n_tasks"], o["seed"], o["corpus.mix"], taxonomy, domains=domains,
                              anchor_prob=o["corpus.anchor_prob"],
                              new_bucket_weight=o["corpus.sft_v2_new_bucket_weight"])
-    write_signatures(args.out, sigs)
     stats = axis_balance(sigs, taxonomy, domains)
-    write_stats(args.stats, stats)
+    with StagedOutputs() as staged:  # signatures and their balance, both or neither
+        write_signatures(staged.file(args.out), sigs)
+        write_stats(staged.file(args.stats), stats)
+        staged.publish()
     print(f"sample-axes: {len(sigs)} signatures -> {args.out}; balance (exp(H)/N): "
           + ", ".join(f"{k}={v['normalised_effective_number']:.2f}" for k, v in stats["axes"].items()
                       if v.get("normalised_effective_number") is not None))
@@ -737,7 +742,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("check-cluster", help="can every Slurm rule run on this cluster's partitions? (a table)")
     input_arg(sp, "--configfile", kind="config", nargs="*", default=[],
               help=f"{CONFIGFILE_HELP} (./config.yaml being the Snakefile's folder's)")
-    input_arg(sp, "--snakefile", kind="text", default="Snakefile")
+    input_arg(sp, "--snakefile", kind="text", default="Snakefile",
+              help="the workflow whose rules' resources are checked (default: ./Snakefile)")
     sp.set_defaults(func=cmd_check_cluster)
 
     sp = sub.add_parser("check-config", help="validate config.yaml and overlays, and every planned job's config")
@@ -751,9 +757,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_sample_axes)
 
     sp = stage("generate", "generate the task directories of one shard")
-    input_arg(sp, "--signatures", kind="signatures", required=True)
-    sp.add_argument("--shard", required=True)
-    output_arg(sp, "--tasks-dir", dir=True, required=True)
+    input_arg(sp, "--signatures", kind="signatures", required=True,
+              help="signatures.jsonl from sample-axes (the shard's rows are generated)")
+    sp.add_argument("--shard", required=True, help="the shard number (00000, 00001, ...; rows shard*shard_size on)")
+    output_arg(sp, "--tasks-dir", dir=True, required=True,
+               help="where the task directories go (one per task id; finished ones are kept)")
     output_arg(sp, "--out", required=True, help="shard manifest JSON")
     output_arg(sp, "--images-dir", dir=True, default="results/images",
                help="llm backend: where the images its checks build are kept (build-images reuses them)")
@@ -761,19 +769,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = stage("build-images", "build the images of one shard's tasks")
     input_arg(sp, "--manifest", kind="shard_manifest", required=True, help="shard manifest from generate")
-    output_arg(sp, "--images-dir", dir=True, required=True)
+    output_arg(sp, "--images-dir", dir=True, required=True,
+               help="where each task's image goes (<images-dir>/<task id>; unchanged ones are kept)")
     output_arg(sp, "--out", required=True, help="build manifest JSON")
     sp.set_defaults(func=cmd_build_images)
 
     sp = stage("decontaminate", "n-gram overlap with reference sets and near-duplicates in the corpus")
-    input_arg(sp, "--manifests", kind="shard_manifest", nargs="+", required=True)
+    input_arg(sp, "--manifests", kind="shard_manifest", nargs="+", required=True,
+              help="every shard manifest of the corpus (near-duplicates are looked for across shards)")
     output_arg(sp, "--out", required=True, help="decontamination report JSON")
     sp.add_argument("--workers", type=int, default=1, help="processes reading and scanning tasks (the job's threads)")
     sp.set_defaults(func=cmd_decontaminate)
 
     sp = stage("validate", "validate one shard's tasks (static, build, tests, oracle, no-op, probes)")
-    input_arg(sp, "--manifest", kind="shard_manifest", required=True)
-    output_arg(sp, "--images-dir", dir=True, required=True)
+    input_arg(sp, "--manifest", kind="shard_manifest", required=True, help="shard manifest from generate")
+    output_arg(sp, "--images-dir", dir=True, required=True,
+               help="the task images build-images made (a missing or stale one is built here)")
     input_arg(sp, "--decontam", kind="decontam_report", help="decontamination report: its dropped tasks are not validated")
     output_arg(sp, "--out", required=True, help="verdicts JSON")
     output_arg(sp, "--profile", help="per-step profile JSON (count, wall and CPU seconds per validation step)")
@@ -790,16 +801,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_review, verdicts=None)
 
     sp = sub.add_parser("corpus-manifest", help="merge shard verdicts into the manifest of kept tasks")
-    input_arg(sp, "--verdicts", kind="verdicts", nargs="+", required=True)
+    input_arg(sp, "--verdicts", kind="verdicts", nargs="+", required=True,
+              help="every shard's verdicts JSON from validate")
     input_arg(sp, "--reviews", kind="reviews", nargs="*",
               help="rubric reviews of the shards: tasks the review dropped leave the corpus")
-    output_arg(sp, "--out", required=True)
+    output_arg(sp, "--out", required=True, help="the corpus manifest JSON (kept tasks, and why the others went)")
     sp.set_defaults(func=cmd_corpus_manifest)
 
     sp = stage("solve", "k rollouts per kept task of one shard, graded by the clean verifier")
     input_arg(sp, "--manifest", kind="shard_manifest", required=True, help="shard manifest from generate")
     input_arg(sp, "--corpus", kind="corpus_manifest", required=True, help="corpus manifest of kept tasks")
-    output_arg(sp, "--images-dir", dir=True, required=True)
+    output_arg(sp, "--images-dir", dir=True, required=True,
+               help="the task images build-images made (rollouts run in them)")
     output_arg(sp, "--trajectories", dir=True, required=True, help="directory for per-rollout trajectories")
     output_arg(sp, "--out", required=True, help="rollouts JSON of the shard")
     input_arg(sp, "--server", kind="policy_server",
@@ -812,20 +825,22 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_serve_policy)
 
     sp = sub.add_parser("passk", help="pass@k tables from the solve stage, and the SFT set of successes")
-    input_arg(sp, "--solved", kind="solve_records", nargs="+", required=True)
-    output_arg(sp, "--out", required=True)
-    output_arg(sp, "--csv", required=True)
+    input_arg(sp, "--solved", kind="solve_records", nargs="+", required=True,
+              help="every solve shard's rollouts JSON")
+    output_arg(sp, "--out", required=True, help="pass@k JSON: overall, per task and per domain/complexity/kind")
+    output_arg(sp, "--csv", required=True, help="the per-task pass@k table as CSV")
     output_arg(sp, "--sft", help="parquet of successful rollouts (chat messages)")
     input_arg(sp, "--trace-reviews", kind="reviews", nargs="*",
               help="rubric reviews of the solve traces: a rollout they reject is no success")
     sp.set_defaults(func=cmd_passk)
 
     sp = stage("make-math-set", "generate the offline integer-answer math set (train + held-out)")
-    output_arg(sp, "--out-dir", dir=True, required=True)
+    output_arg(sp, "--out-dir", dir=True, required=True, help="where train.jsonl and heldout.jsonl go")
     sp.set_defaults(func=cmd_make_math_set)
 
     sp = stage("train", "OPSD: on-policy self-distillation of the policy (one ablation)")
-    output_arg(sp, "--out-dir", dir=True, required=True)
+    output_arg(sp, "--out-dir", dir=True, required=True,
+               help="the run's folder: weights, checkpoints (a rerun resumes), metrics, summary.json")
     input_arg(sp, "--dataset", kind="dataset", help="math prompts (overrides train.dataset)")
     input_arg(sp, "--probe-dataset", kind="dataset", help="held-out math rows for the KL probe (overrides train.probe_dataset)")
     input_arg(sp, "--demos", kind="demos", help="demos.parquet for terminal data (overrides train.demos)")
@@ -847,13 +862,15 @@ def build_parser() -> argparse.ArgumentParser:
         output_arg(sp, "--out-dir", dir=True, required=True, help="directory for per-item results")
         output_arg(sp, "--out", required=True, help="the eval record JSON")
         input_arg(sp, "--math-heldout", kind="dataset", help="held-out split of the offline math set (for math_data:heldout)")
-        output_arg(sp, "--images-dir", dir=True, default="results/images/tbench")
+        output_arg(sp, "--images-dir", dir=True, default="results/images/tbench",
+                   help="where the benchmark tasks' images are built and kept (default: %(default)s)")
         sp.set_defaults(func=func)
 
     sp = sub.add_parser("import-harbor", help="a folder of Harbor tasks (or a Harbor dataset id) as a task corpus")
     input_arg(sp, "source", kind="harbor_source",
               help="a Harbor task or dataset folder, or NAME[@VERSION] fetched with the harbor CLI")
-    output_arg(sp, "--out-dir", dir=True, required=True)
+    output_arg(sp, "--out-dir", dir=True, required=True,
+               help="where the imported corpus goes: task directories, shard and corpus manifests")
     sp.add_argument("--name", help="dataset name (task id prefix, reference source); default: the folder's name, "
                                    "or the dataset id (terminal-bench@2.0: terminal-bench-2.0)")
     output_arg(sp, "--harbor-dir", dir=True,
@@ -874,24 +891,28 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_images)
 
     sp = sub.add_parser("eval-table", help="merge eval records into the tidy results table")
-    input_arg(sp, "--records", kind="eval_record", nargs="+", required=True)
-    output_arg(sp, "--out", required=True)
+    input_arg(sp, "--records", kind="eval_record", nargs="+", required=True,
+              help="the eval record JSONs of eval-aime and eval-tbench (every model and benchmark)")
+    output_arg(sp, "--out", required=True, help="results.csv (metrics.json is written beside it)")
     sp.set_defaults(func=cmd_eval_table)
 
     sp = stage("hints", "one leak-gated, method-level hint per kept task (demos.parquet)")
     input_arg(sp, "--corpus", kind="corpus_manifest", required=True, help="corpus manifest of kept tasks")
-    output_arg(sp, "--out-dir", dir=True, required=True)
+    output_arg(sp, "--out-dir", dir=True, required=True, help="where demos.parquet and coverage.json go")
     sp.set_defaults(func=cmd_hints)
 
     sp = sub.add_parser("report", help="the run report: one self-contained HTML page plus CSV tables and PNG plots")
-    input_arg(sp, "--results", kind="results_dir", default="results")
-    output_arg(sp, "--out", default="results/report.html")
-    output_arg(sp, "--tables", dir=True, default="results/report")
+    input_arg(sp, "--results", kind="results_dir", default="results",
+              help="the run's results folder to report on (default: %(default)s)")
+    output_arg(sp, "--out", default="results/report.html", help="the HTML page (default: %(default)s)")
+    output_arg(sp, "--tables", dir=True, default="results/report",
+               help="where the CSV tables and PNG plots go (default: %(default)s)")
     sp.add_argument("--gpu-rules", nargs="*", default=list(GPU_RULES), help="rules billed as GPU hours")
     sp.set_defaults(func=cmd_report)
 
     sp = sub.add_parser("dag", help="draw the rule graph and the job DAG (SVG, PNG, dot; mermaid)")
-    output_arg(sp, "--out", dir=True, default="docs/dag")
+    output_arg(sp, "--out", dir=True, default="docs/dag",
+               help="where rulegraph and jobs .dot/.svg/.png go (default: %(default)s)")
     input_arg(sp, "--configfile", kind="config", nargs="+", default=None, help=CONFIGFILE_HELP)
     output_arg(sp, "--mermaid", help="also write the rule graph as mermaid to this file")
     input_arg(sp, "--readme", kind="text", help="also refresh the `dvc dag --md` block of this README")
@@ -903,11 +924,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_plan)
 
     sp = sub.add_parser("combine", help="merge corpus manifests: balanced (SFT) or union (RL)")
-    input_arg(sp, "--manifests", kind="any_corpus_manifest", nargs="+", required=True)
-    sp.add_argument("--mode", choices=["balanced", "union"], required=True)
-    sp.add_argument("--axis", default="domain")
-    sp.add_argument("--seed", type=int, default=0)
-    output_arg(sp, "--out", required=True)
+    input_arg(sp, "--manifests", kind="any_corpus_manifest", nargs="+", required=True,
+              help="the corpus manifests to merge (results/corpus/manifest.json of several runs)")
+    sp.add_argument("--mode", choices=["balanced", "union"], required=True,
+                    help="union: every kept task once; balanced: the same number of tasks per value of --axis")
+    sp.add_argument("--axis", default="domain",
+                    help="balanced: the signature axis whose values get equal shares (default: %(default)s)")
+    sp.add_argument("--seed", type=int, default=0,
+                    help="balanced: seed of the choice of tasks kept per value (default: %(default)s)")
+    output_arg(sp, "--out", required=True, help="the merged corpus manifest JSON")
     sp.set_defaults(func=cmd_combine)
 
     sp = sub.add_parser("dvc-yaml", help="print dvc.yaml for the workflow (stages, params, outs)")
@@ -924,7 +949,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "verifiers environment package with prime-rl configs")
     input_arg(sp, "--manifests", kind="shard_manifest", nargs="+", help="shard manifests: export every generated task")
     input_arg(sp, "--corpus", kind="corpus_manifest", help="corpus manifest: export the tasks validation kept")
-    output_arg(sp, "--out-dir", dir=True, required=True)
+    output_arg(sp, "--out-dir", dir=True, required=True,
+               help="where dataset/, private/, harbor/ and export.json go (--verifiers: the package)")
     input_arg(sp, "--demos", kind="demos", help="demos.parquet from the hints stage")
     sp.add_argument("--verifiers", action="store_true",
                     help="write an installable verifiers environment package (and prime-rl configs) instead")
@@ -936,19 +962,105 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _declared_outputs(sp: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    outputs = []
+    for action in sp._actions:
+        value = getattr(args, action.dest, None) if getattr(action, "termforge_output", None) else None
+        outputs += [str(v) for v in (value if isinstance(value, list) else [value]) if v is not None]
+    return outputs
+
+
+def _output_named(outputs: list[str], *names) -> str | None:
+    """The declared output a path from an OSError belongs to: the output itself, the folder it
+    lies in, or the output a staging sibling (`.{output}.{random}.partial`) is being written for."""
+    from termforge.io import staging_owner
+
+    for name in names:
+        if name is None:
+            continue
+        path = Path(os.fsdecode(name))
+        owner = staging_owner(path.name)
+        candidates = [path, path.with_name(owner)] if owner else [path]
+        for out in outputs:
+            if any(c == Path(out) or c.is_relative_to(out) for c in candidates):
+                return out
+    return None
+
+
+def _full_output(outputs: list[str], exc: OSError) -> str:
+    """The declared output a full disk stopped: one the error names, else the one on the file
+    system with the least space left (an input the error may name is never blamed)."""
+    from termforge.errors import free_bytes
+
+    return _output_named(outputs, exc.filename, exc.filename2) or \
+        min(outputs, key=lambda o: free_bytes(o) or 0, default=str(Path.cwd()))
+
+
+def _is_write_error(exc: OSError, output: str) -> bool:
+    """Whether an OSError about a path of `output` came from writing it: the output itself or a
+    staging sibling failed, or the file system is read-only (a folder output is read too)."""
+    import errno
+    from termforge.io import staging_owner
+
+    name = Path(os.fsdecode(exc.filename))
+    return exc.errno == errno.EROFS or name == Path(output) or staging_owner(name.name) is not None
+
+
+def _write_problem(exc: OSError) -> str:
+    """What an OSError met while writing says about the output, in words."""
+    import errno
+
+    words = {errno.EROFS: "is on a read-only file system (expected somewhere to write)",
+             errno.EACCES: "is not writable (permission denied)", errno.EPERM: "is not writable (operation not permitted)"}
+    return words.get(exc.errno) or os_error_problem(exc)
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe its reader has closed (`termforge plan | head -2`)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+    except (AttributeError, ValueError, OSError):  # not a real file (captured output)
+        return False
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         check_inputs(subcommands(parser)[args.command], args)
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a reader that stopped early is found here, not at interpreter exit
+        return status
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        # The reader took what it wanted: no traceback, and nothing more to write (the
+        # interpreter's own flush at exit would fail again), with the status a SIGPIPE gives.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except NoSpaceError as exc:
+        print(one_line(f"termforge: error: {args.command}: {exc}"), file=sys.stderr)
     except InputError as exc:
         print(one_line(f"termforge: error: {args.command}: {exc}"), file=sys.stderr)
     except TermforgeError as exc:
         print(one_line(f"termforge: error: {exc}"), file=sys.stderr)
     except OSError as exc:
-        # A file problem no reader anticipated (a full disk, a vanished folder): still one line
-        # naming the file. An OSError without a file is a bug and keeps its traceback.
+        outputs = _declared_outputs(subcommands(parser)[args.command], args)
+        if is_no_space(exc):  # a writer without its own NoSpaceError: name the output, not the file
+            print(one_line(f"termforge: error: {args.command}: {NoSpaceError(_full_output(outputs, exc))}"),
+                  file=sys.stderr)
+            return 2
+        output = _output_named(outputs, exc.filename)
+        if output is not None and _is_write_error(exc, output):  # named as the user gave it
+            print(one_line(f"termforge: error: {args.command}: {show_path(output)}: {_write_problem(exc)}"),
+                  file=sys.stderr)
+            return 2
+        # A file problem no reader anticipated (a vanished folder): still one line naming the
+        # file. An OSError without a file is a bug and keeps its traceback.
         if not exc.filename:
             raise
         print(one_line(f"termforge: error: {args.command}: {InputError(exc.filename, os_error_problem(exc))}"),

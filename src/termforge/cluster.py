@@ -378,6 +378,26 @@ def group_request(group) -> Request:
                    int(res.get("nodes") or 1), group=True)
 
 
+def serve_group_cores(server_threads: int, solve_threads: int, shards_per_group: int) -> int:
+    """The --cores a policy server's job group needs: Snakemake caps each job's threads at
+    --cores and then sums the group's, so below the full sum no --cores is enough."""
+    return server_threads + shards_per_group * solve_threads
+
+
+def serve_group_problem(cores: int | None, server_threads: int, solve_threads: int, shards: int,
+                        shards_per_server: int) -> str | None:
+    """Why Snakemake would refuse to plan the policy server groups with `cores` (None: it plans
+    them), as one line saying which --cores they need."""
+    per_group = min(shards_per_server or shards, shards)
+    need = serve_group_cores(server_threads, solve_threads, per_group)
+    if cores is None or per_group == 0 or cores >= need:
+        return None
+    return (f"serve.enabled: each policy server runs as one job group with the {per_group} solve shard(s) it "
+            f"serves, which needs --cores {need} (serve_policy {server_threads} threads + {per_group} x solve "
+            f"{solve_threads} threads; --cores also bounds group jobs on Slurm), and this run has {cores}: give "
+            f"--cores {need} (a dry run too), or lower serve.shards_per_server or cluster.cpu_threads")
+
+
 def preflight(workflow) -> None:
     """Snakefile `onstart` hook: with the Slurm executor, stop before the first submission when a
     rule of this run asks for what its partition cannot give."""

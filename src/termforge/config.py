@@ -19,6 +19,7 @@ import jsonschema
 import yaml
 
 from termforge.errors import ConfigError, os_error_problem, show_key, show_path, show_value
+from termforge.yamlload import load_yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = Path(os.environ.get("TERMFORGE_SCHEMA", REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"))
@@ -35,7 +36,7 @@ def load_schema() -> dict:
 @functools.lru_cache(maxsize=4)
 def _parsed_schema(path: Path, mtime_ns: int) -> dict:
     with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+        return load_yaml(fh.read(), path)
 
 
 def deep_merge(base: dict, overlay: dict) -> dict:
@@ -68,7 +69,7 @@ def read_yaml(path: str | Path) -> dict:
                           f"({MAX_CONFIG_BYTES:,}); not parsed")
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+            data = load_yaml(fh.read(), f"config file {shown}")
     except yaml.YAMLError as exc:
         # One line: the YAML error's own text spans several (the offending line and a caret).
         mark = getattr(exc, "problem_mark", None)
@@ -84,6 +85,13 @@ def read_yaml(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {shown}: the top level must be a mapping, got {type(data).__name__}")
     return data
+
+
+def check_config_files(paths: list[str | Path]) -> None:
+    """Each config file reads as termforge reads it (one ConfigError naming a key written twice,
+    and both its lines): for the files Snakemake loaded itself."""
+    for path in paths:
+        read_yaml(path)
 
 
 def load_config(paths: list[str | Path]) -> dict:

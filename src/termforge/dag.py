@@ -68,7 +68,99 @@ def _snakemake_graph(snakefile_dir: Path, kind: str, fmt: str, configfiles: Sequ
     if res.returncode != 0:
         raise TermforgeError(f"snakemake --{kind} {fmt} failed (exit {res.returncode}) for {snakefile}: "
                              f"{(res.stderr or res.stdout).strip()[-2000:]}")
-    return _graph_text(res.stdout, fmt)
+    return canonical_graph(_graph_text(res.stdout, fmt))
+
+
+# Snakemake numbers a graph's nodes in the order it meets them and prints edges in set order, so
+# the same workflow gives another text on every call. The committed pictures (`make dag`) must not
+# change when the workflow did not: nodes are renumbered by their label, edges sorted.
+_GRAPH_LINES = {
+    "node": (re.compile(r'^(\s*)(\w+)(\[label = "((?:[^"\\]|\\.)*)".*)$'),
+             re.compile(r"^(\s*)id(\d+)(\[(.*)\])$")),
+    "edge": (re.compile(r"^(\s*)(\w+) -> (\w+)(.*)$"), re.compile(r"^(\s*)id(\d+) --> id(\d+)(.*)$")),
+    "style": (None, re.compile(r"^(\s*)style id(\d+)( .*)$")),
+}
+
+
+def _canonical_order(keys: dict[str, tuple], edges: list[tuple[str, str]]) -> list[str]:
+    """The nodes in an order that depends on the graph alone, not on how its nodes were numbered.
+
+    A job DAG has many nodes with the same label (one `validate` per shard), told apart by their
+    neighbours: colour refinement (each node's colour is its label, then its colour with its
+    parents' and children's colours, until no class splits), and where nodes still tie, one is
+    set apart and the refinement runs again. Nodes that still tie are interchangeable."""
+    preds: dict[str, list[str]] = {n: [] for n in keys}
+    succs: dict[str, list[str]] = {n: [] for n in keys}
+    for a, b in edges:
+        succs[a].append(b)
+        preds[b].append(a)
+
+    def ranked(sig: dict) -> dict[str, int]:
+        rank = {k: i for i, k in enumerate(sorted(set(sig.values())))}
+        return {n: rank[sig[n]] for n in sig}
+
+    def refine(colour: dict[str, int]) -> dict[str, int]:
+        while True:
+            new = ranked({n: (colour[n], tuple(sorted(colour[p] for p in preds[n])),
+                              tuple(sorted(colour[s] for s in succs[n]))) for n in colour})
+            if len(set(new.values())) == len(set(colour.values())):
+                return new
+            colour = new
+
+    colour = refine(ranked(keys))
+    # Twins (same colour, same parents, same children: one solve job per shard under one corpus
+    # manifest) are interchangeable, so they are numbered in any order without a refinement each.
+    twins: dict[tuple, list[str]] = {}
+    for n in colour:
+        twins.setdefault((colour[n], tuple(sorted(preds[n])), tuple(sorted(succs[n]))), []).append(n)
+    if any(len(ns) > 1 for ns in twins.values()):
+        colour = refine(ranked({n: (colour[n], i) for ns in twins.values() for i, n in enumerate(ns)}))
+    while len(set(colour.values())) < len(colour):
+        members: dict[int, list[str]] = {}
+        for n, c in colour.items():
+            members.setdefault(c, []).append(n)
+        tied = min(c for c, ns in members.items() if len(ns) > 1)
+        chosen = min(members[tied], key=lambda n: (len(n), n))
+        colour = refine({n: 2 * c + (n != chosen) for n, c in colour.items()})
+    return sorted(colour, key=colour.get)
+
+
+def canonical_graph(text: str) -> str:
+    """A Snakemake dot or mermaid graph with its nodes numbered in _canonical_order and every
+    node, style and edge line in that order; other lines stay where they were."""
+    mermaid = "flowchart" in text and "digraph" not in text
+    pick = 1 if mermaid else 0
+    node_re, edge_re, style_re = (_GRAPH_LINES[k][pick] for k in ("node", "edge", "style"))
+    nodes: dict[str, tuple[str, str]] = {}
+    edges, styles = [], {}
+    head: list[str] = []
+    tail: list[str] = []
+    for line in text.splitlines():
+        if (m := node_re.match(line)) and (mermaid or "->" not in line):
+            nodes[m.group(2)] = (m.group(3), line)  # its attributes (label, colour), not its number
+        elif m := edge_re.match(line):
+            edges.append((m.group(1), m.group(2), m.group(3), m.group(4)))
+        elif style_re is not None and (m := style_re.match(line)):
+            styles[m.group(2)] = (m.group(1), m.group(3))
+        elif nodes or edges:
+            tail.append(line)
+        else:
+            head.append(line)
+    order = _canonical_order({n: attributes for n, (attributes, _) in nodes.items()},
+                             [(a, b) for _, a, b, _ in edges if a in nodes and b in nodes])
+    new = {old: str(i) for i, old in enumerate(order)}
+    prefix = "id" if mermaid else ""
+    out = list(head)
+    for old in order:
+        m = node_re.match(nodes[old][1])
+        out.append(f"{m.group(1)}{prefix}{new[old]}{m.group(3)}")
+    for old in order:
+        if old in styles:
+            out.append(f"{styles[old][0]}style id{new[old]}{styles[old][1]}")
+    arrow = " --> " if mermaid else " -> "
+    for indent, a, b, rest in sorted(edges, key=lambda e: (int(new.get(e[1], -1)), int(new.get(e[2], -1)), e[3])):
+        out.append(f"{indent}{prefix}{new.get(a, a)}{arrow}{prefix}{new.get(b, b)}{rest}")
+    return "\n".join(out + tail) + "\n"
 
 
 def _graph_text(stdout: str, fmt: str) -> str:

@@ -159,6 +159,56 @@ class InputError(TermforgeError):
         super().__init__(msg)
 
 
+def is_no_space(exc: BaseException) -> bool:
+    """A full disk or an exhausted quota: about the output being written, never about an input
+    (shutil's copies put the *source* in the error's filename)."""
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """Free bytes (for an unprivileged writer) on the file system that holds path or, where path
+    does not exist yet, its nearest existing folder."""
+    probe = os.path.abspath(os.fspath(path))
+    while True:
+        try:
+            st = os.statvfs(probe)
+            return st.f_bavail * st.f_frsize
+        except OSError:
+            if probe == os.path.dirname(probe):
+                return None
+            probe = os.path.dirname(probe)
+
+
+class NoSpaceError(TermforgeError):
+    """An output could not be written for lack of space. Names the output and how much more space
+    the command needs: exactly, where the writer knew the size, else more than what it had written
+    when the disk filled (a lower bound: its partial outputs are removed, so that much is free again)."""
+
+    def __init__(self, output: str | os.PathLike, needed: int | None = None, exact: bool = False):
+        self.output = os.fspath(output)
+        self.needed, self.exact = needed, exact
+        free = free_bytes(self.output)
+        where = f"{_size(free)} free there" if free is not None else "its file system is full"
+        if not needed:
+            need = "free space there"
+        elif exact:
+            need = f"it needs {_size(needed)}: free at least {_size(max(needed - (free or 0), 1))} more"
+        else:
+            need = (f"the command needs more than {_size(needed)} there (what it had written when the disk "
+                    "filled): free more than that")
+        super().__init__(f"{show_path(self.output)}: no space left on the device ({where}); {need} and rerun "
+                         f"(nothing half-written was left)")
+
+
 def os_error_problem(exc: OSError) -> str:
     """What an OSError says about a path, in words (no errno numbers)."""
     import errno

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from termforge.errors import InputError, os_error_problem
+from termforge.errors import InputError, NoSpaceError, is_no_space, os_error_problem
 
 
 def canonical_json(obj: Any) -> str:
@@ -45,9 +45,14 @@ def atomic_write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> Non
     """atomic_write_bytes of the chunks' concatenation, without building it in memory first
     (gathered writes straight from the chunks: no copy in user space)."""
     path = Path(path)
+    chunks = list(chunks)
+    made = make_parents(path)
     try:
         _write_then_rename(path, chunks)
     except OSError as exc:
+        remove_empty(made)
+        if is_no_space(exc):
+            raise NoSpaceError(path, sum(len(c) for c in chunks), exact=True) from None
         # An error about the temporary sibling (the output is a directory, its folder is read
         # only) names the output the user gave instead.
         if exc.filename is not None and os.fspath(exc.filename) != os.fspath(path) and \
@@ -58,8 +63,29 @@ def atomic_write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> Non
         raise
 
 
+def make_parents(path: Path) -> list[Path]:
+    """Create path's missing parent folders; the ones created, outermost first (so a failed
+    write can take them away again with remove_empty)."""
+    missing = []
+    parent = Path(path).parent
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return missing[::-1]
+
+
+def remove_empty(folders: Iterable[Path]) -> None:
+    """Remove the folders (innermost first) that are still empty: what a failed command made
+    for its outputs and left nothing in."""
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+
+
 def _write_then_rename(path: Path, chunks: Iterable[bytes]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb", buffering=0) as fh:
@@ -264,7 +290,7 @@ def _remove(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def _staging_owner(name: str) -> str | None:
+def staging_owner(name: str) -> str | None:
     """The output a staging leftover belongs to: `.{output}.{random}.partial` (or `.tmp`), or
     `.{output}.old-{pid}`; None for any other name. mkstemp/mkdtemp's random part has no dot."""
     if not name.startswith("."):
@@ -285,7 +311,7 @@ def clean_stale_staging(root: Path, names: Iterable[str] | None = None) -> int:
     n = 0
     if root.is_dir():
         for p in root.iterdir():
-            owner = _staging_owner(p.name)
+            owner = staging_owner(p.name)
             if owner is not None and (wanted is None or owner in wanted):
                 _remove(p)
                 n += 1
@@ -309,9 +335,10 @@ class StagedOutputs:
 
     def __init__(self) -> None:
         self._moves: list[tuple[Path, Path, bool]] = []
+        self._made: list[Path] = []  # folders made for the outputs, removed again when left empty
 
     def _fresh(self, final: Path) -> None:
-        final.parent.mkdir(parents=True, exist_ok=True)
+        self._made += make_parents(final)
         clean_stale_staging(final.parent, [final.name])
 
     def file(self, final: str | os.PathLike) -> Path:
@@ -348,12 +375,34 @@ class StagedOutputs:
         for tmp, _, _ in self._moves:
             _remove(tmp)
         self._moves = []
+        remove_empty(self._made)
+        self._made = []
+
+    def _written(self) -> int:
+        total = 0
+        for tmp, _, _ in self._moves:
+            for p in [tmp, *(tmp.rglob("*") if tmp.is_dir() and not tmp.is_symlink() else ())]:
+                try:
+                    total += os.lstat(p).st_blocks * 512
+                except OSError:
+                    pass
+        return total
 
     def __enter__(self) -> "StagedOutputs":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # A full disk is about the output being written (the last one staged), whatever file the
+        # error names (a copy names its source): the error names that output and what it needs.
+        full = is_no_space(exc) or isinstance(exc, NoSpaceError)
+        blamed = self._moves[-1][1] if self._moves and full else None
+        written = self._written() if blamed is not None else 0
+        if isinstance(exc, NoSpaceError):  # a writer into a staging path: it knew its own size
+            blamed = next((final for tmp, final, _ in self._moves if Path(exc.output).is_relative_to(tmp)), blamed)
+            written += exc.needed or 0
         self.discard()
+        if blamed is not None:
+            raise NoSpaceError(blamed, written) from None
 
 
 def make_task_id(corpus_seed: int, index: int, signature: dict) -> str:

@@ -49,6 +49,12 @@ DEFAULT_ASSUMPTIONS: dict[str, float] = {
     "hint_prompt_tokens": 2500,
     "hint_output_tokens": 300,
     "hint_repair_rounds": 0.3,
+    # hints' judge (instruction, answer key, draft; a JSON verdict) and extraction probe
+    # (instruction and draft, or the instruction alone for its baseline; an answer).
+    "hint_judge_prompt_tokens": 2000,
+    "hint_judge_output_tokens": 120,
+    "hint_probe_prompt_tokens": 800,
+    "hint_probe_output_tokens": 200,
     # review: the judge's prompt (rubric, instruction, tests, oracle or a trace) and its JSON reply.
     "review_prompt_tokens": 3000,
     "review_output_tokens": 250,
@@ -197,6 +203,20 @@ class _Plan:
         self.add("hints", h.get("model", "policy"), (calls_exp, calls_max),
                  (calls_exp * a["hint_prompt_tokens"], calls_max * (a["hint_prompt_tokens"] + max_new)),
                  (calls_exp * out_one, calls_max * max_new), f"up to {rounds_max} repair rounds")
+        # Every draft is judged and probed (at most, every draft passes the offline gate); the
+        # probe also answers once per task from the instruction alone (its baseline), and
+        # judge_corpus measures both on that many corpus rows.
+        corpus = int(h.get("judge_corpus") or 0)
+        for role, baseline in (("judge", 0), ("probe", 1)):
+            if not h.get(role):
+                continue
+            prompt, reply = a[f"hint_{role}_prompt_tokens"], a[f"hint_{role}_output_tokens"]
+            calls = (calls_exp + baseline * kept + corpus * (1 + baseline),
+                     calls_max + baseline * n_tasks + corpus * (1 + baseline))
+            self.add(f"hints {role}", h[role], calls, (calls[0] * prompt, calls[1] * (prompt + max_new)),
+                     (calls[0] * reply, calls[1] * reply * 2),
+                     f"one call per hint draft{' and a baseline per task' if baseline else ''}"
+                     f"{f', plus {corpus} corpus rows' if corpus else ''}")
 
     def review(self, n_tasks: int) -> None:
         r = self.cfg.get("review") or {}

@@ -188,7 +188,7 @@ PASSK = _obj({"tasks": _COUNT, "overall": _RATES,
               "bands": _COUNTS, "zero_pass": _ID_LIST, "infra_failed_rollouts": _COUNT, "sft_rows": _COUNT})
 HINT_COVERAGE = {"type": "object", "properties": {
     "counts": _COUNTS, "overall": _COUNTS, "by_domain": _map(_COUNTS), "backend": _STR_N, "model": _STR_N,
-    "repaired": _INT_N, "cleaned": _INT_N,
+    "repaired": _INT_N, "cleaned": _INT_N, "dropped_by_reason": _COUNTS,
     "checks": _map({"type": ["object", "null"], "required": ["calls", "cached", "flagged"],
                     "properties": {"calls": _COUNT, "cached": _COUNT, "flagged": _COUNT}}),
     "checks_corpus": _map({"type": ["object", "number", "string", "null"], "required": ["recall",

@@ -151,7 +151,9 @@ def grading_place(config: TermforgeTaskConfig, settings: dict, task_id: str) -> 
 
     sandbox = settings.get("sandbox", {})
     if config.tasks_dir is not None:
-        task_dir = Path(config.tasks_dir) / task_id
+        from termforge.containment import check_task_id, contained
+
+        task_dir = contained(config.tasks_dir, check_task_id(task_id, "the dataset row's task_id"))
     elif task_id in settings.get("task_dirs", {}):
         task_dir = Path(settings["task_dirs"][task_id])
     else:

@@ -29,6 +29,7 @@ import yaml
 from termforge.axes.vocab import DOMAINS
 from termforge.errors import ConfigError
 from termforge.io import stable_hash
+from termforge.yamlload import load_yaml
 
 PACKAGE_FILE = "taxonomy.yaml"
 
@@ -44,24 +45,6 @@ MIN_SKILLS_ANY_TAXONOMY = 3
 
 _TOP_KEYS = {"version", "languages", "domains"}
 _DOMAIN_KEYS = {"skill_types", "personas", "anchors"}
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys: plain YAML keeps the last one silently,
-    which would quietly drop half of a domain a user wrote twice."""
-
-
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: set = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise ConfigError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1})")
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
 
 
 def package_taxonomy_path() -> Path:
@@ -86,9 +69,7 @@ def load_taxonomy(path: str | Path | None = None, strict: bool | None = None) ->
     if strict is None:
         strict = path is None or _same_file(src, package_taxonomy_path())
     try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)
-    except ConfigError as exc:
-        raise ConfigError(f"{src}: {exc}") from exc
+        raw = load_yaml(text, src)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{src}: not valid YAML: {exc}") from exc
     tax = validate_taxonomy(raw, source=str(src))

@@ -1062,7 +1062,7 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
         base = ensure_task_base(request["base"], request["apt_packages"], image_cache)
     except TermforgeError as exc:
         return fail(f"base image {plan.base_image} + {request['apt_packages']}: {exc}")
-    final = Path(images_dir) / task.slug
+    final = contained(images_dir, task.slug, where=task.path)
     digest = harbor_image_digest(task, base.digest)
     meta_path = final / "image.json"
     if meta_path.exists():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from termforge.errors import TermforgeError
 from termforge.harness import HarnessConfig, run_episode
-from termforge.io import atomic_write_json, atomic_write_text
+from termforge.io import StagedOutputs, atomic_write_json, atomic_write_text
 from termforge.models.base import ChatModel, make_model
 
 TABLE_COLUMNS = ("model", "benchmark", "metric", "value", "n", "stderr")
@@ -185,12 +185,14 @@ def write_eval_table(summary_paths: list[Path], out_csv: Path) -> list[dict]:
     writer.writeheader()
     for r in rows:
         writer.writerow({k: ("" if r[k] is None else r[k]) for k in TABLE_COLUMNS})
-    atomic_write_text(out_csv, buf.getvalue())
     # The same numbers nested for `dvc metrics show/diff`: model -> benchmark -> metric -> value.
     nested: dict = {}
     for r in rows:
         nested.setdefault(r["model"], {}).setdefault(r["benchmark"], {})[r["metric"]] = r["value"]
-    atomic_write_json(Path(out_csv).with_name("metrics.json"), nested)
+    with StagedOutputs() as staged:  # the table and its metrics, both or neither
+        atomic_write_text(staged.file(out_csv), buf.getvalue())
+        atomic_write_json(staged.file(Path(out_csv).with_name("metrics.json")), nested)
+        staged.publish()
     return rows
 
 

@@ -11,7 +11,7 @@ from tqdm import tqdm
 from termforge.containment import check_task_dir
 from termforge.errors import InputError, TermforgeError
 from termforge.generate.procedural import write_task
-from termforge.io import atomic_write_json, clean_stale_staging
+from termforge.io import atomic_write_json, clean_stale_staging, make_parents, remove_empty
 from termforge.quality.decontam import documents_path, task_document_bytes, task_document_from_files, write_task_documents
 from termforge.schemas import read
 
@@ -54,7 +54,16 @@ def run_generate_shard(signatures_path: Path, shard: int, shard_size: int, tasks
     sigs = shard_signatures(Path(signatures_path), shard, shard_size)  # before anything is written
     tasks_dir = Path(tasks_dir)
     check_kept_task_dirs(tasks_dir, sigs)
-    tasks_dir.mkdir(parents=True, exist_ok=True)
+    made = make_parents(tasks_dir / sigs[0]["id"])
+    try:
+        return _generate_shard(sigs, shard, tasks_dir, manifest_path, backend, base_image, workers)
+    except BaseException:
+        remove_empty(made)  # a failed first run leaves no empty tasks folder (finished tasks stay)
+        raise
+
+
+def _generate_shard(sigs: list[dict], shard: int, tasks_dir: Path, manifest_path: Path, backend: str,
+                    base_image: str, workers: int) -> dict:
     removed = clean_stale_staging(tasks_dir, [s["id"] for s in sigs])  # other shards write beside it
     jobs = [(s, str(tasks_dir), backend, base_image) for s in sigs]
     skipped = 0

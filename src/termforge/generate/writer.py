@@ -8,7 +8,7 @@ from pathlib import Path
 
 from termforge.generate.base import BASE_APT_PACKAGES, ESSENTIAL_PACKAGES, FIXTURES_IN_SANDBOX, TaskSpec
 from termforge.images.declarations import declared_packages
-from termforge.io import pretty_json, publish_dir, staging_dir
+from termforge.io import StagedOutputs, pretty_json
 from termforge.verifier import TEST_SH
 
 EXECUTABLE = 0o755
@@ -100,16 +100,17 @@ def task_files(task_json: dict, spec: TaskSpec, base_image: str) -> dict[str, tu
 
 def write_task_dir(final: Path, files: dict[str, tuple[bytes, int]]) -> None:
     """Write into a hidden staging sibling and publish with one rename: never a half-written task."""
-    stage = staging_dir(final)
-    for rel, (data, mode) in sorted(files.items()):
-        path = stage / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        os.chmod(path, mode)
-    # Fixed mtimes keep archives of the task directory byte-identical across runs.
-    for path in sorted(stage.rglob("*"), reverse=True):
-        os.utime(path, (0, 0), follow_symlinks=False)
-    publish_dir(stage, final)
+    with StagedOutputs() as staged:  # a failure (a full disk) leaves no staging folder behind
+        stage = staged.dir(final)
+        for rel, (data, mode) in sorted(files.items()):
+            path = stage / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            os.chmod(path, mode)
+        # Fixed mtimes keep archives of the task directory byte-identical across runs.
+        for path in sorted(stage.rglob("*"), reverse=True):
+            os.utime(path, (0, 0), follow_symlinks=False)
+        staged.publish()
 
 
 __all__ = ["task_files", "write_task_dir", "container_def", "dockerfile", "task_environment", "FIXTURES_IN_SANDBOX"]

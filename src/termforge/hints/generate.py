@@ -512,11 +512,32 @@ def run_hints(
             for k in ("judge", "probe", "any") if coverage["checks"].get(k) is not None or k == "any"))
     print(
         f"hints ({backend}{', ' + model_id if model_id else ''}): {c['hinted']}/{coverage['total']} hinted "
-        f"({coverage['repaired']} after repair), {c['dropped_leak']} dropped for leaks, "
+        f"({coverage['repaired']} after repair), {_dropped_words(coverage['dropped_by_reason'])}, "
         f"{c['refused']} refused, {c['not_attempted']} not attempted, {coverage['cleaned']} cleaned of chatter "
         f"-> {out_dir}"
     )
     return coverage
+
+
+# Gate findings about a hint's form and its fit to the task; any other finding says a secret got out.
+_NOT_LEAKS = ("not_one_paragraph", "too_long", "off_task")
+
+
+def _dropped_words(dropped: dict[str, int]) -> str:
+    words = f"{dropped['leak']} dropped for leaks, {dropped['off_task']} dropped as off-task"
+    return words + (f", {dropped['form']} dropped for form" if dropped["form"] else "")
+
+
+def _dropped_by_reason(results: list[HintResult]) -> dict[str, int]:
+    """Dropped hints by why their last draft failed: a leak (any finding that a secret got out,
+    the judge's and the probe's included), else off-task, else form alone."""
+    out = {"leak": 0, "off_task": 0, "form": 0}
+    for r in results:
+        if r.status != "dropped_leak":
+            continue
+        kinds = {f["kind"] for f in ((r.rounds[-1].get("gate_report") or {}).get("findings", []) if r.rounds else [])}
+        out["leak" if kinds - set(_NOT_LEAKS) or not kinds else "off_task" if "off_task" in kinds else "form"] += 1
+    return out
 
 
 def _zero_counts() -> dict[str, int]:
@@ -546,6 +567,7 @@ def _coverage(
         "total": len(results),
         "counts": counts,
         "by_domain": dict(sorted(by_domain.items())),
+        "dropped_by_reason": _dropped_by_reason(results),
         "repaired": sum(1 for r in results if r.status == "hinted" and len(r.rounds) > 1),
         "cleaned": sum(1 for r in results if r.status == "hinted" and r.rounds and r.rounds[-1].get("cleaned")),
         "findings_by_kind": dict(sorted(findings.items())),

@@ -29,6 +29,7 @@ import yaml
 
 from termforge.errors import ConfigError, TermforgeError
 from termforge.io import stable_hash
+from termforge.yamlload import load_yaml
 
 BASES_DIR = Path(__file__).resolve().parent / "bases"
 # The base every termforge task builds on unless its task.json names another.
@@ -112,7 +113,7 @@ def _packages(path: Path, raw) -> tuple[str, ...]:
 
 def _read(path: Path) -> dict:
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = load_yaml(path.read_text(), path)
     except (OSError, yaml.YAMLError) as exc:
         raise _problem(path, f"cannot be read as YAML ({exc})") from None
     if not isinstance(raw, dict):

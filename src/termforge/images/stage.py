@@ -9,27 +9,39 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from termforge.errors import TermforgeError
-from termforge.io import atomic_write_json, atomic_write_text, read_json
+from termforge.errors import InputError, TermforgeError, show_value
+from termforge.io import atomic_write_json, atomic_write_text
 from termforge.runtime.base import get_runtime
+from termforge.schemas import read
+
+
+def task_json(tasks_dir: Path, task_id: str) -> dict:
+    """A task's task.json, whose id must be the one the shard manifest gives it: the image is
+    kept under that id, so a task.json naming another (or an unsafe) id would write over another
+    task's image or outside the images folder."""
+    path = tasks_dir / task_id / "task.json"
+    task = read("task", path)
+    if task["id"] != task_id:
+        raise InputError(path, f"its id {show_value(task['id'])} is not the id {show_value(task_id)} the shard "
+                               "manifest gives this task directory")
+    return task
 
 
 def run_build_shard(manifest_path: Path, images_dir: Path, out_path: Path, backend: str = "bwrap",
                     timeout: float = 300, workers: int = 1, rootfs: str = "image") -> dict:
-    from termforge.schemas import read
-
     manifest = read("shard_manifest", manifest_path)
     tasks_dir = Path(manifest["tasks_dir"])
     images_dir = Path(images_dir)
     runtime = get_runtime(backend, rootfs=rootfs)
     logs_dir = images_dir / "logs"
     ids = [t["id"] for t in manifest["tasks"]]
+    tasks = {task_id: task_json(tasks_dir, task_id) for task_id in ids}
     if hasattr(runtime, "base_request") and rootfs != "host":
         # One build per distinct base before the pool starts, so parallel task builds never wait
         # on each other's base (and its build time shows apart from the tasks').
         requests = {}
         for task_id in ids:
-            req = runtime.base_request(read_json(tasks_dir / task_id / "task.json"))
+            req = runtime.base_request(tasks[task_id])
             requests.setdefault((req["base"], tuple(req["apt_packages"])), req)
         for req in requests.values():
             try:

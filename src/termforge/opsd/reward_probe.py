@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from termforge.containment import check_task_id, contained
 from termforge.errors import ConfigError, TermforgeError
 from termforge.io import read_json, seed_from
 from termforge.opsd.config import OPSDConfig
@@ -40,7 +41,7 @@ def _listed_ids(path: str, where: str) -> list[str]:
 def _row_for(task_id: str, cfg: OPSDConfig, where: str) -> PromptRow:
     from termforge.harness import initial_messages
 
-    path = Path(cfg.tasks_dir or "") / task_id / "instruction.md"
+    path = contained(cfg.tasks_dir or "", check_task_id(task_id, f"{where}.reward_probe_tasks"), "instruction.md")
     if not path.is_file():
         raise ConfigError(f"{where}.reward_probe_tasks: task {task_id}: {path} is missing")
     return PromptRow(id=task_id, prompt_messages=tuple(initial_messages(path.read_text())), privileged_context="",

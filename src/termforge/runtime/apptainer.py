@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from termforge.containment import check_task_id, contained
 from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, atomic_write_text, read_json, stable_hash
 from termforge.runtime.base import Bind, BuildResult, ExecResult, Image, Limits, Runtime, Session
@@ -109,6 +110,9 @@ class ApptainerRuntime(Runtime):
     def build(self, task_dir: Path, images_dir: Path, timeout: float = 1800) -> BuildResult:
         task_dir = Path(task_dir)
         task = read_json(task_dir / "task.json")
+        # The id comes from a file a generator wrote: the image goes where containment allows.
+        task["id"] = check_task_id(task.get("id"), task_dir / "task.json")
+        contained(images_dir, task["id"], where=task_dir / "task.json")
         env_dir = task_dir / "environment"
         start = time.monotonic()
         try:

@@ -38,6 +38,7 @@ import threading
 import time
 from pathlib import Path
 
+from termforge.containment import check_task_id, contained
 from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, read_json, stable_hash
 from termforge.runtime import accounting, trees
@@ -673,9 +674,10 @@ class BwrapRuntime(Runtime):
         content-addressed (environment/ and the base's digest) and atomic."""
         task_dir = Path(task_dir)
         task = read_json(task_dir / "task.json")
-        task_id = task["id"]
+        # The id comes from a file a generator wrote: the image goes where containment allows.
+        task_id = check_task_id(task.get("id"), task_dir / "task.json")
         env_dir = task_dir / "environment"
-        final = Path(images_dir) / task_id
+        final = contained(images_dir, task_id, where=task_dir / "task.json")
         meta_path = final / "image.json"
         allow_network = bool(task.get("environment", {}).get("allow_network", False))
         request = self.base_request(task)
