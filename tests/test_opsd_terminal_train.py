@@ -70,7 +70,10 @@ def test_objective_needs_terminal_data_and_kl_needs_fixed_teacher():
     with pytest.raises(ConfigError, match=r"train\.objective: grpo .* needs data_kind terminal"):
         OPSDConfig.from_dict({"objective": "grpo"})
     with pytest.raises(ConfigError, match=r"train\.kl_coef: .* teacher_mode fixed"):
-        OPSDConfig.from_dict({"data_kind": "terminal", "objective": "grpo", "kl_coef": 0.1, "teacher_mode": "live"})
+        OPSDConfig.from_dict({"data_kind": "terminal", "objective": "grpo", "kl_coef": 0.1, "teacher_mode": "live",
+                              "finetune": "full"})
+    # With LoRA the base is the adapter switched off, whatever the teacher (live by default).
+    assert OPSDConfig.from_dict({"data_kind": "terminal", "objective": "grpo", "kl_coef": 0.1}).teacher_mode == "live"
     with pytest.raises(ConfigError, match=r"train\.rl_pass_rate_low"):
         OPSDConfig.from_dict({"rl_pass_rate_low": 0.5, "rl_pass_rate_high": 0.5})
 

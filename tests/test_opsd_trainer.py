@@ -83,7 +83,7 @@ def test_config_errors_name_the_key():
         OPSDConfig.from_dict({"lora_rank": 8})
     with pytest.raises(ConfigError, match=r"train\.beta: must be <= 1"):
         OPSDConfig.from_dict({"beta": 2})
-    with pytest.raises(ConfigError, match=r"train\.teacher_mode: expected one of fixed, ema, live"):
+    with pytest.raises(ConfigError, match=r"train\.teacher_mode: expected one of auto, fixed, ema, live"):
         OPSDConfig.from_dict({"teacher_mode": "frozen"})
     with pytest.raises(ConfigError, match=r"train\.max_steps: expected an integer"):
         OPSDConfig.from_dict({"max_steps": "10"})
@@ -104,7 +104,7 @@ def test_schema_covers_every_field_and_defaults_round_trip():
     assert all(p["description"] for p in schema["properties"].values())
     defaults = {k: p["default"] for k, p in schema["properties"].items()}
     assert OPSDConfig.from_dict(defaults) == OPSDConfig()
-    assert schema["properties"]["teacher_mode"]["enum"] == ["fixed", "ema", "live"]
+    assert schema["properties"]["teacher_mode"]["enum"] == ["auto", "fixed", "ema", "live"]
     assert OPSDConfig().effective_loss_temperature == OPSDConfig().temperature == 1.1
     assert OPSDConfig.from_dict({"prompts_per_step": 32, "micro_batch_size": 4}).gradient_accumulation_steps(2) == 4
 
