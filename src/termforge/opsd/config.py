@@ -114,11 +114,12 @@ class OPSDConfig:
                                       "Answer), read only when answer_filter or drop_empty_answers is on; "
                                       "null takes it from the last \\boxed{} of the solution.")
     id_column: str | None = _knob(None, "Column holding a row id; null numbers rows by position.")
-    answer_filter: bool = _knob(False, "Keep only rows whose answer string, as stored (not stripped or "
-                                "normalised), matches answer_pattern in full (the tuning trace's filter).")
+    answer_filter: bool = _knob(False, "Keep only rows whose answer string, stripped of surrounding whitespace "
+                                "and otherwise as stored (not normalised), matches answer_pattern in full (the "
+                                "tuning trace's filter).")
     answer_pattern: str = _knob(r"-?\d{1,6}", "Regular expression (Python re, full match) that answer_filter "
-                                "applies to the raw answer string; the default is the tuning trace's: an "
-                                "optional minus sign and 1 to 6 digits, nothing else.")
+                                "applies to the whitespace-stripped answer string; the default is the tuning "
+                                "trace's: an optional minus sign and 1 to 6 digits, nothing else.")
     drop_empty_answers: bool = _knob(False, "Drop rows whose answer is empty or whitespace. Off: every row "
                                      "trains, as in the reference (OPSD training never reads the answer).")
     min_solution_chars: int = _knob(0, "Drop rows whose solution is shorter than this.", minimum=0)
