@@ -442,6 +442,9 @@ def _policy(o: dict, weights: str | None):
 
 
 def cmd_train(args) -> int:
+    from termforge.cpu_budget import passive_openmp_env
+
+    passive_openmp_env()  # before torch loads its OpenMP runtime
     from termforge.opsd.trainer import run_train_cli_args
 
     o = _stage_options(args, "train")

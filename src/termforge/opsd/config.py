@@ -95,7 +95,9 @@ class OPSDConfig:
                        "from mixed_precision).", choices=("auto", "float32", "bfloat16", "float16"))
     mixed_precision: str = _knob("auto", "Autocast for forward passes: auto (bf16 on GPU, off on CPU), "
                                  "no or bf16.", choices=("auto", "no", "bf16"))
-    num_threads: int | None = _knob(None, "CPU threads for torch (null: torch's default).", minimum=1)
+    num_threads: int | None = _knob(None, "CPU threads for torch (null: the CPUs this job is allotted: its CPU "
+                                    "affinity, cgroup quota and the workflow's threads for the rule, split over "
+                                    "the job's processes on the node; termforge.cpu_budget).", minimum=1)
 
     # -- data -------------------------------------------------------------------------------
     data_kind: str = _knob("math", "math: problems whose privileged context is the reference solution; "
@@ -293,7 +295,9 @@ class OPSDConfig:
     episode_max_format_errors: int = _knob(2, "Harness format-error cap of training episodes.", minimum=1)
     episode_command_timeout_sec: float = _knob(30.0, "Per-command timeout in training episodes.",
                                                exclusive_minimum=0.0)
-    episode_task_timeout_sec: float = _knob(300.0, "Wall-clock limit of one training episode.",
+    episode_task_timeout_sec: float = _knob(300.0, "Time limit of one training episode, counting its own "
+                                            "commands only (not the batched generation every live episode "
+                                            "shares, whose duration depends on the machine's load).",
                                             exclusive_minimum=0.0)
     runtime_backend: str = _knob("bwrap", "Sandbox runtime of training episodes.", choices=("bwrap", "apptainer"))
     sandbox_wall_sec: float = _knob(120.0, "Sandbox wall-clock limit (runtime.exec_timeout_sec); also the "

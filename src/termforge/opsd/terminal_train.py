@@ -180,7 +180,7 @@ class TerminalRun:
         self.runtime = get_runtime(cfg.runtime_backend)
         self.harness = HarnessConfig(turn_cap=cfg.episode_turn_cap, max_format_errors=cfg.episode_max_format_errors,
                                      command_timeout_sec=cfg.episode_command_timeout_sec,
-                                     task_timeout_sec=cfg.episode_task_timeout_sec)
+                                     task_timeout_sec=cfg.episode_task_timeout_sec, task_clock="commands")
         self.limits = Limits(wall_sec=cfg.sandbox_wall_sec, cpu_sec=cfg.sandbox_cpu_sec,
                              memory_mb=cfg.sandbox_memory_mb)
         # The test ids validation recorded per kept task: every episode's grade must collect them.

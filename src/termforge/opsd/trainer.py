@@ -35,6 +35,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from termforge.cpu_budget import allotted_cpus
 from termforge.errors import ConfigError, TermforgeError
 from termforge.io import (
     append_jsonl,
@@ -722,8 +723,10 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
         print(f"train: holding {len(probe_rows)} rows out of training for the KL probe")
     probe_rows = list(probe_rows or [])[: cfg.probe_size] if cfg.probe_size > 0 else []
 
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
+    threads = cfg.num_threads or allotted_cpus()
+    torch.set_num_threads(threads)
+    print(f"train: {threads} torch threads ({'train.num_threads' if cfg.num_threads else 'the CPUs allotted'}; "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')})")
     accelerator = make_accelerator(cfg)
     process_seed = seed_from("opsd-process", cfg.seed, accelerator.process_index)
     random.seed(process_seed)
