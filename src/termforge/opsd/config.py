@@ -312,6 +312,11 @@ class OPSDConfig:
                                 choices=("transformers", "vllm"))
     vllm_gpu_memory_utilization: float = _knob(0.35, "vllm engine: its share of GPU memory.",
                                                exclusive_minimum=0.0, maximum=1.0)
+    hint_uplift: str | None = _knob(None, "Terminal data: the hint-uplift report (uplift.json of `termforge "
+                                    "hint-uplift`): each hinted task's pass rate with its hint in the policy's "
+                                    "context and without.")
+    drop_hints_without_uplift: bool = _knob(False, "Terminal data: leave out of the OPSD part the tasks whose hint "
+                                            "hint_uplift flags as having no uplift (they still train GRPO).")
     reward_probe_size: int = _knob(0, "Terminal data: held-out tasks (kept out of both parts of training) on "
                                    "which the policy's mean verifier reward is measured before and after "
                                    "training; tasks in the GRPO pass-rate band are chosen first (0: off).",
@@ -403,6 +408,9 @@ class OPSDConfig:
         if (self.reward_probe_size or self.reward_probe_tasks) and self.data_kind != "terminal":
             raise ConfigError(f"{where}.reward_probe_size: the held-out reward probe runs terminal episodes; it "
                               "needs data_kind terminal")
+        if self.drop_hints_without_uplift and not self.hint_uplift:
+            raise ConfigError(f"{where}.drop_hints_without_uplift: needs {where}.hint_uplift, the report that says "
+                              "which hints have no uplift")
         if self.warmup_steps > self.max_steps:
             raise ConfigError(f"{where}.warmup_steps: {self.warmup_steps} exceeds max_steps {self.max_steps}")
 

@@ -161,6 +161,14 @@ class TerminalRun:
         self.cfg = cfg
         self.rows = {r.id: r for r in rows}
         self.hinted = [r for r in rows if r.privileged_context]
+        if cfg.drop_hints_without_uplift:
+            from termforge.opsd.uplift import hints_without_uplift
+
+            flat = hints_without_uplift(cfg.hint_uplift)
+            dropped = [r.id for r in self.hinted if r.id in flat]
+            self.hinted = [r for r in self.hinted if r.id not in flat]
+            print(f"train: {len(dropped)} hinted tasks left out of OPSD, their hint having no uplift "
+                  f"({cfg.hint_uplift}); {len(self.hinted)} stay")
         self.out_dir = Path(out_dir)
         if cfg.objective in ("opsd", "mixed") and not self.hinted:
             raise ConfigError(f"train.objective: {cfg.objective} needs hinted tasks, and no training task has a hint")
@@ -214,9 +222,10 @@ class TerminalRun:
             self._engine.set_adapter(str(adapter))
         return self._engine
 
-    def run_episodes(self, trainer: Any, specs, seed: int, max_new_tokens: int | None = None):
+    def run_episodes(self, trainer: Any, specs, seed: int, max_new_tokens: int | None = None, opening=None):
         """Run this process's share of `specs` (all of them on one process): (local episodes,
-        outcomes of every episode in the order of `specs`, counters summed over processes)."""
+        outcomes of every episode in the order of `specs`, counters summed over processes).
+        `opening` as in terminal.run_terminal_episodes."""
         from termforge.opsd.terminal import run_terminal_episodes
 
         cfg = self.cfg
@@ -226,7 +235,8 @@ class TerminalRun:
             images_dir=Path(cfg.images_dir), runtime=self.runtime, harness=self.harness, limits=self.limits,
             seed=seed, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
             max_episode_tokens=cfg.max_episode_tokens, thinking=cfg.student_thinking,
-            max_infra_retries=cfg.max_infra_retries, workers=cfg.episode_workers, expected=self.collected)
+            max_infra_retries=cfg.max_infra_retries, workers=cfg.episode_workers, expected=self.collected,
+            opening=opening)
         if world == 1:
             return local, [Outcome.of(e) for e in local], stats
         shares = trainer.gather_objects([Outcome.of(e) for e in local])
