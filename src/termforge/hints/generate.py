@@ -176,10 +176,9 @@ def procedural_parts(task_dir: str | Path) -> tuple[str, list[str], str]:
     # The frame says only what is true of every task of the family's protocol: for an explored task,
     # look at what you are given and check what you deliver; for a one-command task, that the first
     # reply is the whole task (a turn spent looking or checking is the turn the task needed).
-    if _episode_protocol(meta) == "one_command":
+    one_command = _episode_protocol(meta) == "one_command"
+    if one_command:
         opening = "Do the whole task with one command, in one fenced bash block, as your first reply."
-        made = f" has written {_join([_code(p) for p in deliverables])}" if deliverables else " has run"
-        closing = f"Submit as soon as that command{made}: there is no turn for looking around or checking."
     elif inputs:
         opening = f"Inspect {_join([_code(p) for p in inputs])} before you change anything."
     else:
@@ -192,8 +191,9 @@ def procedural_parts(task_dir: str | Path) -> tuple[str, list[str], str]:
     own = variant_sentence(instruction)
     if own:
         sentences.insert(0, own)
-    if _episode_protocol(meta) == "one_command":
-        pass
+    if one_command:
+        made = f" has written {_join([_code(p) for p in deliverables])}" if deliverables else " has run"
+        closing = f"Submit as soon as that command{made}: there is no turn for looking around or checking."
     elif deliverables:
         closing = f"Check {_join([_code(p) for p in deliverables])} against the instruction's format before you finish."
     else:
