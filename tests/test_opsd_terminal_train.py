@@ -430,3 +430,23 @@ def test_hint_uplift_runs_both_arms_on_the_same_seeds(tiny_model_dir, corpus, tm
     assert report["families"][only["family"]]["uplift"] == 1.0 and only["family"] == "log_level_filter"
     # The arms' first turns sampled with the same seeds: only the hint differs between them.
     assert seen[0] == seen[len(seen) // 2] and len(seen[0]) == 8
+
+
+@needs_bwrap
+def test_hint_uplift_command_writes_the_report(tiny_model_dir, corpus, tmp_path, capsys):
+    """`termforge hint-uplift` as the rule runs it: the train config's policy (here the tiny random
+    one), every hinted kept task, 8 episodes per arm; the report lands atomically at --out."""
+    from termforge.cli import main
+
+    root, tasks, _ = corpus
+    options = terminal_config(tiny_model_dir, root, max_episode_tokens=700, episode_turn_cap=1).to_dict()
+    out = tmp_path / "hints" / "uplift.json"
+    rc = main(["hint-uplift", "--params", json.dumps({"train": options}), "--demos", str(root / "demos.parquet"),
+               "--tasks-dir", str(root / "tasks"), "--images-dir", str(root / "images"),
+               "--corpus", str(root / "corpus.json"), "--out", str(out)])
+    assert rc == 0
+    report = read_json(out)
+    assert [t["task_id"] for t in report["tasks"]] == sorted(t.name for t in tasks[:2])  # the hinted ones
+    assert all(t["graded_with"] + t["graded_without"] + t["infra_failed"] == 16 for t in report["tasks"])
+    assert report["k"] == 8 and set(report["families"]) == {"log_level_filter", "account_audit"}
+    assert "hint-uplift: 2 hinted tasks, k=8" in capsys.readouterr().out
