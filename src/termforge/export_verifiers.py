@@ -224,8 +224,9 @@ def prime_rl_configs(package: str, train: dict, task: dict, harness: dict, corpu
         "#   uv run rl @ <this file> --output-dir outputs/<run>",
         "# Values come from termforge's train config. What prime-rl does differently from termforge's own",
         "# trainer (docs/opsd.md): its OPSD loss is the sampled-token reverse KL to the hint-conditioned",
-        "# policy (termforge's default is the full-vocabulary forward KL with a per-entry clip), and its",
-        "# train sampling has no top-k / top-p (termforge samples with top_k "
+        "# policy with the hint as a leading system message (termforge's loss_type ref_kl with",
+        "# teacher_context_role leading_system; its default is the full-vocabulary forward KL with a",
+        "# per-entry clip), and its train sampling has no top-k / top-p (termforge samples with top_k "
         f"{cfg.top_k}, top_p {cfg.top_p}).",
         "",
     ]
