@@ -15,6 +15,7 @@ include: "rules/serve.smk"
 include: "rules/solve.smk"
 include: "rules/hints.smk"
 include: "rules/train.smk"
+include: "rules/uplift.smk"
 include: "rules/eval.smk"
 include: "rules/report.smk"
 

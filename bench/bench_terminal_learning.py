@@ -8,11 +8,16 @@ the loop learns").
    engine: same harness rules as solve, real sandboxes, the clean verifier), written as a
    passk.json in the solve stage's format; the tasks solved sometimes but not always (the band
    0 < c/k < 1) are split into train and held-out;
-3. per seed and objective (grpo, mixed): the real trainer (termforge.opsd.trainer.train) on the
-   train split, with its held-out reward probe on the held-out split: mean verifier reward of
-   `--eval-episodes` episodes per held-out task before and after training (the same sampling
-   seeds both times, so only the weights differ);
-4. prints the reward curve and the share of GRPO groups with signal per step, held-out reward
+3. hint uplift of the untrained policy on the train split (termforge.opsd.uplift: pass rate with
+   the hint in context vs without, `--uplift-k` episodes per task and arm on the same seeds), per
+   task and per family: OPSD can only distil what the hint changes;
+4. per seed, objective (grpo, opsd, mixed) and learning rate (`--lrs`, a grid such as
+   2e-3,2e-4,2e-5): the real trainer (termforge.opsd.trainer.train; the teacher is the current
+   policy given the hint, teacher_mode's default for terminal data) on the train split, with its
+   held-out reward probe on the held-out split: mean verifier reward of `--eval-episodes` episodes
+   per held-out task before and after training (the same sampling seeds both times, so only the
+   weights differ);
+5. prints the reward curve, the share of GRPO groups with signal and the KL to the teacher per step, held-out reward
    before and after per seed, the mean change with a bootstrap 95% interval over held-out tasks
    and an exact paired sign-flip test, and the same against a baseline measured in the same run
    (no training: the change is 0 by construction, so the interval is the test's own noise floor).
@@ -20,12 +25,14 @@ the loop learns").
 Every stage checkpoints under --out (a killed bench resumes: finished stages and finished runs
 are read back; a run killed mid-training resumes from its last checkpoint).
 
-    python bench/bench_terminal_learning.py                 # the full bench (about an hour on 2 idle cores)
+    python bench/bench_terminal_learning.py                 # the full bench: 5 seeds x 3 arms (hours on 2 idle cores)
+    python bench/bench_terminal_learning.py --lrs 2e-3,2e-4,2e-5 --objectives mixed   # learning-rate grid
     python bench/bench_terminal_learning.py --quick         # smoke test: tiny pool, 1 seed, 1 step
     python bench/bench_terminal_learning.py --measure       # pass@k grid: temperature x turn cap x tokens
 
 Threads: on a shared machine `--threads 1` is several times faster than 2 (OpenMP workers spin
-while other processes hold the cores); on idle cores use 2.
+while other processes hold the cores); on idle cores use 2. The bench sets OMP_WAIT_POLICY=PASSIVE
+as `termforge train` does (termforge.cpu_budget).
 """
 
 from __future__ import annotations
@@ -265,19 +272,32 @@ def train_options(args, objective: str, seed: int, root: Path) -> dict:
     }
 
 
-def run_training(args, root: Path, objective: str, seed: int) -> dict:
+def hint_uplift(args, root: Path) -> dict:
+    """The untrained policy's hint uplift on the train split (read back when done earlier)."""
+    from termforge.opsd.uplift import run_uplift_cli
+
+    path = root / "uplift.json"
+    if path.exists():
+        return read_json(path)
+    return run_uplift_cli(train_options(args, "opsd", args.first_seed, root), path, demos=str(root / "demos.parquet"),
+                          tasks_dir=str(root / "tasks"), images_dir=str(root / "images"),
+                          corpus=str(root / "train.json"), k=args.uplift_k)
+
+
+def run_training(args, root: Path, objective: str, seed: int, lr: float | None = None) -> dict:
     """One training run with the held-out reward probe; a finished run is read back, a killed one
-    resumes from its last checkpoint (the trainer's own resume)."""
+    resumes from its last checkpoint (the trainer's own resume). `lr` overrides --lr (a grid arm)."""
     from termforge.opsd.trainer import run_train_cli_args
 
-    out = root / "runs" / f"{objective}-seed{seed}"
+    out = root / "runs" / (f"{objective}-seed{seed}" if lr is None else f"{objective}-lr{lr:g}-seed{seed}")
     if (out / "summary.json").exists() and (out / "reward_probe.json").exists():
         print(f"run {out.name}: finished earlier, read back")
     else:
         t0 = time.perf_counter()
         # --select all: no pass rates, so the trainer's GRPO pool is every training task (its
         # fallback, said in its log); band: the pool is the band, as the workflow calibrates it.
-        run_train_cli_args(train_options(args, objective, seed, root), out, demos=str(root / "demos.parquet"),
+        options = {**train_options(args, objective, seed, root), **({"learning_rate": lr} if lr is not None else {})}
+        run_train_cli_args(options, out, demos=str(root / "demos.parquet"),
                            tasks_dir=str(root / "tasks"), images_dir=str(root / "images"),
                            passk=str(root / "passk.json") if args.select == "band" else None,
                            corpus=str(root / "train.json"))
@@ -378,6 +398,19 @@ def _f(x, digits=3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def print_uplift(uplift: dict) -> None:
+    overall = uplift["overall"]
+    print(f"\n--- hint uplift of the untrained policy (k={uplift['k']} per arm, same seeds): pass rate without "
+          f"{_f(overall['pass_without'])}, with {_f(overall['pass_with'])}, uplift {_f(overall['uplift'])}; "
+          f"{len(uplift['no_uplift'])} of {overall['tasks']} hints without uplift")
+    for name, fam in uplift["families"].items():
+        print(f"  family {name}: {fam['tasks']} tasks, without {_f(fam['pass_without'])} with {_f(fam['pass_with'])} "
+              f"uplift {_f(fam['uplift'])}")
+    for t in uplift["tasks"]:
+        print(f"  {t['task_id']}: without {_f(t['pass_without'])} with {_f(t['pass_with'])} uplift {_f(t['uplift'])}"
+              + ("  (no uplift)" if t["no_uplift"] else ""))
+
+
 def print_report(result: dict) -> None:
     sel = result["selection"]
     print("\n=== held-out reward before/after training (bench/bench_terminal_learning.py)")
@@ -386,13 +419,16 @@ def print_report(result: dict) -> None:
           f"{sel['turn_cap']}, {sel['max_new_tokens']} tokens: {result['in_band']} in the band 0 < c/k < 1; "
           f"{result['band']} {chosen} -> {len(result['train'])} train, {len(result['heldout'])} held-out")
     print(f"settings: {json.dumps(result['settings'])}")
+    if result.get("uplift"):
+        print_uplift(result["uplift"])
     for objective, block in result["objectives"].items():
         st = block["stats"]
         print(f"\n--- {objective}: reward curve and GRPO groups with signal per step (mean over {len(st['seeds'])} seeds)")
-        print("step  grpo reward  opsd reward  groups with signal  share   step s")
+        print("step  grpo reward  opsd reward  groups with signal  share  KL(teacher)   step s")
         for r in block["curve"]:
             print(f"{r['step']:>4}  {_f(r['reward_grpo']):>11}  {_f(r['reward_opsd']):>11}  "
-                  f"{r['groups_with_signal']:>18}  {_f(r['signal_share'], 2):>5}  {_f(r['step_s'], 0):>7}")
+                  f"{r['groups_with_signal']:>18}  {_f(r['signal_share'], 2):>5}  {_f(r['opsd_kl'], 4):>11}  "
+                  f"{_f(r['step_s'], 0):>7}")
         print(f"held-out reward per seed ({st['tasks']} tasks x {result['settings']['eval_episodes']} episodes):")
         for s in st["seeds"]:
             ratio = s["after"] / s["before"] if s["before"] else float("inf")
@@ -419,19 +455,23 @@ def learn(args) -> dict:
     print(rates_table(selection))
     train, held = split_band(root, selection, args.heldout, args.pool_seed, fill=args.quick, select=args.select)
     band = len(train) + len(held)
+    uplift = hint_uplift(args, root) if args.uplift_k else None
     objectives = {}
+    lrs = [float(x) for x in args.lrs.split(",")] if args.lrs else [args.lr]
     for objective in args.objectives:
-        runs = [run_training(args, root, objective, seed)
-                for seed in range(args.first_seed, args.first_seed + args.seeds)]
-        objectives[objective] = {"stats": objective_stats(runs, seed_from("bench-stats", objective)),
-                                 "curve": curves(runs)}
-    settings = {k: getattr(args, k) for k in ("steps", "prompts", "group", "lr", "lora_r", "temperature", "top_p",
-                                              "top_k", "turn_cap", "max_new_tokens", "eval_episodes", "seeds",
-                                              "select")}
+        for lr in lrs:
+            arm = objective if not args.lrs else f"{objective}@lr{lr:g}"
+            runs = [run_training(args, root, objective, seed, lr=lr if args.lrs else None)
+                    for seed in range(args.first_seed, args.first_seed + args.seeds)]
+            objectives[arm] = {"stats": objective_stats(runs, seed_from("bench-stats", objective)),
+                               "curve": curves(runs)}
+    settings = {k: getattr(args, k) for k in ("steps", "prompts", "group", "lr", "lrs", "lora_r", "temperature",
+                                              "top_p", "top_k", "turn_cap", "max_new_tokens", "eval_episodes",
+                                              "seeds", "select", "uplift_k")}
     in_band = sum(1 for r in selection["per_task"] if 0 < r["c"] < r["n"])
     result = {"pool": len(ids), "band": band, "in_band": in_band, "train": train, "heldout": held,
               "selection": {k: selection[k] for k in ("k", "temperature", "turn_cap", "max_new_tokens")},
-              "settings": settings, "objectives": objectives}
+              "settings": settings, "objectives": objectives, "uplift": uplift}
     atomic_write_json(root / "result.json", result)
     print_report(result)
     return result
@@ -465,9 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--select", choices=("band", "all"), default="band",
                         help="which pool tasks train and are held out: those solved sometimes by the untrained "
                              "model (band), or all of them")
-    parser.add_argument("--objectives", default="grpo,mixed",
+    parser.add_argument("--objectives", default="grpo,opsd,mixed",
                         help=f"comma-separated training objectives to compare ({', '.join(OBJECTIVES)})")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--first-seed", type=int, default=0,
                         help="seeds first-seed .. first-seed + seeds - 1: processes may share the seeds out over "
                              "copies of one --out folder, whose runs/ a later call with every seed reads back")
@@ -475,15 +515,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=4, help="tasks per step (each part)")
     parser.add_argument("--group", type=int, default=8, help="GRPO group size")
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lrs", default=None, help="a learning-rate grid (comma-separated, e.g. 2e-3,2e-4,2e-5): "
+                                                  "every objective runs at each")
+    parser.add_argument("--uplift-k", type=int, default=8, help="hint-uplift episodes per task and arm before "
+                                                               "training (0: skip; at least 8)")
     parser.add_argument("--lora-r", type=int, default=8)
     parser.add_argument("--eval-episodes", type=int, default=8, help="held-out episodes per task, before and after")
     args = parser.parse_args(argv)
     # Names checked before any work (an unknown level would otherwise sample signatures forever).
     args.levels = tuple(chosen("--levels", args.levels, TASK_COMPLEXITIES))
     args.objectives = chosen("--objectives", args.objectives, OBJECTIVES)
+    from termforge.cpu_budget import passive_openmp_env
+
+    passive_openmp_env()  # before torch loads its OpenMP runtime
     if args.quick:
         args.pool, args.k, args.seeds, args.steps, args.prompts, args.group = 8, 3, 1, 1, 1, 2
         args.heldout, args.eval_episodes, args.max_new_tokens = 2, 2, 32
+        args.uplift_k = 8 if args.uplift_k else 0
     scratch = None
     if args.out is None and args.quick:
         # A smoke run has nothing worth resuming: it works in a temporary folder and leaves nothing.

@@ -21,6 +21,12 @@ pass --model /path/to/Qwen3-1.7B.
 
     python bench/bench_terminal_step.py --model /models/Qwen3-1.7B            # H200
     python bench/bench_terminal_step.py --tiny                                # CPU smoke run
+    python bench/bench_terminal_step.py --device cpu --model smollm2-135m-instruct --prompts 2 \
+        --max-new-tokens 8 --steps 2 --threads 2                              # CPU, a real model
+
+On CPU, torch runs the threads --threads names (default: the CPUs the process is allotted,
+termforge.cpu_budget, as training does); OMP_WAIT_POLICY is read from the environment (training
+sets PASSIVE). bench/bench_shared_node.py runs this under a CPU burner to measure the slowdown.
 """
 
 from __future__ import annotations
@@ -80,12 +86,19 @@ def run_engine(name: str, args, model_dir: str, out_dir: Path) -> dict:
     from termforge.opsd.terminal import TransformersEngine, VLLMEngine
     from termforge.opsd.trainer import OPSDTrainer, _weight_dtype, make_accelerator
 
+    on_cpu = args.device == "cpu"
+    if on_cpu:
+        from termforge.cpu_budget import allotted_cpus
+
+        torch.set_num_threads(args.threads or allotted_cpus())
+        print(f"cpu: {torch.get_num_threads()} torch threads, OMP_WAIT_POLICY="
+              f"{__import__('os').environ.get('OMP_WAIT_POLICY', 'unset')}", flush=True)
     cfg = OPSDConfig.from_dict({
-        "model": model_dir, "device": "cpu" if args.tiny else "cuda", "data_kind": "terminal",
+        "model": model_dir, "device": args.device, "data_kind": "terminal", "teacher_mode": "fixed",
         "lora_r": 8 if args.tiny else 64, "lora_alpha": 16.0 if args.tiny else 128.0, "learning_rate": 5e-6,
         "max_grad_norm": 0.1, "prompts_per_step": args.prompts, "max_new_tokens": args.max_new_tokens,
         "temperature": 1.1, "top_p": 0.95, "top_k": 20, "micro_batch_size": args.micro_batch,
-        "student_thinking": None if args.tiny else False, "teacher_thinking": None if args.tiny else True,
+        "student_thinking": None if on_cpu else False, "teacher_thinking": None if on_cpu else True,
         "rollout_engine": name, "loss_chunk_size": 256})
     accelerator = make_accelerator(cfg)
     on_gpu = accelerator.device.type == "cuda"
@@ -192,7 +205,11 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--vllm-memory", type=float, default=0.35)
+    parser.add_argument("--device", default=None, help="cuda (default) or cpu (the default with --tiny)")
+    parser.add_argument("--threads", type=int, default=0, help="CPU: torch threads (0: the CPUs allotted)")
+    parser.add_argument("--json", default=None, help="also write the mean of each engine's steps here")
     args = parser.parse_args()
+    args.device = args.device or ("cpu" if args.tiny else "cuda")
     if args.tiny:
         args.prompts, args.max_new_tokens, args.micro_batch, args.steps = 4, 16, 2, 2
     with tempfile.TemporaryDirectory(prefix="bench-terminal-step-") as tmp:
@@ -201,7 +218,7 @@ def main() -> None:
         try:
             import vllm  # noqa: F401
 
-            have_vllm = not args.tiny
+            have_vllm = args.device != "cpu"
         except ImportError:
             have_vllm = False
         if have_vllm:
@@ -214,6 +231,8 @@ def main() -> None:
               f"{r['rollout_tokens_per_s']:.1f} generated tok/s, {r['scored_tokens_per_s']:.1f} scored tok/s, "
               f"peak {r.get('peak_memory_mb') or float('nan'):.0f} MB; starting ratio: mean |r - 1| "
               f"{r['start_ratio_abs_dev_mean']:.2e}, max |log r| {r['start_log_ratio_abs_max']:.2e}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
     if "vllm" in results:
         b, v = results["transformers"], results["vllm"]
         print(f"vllm / transformers: rollout speed-up x{b['rollout_s'] / v['rollout_s']:.2f}, "

@@ -11,6 +11,7 @@ rule report:
         corpus="results/corpus/manifest.json",
         passk="results/solve/passk.json",
         hints="results/hints/coverage.json",
+        uplift="results/hints/uplift.json",
         evals="results/eval/results.csv",
         training=expand("results/runs/{model}/train/summary.json", model=ABLATIONS),
     output:

@@ -54,7 +54,7 @@ rule train_opsd:
     resources:
         **TRAIN_RESOURCES,
     shell:
-        "{params.launch} -m termforge.cli train --params {params.options:q} {params.math_data} "
+        "TERMFORGE_JOB_THREADS={threads} {params.launch} -m termforge.cli train --params {params.options:q} {params.math_data} "
         "--demos {input.demos} --tasks-dir results/tasks {params.terminal} "
         "--out-dir results/runs/{wildcards.model}/train "
         "--restart-on-config-change "

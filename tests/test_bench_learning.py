@@ -31,7 +31,10 @@ def test_quick_bench_runs_and_resumes(tmp_path):
     res = _run(out)
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads((out / "result.json").read_text())
-    assert set(result["objectives"]) == {"grpo", "mixed"}
+    assert set(result["objectives"]) == {"grpo", "opsd", "mixed"}
+    uplift = result["uplift"]  # the untrained policy's hint uplift on the train split
+    assert uplift["k"] == 8 and {t["task_id"] for t in uplift["tasks"]} <= set(result["train"])
+    assert "hint uplift of the untrained policy" in res.stdout and "KL(teacher)" in res.stdout
     for objective, block in result["objectives"].items():
         seeds = block["stats"]["seeds"]
         assert len(seeds) == 1 and all(0.0 <= s[k] <= 1.0 for s in seeds for k in ("before", "after"))
@@ -43,4 +46,4 @@ def test_quick_bench_runs_and_resumes(tmp_path):
     assert "groups with signal" in res.stdout and "paired sign-flip test" in res.stdout
     again = _run(out)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count("finished earlier, read back") == 2
+    assert again.stdout.count("finished earlier, read back") == 3

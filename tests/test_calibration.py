@@ -140,3 +140,36 @@ def test_adding_the_calibration_kind_left_existing_signatures_unchanged():
                          "6dea510f80c03b6d778aa1204cb27f2bb1049994e2dfdfccd90dddf4b0ea830e")):
         sigs = sample_signatures(200, 1234, mix, tax)
         assert hashlib.sha256("\n".join(s["id"] + s["corpus_kind"] for s in sigs).encode()).hexdigest() == digest
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("level", ["short", "intricate"])
+def test_hints_fit_the_one_command_protocol(kind, level, tmp_path):
+    """Training gives these tasks a two-turn cap: the command, then the submit. A hint that opens
+    with "inspect ... before you change anything" or asks to check afterwards spends the turn the
+    task needs, so the frame follows the family's declared protocol and the method names the one
+    command (and the hints of an explored family keep their frame)."""
+    from termforge.hints import procedural_hint
+    from termforge.hints.generate import procedural_parts
+
+    task = _task(tmp_path, kind, level)
+    assert OneStepFileTask.episode_protocol == "one_command"
+    opening, sentences, closing = procedural_parts(task)
+    hint = procedural_hint(task)
+    assert opening.startswith("Do the whole task with one command") and "no turn for looking" in closing
+    assert len(sentences) >= 2  # the variant's sentence and the kind's method survive the fit
+    for phrase in ("inspect", "before you change anything", "look at", "ls -la", "tail -c1"):
+        assert phrase not in hint.lower(), (phrase, hint)
+    for sentence in sentences:  # no step before or after the one command
+        for phrase in ("first", "afterwards", "again", "then ", "check"):
+            assert phrase not in sentence.lower(), (phrase, sentence)
+
+
+def test_explored_families_keep_the_look_act_check_frame(tmp_path):
+    from termforge.hints.generate import procedural_parts
+
+    sig = make_signature(3, "file_operations", "exact_text", "text_only", task_complexity="short")
+    fam = next(f for f in default_families() if f.episode_protocol == "explore" and "file_operations" in f.domains
+               and "exact_text" in f.verifier_kinds and "text_only" in f.fixture_kinds)
+    opening, _, closing = procedural_parts(generate_task(sig, tmp_path / "tasks", families=[fam]))
+    assert opening.startswith("Inspect") and closing.startswith("Check")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -187,6 +188,17 @@ def test_prime_rl_configs_name_the_environment_the_grpo_entry_and_the_opsd_entry
         assert doc["max_steps"] == train.max_steps and doc["seq_len"] == train.max_episode_tokens
         harness = doc["orchestrator"]["train"]["source"][0]["env"]["agent"]["harness"]
         assert harness["turn_cap"] == train.episode_turn_cap
+    # The prime-rl the files are for, named in each file and pinned in export.json: the release read
+    # for them, and the first with `[[orchestrator.train.source]]` (before: `[[orchestrator.train.env]]`).
+    from termforge.export_verifiers import PRIME_RL_COMMIT, PRIME_RL_RELEASE
+
+    pinned = json.loads((package / "export.json").read_text())["prime_rl"]
+    assert pinned == {"release": PRIME_RL_RELEASE, "commit": PRIME_RL_COMMIT, "train_source_entries_from": "v0.8.0"}
+    assert re.fullmatch(r"[0-9a-f]{40}", PRIME_RL_COMMIT)
+    for name in ("opsd.toml", "rl_opsd.toml"):
+        text = (package / "prime-rl" / name).read_text()
+        assert PRIME_RL_RELEASE in text and PRIME_RL_COMMIT in text and "[[orchestrator.train.env]]" in text
+    assert PRIME_RL_COMMIT in (package / "README.md").read_text()
 
 
 def test_train_from_must_name_an_ablation():
@@ -198,28 +210,95 @@ def test_train_from_must_name_an_ablation():
 
 # -- in a fresh venv ---------------------------------------------------------------------------
 
+def venv_without_termforge(base: Path) -> Path:
+    """A new venv (its own pip, no termforge, no checkout on its path) that sees the third-party
+    packages of termforge's venv, as a machine with termforge's dependencies but no termforge
+    would: a folder of links to this venv's site-packages minus every termforge entry (its
+    dist-info and the editable install's path hook), on the new venv's path."""
+    import sysconfig
+
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=600)
+    deps = base / "deps"
+    deps.mkdir()
+    source = Path(sysconfig.get_paths()["purelib"])
+    for entry in source.iterdir():
+        if "termforge" not in entry.name.lower() and entry.suffix != ".pth":
+            (deps / entry.name).symlink_to(entry)
+    python = venv / "bin" / "python"
+    # The setuptools ensurepip bundles (no bdist_wheel) would shadow termforge's venv's, which a
+    # build without isolation then uses, as a machine with setuptools installed would.
+    subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "setuptools"], capture_output=True, timeout=300)
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    (Path(purelib) / "termforge_test_deps.pth").write_text(f"{deps}\n")
+    return python
+
+
+def clean_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_FIND_LINKS")}
+
+
+@needs_bwrap
+def test_the_export_installs_termforge_from_its_own_wheel_with_no_index_and_no_checkout(package, tmp_path):
+    """What `pip install --find-links <export>/wheels <export>` needs of termforge comes from the
+    export: with the package index off and no checkout on the path, termforge installs from the
+    shipped wheel and runs from the new venv. (The verifiers release is not installed here, so the
+    package itself goes in with --no-deps; its declared termforge requirement must match the wheel.
+    The extended tests below install everything, verifiers from the index.)"""
+    summary = json.loads((package / "export.json").read_text())
+    wheel = package / summary["termforge_wheel"]
+    assert wheel.is_file() and wheel.parent == package / "wheels"
+    python = venv_without_termforge(tmp_path)
+    env = clean_env()
+    # Before: nothing provides termforge without the export's wheels.
+    res = subprocess.run([str(python), "-m", "pip", "install", "--no-index", "--disable-pip-version-check",
+                          "termforge"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert res.returncode != 0 and "No matching distribution found for termforge" in res.stdout + res.stderr
+    res = subprocess.run([str(python), "-m", "pip", "install", "--no-index", "--disable-pip-version-check",
+                          "--find-links", str(package / "wheels"), "termforge"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    # Built from a copy: pip builds a local folder in place (build/, *.egg-info).
+    shutil.copytree(package, tmp_path / "export")
+    res = subprocess.run([str(python), "-m", "pip", "install", "--no-index", "--no-deps", "--no-build-isolation",
+                          "--disable-pip-version-check", str(tmp_path / "export")],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    # (Importing tf_corpus itself needs verifiers: its files are located without importing it.)
+    probe = ("import importlib.metadata as m, importlib.util as u, json, os, sys, termforge, "
+             "termforge.export_verifiers, termforge.harness;"
+             "pkg = u.find_spec('tf_corpus').submodule_search_locations[0];"
+             "print(json.dumps({'termforge': termforge.__file__, 'version': m.version('termforge'),"
+             "'requires': m.requires('tf-corpus'), 'prefix': sys.prefix, 'package': pkg,"
+             "'rows': os.path.isfile(os.path.join(pkg, 'tasks.parquet')),"
+             "'env_module': os.path.isfile(os.path.join(os.path.dirname(termforge.__file__), 'verifiers_env.py'))}))")
+    res = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    found = json.loads(res.stdout)
+    assert found["termforge"].startswith(found["prefix"]) and str(ROOT) not in found["termforge"]
+    assert found["package"].startswith(found["prefix"])
+    assert f"termforge=={found['version']}" in found["requires"]
+    assert found["rows"] and found["env_module"]
+
+
 INDEX_DOWN = re.compile(r"NewConnectionError|Temporary failure in name resolution|Network is unreachable|"
                         r"Failed to establish a new connection|No matching distribution found for verifiers")
 
 
 @pytest.fixture(scope="module")
 def fresh_venv(package, tmp_path_factory):
-    """A new venv with the package installed from the package index: the verifiers release the
-    package declares, its SDKs, and termforge (this checkout) as the package's dependency."""
-    import shutil
-
+    """A new venv with the package installed as its README says, on a machine with no checkout:
+    `pip install --find-links wheels .` in the export, third-party packages (the verifiers release
+    the package declares, its SDKs, termforge's dependencies) from the package index, termforge from
+    the export's wheel."""
     base = tmp_path_factory.mktemp("verifiers-venv")
-    # termforge from a copy of this checkout's sources: pip builds a local folder in place (build/,
-    # *.egg-info), which must not land in the repository.
-    source = base / "termforge"
-    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
-    res = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", str(source),
-                          str(package)], capture_output=True, text=True, timeout=1800)
+    res = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--find-links", "wheels",
+                          "."], capture_output=True, text=True, timeout=1800, cwd=package, env=clean_env())
     if res.returncode != 0 and INDEX_DOWN.search(res.stdout + res.stderr):
         pytest.skip(f"the package index is unreachable: {INDEX_DOWN.search(res.stdout + res.stderr).group(0)}")
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]

@@ -159,21 +159,23 @@ def test_filters_report_and_refuse_empty_result(capsys):
         filter_rows(rows, answer_pattern=r"-?\d{1,6}", min_solution_chars=100, where="opsd.data")
 
 
-# Every answer form the trace's filter must tell apart, labelled by hand: is the stored string an
-# optional minus sign and 1 to 6 digits, nothing before or after? (The earlier filter, AIME's
+# Every answer form the trace's filter must tell apart, labelled by hand: is the stored string, once
+# stripped of whitespace at both ends (the trace strips before matching), an optional minus sign and
+# 1 to 6 digits, nothing before or after? (The earlier filter, AIME's
 # normaliser on the stripped string with at most 6 digits, kept 12 of the 22 rejected here.)
 TRACE_ANSWER_FORMS = [
     ("0", True), ("7", True), ("42", True), ("-3", True), ("-0", True), ("100", True), ("0042", True),
     ("999999", True), ("123456", True), ("-123456", True),
     ("+15", False), ("1,000", False), ("0000042", False), ("12.0", False), ("$42$", False),
-    ("\\text{42}", False), (" 42", False), ("42 ", False), ("42\n", False), ("1\\,000", False), ("5%", False),
+    ("\\text{42}", False), (" 42", True), ("42 ", True), ("42\n", True), (" 42 ", True), ("\t-7\r\n", True),
+    ("4 2", False), (" +15 ", False), ("1\\,000", False), ("5%", False),
     ("42^\\circ", False), ("1234567", False), ("-1234567", False), ("1000000", False), ("\\frac{1}{2}", False),
     ("3.5", False), ("x+1", False), ("\\boxed{42}", False), ("(1, 2)", False), ("", False), ("\u22125", False),
 ]
 
 
 @pytest.mark.parametrize("answer, keep", TRACE_ANSWER_FORMS, ids=[repr(a) for a, _ in TRACE_ANSWER_FORMS])
-def test_trace_answer_pattern_matches_the_raw_string_in_full(answer, keep):
+def test_trace_answer_pattern_matches_the_stripped_string_in_full(answer, keep):
     assert answer_matches(answer, r"-?\d{1,6}") is keep
     assert answer_matches(None, r"-?\d{1,6}") is False
 

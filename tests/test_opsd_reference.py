@@ -336,8 +336,8 @@ def _trace_table(path: Path, answers: list[tuple[str, int | None]], answer_colum
 
 
 def test_trace_filter_on_a_table_with_the_datasets_columns(tmp_path, capsys):
-    """Every answer form of tests/test_mathdata.py (labelled by hand: kept when the stored string
-    is an optional minus sign and 1 to 6 digits) with a reference generation length each: 2,500
+    """Every answer form of tests/test_mathdata.py (labelled by hand: kept when the stored string,
+    whitespace-stripped, is an optional minus sign and 1 to 6 digits) with a reference generation length each: 2,500
     tokens, except three kept answers at 1,999 tokens (dropped), exactly 2,000 (kept) and no count
     (dropped)."""
     import pyarrow as pa
@@ -349,20 +349,20 @@ def test_trace_filter_on_a_table_with_the_datasets_columns(tmp_path, capsys):
     counts = {"7": 1999, "42": 2000, "-3": None}
     table = [(a, counts.get(a, 2500)) for a, _ in TRACE_ANSWER_FORMS]
     expected = [f"row-{i}" for i, (a, keep) in enumerate(TRACE_ANSWER_FORMS) if keep and a not in ("7", "-3")]
-    assert len(table) == 32 and len(expected) == 8
+    assert len(table) == 36 and len(expected) == 13
     data = _trace_table(tmp_path / "train.parquet", table)
     rows = load_math_rows(_trace_config(dataset=str(data)))
     assert [r.id for r in rows] == expected
     out = capsys.readouterr().out
-    assert (r"train: kept 8 of 32 rows (dropped 22 with an answer not matching -?\d{1,6}, "
+    assert (r"train: kept 13 of 36 rows (dropped 21 with an answer not matching -?\d{1,6}, "
             "2 with a reference generation under 2000 tokens)") in out
     # Either filter alone keeps more: the recipe is their conjunction.
-    assert len(load_math_rows(_trace_config(dataset=str(data), min_generated_tokens=0))) == 10
-    assert len(load_math_rows(_trace_config(dataset=str(data), answer_filter=False))) == 32 - 2
+    assert len(load_math_rows(_trace_config(dataset=str(data), min_generated_tokens=0))) == 15
+    assert len(load_math_rows(_trace_config(dataset=str(data), answer_filter=False))) == 36 - 2
     # The anchor (the reference overlay) trains on every row, empty answer included, as the reference.
     reference = OPSDConfig.from_dict({**yaml.safe_load(REFERENCE_OVERLAY.read_text())["train"], "dataset": str(data)})
-    assert len(load_math_rows(reference)) == 32
-    assert "kept 32 of 32 rows (no filter on)" in capsys.readouterr().out
+    assert len(load_math_rows(reference)) == 36
+    assert "kept 36 of 36 rows (no filter on)" in capsys.readouterr().out
     # A set without the length column is named, not silently unfiltered.
     pq.write_table(pa.Table.from_pylist([{"problem": "p", "solution": "s", "Answer": "1"}]), tmp_path / "bare.parquet")
     with pytest.raises(TermforgeError, match=r"train\.generated_tokens_column: dataset .* has no column "

@@ -70,7 +70,10 @@ def test_objective_needs_terminal_data_and_kl_needs_fixed_teacher():
     with pytest.raises(ConfigError, match=r"train\.objective: grpo .* needs data_kind terminal"):
         OPSDConfig.from_dict({"objective": "grpo"})
     with pytest.raises(ConfigError, match=r"train\.kl_coef: .* teacher_mode fixed"):
-        OPSDConfig.from_dict({"data_kind": "terminal", "objective": "grpo", "kl_coef": 0.1, "teacher_mode": "live"})
+        OPSDConfig.from_dict({"data_kind": "terminal", "objective": "grpo", "kl_coef": 0.1, "teacher_mode": "live",
+                              "finetune": "full"})
+    # With LoRA the base is the adapter switched off, whatever the teacher (live by default).
+    assert OPSDConfig.from_dict({"data_kind": "terminal", "objective": "grpo", "kl_coef": 0.1}).teacher_mode == "live"
     with pytest.raises(ConfigError, match=r"train\.rl_pass_rate_low"):
         OPSDConfig.from_dict({"rl_pass_rate_low": 0.5, "rl_pass_rate_high": 0.5})
 
@@ -377,3 +380,73 @@ def test_two_processes_give_the_terminal_update_of_one(tiny_model_dir, corpus, t
     probe_a, probe_b = read_json(tmp_path / "one" / "kl_probe.json"), read_json(tmp_path / "two" / "kl_probe.json")
     assert probe_a["num_tokens"] == probe_b["num_tokens"] > 0
     assert probe_b["before"] == pytest.approx(probe_a["before"], rel=1e-5)
+
+
+class HintReadingEngine(HalfSolvingEngine):
+    """Scripted 'policy' that replays the oracle only when the task's hint is in its prompt, and
+    otherwise only looks: a hint with uplift 1."""
+
+    def __init__(self, tokenizer, tasks, hint):
+        super().__init__(tokenizer, tasks)
+        self.hint = hint
+
+    def generate(self, prompts, max_new_tokens, seeds):
+        out = []
+        for prompt in prompts:
+            text = self.tokenizer.decode(prompt)
+            if text.count("<|im_start|>assistant") > 1:
+                reply = f"```bash\necho {SUBMIT_MARKER}\n```"
+            elif self.hint[:60] in text:
+                solution = next(s for i, s in self.solutions.items() if i in text)
+                reply = f"```bash\nbash <<'TF_EOF'\n{solution}\nTF_EOF\n```"
+            else:
+                reply = "```bash\nls\n```"
+            ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"] + self.stop_ids
+            out.append(Sample(ids, [-1.0] * len(ids), "stop"))
+        return out
+
+
+@needs_bwrap
+def test_hint_uplift_runs_both_arms_on_the_same_seeds(tiny_model_dir, corpus, tmp_path):
+    from termforge.models.transformers_backend import load_causal_lm
+    from termforge.opsd.trainer import OPSDTrainer
+    from termforge.opsd.uplift import measure_hint_uplift
+
+    root, tasks, hints = corpus
+    cfg = terminal_config(tiny_model_dir, root, objective="opsd", max_episode_tokens=4000)
+    model, tokenizer = load_causal_lm(tiny_model_dir, device="cpu", dtype="float32")
+    trainer = OPSDTrainer(cfg, model, tokenizer)
+    run = TerminalRun(cfg, load_terminal_tasks(cfg), tmp_path)
+    run._engine = HintReadingEngine(tokenizer, tasks, hints[0])
+    seen = []
+    generate = run._engine.generate
+    run._engine.generate = lambda p, m, seeds: (seen.append(list(seeds)), generate(p, m, seeds))[1]
+    with pytest.raises(ConfigError, match="at least 8"):
+        measure_hint_uplift(run, trainer, [tasks[0].name], k=4)
+    report = measure_hint_uplift(run, trainer, [tasks[0].name, tasks[2].name], k=8, seed=3)
+    [only] = report["tasks"]  # the reward-only task has no hint to measure
+    assert (only["task_id"], only["pass_without"], only["pass_with"], only["uplift"]) == (tasks[0].name, 0.0, 1.0, 1.0)
+    assert only["graded_with"] == only["graded_without"] == 8 and report["no_uplift"] == []
+    assert report["families"][only["family"]]["uplift"] == 1.0 and only["family"] == "log_level_filter"
+    # The arms' first turns sampled with the same seeds: only the hint differs between them.
+    assert seen[0] == seen[len(seen) // 2] and len(seen[0]) == 8
+
+
+@needs_bwrap
+def test_hint_uplift_command_writes_the_report(tiny_model_dir, corpus, tmp_path, capsys):
+    """`termforge hint-uplift` as the rule runs it: the train config's policy (here the tiny random
+    one), every hinted kept task, 8 episodes per arm; the report lands atomically at --out."""
+    from termforge.cli import main
+
+    root, tasks, _ = corpus
+    options = terminal_config(tiny_model_dir, root, max_episode_tokens=700, episode_turn_cap=1).to_dict()
+    out = tmp_path / "hints" / "uplift.json"
+    rc = main(["hint-uplift", "--params", json.dumps({"train": options}), "--demos", str(root / "demos.parquet"),
+               "--tasks-dir", str(root / "tasks"), "--images-dir", str(root / "images"),
+               "--corpus", str(root / "corpus.json"), "--out", str(out)])
+    assert rc == 0
+    report = read_json(out)
+    assert [t["task_id"] for t in report["tasks"]] == sorted(t.name for t in tasks[:2])  # the hinted ones
+    assert all(t["graded_with"] + t["graded_without"] + t["infra_failed"] == 16 for t in report["tasks"])
+    assert report["k"] == 8 and set(report["families"]) == {"log_level_filter", "account_audit"}
+    assert "hint-uplift: 2 hinted tasks, k=8" in capsys.readouterr().out

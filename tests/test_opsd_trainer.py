@@ -83,7 +83,7 @@ def test_config_errors_name_the_key():
         OPSDConfig.from_dict({"lora_rank": 8})
     with pytest.raises(ConfigError, match=r"train\.beta: must be <= 1"):
         OPSDConfig.from_dict({"beta": 2})
-    with pytest.raises(ConfigError, match=r"train\.teacher_mode: expected one of fixed, ema, live"):
+    with pytest.raises(ConfigError, match=r"train\.teacher_mode: expected one of auto, fixed, ema, live"):
         OPSDConfig.from_dict({"teacher_mode": "frozen"})
     with pytest.raises(ConfigError, match=r"train\.max_steps: expected an integer"):
         OPSDConfig.from_dict({"max_steps": "10"})
@@ -104,7 +104,7 @@ def test_schema_covers_every_field_and_defaults_round_trip():
     assert all(p["description"] for p in schema["properties"].values())
     defaults = {k: p["default"] for k, p in schema["properties"].items()}
     assert OPSDConfig.from_dict(defaults) == OPSDConfig()
-    assert schema["properties"]["teacher_mode"]["enum"] == ["fixed", "ema", "live"]
+    assert schema["properties"]["teacher_mode"]["enum"] == ["auto", "fixed", "ema", "live"]
     assert OPSDConfig().effective_loss_temperature == OPSDConfig().temperature == 1.1
     assert OPSDConfig.from_dict({"prompts_per_step": 32, "micro_batch_size": 4}).gradient_accumulation_steps(2) == 4
 
@@ -409,14 +409,23 @@ def test_exact_resume_and_incompatible_checkpoint(tiny_model_dir, math_rows, tmp
           tmp_path / "resumed", probe_rows=probe_rows)
 
 
-def test_cli_entry_reads_the_workflow_files(tiny_model_dir, tmp_path):
+def test_cli_entry_reads_the_workflow_files(tiny_model_dir, tmp_path, monkeypatch, capsys):
     from termforge.mathdata import write_math_set
     from termforge.opsd.trainer import run_train_cli_args
 
     write_math_set(tmp_path / "math", n=12, seed=2, heldout_fraction=0.25)
-    options = tiny_config(tiny_model_dir, max_steps=2, checkpoint_every=0).to_dict()
-    summary = run_train_cli_args(options, tmp_path / "run", dataset=str(tmp_path / "math" / "train.jsonl"),
-                                 probe_dataset=str(tmp_path / "math" / "heldout.jsonl"))
+    # No num_threads: torch gets the threads the workflow gave the job, not the machine's cores.
+    options = tiny_config(tiny_model_dir, max_steps=2, checkpoint_every=0, num_threads=None).to_dict()
+    monkeypatch.setenv("TERMFORGE_JOB_THREADS", "1")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        summary = run_train_cli_args(options, tmp_path / "run", dataset=str(tmp_path / "math" / "train.jsonl"),
+                                     probe_dataset=str(tmp_path / "math" / "heldout.jsonl"))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert "train: 1 torch threads (the CPUs allotted" in capsys.readouterr().out
     assert summary["completed"] and summary["train_rows"] == 9 and summary["probe_rows"] == 2
     assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-000002"]
     assert read_json(tmp_path / "run" / "summary.json")["kl_probe"] == summary["kl_probe"]

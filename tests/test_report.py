@@ -460,3 +460,22 @@ def test_terminal_run_shows_held_out_reward_before_and_after(tmp_path):
             float(row["held-out reward change"])) == (0.125, 0.5, 0.375)
     others = [r for name, r in rows.items() if name != "terminal"]
     assert others and all(r["held-out reward before"] == "" for r in others)
+
+
+def test_hint_uplift_per_family_reaches_the_report(tmp_path):
+    """results/hints/uplift.json (termforge hint-uplift) becomes the hint_uplift table: per family
+    and overall, with the count of hints that have no uplift."""
+    from termforge.opsd.uplift import uplift_report
+
+    results = copy_run(tmp_path)
+    add_planned_outputs(results)
+    report = uplift_report({"a": [1.0] * 4 + [0.0] * 4, "b": [0.0] * 8, "c": [1.0] * 8},
+                           {"a": [0.0] * 8, "b": [0.0] * 8, "c": [1.0] * 8},
+                           {"a": "one_step_file_task", "b": "one_step_file_task", "c": "log_level_filter"}, k=8)
+    (results / "hints" / "uplift.json").write_text(json.dumps(report))
+    _, text = build(results, tmp_path / "out")
+    rows = {r["family"]: r for r in read_csv(tmp_path / "out" / "tables" / "hint_uplift.csv")}
+    assert float(rows["one_step_file_task"]["uplift"]) == 0.25 and rows["one_step_file_task"]["no_uplift"] == "1"
+    assert float(rows["log_level_filter"]["uplift"]) == 0.0 and rows["log_level_filter"]["no_uplift"] == "1"
+    assert rows["all families"]["tasks"] == "3" and rows["all families"]["no_uplift"] == "2"
+    assert "2 of 3 hints have none" in text

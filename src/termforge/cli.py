@@ -447,6 +447,9 @@ def _policy(o: dict, weights: str | None):
 
 
 def cmd_train(args) -> int:
+    from termforge.cpu_budget import passive_openmp_env
+
+    passive_openmp_env()  # before torch loads its OpenMP runtime
     from termforge.opsd.trainer import run_train_cli_args
 
     o = _stage_options(args, "train")
@@ -469,6 +472,18 @@ def cmd_train(args) -> int:
     probe = summary.get("kl_probe") or {}
     print(f"train: {summary.get('steps')} steps -> {args.out_dir}; final loss {summary.get('final_loss')}; "
           f"held-out KL(teacher||student) before {probe.get('before')} after {probe.get('after')}")
+    return 0
+
+
+def cmd_hint_uplift(args) -> int:
+    from termforge.cpu_budget import passive_openmp_env
+
+    passive_openmp_env()  # before torch loads its OpenMP runtime
+    from termforge.opsd.uplift import run_uplift_cli
+
+    o = _stage_options(args, "train")
+    run_uplift_cli(o["train"], Path(args.out), demos=args.demos, tasks_dir=args.tasks_dir, images_dir=args.images_dir,
+                   corpus=args.corpus, k=args.k, min_uplift=args.min_uplift)
     return 0
 
 
@@ -853,6 +868,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--restart-on-config-change", action="store_true",
                     help="start over when the checkpoints were written by another config (what the workflow does)")
     sp.set_defaults(func=cmd_train)
+
+    sp = stage("hint-uplift", "each hinted task's pass rate with its hint in the policy's context vs without")
+    output_arg(sp, "--out", required=True, help="the uplift report (results/hints/uplift.json)")
+    input_arg(sp, "--demos", kind="demos", required=True, help="demos.parquet of the hints stage")
+    input_arg(sp, "--tasks-dir", kind="tasks_dir", required=True, help="the task directories")
+    input_arg(sp, "--images-dir", kind="results_dir", required=True, help="built task images")
+    input_arg(sp, "--corpus", kind="corpus_manifest", help="corpus manifest (its kept tasks and collected tests)")
+    sp.add_argument("--k", type=int, default=8, help="episodes per task and arm (same seeds in both; at least 8)")
+    sp.add_argument("--min-uplift", type=float, default=0.0, help="a hint whose uplift is not above this is flagged")
+    sp.set_defaults(func=cmd_hint_uplift)
 
     for name, func, help_ in (("eval-aime", cmd_eval_aime, "AIME-style math eval: avg@n, pass@n, maj@n"),
                               ("eval-tbench", cmd_eval_tbench, "Terminal-Bench-format eval: mean reward, pass@k")):

@@ -34,7 +34,10 @@ DVC_STAGES: dict[str, dict] = {
     "solve": {"rules": ["serve_policy", "solve", "review_traces", "passk"],
               "code": ["solve.py", "harness.py", "passk.py", "models", "serve.py"],
               "upstream": ["quality"]},
-    "hints": {"rules": ["hints", "export"], "code": ["hints", "export.py"], "upstream": ["quality"]},
+    # hint_uplift runs the terminal ablation's policy on the hinted tasks (its train config, the
+    # trainer's episode code): its report sits beside the hints it measures.
+    "hints": {"rules": ["hints", "export", "hint_uplift"], "code": ["hints", "export.py", "opsd"],
+              "upstream": ["quality"]},
     # Its own stage: the package's prime-rl configs read the train config, so a training key re-runs
     # this export (cheap) and not the hints.
     "verifiers": {"rules": ["export_verifiers"], "code": ["export_verifiers.py", "verifiers_env.py"],
@@ -69,8 +72,11 @@ def stage_params(cfg: dict, stage: str) -> list[str]:
                 keys.append(key)
     # The verifiers export takes its prime-rl settings from an ablation's train config
     # (export_verifiers.export_config).
-    if stage in ("train", "eval", "verifiers") and "ablations" not in keys:
+    if stage in ("train", "eval", "verifiers", "hints") and "ablations" not in keys:
         keys.append("ablations")
+    # hint_uplift passes the terminal ablation's train config (as export_verifiers), not a stamp.
+    if stage == "hints":
+        keys += [k for k in stage_keys(cfg, "train") if k not in keys]
     return sorted(keys)
 
 
@@ -107,7 +113,7 @@ def stage_outputs(cfg: dict, stage: str) -> tuple[list[str], list[str]]:
                     ["results/images", "results/decontam", "results/validate", "results/review", "results/corpus"]),
         "solve": (["results/solve/passk.json"], ["results/solve"]),
         # results/export's parts: results/export/verifiers is the verifiers stage's.
-        "hints": (["results/export/export.json"],
+        "hints": (["results/export/export.json", "results/hints/uplift.json"],
                   ["results/hints", "results/export/dataset", "results/export/private", "results/export/harbor",
                    "results/export/export.json"]),
         "verifiers": (["results/export/verifiers/export.json"], ["results/export/verifiers"]),

@@ -40,6 +40,7 @@ PRODUCERS: tuple[tuple[str, str], ...] = (
     ("results/solve/sft.parquet", "passk"),
     ("results/hints/demos.parquet", "hints"),
     ("results/hints/coverage.json", "hints"),
+    ("results/hints/uplift.json", "hint_uplift"),
     ("results/export/export.json", "export"),
     ("results/export/verifiers/export.json", "export_verifiers"),
     ("results/runs/{model}/train/summary.json", "train_opsd"),

@@ -51,6 +51,11 @@ class HarnessConfig:
     task_timeout_sec: float = 1800.0
     observation_chars: int = 10_000
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    # What task_timeout_sec counts. wall: everything since the episode started (solve: the model's
+    # replies are part of the agent's time). commands: only the episode's own commands (training:
+    # replies come from one batched generate shared by every live episode, whose duration depends
+    # on the batch and the machine's load, not on what this policy did).
+    task_clock: str = "wall"
 
 
 @dataclass
@@ -151,9 +156,14 @@ class EpisodeDriver:
             return False
         if len(self.turns) >= self.cfg.turn_cap:
             self.end_reason = "turn_cap"
-        elif time.monotonic() - self.start > self.cfg.task_timeout_sec:
+        elif self._task_elapsed() > self.cfg.task_timeout_sec:
             self.end_reason = "task_timeout"
         return not self.done
+
+    def _task_elapsed(self) -> float:
+        if self.cfg.task_clock == "commands":
+            return self.exec_total
+        return time.monotonic() - self.start
 
     def apply(self, reply: str, model_s: float = 0.0, prompt_tokens: int = 0, completion_tokens: int = 0) -> str:
         """Record the model's reply, run its command; returns the next user message's text."""
@@ -171,7 +181,7 @@ class EpisodeDriver:
                 self.end_reason = "format_errors"
             return nudge
         command = blocks[0]
-        left = self.cfg.task_timeout_sec - (time.monotonic() - self.start)
+        left = self.cfg.task_timeout_sec - self._task_elapsed()
         timeout = max(1.0, min(self.cfg.command_timeout_sec, left))
         t1 = time.monotonic()
         res = self.shell.run(command, timeout=timeout)

@@ -408,9 +408,10 @@ def generated_tokens_of(value: Any) -> int | None:
 
 
 def answer_matches(answer: Any, pattern: str | re.Pattern) -> bool:
-    """Whether the answer string, as stored, matches the pattern in full (the tuning trace's answer
-    filter: no stripping, no normalising, so "+15", "1,000", "12.0" or " 42" do not match -?\\d{1,6})."""
-    return answer is not None and re.fullmatch(pattern, str(answer)) is not None
+    """Whether the answer string, stripped of surrounding whitespace and nothing else, matches the
+    pattern in full: the tuning trace's answer filter (`(ex["Answer"] or "").strip()`, then a full
+    match), so " 42" and "42\\n" match -?\\d{1,6} while "+15", "1,000" or "12.0" do not."""
+    return answer is not None and re.fullmatch(pattern, str(answer).strip()) is not None
 
 
 def filter_rows(

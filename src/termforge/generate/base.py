@@ -98,6 +98,10 @@ class TaskFamily:
     """Real software (taxonomy anchors) the task is set around; none for most families."""
     task_complexities: ClassVar[tuple[str, ...]] = TASK_COMPLEXITIES
     """Levels that change the task's difficulty (fixture size, rules, noise, planted defects)."""
+    episode_protocol: ClassVar[str] = "explore"
+    """How an episode of the family's tasks goes, which a hint must fit: explore (look at the
+    inputs, act, check the result, over several turns) or one_command (the whole task is one
+    command in the first reply; the calibration family, trained with a two-turn cap)."""
     command_complexities: ClassVar[tuple[str, ...]] = ("bash_only", "bash_code")
     opt_in: ClassVar[bool] = False
     """An opt-in family (the calibration family) builds tasks only for signatures of its corpus kind

@@ -173,8 +173,13 @@ def procedural_parts(task_dir: str | Path) -> tuple[str, list[str], str]:
         and p.rstrip("/") not in deliverables
     ][:_INPUT_PATHS_MAX]
 
-    # The frame says only what is true of every task: look at what you are given, check what you deliver.
-    if inputs:
+    # The frame says only what is true of every task of the family's protocol: for an explored task,
+    # look at what you are given and check what you deliver; for a one-command task, that the first
+    # reply is the whole task (a turn spent looking or checking is the turn the task needed).
+    one_command = _episode_protocol(meta) == "one_command"
+    if one_command:
+        opening = "Do the whole task with one command, in one fenced bash block, as your first reply."
+    elif inputs:
         opening = f"Inspect {_join([_code(p) for p in inputs])} before you change anything."
     else:
         opening = "Inspect what /app holds before you change anything."
@@ -186,11 +191,25 @@ def procedural_parts(task_dir: str | Path) -> tuple[str, list[str], str]:
     own = variant_sentence(instruction)
     if own:
         sentences.insert(0, own)
-    if deliverables:
+    if one_command:
+        made = f" has written {_join([_code(p) for p in deliverables])}" if deliverables else " has run"
+        closing = f"Submit as soon as that command{made}: there is no turn for looking around or checking."
+    elif deliverables:
         closing = f"Check {_join([_code(p) for p in deliverables])} against the instruction's format before you finish."
     else:
         closing = "Check the end state against every requirement of the instruction before you finish."
     return opening, sentences, closing
+
+
+def _episode_protocol(meta: dict[str, Any]) -> str:
+    """The task family's declared episode protocol (TaskFamily.episode_protocol); explore for tasks
+    of no known family (LLM-made, imported)."""
+    from termforge.generate.families import family_by_name
+
+    try:
+        return family_by_name(str(meta.get("family") or "")).episode_protocol
+    except KeyError:
+        return "explore"
 
 
 def procedural_hint(task_dir: str | Path, max_words: int = DEFAULT_MAX_WORDS) -> str:

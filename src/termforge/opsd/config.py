@@ -95,7 +95,9 @@ class OPSDConfig:
                        "from mixed_precision).", choices=("auto", "float32", "bfloat16", "float16"))
     mixed_precision: str = _knob("auto", "Autocast for forward passes: auto (bf16 on GPU, off on CPU), "
                                  "no or bf16.", choices=("auto", "no", "bf16"))
-    num_threads: int | None = _knob(None, "CPU threads for torch (null: torch's default).", minimum=1)
+    num_threads: int | None = _knob(None, "CPU threads for torch (null: the CPUs this job is allotted: its CPU "
+                                    "affinity, cgroup quota and the workflow's threads for the rule, split over "
+                                    "the job's processes on the node; termforge.cpu_budget).", minimum=1)
 
     # -- data -------------------------------------------------------------------------------
     data_kind: str = _knob("math", "math: problems whose privileged context is the reference solution; "
@@ -114,11 +116,12 @@ class OPSDConfig:
                                       "Answer), read only when answer_filter or drop_empty_answers is on; "
                                       "null takes it from the last \\boxed{} of the solution.")
     id_column: str | None = _knob(None, "Column holding a row id; null numbers rows by position.")
-    answer_filter: bool = _knob(False, "Keep only rows whose answer string, as stored (not stripped or "
-                                "normalised), matches answer_pattern in full (the tuning trace's filter).")
+    answer_filter: bool = _knob(False, "Keep only rows whose answer string, stripped of surrounding whitespace "
+                                "and otherwise as stored (not normalised), matches answer_pattern in full (the "
+                                "tuning trace's filter).")
     answer_pattern: str = _knob(r"-?\d{1,6}", "Regular expression (Python re, full match) that answer_filter "
-                                "applies to the raw answer string; the default is the tuning trace's: an "
-                                "optional minus sign and 1 to 6 digits, nothing else.")
+                                "applies to the whitespace-stripped answer string; the default is the tuning "
+                                "trace's: an optional minus sign and 1 to 6 digits, nothing else.")
     drop_empty_answers: bool = _knob(False, "Drop rows whose answer is empty or whitespace. Off: every row "
                                      "trains, as in the reference (OPSD training never reads the answer).")
     min_solution_chars: int = _knob(0, "Drop rows whose solution is shorter than this.", minimum=0)
@@ -147,8 +150,11 @@ class OPSDConfig:
     teacher_thinking: bool | None = _knob(None, "enable_thinking for the teacher's chat template "
                                           "(null: the template's default).")
     teacher_context_role: str = _knob("user", "Where the privileged context goes in the teacher prompt: "
-                                      "prepended to the first user message, or into the system message.",
-                                      choices=("user", "system"))
+                                      "prepended to the first user message, or into the system message; "
+                                      "leading_system (terminal data): a system message of its own, rendered "
+                                      "alone and put before the student's exact token stream, which follows "
+                                      "verbatim (prime-rl's opsd placement).",
+                                      choices=("user", "system", "leading_system"))
     math_context_template: str = _knob(DEFAULT_MATH_CONTEXT_TEMPLATE, "Teacher text for math rows; "
                                        "{context} is replaced by the reference solution.")
     terminal_context_template: str = _knob(DEFAULT_TERMINAL_CONTEXT_TEMPLATE, "Teacher text for "
@@ -178,9 +184,11 @@ class OPSDConfig:
     generation_batch_size: int = _knob(8, "Prompts per generate call.", minimum=1)
 
     # -- teacher ----------------------------------------------------------------------------
-    teacher_mode: str = _knob("fixed", "fixed: the base weights (LoRA off); ema: an exponential moving "
-                              "average of the trained weights; live: the current weights.",
-                              choices=("fixed", "ema", "live"))
+    teacher_mode: str = _knob("auto", "fixed: the base weights (LoRA off); ema: an exponential moving "
+                              "average of the trained weights; live: the current weights (the policy being "
+                              "trained, given the privileged context). auto: live for terminal data (on-policy "
+                              "self-distillation as tmax-opsd-v1 and prime-rl's opsd run it), fixed for math "
+                              "(the reference recipe).", choices=("auto", "fixed", "ema", "live"))
     ema_decay: float = _knob(0.999, "EMA decay per optimizer step (teacher_mode ema). As in the reference, "
                              "the average starts as a copy of the weights after the first optimizer step "
                              "(the first step's teacher is the current weights) and decays from the second.",
@@ -188,8 +196,11 @@ class OPSDConfig:
 
     # -- loss -------------------------------------------------------------------------------
     loss_type: str = _knob("full_vocab", "full_vocab: generalised JSD over the whole vocabulary; "
-                           "sampled_token: the policy-gradient reverse-KL estimate on sampled tokens.",
-                           choices=("full_vocab", "sampled_token"))
+                           "sampled_token: the policy-gradient reverse-KL estimate on sampled tokens; ref_kl "
+                           "(terminal data): prime-rl's opsd signal, the sampled-token reverse KL to the teacher "
+                           "as a per-token advantage with the importance ratio to the sampler, its trust region "
+                           "and drift term (docs/opsd.md).",
+                           choices=("full_vocab", "sampled_token", "ref_kl"))
     beta: float = _knob(0.0, "Generalised JSD mixture: 0 forward KL(teacher||student), 1 reverse KL.",
                         minimum=0.0, maximum=1.0)
     loss_temperature: float | None = _knob(None, "Temperature both logits are divided by in the loss "
@@ -257,8 +268,9 @@ class OPSDConfig:
                               "the same, so long episodes are not down-weighted; TMax's default) or sequence "
                               "(token-mean per episode, then mean over episodes).",
                               choices=("token", "sequence"))
-    kl_coef: float = _knob(0.0, "GRPO: weight of the k3 KL(policy || base) term (TMax: 0); needs "
-                           "teacher_mode fixed (the base weights are the reference).", minimum=0.0)
+    kl_coef: float = _knob(0.0, "GRPO: weight of the k3 KL(policy || base) term (TMax: 0); the base is "
+                           "the weights with LoRA off (full fine-tuning keeps a copy only with teacher_mode "
+                           "fixed).", minimum=0.0)
     active_sampling_rounds: int = _knob(0, "GRPO: extra rounds per step that refill the batch with fresh "
                                         "groups while fewer than prompts_per_step groups carry signal.",
                                         minimum=0)
@@ -283,7 +295,9 @@ class OPSDConfig:
     episode_max_format_errors: int = _knob(2, "Harness format-error cap of training episodes.", minimum=1)
     episode_command_timeout_sec: float = _knob(30.0, "Per-command timeout in training episodes.",
                                                exclusive_minimum=0.0)
-    episode_task_timeout_sec: float = _knob(300.0, "Wall-clock limit of one training episode.",
+    episode_task_timeout_sec: float = _knob(300.0, "Time limit of one training episode, counting its own "
+                                            "commands only (not the batched generation every live episode "
+                                            "shares, whose duration depends on the machine's load).",
                                             exclusive_minimum=0.0)
     runtime_backend: str = _knob("bwrap", "Sandbox runtime of training episodes.", choices=("bwrap", "apptainer"))
     sandbox_wall_sec: float = _knob(120.0, "Sandbox wall-clock limit (runtime.exec_timeout_sec); also the "
@@ -298,6 +312,11 @@ class OPSDConfig:
                                 choices=("transformers", "vllm"))
     vllm_gpu_memory_utilization: float = _knob(0.35, "vllm engine: its share of GPU memory.",
                                                exclusive_minimum=0.0, maximum=1.0)
+    hint_uplift: str | None = _knob(None, "Terminal data: the hint-uplift report (uplift.json of `termforge "
+                                    "hint-uplift`): each hinted task's pass rate with its hint in the policy's "
+                                    "context and without.")
+    drop_hints_without_uplift: bool = _knob(False, "Terminal data: leave out of the OPSD part the tasks whose hint "
+                                            "hint_uplift flags as having no uplift (they still train GRPO).")
     reward_probe_size: int = _knob(0, "Terminal data: held-out tasks (kept out of both parts of training) on "
                                    "which the policy's mean verifier reward is measured before and after "
                                    "training; tasks in the GRPO pass-rate band are chosen first (0: off).",
@@ -307,6 +326,11 @@ class OPSDConfig:
                                            "reward_probe_size. The tasks need not be in the corpus.")
     reward_probe_episodes: int = _knob(4, "Episodes per held-out task at each reward measurement (the same "
                                        "sampling seeds before and after training).", minimum=1)
+
+    def __post_init__(self) -> None:
+        if self.teacher_mode == "auto":
+            # Resolved here so that checkpoints, metrics and resume checks record the teacher that ran.
+            object.__setattr__(self, "teacher_mode", "live" if self.data_kind == "terminal" else "fixed")
 
     # ----------------------------------------------------------------------------------------
     @classmethod
@@ -367,14 +391,26 @@ class OPSDConfig:
         if self.objective != "opsd" and self.data_kind != "terminal":
             raise ConfigError(f"{where}.objective: {self.objective} trains on the verifier's reward; it needs "
                               "data_kind terminal")
-        if self.kl_coef > 0 and self.teacher_mode != "fixed":
-            raise ConfigError(f"{where}.kl_coef: the KL reference is the base weights; it needs teacher_mode fixed")
+        if self.kl_coef > 0 and self.finetune == "full" and self.teacher_mode != "fixed":
+            raise ConfigError(f"{where}.kl_coef: the KL reference is the base weights, which full fine-tuning "
+                              "keeps only as the fixed teacher; it needs teacher_mode fixed (or finetune lora)")
+        for key, value in (("loss_type", "ref_kl"), ("teacher_context_role", "leading_system")):
+            if getattr(self, key) == value and self.data_kind != "terminal":
+                raise ConfigError(f"{where}.{key}: {value} scores the policy's own terminal episodes (their "
+                                  "exact token stream and sampling log-probs); it needs data_kind terminal")
+        if self.teacher_context_role == "leading_system" and self.effective_teacher_template is not None:
+            raise ConfigError(f"{where}.teacher_template: leading_system keeps the student's stream verbatim "
+                              "after the context block; a teacher template rewriting the user message contradicts "
+                              "it (set teacher_context_role user or system)")
         if self.rl_pass_rate_low >= self.rl_pass_rate_high:
             raise ConfigError(f"{where}.rl_pass_rate_low: {self.rl_pass_rate_low} must be below "
                               f"rl_pass_rate_high {self.rl_pass_rate_high}")
         if (self.reward_probe_size or self.reward_probe_tasks) and self.data_kind != "terminal":
             raise ConfigError(f"{where}.reward_probe_size: the held-out reward probe runs terminal episodes; it "
                               "needs data_kind terminal")
+        if self.drop_hints_without_uplift and not self.hint_uplift:
+            raise ConfigError(f"{where}.drop_hints_without_uplift: needs {where}.hint_uplift, the report that says "
+                              "which hints have no uplift")
         if self.warmup_steps > self.max_steps:
             raise ConfigError(f"{where}.warmup_steps: {self.warmup_steps} exceeds max_steps {self.max_steps}")
 
@@ -496,7 +532,8 @@ def config_schema() -> dict[str, Any]:
             json_type = _JSON_TYPES[base]
             prop = {"type": [json_type, "null"] if nullable else json_type}
         prop["description"] = f.metadata["help"]
-        prop["default"] = defaults[f.name]
+        # The declared default (teacher_mode auto), not what an instance resolves it to.
+        prop["default"] = f.default if f.default is not dataclasses.MISSING else defaults[f.name]
         if f.metadata.get("choices"):
             prop["enum"] = list(f.metadata["choices"])
         for meta_key, schema_key in (("minimum", "minimum"), ("exclusive_minimum", "exclusiveMinimum"),

@@ -194,6 +194,12 @@ def load_prompt_rows(cfg: OPSDConfig, where: str = "train") -> list[PromptRow]:
     return load_terminal_rows(cfg, where=where)
 
 
+def context_text(row: PromptRow, cfg: OPSDConfig) -> str:
+    """The privileged context as the teacher reads it: the row's kind's context template filled in."""
+    template = cfg.math_context_template if row.kind == "math" else cfg.terminal_context_template
+    return template.format(context=row.privileged_context)
+
+
 def teacher_messages(row: PromptRow, cfg: OPSDConfig) -> list[dict[str, str]]:
     """The teacher's chat. With a teacher template (explicit or the preset's), the student's chat
     whose user message is that template rendered; otherwise the student's prompt with the
@@ -204,9 +210,10 @@ def teacher_messages(row: PromptRow, cfg: OPSDConfig) -> list[dict[str, str]]:
         slot = "solution" if row.kind == "math" else "hint"
         content = full.format(**{"problem": row.problem, slot: row.privileged_context})
         return _with_user_content(row.prompt_messages, content, row.id)
-    template = cfg.math_context_template if row.kind == "math" else cfg.terminal_context_template
-    context = template.format(context=row.privileged_context)
+    context = context_text(row, cfg)
     messages = row.messages()
+    if cfg.teacher_context_role == "leading_system":
+        return [{"role": "system", "content": context.strip()}] + messages
     if cfg.teacher_context_role == "system":
         if messages and messages[0]["role"] == "system":
             messages[0]["content"] = f"{messages[0]['content']}\n\n{context.strip()}"

@@ -29,6 +29,7 @@ __all__ = [
     "LossStats",
     "divergence_name",
     "generalized_jsd_token_loss",
+    "ref_kl_token_loss",
     "sampled_token_loss",
     "sampling_threshold",
     "token_logprobs",
@@ -44,7 +45,8 @@ class LossStats:
         divergence selected by beta (forward KL at beta=0, reverse KL at beta=1, the generalised
         JSD in between; divergence_name says which); for the sampled-token loss, the mean of
         log p_S - log p_T on the sampled tokens, a one-sample estimate of reverse KL.
-    clipped_fraction: fraction of (token, vocabulary entry) terms that hit token_clip (0 if no clip).
+    clipped_fraction: fraction of (token, vocabulary entry) terms that hit token_clip (0 if no clip);
+        for the ref_kl loss, the fraction of tokens its trust region dropped from the signal.
     num_tokens: number of valid tokens the loss averaged over.
     """
 
@@ -65,7 +67,7 @@ def divergence_name(loss_type: str, beta: float) -> str:
     """What the per-token divergence of a loss is, for metric names: forward_kl (beta 0),
     reverse_kl (beta 1), jsd (the generalised JSD, 0 < beta < 1), or sampled_reverse_kl (the
     sampled-token loss's one-sample estimate of reverse KL)."""
-    if loss_type == "sampled_token":
+    if loss_type in ("sampled_token", "ref_kl"):
         return "sampled_reverse_kl"
     if beta == 0.0:
         return "forward_kl"
@@ -362,6 +364,51 @@ def sampled_token_loss(student_logprobs_of_sampled: torch.Tensor,
     loss = -(advantage * student).sum() / normaliser
     stats = LossStats(divergence_mean=float(-advantage.sum()) / max(num_tokens, 1), clipped_fraction=0.0,
                       num_tokens=num_tokens)
+    return loss, stats
+
+
+# prime-rl's ref_kl loss (used by its opsd and opd algorithms), whose constants are fixed in its
+# code, not configurable: a token whose probability under the trainer fell more than this below
+# the sampler's leaves the signal, and the squared log-ratio to the sampler is added at this weight.
+PRIME_RL_TRUST_REGION = 0.2
+PRIME_RL_DRIFT_COEF = 1e-3
+# Its teacher prefill-scores with temperature 1.0 and no truncation, whatever the sampling settings.
+PRIME_RL_TEACHER_TEMPERATURE = 1.0
+
+
+def ref_kl_token_loss(student_logprobs: torch.Tensor, sampling_logprobs: torch.Tensor,
+                      teacher_logprobs: torch.Tensor, mask: torch.Tensor, *,
+                      reduction: str = "mean") -> tuple[torch.Tensor, LossStats]:
+    """prime-rl's OPSD signal on the sampled tokens (docs/opsd.md, "Which mode is which reference").
+
+    Per scored token, with r = exp(log p_S - log mu) the importance ratio to the sampler mu and
+    a = log p_T - log p_S (stop-gradient, the one-sample reverse-KL advantage):
+        loss_t = -keep_t * a * r + PRIME_RL_DRIFT_COEF * (log p_S - log mu)^2,
+    keep_t false where p_S - mu < -PRIME_RL_TRUST_REGION (the token's probability fell too far
+    since it was sampled). Summed over tokens ("sum", the caller divides by the step's scored
+    tokens, as prime-rl divides by its global ref_kl token count) or averaged ("mean").
+    Inputs are [B, T]; only student_logprobs carries a gradient.
+    """
+    shapes = {tuple(t.shape) for t in (student_logprobs, sampling_logprobs, teacher_logprobs, mask)}
+    if len(shapes) != 1:
+        raise ValueError(f"student, sampling and teacher log-probs and the mask must share one shape; got "
+                         f"{[tuple(t.shape) for t in (student_logprobs, sampling_logprobs, teacher_logprobs, mask)]}")
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum'; got {reduction!r}")
+    valid = mask.to(device=student_logprobs.device).bool()
+    compute_dtype = _compute_dtype(student_logprobs, teacher_logprobs)
+    student = student_logprobs[valid].to(compute_dtype)
+    sampler = sampling_logprobs.to(student_logprobs.device)[valid].detach().to(compute_dtype)
+    teacher = teacher_logprobs[valid].detach().to(compute_dtype)
+    log_ratio = student - sampler
+    dropped = (student.exp() - sampler.exp()) < -PRIME_RL_TRUST_REGION
+    advantage = (teacher - student).detach()
+    per_token = -(~dropped).to(compute_dtype) * advantage * log_ratio.exp() + PRIME_RL_DRIFT_COEF * log_ratio.square()
+    num_tokens = student.numel()
+    normaliser = max(num_tokens, 1) if reduction == "mean" else 1
+    loss = per_token.sum() / normaliser
+    stats = LossStats(divergence_mean=float(-advantage.sum()) / max(num_tokens, 1),
+                      clipped_fraction=float(dropped.sum()) / max(num_tokens, 1), num_tokens=num_tokens)
     return loss, stats
 
 

@@ -132,6 +132,14 @@ def prompt_token_ids(tokenizer: Any, messages: Sequence[dict], thinking: bool | 
     return _encode(tokenizer, _render(tokenizer, messages, thinking, generation_prompt=True))
 
 
+def context_block_ids(tokenizer: Any, text: str, thinking: bool | None = None) -> list[int]:
+    """Token ids of one system message holding `text`, rendered alone without a generation
+    prompt: the block put before a sequence that is then scored verbatim (teacher_context_role
+    leading_system), so the join falls on the template's own end-of-message tokens."""
+    return _encode(tokenizer, _render(tokenizer, [{"role": "system", "content": text}], thinking,
+                                      generation_prompt=False))
+
+
 def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     eos = getattr(model.generation_config, "eos_token_id", None)
     ids = set(eos if isinstance(eos, (list, tuple)) else [eos])

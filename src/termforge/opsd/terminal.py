@@ -356,12 +356,15 @@ def run_terminal_episodes(engine: RolloutEngine, tokenizer: Any, specs: Sequence
                           tasks_dir: Path, images_dir: Path, runtime: Any, harness: HarnessConfig, limits: Limits,
                           seed: int, max_new_tokens: int, max_episode_tokens: int | None = None,
                           thinking: bool | None = None, max_infra_retries: int = 2, workers: int = 4,
-                          expected: dict[str, list[str]] | None = None
+                          expected: dict[str, list[str]] | None = None,
+                          opening: Callable[[EpisodeSpec, list[dict]], list[dict]] | None = None
                           ) -> tuple[list[TerminalEpisode], dict[str, Any]]:
     """Run `specs` concurrently (one batched generate per turn); returns the episodes in the order
     of `specs` and counters (generate calls, infra retries, budget-ended episodes, timings).
     `expected` maps task ids to the test ids validation recorded (the corpus manifest's
-    `collected`): a grade that collects another set is a 0."""
+    `collected`): a grade that collects another set is a 0. `opening`, when given, rewrites an
+    episode's opening messages before its first turn (the hint-uplift measurement puts the hint
+    in the policy's own context with it)."""
     episodes = [TerminalEpisode(spec) for spec in specs]
     stats = {"generate_calls": 0, "infra_retries": 0, "generate_s": 0.0, "env_s": 0.0, "grade_s": 0.0}
     pending = list(range(len(episodes)))
@@ -374,7 +377,8 @@ def run_terminal_episodes(engine: RolloutEngine, tokenizer: Any, specs: Sequence
             failed = _run_round(engine, tokenizer, [episodes[i] for i in pending], attempt, pool, stats,
                                 tasks_dir=Path(tasks_dir), images_dir=Path(images_dir), runtime=runtime,
                                 harness=harness, limits=limits, seed=seed, max_new_tokens=max_new_tokens,
-                                max_episode_tokens=max_episode_tokens, thinking=thinking, expected=expected or {})
+                                max_episode_tokens=max_episode_tokens, thinking=thinking, expected=expected or {},
+                                opening=opening)
             pending = [i for i in pending if episodes[i] in failed]
     for i in pending:
         episodes[i].status, episodes[i].reward = "infra_failed", None
@@ -389,7 +393,7 @@ def _infra(episode: TerminalEpisode, attempt: int, exc: BaseException) -> None:
 
 def _run_round(engine, tokenizer, episodes: list[TerminalEpisode], attempt: int, pool, stats, *, tasks_dir,
                images_dir, runtime, harness, limits, seed, max_new_tokens, max_episode_tokens, thinking,
-               expected: dict[str, list[str]]) -> set:
+               expected: dict[str, list[str]], opening=None) -> set:
     failed: set = set()
     stop_ids = list(getattr(engine, "stop_ids", []) or [tokenizer.eos_token_id])
 
@@ -402,6 +406,8 @@ def _run_round(engine, tokenizer, episodes: list[TerminalEpisode], attempt: int,
             session = runtime.start(image, limits)
             shell = session.open_shell()
             driver = EpisodeDriver(shell, instruction, harness)
+            if opening is not None:
+                driver.messages[:] = opening(ep.spec, [dict(m) for m in driver.messages])
             return _Live(ep, session, shell, driver, prompt_token_ids(tokenizer, driver.messages, thinking))
         except Exception as exc:  # noqa: BLE001 - recorded and retried, never scored
             _infra(ep, attempt, exc)

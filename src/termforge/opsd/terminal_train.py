@@ -10,9 +10,10 @@ A step:
   3. GRPO: groups of graded episodes whose rewards all agree are dropped and counted; with
      `active_sampling_rounds`, more groups are run until prompts_per_step groups carry signal;
      advantages per group (rl.group_advantages);
-  4. loss = opsd_weight * (OPSD full-vocabulary loss, token-mean over the OPSD part; the teacher
-     is the model per teacher_mode with the hint added to its prompt only) + rl_weight * (policy
-     gradient loss normalised over the GRPO part), accumulated over micro-batches;
+  4. loss = opsd_weight * (OPSD loss per loss_type, token-mean over the OPSD part; the teacher is
+     the model per teacher_mode, by default the current policy, with the hint added to its view
+     only) + rl_weight * (policy gradient loss normalised over the GRPO part), accumulated over
+     micro-batches;
   5. gradient clip, AdamW, schedule, EMA teacher, as the math trainer.
 
 On N processes (torchrun, one per GPU, on one node or several): every process derives the same
@@ -42,9 +43,9 @@ from termforge.containment import contained
 from termforge.errors import ConfigError, TermforgeError
 from termforge.io import atomic_write_json, seed_from
 from termforge.opsd.config import OPSDConfig
-from termforge.opsd.data import PromptRow, step_row_indices, teacher_messages
+from termforge.opsd.data import PromptRow, context_text, step_row_indices, teacher_messages
 from termforge.opsd.loss import divergence_name
-from termforge.opsd.rollout import Trajectory, collate, prompt_token_ids, stop_token_ids
+from termforge.opsd.rollout import Trajectory, collate, context_block_ids, prompt_token_ids, stop_token_ids
 
 __all__ = ["Outcome", "TerminalRun", "calibrated_pool", "load_terminal_tasks"]
 
@@ -138,6 +139,18 @@ def calibrated_pool(task_ids: Sequence[str], passk_path: str | None, low: float,
     return pool, report
 
 
+def scored_values(micro: Sequence[Trajectory], key: str, shape, device):
+    """[B, slots] float32 of each trajectory's per-scored-token list meta[key] (zeros after it),
+    aligned with collate's scored slots."""
+    import torch
+
+    out = torch.zeros(shape, dtype=torch.float32, device=device)
+    for b, t in enumerate(micro):
+        values = t.meta[key]
+        out[b, : len(values)] = torch.tensor(values, dtype=torch.float32)
+    return out
+
+
 class TerminalRun:
     """The terminal-data side of a training run: tasks, RL pool, sandboxes, engine, step."""
 
@@ -148,6 +161,14 @@ class TerminalRun:
         self.cfg = cfg
         self.rows = {r.id: r for r in rows}
         self.hinted = [r for r in rows if r.privileged_context]
+        if cfg.drop_hints_without_uplift:
+            from termforge.opsd.uplift import hints_without_uplift
+
+            flat = hints_without_uplift(cfg.hint_uplift)
+            dropped = [r.id for r in self.hinted if r.id in flat]
+            self.hinted = [r for r in self.hinted if r.id not in flat]
+            print(f"train: {len(dropped)} hinted tasks left out of OPSD, their hint having no uplift "
+                  f"({cfg.hint_uplift}); {len(self.hinted)} stay")
         self.out_dir = Path(out_dir)
         if cfg.objective in ("opsd", "mixed") and not self.hinted:
             raise ConfigError(f"train.objective: {cfg.objective} needs hinted tasks, and no training task has a hint")
@@ -167,7 +188,7 @@ class TerminalRun:
         self.runtime = get_runtime(cfg.runtime_backend)
         self.harness = HarnessConfig(turn_cap=cfg.episode_turn_cap, max_format_errors=cfg.episode_max_format_errors,
                                      command_timeout_sec=cfg.episode_command_timeout_sec,
-                                     task_timeout_sec=cfg.episode_task_timeout_sec)
+                                     task_timeout_sec=cfg.episode_task_timeout_sec, task_clock="commands")
         self.limits = Limits(wall_sec=cfg.sandbox_wall_sec, cpu_sec=cfg.sandbox_cpu_sec,
                              memory_mb=cfg.sandbox_memory_mb)
         # The test ids validation recorded per kept task: every episode's grade must collect them.
@@ -201,9 +222,10 @@ class TerminalRun:
             self._engine.set_adapter(str(adapter))
         return self._engine
 
-    def run_episodes(self, trainer: Any, specs, seed: int, max_new_tokens: int | None = None):
+    def run_episodes(self, trainer: Any, specs, seed: int, max_new_tokens: int | None = None, opening=None):
         """Run this process's share of `specs` (all of them on one process): (local episodes,
-        outcomes of every episode in the order of `specs`, counters summed over processes)."""
+        outcomes of every episode in the order of `specs`, counters summed over processes).
+        `opening` as in terminal.run_terminal_episodes."""
         from termforge.opsd.terminal import run_terminal_episodes
 
         cfg = self.cfg
@@ -213,7 +235,8 @@ class TerminalRun:
             images_dir=Path(cfg.images_dir), runtime=self.runtime, harness=self.harness, limits=self.limits,
             seed=seed, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
             max_episode_tokens=cfg.max_episode_tokens, thinking=cfg.student_thinking,
-            max_infra_retries=cfg.max_infra_retries, workers=cfg.episode_workers, expected=self.collected)
+            max_infra_retries=cfg.max_infra_retries, workers=cfg.episode_workers, expected=self.collected,
+            opening=opening)
         if world == 1:
             return local, [Outcome.of(e) for e in local], stats
         shares = trainer.gather_objects([Outcome.of(e) for e in local])
@@ -224,14 +247,22 @@ class TerminalRun:
 
     def opsd_trajectory(self, trainer: Any, episode) -> Trajectory:
         """The episode's exact token stream for the student; for the teacher the same stream after
-        its own prompt, which adds the hint (teacher_messages) and nothing else."""
+        its own prompt, which adds the hint (teacher_messages) and nothing else, or (leading_system)
+        the hint's own system block followed by the student's whole stream, prompt included."""
         row = self.rows[episode.spec.task_id]
-        teacher_prompt = prompt_token_ids(trainer.tokenizer, teacher_messages(row, self.cfg), self.cfg.teacher_thinking)
-        rest_ids, rest_mask = episode.ids[episode.prompt_len:], episode.mask[episode.prompt_len:]
-        return Trajectory(row.id, list(episode.ids), list(episode.mask), teacher_prompt + rest_ids,
-                          [0] * len(teacher_prompt) + rest_mask,
+        if self.cfg.teacher_context_role == "leading_system":
+            block = context_block_ids(trainer.tokenizer, context_text(row, self.cfg).strip(), self.cfg.teacher_thinking)
+            teacher_ids, teacher_mask = block + list(episode.ids), [0] * len(block) + list(episode.mask)
+        else:
+            teacher_prompt = prompt_token_ids(trainer.tokenizer, teacher_messages(row, self.cfg),
+                                              self.cfg.teacher_thinking)
+            teacher_ids = teacher_prompt + list(episode.ids[episode.prompt_len:])
+            teacher_mask = [0] * len(teacher_prompt) + list(episode.mask[episode.prompt_len:])
+        return Trajectory(row.id, list(episode.ids), list(episode.mask), teacher_ids, teacher_mask,
                           completion_text="".join(m["content"] for m in episode.messages if m["role"] == "assistant"),
-                          finish_reason=episode.end_reason, meta={"reward": episode.reward})
+                          finish_reason=episode.end_reason,
+                          meta={"reward": episode.reward,
+                                "old_logprobs": [lp for lp, m in zip(episode.logprobs, episode.mask) if m]})
 
     def probe_trajectories(self, trainer: Any, probe_rows: Sequence[PromptRow]) -> list[Trajectory]:
         """Held-out hinted tasks: one episode each from the untrained student (frozen on disk by
@@ -378,7 +409,10 @@ class TerminalRun:
         vocab = 0
         for micro in self._micro_batches(trajectories):
             student_side, teacher_side = collate(micro, trainer.pad_id, trainer.device)
-            loss_sum, stats, micro_vocab = trainer.micro_batch_loss(student_side, teacher_side, synced=False)
+            sampling = (scored_values(micro, "old_logprobs", student_side.target_ids.shape, trainer.device)
+                        if cfg.loss_type == "ref_kl" else None)
+            loss_sum, stats, micro_vocab = trainer.micro_batch_loss(student_side, teacher_side, synced=False,
+                                                                    sampling_logprobs=sampling)
             vocab = micro_vocab or vocab
             trainer.accelerator.backward(loss_sum * scale)
             loss_total += float(loss_sum.detach())
@@ -408,16 +442,14 @@ class TerminalRun:
         loss_total = clipped = ratio = kl_ref = 0.0
         for micro in self._micro_batches(trajectories):
             side, _ = collate(micro, trainer.pad_id, trainer.device)
-            old = torch.zeros(side.target_ids.shape, dtype=torch.float32, device=trainer.device)
+            old = scored_values(micro, "old_logprobs", side.target_ids.shape, trainer.device)
             adv = torch.zeros_like(old)
             for b, t in enumerate(micro):
-                lps = t.meta["old_logprobs"]
-                old[b, : len(lps)] = torch.tensor(lps, dtype=torch.float32)
-                adv[b, : len(lps)] = float(t.meta["advantage"])
+                adv[b, : t.num_scored] = float(t.meta["advantage"])
             ref = None
             if cfg.kl_coef:
                 with torch.inference_mode():
-                    ref = token_logprobs(trainer.teacher_logits(side), side.target_ids,
+                    ref = token_logprobs(trainer.reference_logits(side), side.target_ids,
                                          temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p).clone()
             logits = trainer.student_logits(side, synced=False)
             # The policy's log-probs under the distribution the engine sampled from (temperature,

@@ -35,6 +35,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from termforge.cpu_budget import allotted_cpus
 from termforge.errors import ConfigError, TermforgeError
 from termforge.io import (
     append_jsonl,
@@ -48,12 +49,13 @@ from termforge.io import (
     staging_dir,
 )
 from termforge.opsd.config import OPSDConfig, incompatible_keys
-from termforge.opsd.data import PromptRow, split_probe_rows, step_row_indices, teacher_messages
+from termforge.opsd.data import PromptRow, context_text, split_probe_rows, step_row_indices, teacher_messages
 from termforge.opsd.rollout import (
     SideBatch,
     Trajectory,
     check_thinking_switches,
     collate,
+    context_block_ids,
     prompt_token_ids,
     sample_rollouts,
 )
@@ -242,6 +244,24 @@ class OPSDTrainer:
         finally:
             model.train(was_training)
 
+    def reference_logits(self, side: SideBatch) -> Any:
+        """Logits of the base weights (LoRA off, or full fine-tuning's frozen copy), under inference
+        mode: the reference of GRPO's KL term, whatever the teacher is."""
+        torch = _torch()
+        if self.cfg.finetune == "lora":
+            model = self.unwrapped
+            was_training = model.training
+            model.eval()
+            try:
+                with model.disable_adapter(), torch.inference_mode():
+                    return self._forward_logits(model, side)
+            finally:
+                model.train(was_training)
+        if self._separate_teacher is None or self.cfg.teacher_mode != "fixed":
+            raise TermforgeError("full fine-tuning keeps the base weights only as the fixed teacher")
+        with torch.inference_mode():
+            return self._forward_logits(self._separate_teacher, side)
+
     def _forward_logits(self, module: Any, side: SideBatch) -> Any:
         with self.accelerator.autocast():
             return module(**side.model_inputs()).logits
@@ -346,15 +366,32 @@ class OPSDTrainer:
         tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
         return float(self.accelerator.gather(tensor).max())
 
-    def micro_batch_loss(self, student_side, teacher_side, synced: bool = True):
+    def micro_batch_loss(self, student_side, teacher_side, synced: bool = True, sampling_logprobs: Any = None):
         """The summed OPSD loss of one micro-batch (full-vocabulary divergence with the per-entry
-        clip, or the sampled-token variant), its stats, and the vocabulary size (None for the
-        sampled-token loss). The teacher's scores carry no gradient. `synced` as in
+        clip, the sampled-token variant, or prime-rl's ref_kl form, which needs the sampler's
+        log-probs [B, slots] of the scored tokens), its stats, and the vocabulary size (None for the
+        sampled-token losses). The teacher's scores carry no gradient. `synced` as in
         student_logits."""
         torch = _torch()
-        from termforge.opsd.loss import generalized_jsd_token_loss, sampled_token_loss, token_logprobs
+        from termforge.opsd.loss import (PRIME_RL_TEACHER_TEMPERATURE, generalized_jsd_token_loss, ref_kl_token_loss,
+                                         sampled_token_loss, token_logprobs)
 
         cfg = self.cfg
+        if cfg.loss_type == "ref_kl":
+            if sampling_logprobs is None:
+                raise TermforgeError("loss_type ref_kl needs the sampler's log-probs of the scored tokens")
+            # The teacher prefill-scores at temperature 1 with no truncation, the student at the
+            # distribution the engine sampled from: as prime-rl (prompt_logprobs at temperature 1.0
+            # vs the trainer's per-token sampling temperature).
+            with torch.inference_mode():
+                t_lp = token_logprobs(self.teacher_logits(teacher_side), teacher_side.target_ids,
+                                      temperature=PRIME_RL_TEACHER_TEMPERATURE)
+            s_logits = self.student_logits(student_side, synced=synced)
+            s_lp = token_logprobs(s_logits, student_side.target_ids, temperature=cfg.temperature, top_k=cfg.top_k,
+                                  top_p=cfg.top_p)
+            loss_sum, stats = ref_kl_token_loss(s_lp, sampling_logprobs, t_lp.clone(), student_side.token_mask,
+                                                reduction="sum")
+            return loss_sum, stats, None
         if cfg.loss_type == "full_vocab":
             t_logits = self.teacher_logits(teacher_side)
             s_logits = self.student_logits(student_side, synced=synced)
@@ -595,11 +632,20 @@ def _check_resume_compatible(checkpoint: Path, cfg: OPSDConfig) -> dict[str, Any
     return state
 
 
+def teacher_prompt_length(tokenizer: Any, row: PromptRow, cfg: OPSDConfig) -> int:
+    """Tokens of the teacher's prompt: its own chat, or (leading_system) the context block plus the
+    student's prompt it prefixes."""
+    if cfg.teacher_context_role == "leading_system":
+        block = context_block_ids(tokenizer, context_text(row, cfg).strip(), cfg.teacher_thinking)
+        return len(block) + len(prompt_token_ids(tokenizer, row.messages(), cfg.student_thinking))
+    return len(prompt_token_ids(tokenizer, teacher_messages(row, cfg), cfg.teacher_thinking))
+
+
 def _filter_long_prompts(rows: Sequence[PromptRow], cfg: OPSDConfig, tokenizer: Any, label: str) -> list[PromptRow]:
     if cfg.max_prompt_tokens is None:
         return list(rows)
     kept = [r for r in rows
-            if len(prompt_token_ids(tokenizer, teacher_messages(r, cfg), cfg.teacher_thinking)) <= cfg.max_prompt_tokens]
+            if teacher_prompt_length(tokenizer, r, cfg) <= cfg.max_prompt_tokens]
     print(f"train: kept {len(kept)} of {len(rows)} {label} rows whose teacher prompt fits "
           f"max_prompt_tokens={cfg.max_prompt_tokens}")
     if not kept:
@@ -677,8 +723,10 @@ def train(cfg: OPSDConfig, data_rows: Sequence[PromptRow], out_dir: str | os.Pat
         print(f"train: holding {len(probe_rows)} rows out of training for the KL probe")
     probe_rows = list(probe_rows or [])[: cfg.probe_size] if cfg.probe_size > 0 else []
 
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
+    threads = cfg.num_threads or allotted_cpus()
+    torch.set_num_threads(threads)
+    print(f"train: {threads} torch threads ({'train.num_threads' if cfg.num_threads else 'the CPUs allotted'}; "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')})")
     accelerator = make_accelerator(cfg)
     process_seed = seed_from("opsd-process", cfg.seed, accelerator.process_index)
     random.seed(process_seed)

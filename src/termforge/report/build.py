@@ -14,6 +14,7 @@ import base64
 import csv
 import html
 import io
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from termforge.runtime.accounting import StepProfile, profile_table
 TABLE_NAMES = (
     "overview", "axis_balance", "corpus_composition", "family_mix", "honoured_axes", "survival", "drop_reasons",
     "decontam_summary", "decontam_hits", "decontam_near_duplicates", "passk_overall", "passk_by_bucket",
-    "passk_bands", "hack_rate", "hint_coverage", "training_summary", "training_curves", "grpo_pool", "eval_comparison",
+    "passk_bands", "hack_rate", "hint_coverage", "hint_uplift", "training_summary", "training_curves", "grpo_pool", "eval_comparison",
     "rule_cost", "validation_steps", "generation_checks", "review_outcomes", "review_scores", "review_drops", "images",
 )
 PLOT_NAMES = ("composition", "survival", "passk", "training", "eval", "cost")
@@ -167,6 +168,8 @@ class _Builder:
         self.corpus = read_optional("corpus_manifest", r / "corpus" / "manifest.json")
         self.passk = read_optional("passk", r / "solve" / "passk.json")
         self.hints = read_optional("hint_coverage", r / "hints" / "coverage.json")
+        uplift_path = r / "hints" / "uplift.json"
+        self.uplift = json.loads(uplift_path.read_text()) if uplift_path.is_file() else None
         self.reviews = [read("reviews", p) for p in sorted((r / "review").glob("*.json"))]
         self.reviews += [read("reviews", p) for p in sorted((r / "solve" / "reviews").glob("*.json"))]
         self.eval_csv = r / "eval" / "results.csv"
@@ -536,7 +539,28 @@ class _Builder:
             sec.parts.append(f"<p>{html.escape('; '.join(extra))}.</p>")
         self.add_table(sec, Table("hint_coverage", ["domain"] + statuses + ["tasks", "coverage"], rows,
                                   "Hint outcomes per domain"))
+        self._uplift(sec)
         return sec
+
+    def _uplift(self, sec: Section) -> None:
+        """Hint uplift (results/hints/uplift.json): the policy's pass rate with the hint in context
+        vs without, on the same seeds, per family and overall; hints without uplift are flagged."""
+        up = self.uplift
+        if up is None:
+            sec.parts.append("<p>Hint uplift: not measured (results/hints/uplift.json was not found).</p>")
+            return
+        cols = ["family", "tasks", "measured", "pass_without", "pass_with", "uplift", "no_uplift"]
+        rows = [[name, *(fam.get(c) for c in cols[1:])] for name, fam in (up.get("families") or {}).items()]
+        overall = up.get("overall") or {}
+        rows.append(["all families", *(overall.get(c) for c in cols[1:])])
+        self.facts["hint uplift"] = overall.get("uplift")
+        flagged = up.get("no_uplift") or []
+        sec.parts.append(f"<p>Hint uplift, k={up.get('k')} episodes per task and arm on the same seeds: "
+                         f"{len(flagged)} of {overall.get('tasks', 0)} hints have none (uplift &le; "
+                         f"{up.get('min_uplift', 0)}); <code>train.drop_hints_without_uplift</code> leaves them "
+                         "out of OPSD.</p>")
+        self.add_table(sec, Table("hint_uplift", cols, rows, "Pass rate with the hint in the policy's context vs "
+                                                           "without, per family"))
 
     def training(self) -> Section:
         sec = Section("training", "Training (OPSD) per ablation",

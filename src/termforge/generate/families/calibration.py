@@ -52,6 +52,26 @@ MESSAGES = ("backup done", "all systems go", "build finished", "hello from the s
             "tests passed")
 
 
+# The hint seeds, one per kind, in the family's protocol: the whole task is one command in one reply
+# (training runs these tasks with a two-turn cap and a short reply: the command, then the submit),
+# so a method says which command does it and why, never "look first" or "check afterwards", which
+# would spend the turn the task needs (the hint frame says the same: OneStepFileTask.episode_protocol).
+METHOD_NOTES = {
+    "write_line": ("Write the text with one echo command and output redirection (>), quoting the text so the "
+                   "shell keeps it as one argument; printf with one %s per line writes several lines in order."),
+    "append_line": ("Append with output redirection in append mode (>>), never >, which would empty the file; "
+                    "when the file may lack a final newline, printf can write that newline before the new line "
+                    "in the same command."),
+    "count_word": ("Count matching lines, not matches, and redirect only the number into the output file in the "
+                   "same command: grep -c counts lines, and -w keeps only whole words, so longer words that "
+                   "merely contain it do not count."),
+    "rename_file": ("Rename with one mv command, quoting a name that contains spaces so the shell passes it "
+                    "as one argument."),
+    "fix_script": ("Rewrite the whole line in one command rather than patching it: write a correct echo line "
+                   "into the script with output redirection (>), which repairs every defect of the line at once."),
+}
+
+
 def _phrase(rng: random.Random) -> str:
     return f"{rng.choice(ADJECTIVES)} {rng.choice(NOUNS)}"
 
@@ -111,6 +131,7 @@ class OneStepFileTask(TaskFamily):
     skills = ()
     languages = ("bash",)
     command_complexities = ("bash_only",)
+    episode_protocol = "one_command"
 
     def __init__(self, kinds: tuple[str, ...] = KINDS):
         unknown = sorted(set(kinds) - set(KINDS))
@@ -149,9 +170,7 @@ class OneStepFileTask(TaskFamily):
             test_final=_lines_test("test_file_holds_the_lines", path, lines),
             solve_sh=bash_script("printf '%s\\n' " + " ".join(shlex.quote(x) for x in lines) + f" > {path}"),
             truth={"given": {"path": path, "lines": lines}},
-            method_note=("Write the text with one shell command, such as echo with output redirection, quoting "
-                         "the text so the shell keeps it as one argument. Print the file with cat afterwards to "
-                         "check that it holds exactly the requested text."),
+            method_note=METHOD_NOTES["write_line"],
             verifier_kind="exact_text", fixture_kind="text_only", output_paths=[path])
 
     def _append_line(self, sig: dict, rng: random.Random, level: int) -> TaskSpec:
@@ -184,9 +203,7 @@ class OneStepFileTask(TaskFamily):
                 """),
             truth={"given": {"path": path, "line": line}, "lines_before": len(original),
                    "final_newline": level != 3},
-            method_note=("Append with output redirection in append mode (>>), never >, which would empty the "
-                         "file. Look at the end of the file first (tail -c1 shows whether it ends with a "
-                         "newline) and print the file afterwards to check every earlier line is unchanged."),
+            method_note=METHOD_NOTES["append_line"],
             verifier_kind="exact_text", fixture_kind="text_only", output_paths=[path],
             fixtures={f"{stem}.txt": text.encode()})
 
@@ -237,9 +254,7 @@ class OneStepFileTask(TaskFamily):
                 """, OUT=out, COUNT=count),
             solve_sh=bash_script(f"grep -c -w -- {word} {src} > {out} || true"),
             truth={"given": {"path": src, "word": word}, "count": count, "lines": total},
-            method_note=("Count matching lines, not matches: grep -c counts lines, and -w keeps only whole "
-                         "words, so longer words that merely contain it do not count. Look at a few lines "
-                         "with grep -w to check the matches, then write only the number to the output file."),
+            method_note=METHOD_NOTES["count_word"],
             verifier_kind="exact_text", fixture_kind="text_only", output_paths=[out],
             fixtures={f"{stem}.txt": ("\n".join(lines) + "\n").encode()})
 
@@ -280,9 +295,7 @@ class OneStepFileTask(TaskFamily):
                 """, OLD=f"/app/{old}", NEW=f"/app/{new}", LINES=content),
             solve_sh=bash_script(f"mv -- {shlex.quote('/app/' + old)} /app/{new}"),
             truth={"given": {"old": old, "new": new}, "content_lines": len(content)},
-            method_note=("List the directory with ls -la to see the exact file name, then rename it with mv, "
-                         "quoting a name that contains spaces. List the directory again to check that only "
-                         "the new name is left."),
+            method_note=METHOD_NOTES["rename_file"],
             verifier_kind="exact_text", fixture_kind="text_only", output_paths=[f"/app/{new}"],
             fixtures={"source.txt": ("\n".join(content) + "\n").encode()})
 
@@ -326,10 +339,7 @@ class OneStepFileTask(TaskFamily):
                 """),
             truth={"given": {"script": path, "message": message, **({"typo": typo} if level == 0 else {})},
                    "defects": ["misspelt command"] + (["unclosed quote"] if level == 3 else [])},
-            method_note=("Run the script with bash first and read the error message: it names the line and "
-                         "what the shell could not do. Correct only what is wrong, with sed -i or by "
-                         "rewriting the one line, then run the script again and compare its output with the "
-                         "expected line."),
+            method_note=METHOD_NOTES["fix_script"],
             verifier_kind="exact_text", fixture_kind="text_only", output_paths=[path],
             fixtures={f"{stem}.sh": script.encode()})
 

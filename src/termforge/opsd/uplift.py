@@ -1,0 +1,159 @@
+"""Hint uplift: what a task's hint does for the policy itself (docs/opsd.md, "Hint uplift").
+
+OPSD pulls the student towards the policy *given the hint*. That target is worth distilling only
+where the hint helps: the policy's pass rate on a task with its hint in context, against without,
+on the same sampling seeds (each of the k episodes of a task samples the same replies wherever the
+prompts agree, so the difference is the hint's). A hint whose uplift is not above `min_uplift` is
+flagged; `train.drop_hints_without_uplift` leaves such tasks out of the OPSD part.
+
+The hint goes where the teacher reads it (data.teacher_messages: the same template and
+placement, `teacher_context_role`), so the measured policy is the OPSD teacher acting.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from termforge.errors import ConfigError
+
+__all__ = ["DEFAULT_K", "MIN_K", "hints_without_uplift", "measure_hint_uplift", "uplift_report"]
+
+DEFAULT_K = 8
+MIN_K = 8  # fewer episodes per arm cannot tell a pass rate of 1/8 from 0
+UPLIFT_PART = "uplift"  # one part label for both arms: the same episode seeds with and without the hint
+
+
+def uplift_report(with_hint: Mapping[str, Sequence[float]], without_hint: Mapping[str, Sequence[float]],
+                  families: Mapping[str, str], *, k: int, min_uplift: float = 0.0,
+                  infra_failed: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The report from each task's graded rewards in both arms: per task, per family, overall, and
+    the tasks whose hint has no uplift (uplift <= min_uplift, or an arm with no graded episode)."""
+    tasks = []
+    for task_id in sorted(set(with_hint) | set(without_hint)):
+        on, off = list(with_hint.get(task_id, [])), list(without_hint.get(task_id, []))
+        rate_on = sum(on) / len(on) if on else None
+        rate_off = sum(off) / len(off) if off else None
+        uplift = rate_on - rate_off if on and off else None
+        tasks.append({"task_id": task_id, "family": families.get(task_id, "unknown"), "k": k,
+                      "graded_with": len(on), "graded_without": len(off),
+                      "infra_failed": int((infra_failed or {}).get(task_id, 0)),
+                      "pass_with": rate_on, "pass_without": rate_off, "uplift": uplift,
+                      "no_uplift": uplift is None or uplift <= min_uplift})
+    by_family: dict[str, list[dict]] = defaultdict(list)
+    for t in tasks:
+        by_family[t["family"]].append(t)
+    return {
+        "k": k,
+        "min_uplift": min_uplift,
+        "tasks": tasks,
+        "families": {name: _summary(rows) for name, rows in sorted(by_family.items())},
+        "overall": _summary(tasks),
+        "no_uplift": [t["task_id"] for t in tasks if t["no_uplift"]],
+    }
+
+
+def _summary(rows: Sequence[dict]) -> dict[str, Any]:
+    measured = [r for r in rows if r["uplift"] is not None]
+
+    def mean(key):
+        return sum(r[key] for r in measured) / len(measured) if measured else None
+
+    return {"tasks": len(rows), "measured": len(measured), "pass_with": mean("pass_with"),
+            "pass_without": mean("pass_without"), "uplift": mean("uplift"),
+            "no_uplift": sum(1 for r in rows if r["no_uplift"])}
+
+
+def measure_hint_uplift(run: Any, trainer: Any, task_ids: Sequence[str], *, k: int = DEFAULT_K, seed: int = 0,
+                        min_uplift: float = 0.0) -> dict[str, Any]:
+    """Run k episodes of each hinted task without and with its hint (TerminalRun `run`, the
+    trainer's current policy), on the same seeds; the uplift report (uplift_report)."""
+    from termforge.opsd.data import PromptRow, teacher_messages
+    from termforge.opsd.terminal import EpisodeSpec
+    from termforge.schemas import read
+
+    if k < MIN_K:
+        raise ConfigError(f"hint uplift: k {k} episodes per arm is too few to compare pass rates (at least {MIN_K})")
+    rows = [run.rows[t] for t in task_ids if run.rows[t].privileged_context]
+    specs = [EpisodeSpec(r.id, i, UPLIFT_PART) for r in rows for i in range(k)]
+
+    def hinted(spec, messages):
+        row = run.rows[spec.task_id]
+        return teacher_messages(PromptRow(row.id, tuple(messages), row.privileged_context, "terminal", row.problem),
+                                run.cfg)
+
+    arms = {}
+    failed: dict[str, int] = defaultdict(int)
+    for name, opening in (("without", None), ("with", hinted)):
+        _, outcomes, _ = run.run_episodes(trainer, specs, seed, opening=opening)
+        rewards: dict[str, list[float]] = defaultdict(list)
+        for o in outcomes:
+            if o.status == "graded":
+                rewards[o.spec.task_id].append(float(o.reward))
+            else:
+                failed[o.spec.task_id] += 1
+        arms[name] = rewards
+    tasks_dir = Path(run.cfg.tasks_dir)
+    families = {r.id: str(read("task", tasks_dir / r.id / "task.json").get("family") or "unknown") for r in rows}
+    return uplift_report(arms["with"], arms["without"], families, k=k, min_uplift=min_uplift, infra_failed=failed)
+
+
+def hints_without_uplift(path: str | Path | None) -> set[str]:
+    """The task ids an uplift report flags (its `no_uplift` list)."""
+    if not path:
+        return set()
+    try:
+        report = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"train.hint_uplift: {path} does not exist (run `termforge hint-uplift` first)") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"train.hint_uplift: {path} is not JSON: {exc}") from None
+    if not isinstance(report, dict) or not isinstance(report.get("no_uplift"), list):
+        raise ConfigError(f"train.hint_uplift: {path} has no `no_uplift` list; is it an uplift report?")
+    return {str(t) for t in report["no_uplift"]}
+
+
+def run_uplift_cli(train_options: Mapping[str, Any] | None, out: str | Path, *, demos: str, tasks_dir: str,
+                   images_dir: str, corpus: str | None = None, k: int = DEFAULT_K,
+                   min_uplift: float = 0.0) -> dict[str, Any]:
+    """What `termforge hint-uplift` does: the train config's policy, sandbox and harness settings
+    (terminal data), every hinted kept task, k episodes per arm; the report written to `out`."""
+    import random
+    import tempfile
+
+    import torch
+
+    from termforge.cpu_budget import allotted_cpus
+    from termforge.io import atomic_write_json, seed_from
+    from termforge.models.transformers_backend import load_causal_lm
+    from termforge.opsd.config import OPSDConfig
+    from termforge.opsd.terminal_train import TerminalRun, load_terminal_tasks
+    from termforge.opsd.trainer import OPSDTrainer, _weight_dtype, make_accelerator
+
+    options = {**dict(train_options or {}), "data_kind": "terminal", "objective": "opsd", "demos": str(demos),
+               "tasks_dir": str(tasks_dir), "images_dir": str(images_dir), "drop_hints_without_uplift": False,
+               "hint_uplift": None, "probe_size": 0, "reward_probe_size": 0, "reward_probe_tasks": None}
+    if corpus:
+        options["corpus"] = str(corpus)
+    cfg = OPSDConfig.from_dict(options, where="train")
+    torch.set_num_threads(cfg.num_threads or allotted_cpus())
+    random.seed(seed_from("hint-uplift", cfg.seed))
+    torch.manual_seed(seed_from("hint-uplift", cfg.seed) % (2**63))
+    rows = load_terminal_tasks(cfg, where="train")
+    accelerator = make_accelerator(cfg)
+    model, tokenizer = load_causal_lm(cfg.model, device=str(accelerator.device),
+                                      dtype=_weight_dtype(cfg, accelerator.device.type == "cuda"))
+    trainer = OPSDTrainer(cfg, model, tokenizer, accelerator)  # a fresh adapter: the untrained policy
+    with tempfile.TemporaryDirectory(prefix="hint-uplift-") as tmp:
+        run = TerminalRun(cfg, rows, Path(tmp))
+        report = measure_hint_uplift(run, trainer, [r.id for r in run.hinted], k=k,
+                                     seed=seed_from("hint-uplift-episodes", cfg.seed), min_uplift=min_uplift)
+    report["model"] = cfg.model
+    atomic_write_json(Path(out), report)
+    overall = report["overall"]
+    print(f"hint-uplift: {overall['tasks']} hinted tasks, k={k}: pass rate without {overall['pass_without']}, with "
+          f"{overall['pass_with']}, uplift {overall['uplift']}; {len(report['no_uplift'])} hints without uplift "
+          f"-> {out}")
+    return report
