@@ -40,13 +40,14 @@ from pathlib import Path
 
 from termforge.containment import contained, tree_problem
 from termforge.errors import InputError, TermforgeError, show_path
+from termforge.images.imageconfig import ImageConfig
 from termforge.io import atomic_write_json, publish_dir, read_json, stable_hash, staging_dir
 from termforge.runtime.base import BuildResult, Image, Limits
 from termforge.runtime import trees
 from termforge.runtime.bwrap import HOST_ROOTFS, BwrapSession, image_summary, layer_problem, tree_digest
 
 # Bumped whenever the interpretation of a Dockerfile changes, so cached layers are rebuilt.
-BUILDER_VERSION = "harbor-buildah-1"
+BUILDER_VERSION = "harbor-buildah-2"
 TASK_ROOT = "/app"
 
 # Harbor's defaults for fields a task.toml leaves out (harbor/models/task/config.py): the verifier
@@ -674,16 +675,53 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.split(r"[.-]", m.group(0))) if m else ()
 
 
-def check_base_image(image: str) -> str:
+@dataclass(frozen=True)
+class NativeOptions:
+    """How the native runner may reach outside the machine (eval.tbench keys, docs/terminal-bench.md).
+
+    pull_images: a Dockerfile's FROM that the image store lacks is pulled from its registry
+      (`termforge images pull`) when the task is built; off, it is an environment error naming
+      the commands that add it.
+    network_namespace: the named network namespace (`ip netns add NAME`, /run/netns/NAME) whose
+      network the agent and verifier of a task with public network get; None: the host's."""
+
+    pull_images: bool = False
+    network_namespace: str | None = None
+
+    def netns_path(self) -> str | None:
+        if not self.network_namespace:
+            return None
+        name = self.network_namespace
+        if "/" in name or name in (".", ".."):
+            raise TermforgeError(f"eval.tbench.network_namespace: {name!r} is not a network namespace name "
+                                 "(one `ip netns add` made)")
+        path = f"/run/netns/{name}"
+        if not os.path.exists(path):
+            raise TermforgeError(f"eval.tbench.network_namespace: no network namespace {name!r} ({path} is missing; "
+                                 f"make it with `ip netns add {name}`)")
+        return path
+
+
+def check_base_image(image: str, pull: bool = False) -> str:
     """The base termforge builds for a Dockerfile's FROM `image` (a declared base's name): the
-    image itself, never the host. EnvironmentUnsupported names an image termforge does not have."""
+    image itself, never the host. With `pull`, an image the store lacks is pulled from its
+    registry first; EnvironmentUnsupported names an image termforge does not have (or could not pull)."""
     from termforge.images import find_base_for
 
     decl = find_base_for(image)
+    if decl is None and pull:
+        from termforge.images.store import ImageStore
+
+        try:
+            ImageStore().pull(image)
+        except TermforgeError as exc:
+            raise EnvironmentUnsupported(f"base image {image} could not be pulled: {exc}") from None
+        decl = find_base_for(image)
     if decl is None:
         raise EnvironmentUnsupported(
             f"base image {image} is not in termforge's image store; add it with "
-            f"`termforge images add {image} TARBALL|OCI` (`termforge images list` shows what is there)")
+            f"`termforge images add {image} TARBALL|OCI` or `termforge images pull docker://{image}`, or let the "
+            "runner pull it (eval.tbench.pull_images: true)")
     return decl.name
 
 
@@ -909,8 +947,9 @@ def _plan_copy(inst: DockerInstruction, values: dict, workdir: str, context: Pat
     return CopyStep(inst.lineno, resolved, dest_path, dest_is_dir, chmod, extract)
 
 
-def plan_dockerfile(dockerfile: Path, context: Path) -> BuildPlan:
-    """Interpret a Dockerfile for the bwrap runtime; EnvironmentUnsupported names what cannot be."""
+def plan_dockerfile(dockerfile: Path, context: Path, pull: bool = False) -> BuildPlan:
+    """Interpret a Dockerfile for the bwrap runtime; EnvironmentUnsupported names what cannot be.
+    `pull`: a FROM image the store lacks is pulled (NativeOptions.pull_images)."""
     instructions = parse_dockerfile(Path(dockerfile).read_text(encoding="utf-8"))
     base = None
     apt: list[str] = []
@@ -930,7 +969,7 @@ def plan_dockerfile(dockerfile: Path, context: Path) -> BuildPlan:
                 raise EnvironmentUnsupported(f"{where}: FROM names no image")
             base = _substitute(words[0], values)
             try:
-                check_base_image(base)
+                check_base_image(base, pull)
             except EnvironmentUnsupported as exc:
                 raise EnvironmentUnsupported(f"{where}: {exc}") from None
         elif base is None and inst.keyword != "ARG":
@@ -985,8 +1024,12 @@ def plan_dockerfile(dockerfile: Path, context: Path) -> BuildPlan:
 
 
 def check_test_sh_offline(task: HarborTask) -> None:
-    """Terminal-Bench 2.0's test.sh installs curl and uv and fetches pytest when it runs; under bwrap
-    (no root, usually no network) it could only ever write reward 0, so say so up front."""
+    """Terminal-Bench 2.0's test.sh installs curl and uv and fetches pytest when it runs: with the
+    network Harbor gives by default that works natively too (the hosts it fetches from are probed
+    before it runs: verifier_hosts), but a task whose network_mode is no-network could only ever
+    write reward 0, so that is said up front."""
+    if task.allow_internet:
+        return
     for script in task.test_scripts:
         text = script.read_text(encoding="utf-8", errors="replace")
         rel = script.relative_to(task.path)
@@ -994,11 +1037,29 @@ def check_test_sh_offline(task: HarborTask) -> None:
             code = line.split("#", 1)[0]
             if TEST_SH_INSTALLERS.search(code):
                 raise EnvironmentUnsupported(
-                    f"{rel} line {lineno} installs its verifier toolchain at run time ({code.strip()}); "
-                    "that needs root and network, which the bwrap runtime does not give")
+                    f"{rel} line {lineno} installs its verifier toolchain at run time ({code.strip()}), and the "
+                    f"task's network_mode is {task.network_mode}: it could never install it")
 
 
-def native_plan(task: HarborTask) -> BuildPlan:
+URL_HOST = re.compile(r"\b(https?)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::(\d+))?")
+
+
+def verifier_hosts(task: HarborTask) -> list[tuple[str, int]]:
+    """The (host, port) pairs a test.sh names in http(s) URLs outside comments: where it fetches
+    its verifier toolchain from (astral.sh, pypi.org, a mirror). Probed before the verifier runs,
+    so an unreachable one is an environment error naming it, never a reward of 0."""
+    found: list[tuple[str, int]] = []
+    for script in task.test_scripts:
+        for line in script.read_text(encoding="utf-8", errors="replace").splitlines():
+            code = line.split("#", 1)[0] if not line.lstrip().startswith("#") else ""
+            for scheme, host, port in URL_HOST.findall(code):
+                pair = (host.strip("[]"), int(port) if port else (443 if scheme == "https" else 80))
+                if pair not in found and "$" not in host:
+                    found.append(pair)
+    return found
+
+
+def native_plan(task: HarborTask, pull: bool = False) -> BuildPlan:
     """Everything the native runner can tell about a task without building it: the BuildPlan, or
     EnvironmentUnsupported with the first reason it cannot run (unsupported task.toml features, a
     prebuilt image, a test.sh that installs its toolchain, a Dockerfile it cannot interpret, a base
@@ -1011,7 +1072,7 @@ def native_plan(task: HarborTask) -> BuildPlan:
                                          "(no environment/Dockerfile)")
         raise EnvironmentUnsupported("environment/ has no Dockerfile for the native runner to build")
     check_test_sh_offline(task)
-    return plan_dockerfile(task.dockerfile, task.environment_dir)
+    return plan_dockerfile(task.dockerfile, task.environment_dir, pull)
 
 
 def native_blocker(task: HarborTask) -> str | None:
@@ -1032,7 +1093,8 @@ def harbor_image_digest(task: HarborTask, base_digest: str = "") -> str:
 
 
 def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits | None = None,
-                       timeout: float | None = None, image_cache: str | Path | None = None) -> BuildResult:
+                       timeout: float | None = None, image_cache: str | Path | None = None,
+                       options: NativeOptions | None = None) -> BuildResult:
     """Build a Harbor task's environment/Dockerfile with buildah, offline, on the base its FROM
     names (termforge.images.dockerfile), and make the result a bwrap image: the built root
     filesystem read-only as /, its /app the task layer (images_dir/<name>/layer + image.json, the
@@ -1049,11 +1111,11 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
         reason = f"task {task.name}: {reason}"
         return BuildResult(False, None, reason, (log + "\n" + reason).strip(), time.monotonic() - start)
 
+    options = options or NativeOptions()
     try:
-        plan = native_plan(task)
+        plan = native_plan(task, options.pull_images)
     except EnvironmentUnsupported as exc:
         return fail(str(exc))
-    check_base_image(plan.base_image)
     # The Dockerfile's apt-get install packages go into a derived base (built once from the Debian
     # mirror, shared): the offline build's apt-get install then finds them installed.
     request = {"base": plan.base_image, "apt_packages": sorted(set(plan.apt_packages))}
@@ -1062,7 +1124,7 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
     except TermforgeError as exc:
         return fail(f"base image {plan.base_image} + {request['apt_packages']}: {exc}")
     final = Path(images_dir) / task.slug
-    digest = harbor_image_digest(task, base.digest)
+    digest = harbor_image_digest(task, f"{base.digest} {base.key}")
     meta_path = final / "image.json"
     if meta_path.exists():
         meta = read_json(meta_path)
@@ -1096,10 +1158,17 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
         if unwalkable:
             return fail(f"the build left a task layer the host cannot walk: {unwalkable}", log_text)
         layer_digest = tree_digest(layer)
-        workdir = built.workdir if built.workdir not in ("", "/") else TASK_ROOT
+        try:
+            config = ImageConfig.from_oci(built.record["config"], f"task {task.name}: the built image")
+        except TermforgeError as exc:
+            return fail(str(exc), log_text)
+        # The whole Env, as Docker gives it to every process: the FROM image's own (its PATH with the
+        # image's toolchain) with the Dockerfile's ENV over it; the WORKDIR likewise inherited.
+        workdir = config.workdir if config.workdir not in ("", "/") else TASK_ROOT
         meta = {"task_id": task.name, "backend": "bwrap", "digest": digest, "allow_network": task.allow_internet,
                 "kind": "harbor", "builder": BUILDER_VERSION, "base_image": plan.base_image,
-                "apt_packages": plan.apt_packages, "workdir": workdir, "env": built.env,
+                "apt_packages": plan.apt_packages, "workdir": workdir, "env": config.env,
+                "image_config": config.to_record(),
                 "rootfs": "dockerfile", "base_request": request, "base": base.ref(), "layer_digest": layer_digest,
                 "dockerfile": {"key": built.key, "manifest_digest": built.digest,
                                "build_seconds": built.record.get("build_seconds")},
@@ -1129,10 +1198,16 @@ class HarborSession(BwrapSession):
     workdir, else the Dockerfile's WORKDIR, with its ENV (as `docker exec` into the built container
     would: harbor/environments/docker/docker.py exec, cwd or the task's workdir)."""
 
-    def __init__(self, image: Image, limits: Limits, work_root: Path | None = None, workdir: str | None = None):
+    def __init__(self, image: Image, limits: Limits, work_root: Path | None = None, workdir: str | None = None,
+                 netns: str | None = None):
         super().__init__(image, limits, work_root)
+        if netns:
+            from termforge.runtime.bwrap import NetworkNamespace
+
+            self.netns = NetworkNamespace(netns)
         # (BwrapSession.workdir is the host directory holding this session's copy of the layer.)
         self.task_workdir = workdir or image.meta.get("workdir", TASK_ROOT)
+        # The image's whole Env (its own and its Dockerfile's), as the engine starts every process.
         self.image_env = dict(image.meta.get("env", {}))
         if workdir:
             missing = self._missing_dir(workdir)
@@ -1161,6 +1236,20 @@ class HarborSession(BwrapSession):
     def open_shell(self, env: dict | None = None):
         """The agent's persistent shell, with the image's ENV, started in the working directory."""
         return super().open_shell(env={**self.image_env, **(env or {})}, cwd=self.task_workdir)
+
+    def unreachable(self, hosts: list[tuple[str, int]], timeout: float = 30.0) -> list[str]:
+        """Which of `hosts` (host, port) a TCP connection from this session's sandbox does not
+        reach (name resolution included): the verifier's own network, whatever it is (none, the
+        host's, a configured namespace). Every host not confirmed reachable is listed."""
+        if not hosts:
+            return []
+        if not self.image.allow_network:
+            return [f"{h}:{p}" for h, p in hosts]
+        checks = "; ".join(f"(exec 3<>/dev/tcp/{shlex.quote(h)}/{p}) 2>/dev/null && echo {shlex.quote(f'ok {h}:{p}')}"
+                           for h, p in hosts)
+        res = BwrapSession.exec(self, checks, timeout=timeout, env=self.image_env, cwd="/")
+        reached = {line[3:] for line in res.stdout.splitlines() if line.startswith("ok ")}
+        return [f"{h}:{p}" for h, p in hosts if f"{h}:{p}" not in reached]
 
 
 def start_harbor_session(image: Image, limits: Limits | None = None, work_root: Path | None = None) -> HarborSession:

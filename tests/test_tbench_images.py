@@ -1,0 +1,163 @@
+"""Terminal-Bench tasks on images by reference: `termforge images pull` from a real registry (a
+local one on 127.0.0.1), the native runner pulling a FROM it lacks when eval.tbench.pull_images
+allows, and the FROM image's own configuration (Env with its PATH, WorkingDir) honoured in the
+agent's shell and the verifier, as Docker (and so Harbor) gives it."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import needs_bwrap
+from local_registry import local_registry, needs_registry, push
+from termforge.errors import TermforgeError
+from termforge.evals.harbor_tasks import NativeOptions, build_harbor_image, load_harbor_task
+from termforge.evals.tbench import noop_agent, oracle_agent, run_native
+from termforge.images import ensure_base
+from termforge.images.store import ImageStore, register_base
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOL_ANSWER = "tf-tool-answer-7"
+TOOL_PATH = "/opt/tftool/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _tool_layer(path: Path) -> Path:
+    """A layer holding a tool in a directory only the image's own PATH names."""
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for d in ("opt", "opt/tftool", "opt/tftool/bin"):
+            info = tarfile.TarInfo(d)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        body = f"#!/bin/sh\necho {TOOL_ANSWER}\n".encode()
+        info = tarfile.TarInfo("opt/tftool/bin/tf-tool")
+        info.size, info.mode = len(body), 0o755
+        tar.addfile(info, io.BytesIO(body))
+    return path
+
+
+def _tool_image(store: ImageStore, tmp: Path, name: str):
+    """debian:bookworm-slim (the declared base) plus the tool, with Env PATH naming the tool's
+    directory and WorkingDir /opt/tftool, as a golang or rust image sets its own."""
+    base = register_base(ensure_base("debian-bookworm-slim"), store)[0]
+    return store.add_layers(name, [(_tool_layer(tmp / "tool.tar"), None)], base=base,
+                            env=[f"PATH={TOOL_PATH}", "TFTOOL_HOME=/opt/tftool"], workdir="/opt/tftool",
+                            history=["tool on the image's PATH"])
+
+
+def _tool_task(root: Path, from_ref: str) -> Path:
+    """A Harbor task whose oracle and test.sh need the tool by name: only the image's PATH finds it.
+    Its Dockerfile sets no WORKDIR and no ENV, so both come from the FROM image alone."""
+    d = root / "tool-on-image-path"
+    for sub in ("environment", "tests", "solution"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    (d / "instruction.md").write_text("Write the output of tf-tool into /app/answer.txt.\n")
+    (d / "task.toml").write_text('version = "1.0"\n[environment]\nnetwork_mode = "no-network"\n')
+    (d / "environment" / "Dockerfile").write_text(f"FROM {from_ref}\n")
+    (d / "solution" / "solve.sh").write_text("#!/bin/bash\ntf-tool > /app/answer.txt\npwd > /app/where.txt\n"
+                                             "echo \"$TFTOOL_HOME\" >> /app/where.txt\n")
+    (d / "tests" / "test.sh").write_text(
+        "#!/bin/bash\n"
+        f"if [ \"$(cat /app/answer.txt 2>/dev/null)\" = {TOOL_ANSWER} ] && [ \"$(tf-tool)\" = {TOOL_ANSWER} ] \\\n"
+        "   && [ \"$(cat /app/where.txt 2>/dev/null)\" = \"$(printf '/opt/tftool\\n/opt/tftool')\" ] \\\n"
+        "   && [ \"$PWD\" = /opt/tftool ]; then\n"
+        "  echo 1 > /logs/verifier/reward.txt\nelse\n  echo 0 > /logs/verifier/reward.txt\nfi\n")
+    return d
+
+
+@pytest.fixture
+def private_store(tmp_path, monkeypatch):
+    store = ImageStore(tmp_path / "store")
+    monkeypatch.setenv("TERMFORGE_IMAGE_STORE", str(store.root))
+    return store
+
+
+def _controls(task_dir: Path, images: Path, out: Path, options: NativeOptions) -> dict:
+    task = load_harbor_task(task_dir)
+    return {name: {t.task_name: t.reward for t in run_native([task], agent, 1, images, out / name,
+                                                                  options=options).trials}
+            for name, agent in (("oracle", oracle_agent), ("noop", noop_agent))}
+
+
+@needs_bwrap
+@needs_registry
+def test_a_from_image_is_pulled_by_reference_and_its_path_and_workdir_are_honoured(tmp_path, private_store):
+    """Harbor (Docker) runs solve.sh and test.sh with the image's Env and WorkingDir
+    (harbor/environments/docker/docker.py exec: `docker exec` into the built container, whose
+    config keeps the FROM image's): oracle 1, no-op 0. The image reaches the store only from the
+    registry, by tag and by digest; with pulling off, the task is an environment error naming the
+    commands that add the image."""
+    source = ImageStore(tmp_path / "source-store")
+    _tool_image(source, tmp_path, "tf/tooly:1")
+    with local_registry(tmp_path / "registry") as registry:
+        ref = f"{registry}/tf/tooly:1"
+        digest = push(f"oci:{source.root}:tf/tooly:1", ref)
+        task_dir = _tool_task(tmp_path / "tasks", ref)
+        task = load_harbor_task(task_dir)
+
+        off = build_harbor_image(task, tmp_path / "images", options=NativeOptions(pull_images=False))
+        assert not off.ok
+        assert f"base image {ref} is not in termforge's image store" in off.reason
+        assert "termforge images add" in off.reason and f"termforge images pull docker://{ref}" in off.reason
+        assert private_store.get(ref) is None
+
+        scores = _controls(task_dir, tmp_path / "images", tmp_path / "jobs", NativeOptions(pull_images=True))
+        assert scores == {"oracle": {task.name: 1.0}, "noop": {task.name: 0.0}}
+        pulled = private_store.get(ref)
+        assert pulled is not None and pulled.config["config"]["WorkingDir"] == "/opt/tftool"
+
+        # By digest, with the CLI: the store keeps it under the digest reference, which a FROM names.
+        by_digest = f"{registry}/tf/tooly@{digest}"
+        cli = subprocess.run([sys.executable, "-m", "termforge.cli", "images", "pull", f"docker://{by_digest}"],
+                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                             timeout=300)
+        assert cli.returncode == 0, cli.stderr
+        assert f"images pull: {by_digest}" in cli.stdout
+        assert private_store.get(by_digest).digest == digest
+    # The registry is gone: the digest-pinned task builds from the store alone, and runs.
+    digest_task = _tool_task(tmp_path / "digest-tasks", by_digest)
+    scores = _controls(digest_task, tmp_path / "images", tmp_path / "digest-jobs", NativeOptions(pull_images=False))
+    assert scores == {"oracle": {"tool-on-image-path": 1.0}, "noop": {"tool-on-image-path": 0.0}}
+
+
+def test_an_added_name_never_silently_shadows_a_declared_base(tmp_path, private_store):
+    """`FROM debian:bookworm-slim` builds on the declared base; an image added or pulled under
+    that name would be overwritten by the base's registration, so it is refused in one line that
+    says the declared base wins."""
+    tarball = tmp_path / "root.tar"
+    with tarfile.open(tarball, "w") as tar:
+        info = tarfile.TarInfo("etc")
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+    for call in (lambda: private_store.add("docker.io/library/debian:bookworm-slim", tarball),
+                 lambda: private_store.pull("docker://debian:bookworm-slim")):
+        with pytest.raises(TermforgeError) as err:
+            call()
+        message = str(err.value)
+        assert "\n" not in message
+        assert "debian:bookworm-slim is the name of the declared base debian-bookworm-slim" in message
+        assert "the declared base wins" in message
+    assert private_store.images() == []
+    # Any other name goes in.
+    assert private_store.add("localhost/debian:bookworm-slim", tarball).name == "localhost/debian:bookworm-slim"
+
+
+@pytest.mark.parametrize("ref, loopback", [
+    ("127.0.0.1:5000/a/b:1", True), ("localhost:5000/x", True), ("[::1]:5000/x:1", True), ("127.9.9.9/x", True),
+    ("ubuntu:24.04", False), ("ghcr.io/astral-sh/uv:0.8.15", False), ("10.0.0.1:5000/x", False),
+    ("127.0.0.1.nip.io/x", False), ("localhost.example.com/x", False),
+])
+def test_tls_verification_is_off_only_for_loopback_registries(ref, loopback):
+    from termforge.images.store import is_loopback_registry
+
+    assert is_loopback_registry(ref) is loopback
+
+
+def test_pull_takes_registry_references_only(private_store):
+    for bad in ("oci-archive:/tmp/x.tar", "docker-archive:/tmp/x.tar", "/tmp/x", ""):
+        with pytest.raises(TermforgeError, match="images pull"):
+            private_store.pull(bad)
