@@ -65,3 +65,23 @@ def push(oci_ref: str, dest: str) -> str:
     out = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}", f"docker://{dest}"],
                          check=True, capture_output=True, text=True, timeout=60)
     return out.stdout.strip()
+
+
+def forget_images_from(registry: str) -> None:
+    """Remove what builds from a test registry left in the shared image cache (bases unpacked
+    from its images, Dockerfile builds on them): its port is new each run, so nothing is reused."""
+    import json
+
+    from termforge.images import image_cache_dir
+
+    cache = image_cache_dir()
+    prefix = "store-" + registry.replace(".", "-").replace(":", "-") + "-"
+    for built in (cache / "dockerfile").glob("*/build.json"):
+        try:
+            base = json.loads(built.read_text())["base"]["name"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if base.startswith(prefix):
+            shutil.rmtree(built.parent, ignore_errors=True)
+    for base in (cache / "bases").glob(prefix + "*"):
+        shutil.rmtree(base, ignore_errors=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import needs_bwrap
-from local_registry import local_registry, needs_registry, push
+from local_registry import forget_images_from, local_registry, needs_registry, push
 from termforge.errors import TermforgeError
 from termforge.evals.harbor_tasks import NativeOptions, build_harbor_image, load_harbor_task
 from termforge.evals.tbench import noop_agent, oracle_agent, run_native
@@ -85,7 +85,7 @@ def _controls(task_dir: Path, images: Path, out: Path, options: NativeOptions) -
 
 @needs_bwrap
 @needs_registry
-def test_a_from_image_is_pulled_by_reference_and_its_path_and_workdir_are_honoured(tmp_path, private_store):
+def test_a_from_image_is_pulled_by_reference_and_its_path_and_workdir_are_honoured(tmp_path, private_store, request):
     """Harbor (Docker) runs solve.sh and test.sh with the image's Env and WorkingDir
     (harbor/environments/docker/docker.py exec: `docker exec` into the built container, whose
     config keeps the FROM image's): oracle 1, no-op 0. The image reaches the store only from the
@@ -94,6 +94,7 @@ def test_a_from_image_is_pulled_by_reference_and_its_path_and_workdir_are_honour
     source = ImageStore(tmp_path / "source-store")
     _tool_image(source, tmp_path, "tf/tooly:1")
     with local_registry(tmp_path / "registry") as registry:
+        request.addfinalizer(lambda: forget_images_from(registry))
         ref = f"{registry}/tf/tooly:1"
         digest = push(f"oci:{source.root}:tf/tooly:1", ref)
         task_dir = _tool_task(tmp_path / "tasks", ref)

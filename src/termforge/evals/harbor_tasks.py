@@ -33,6 +33,7 @@ import os
 import posixpath
 import re
 import shlex
+import tempfile
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -1230,8 +1231,21 @@ class HarborSession(BwrapSession):
 
     def exec(self, command: str, timeout: float | None = None, env: dict | None = None, cwd: str | None = None,
              **kwargs):
-        return super().exec(command, timeout=timeout, env={**self.image_env, **(env or {})},
-                            cwd=cwd or self.task_workdir, **kwargs)
+        env = {**self.image_env, **(env or {})}
+        if kwargs.get("keep_home", True):
+            return super().exec(command, timeout=timeout, env=env, cwd=cwd or self.task_workdir, **kwargs)
+        # The verifier: a writable home of its own, empty, never the agent's (whose shell rc files
+        # it could have poisoned). Harbor's test.sh installs its toolchain there (uv into ~/.local).
+        from termforge.runtime.base import Bind
+        from termforge.runtime.bwrap import chown_tree
+
+        home = Path(tempfile.mkdtemp(prefix="verifier-home-", dir=self.workdir))
+        try:
+            chown_tree(home, self.uid)
+            kwargs["binds"] = [*kwargs.get("binds", ()), Bind(home, "/home/user", writable=True)]
+            return super().exec(command, timeout=timeout, env=env, cwd=cwd or self.task_workdir, **kwargs)
+        finally:
+            trees.remove_tree(home)
 
     def open_shell(self, env: dict | None = None):
         """The agent's persistent shell, with the image's ENV, started in the working directory."""
