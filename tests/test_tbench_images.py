@@ -162,3 +162,41 @@ def test_pull_takes_registry_references_only(private_store):
     for bad in ("oci-archive:/tmp/x.tar", "docker-archive:/tmp/x.tar", "/tmp/x", ""):
         with pytest.raises(TermforgeError, match="images pull"):
             private_store.pull(bad)
+
+
+def test_a_registry_json_dataset_loads_from_a_checkout_at_its_pinned_commit(tmp_path):
+    """Harbor's registry.json (harbor/models/registry.py: a list of DatasetSpec, each task a
+    RegistryTaskId {name, git_url, git_commit_id, path}) read against a local checkout: tasks at
+    their paths, a path leading out of the checkout and a checkout at another commit each refused
+    with one line naming the task."""
+    import shutil
+
+    from termforge.evals.harbor_registry import load_registry_dataset
+
+    checkout = tmp_path / "tb2"
+    shutil.copytree(ROOT / "tests" / "data" / "tb2_format", checkout)
+    git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@t.invalid"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-qm", "tasks"], check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    url = "https://example.invalid/terminal-bench-2.git"
+
+    def registry(commit, paths):
+        path = tmp_path / f"registry-{commit[:6]}.json"
+        path.write_text(json.dumps([{"name": "terminal-bench", "version": "2.0", "description": "d", "tasks": [
+            {"name": n, "git_url": url, "git_commit_id": commit, "path": p} for n, p in paths]}]))
+        return path
+
+    reg = registry(head, [("count-log-levels", "count-log-levels"), ("escape", "../outside")])
+    tasks, broken = load_registry_dataset(reg, "terminal-bench@2.0", checkout)
+    assert [t.name for t in tasks] == ["count-log-levels"]
+    assert [b.name for b in broken] == ["escape"] and "would lie outside" in broken[0].reason
+    tasks, broken = load_registry_dataset(reg, "terminal-bench", {url: checkout})
+    assert len(tasks) == 1
+
+    stale = registry("0" * 40, [("count-log-levels", "count-log-levels")])
+    tasks, broken = load_registry_dataset(stale, "terminal-bench@2.0", checkout)
+    assert tasks == [] and f"is at {head[:12]}, the registry pins 000000000000" in broken[0].reason
+    with pytest.raises(TermforgeError, match=r"no dataset 'terminal-bench@9.9' \(it lists terminal-bench@2.0\)"):
+        load_registry_dataset(reg, "terminal-bench@9.9", checkout)

@@ -948,9 +948,11 @@ def _plan_copy(inst: DockerInstruction, values: dict, workdir: str, context: Pat
     return CopyStep(inst.lineno, resolved, dest_path, dest_is_dir, chmod, extract)
 
 
-def plan_dockerfile(dockerfile: Path, context: Path, pull: bool = False) -> BuildPlan:
+def plan_dockerfile(dockerfile: Path, context: Path, pull: bool = False, resolve_from: bool = True) -> BuildPlan:
     """Interpret a Dockerfile for the bwrap runtime; EnvironmentUnsupported names what cannot be.
-    `pull`: a FROM image the store lacks is pulled (NativeOptions.pull_images)."""
+    `pull`: a FROM image the store lacks is pulled (NativeOptions.pull_images); `resolve_from`
+    False: the FROM image is taken as one a registry serves, neither looked up nor pulled (what a
+    machine with pulling on and a reachable registry would plan)."""
     instructions = parse_dockerfile(Path(dockerfile).read_text(encoding="utf-8"))
     base = None
     apt: list[str] = []
@@ -970,7 +972,8 @@ def plan_dockerfile(dockerfile: Path, context: Path, pull: bool = False) -> Buil
                 raise EnvironmentUnsupported(f"{where}: FROM names no image")
             base = _substitute(words[0], values)
             try:
-                check_base_image(base, pull)
+                if resolve_from:
+                    check_base_image(base, pull)
             except EnvironmentUnsupported as exc:
                 raise EnvironmentUnsupported(f"{where}: {exc}") from None
         elif base is None and inst.keyword != "ARG":
@@ -1060,7 +1063,7 @@ def verifier_hosts(task: HarborTask) -> list[tuple[str, int]]:
     return found
 
 
-def native_plan(task: HarborTask, pull: bool = False) -> BuildPlan:
+def native_plan(task: HarborTask, pull: bool = False, resolve_from: bool = True) -> BuildPlan:
     """Everything the native runner can tell about a task without building it: the BuildPlan, or
     EnvironmentUnsupported with the first reason it cannot run (unsupported task.toml features, a
     prebuilt image, a test.sh that installs its toolchain, a Dockerfile it cannot interpret, a base
@@ -1073,14 +1076,15 @@ def native_plan(task: HarborTask, pull: bool = False) -> BuildPlan:
                                          "(no environment/Dockerfile)")
         raise EnvironmentUnsupported("environment/ has no Dockerfile for the native runner to build")
     check_test_sh_offline(task)
-    return plan_dockerfile(task.dockerfile, task.environment_dir, pull)
+    return plan_dockerfile(task.dockerfile, task.environment_dir, pull, resolve_from)
 
 
-def native_blocker(task: HarborTask) -> str | None:
+def native_blocker(task: HarborTask, assume_pullable: bool = False) -> str | None:
     """Why the native runner cannot run this task (None when it can, as far as can be told
-    without building it)."""
+    without building it). `assume_pullable`: FROM images are taken as pullable (eval.tbench.pull_images
+    on, the registry reachable) instead of looked up in the store."""
     try:
-        native_plan(task)
+        native_plan(task, resolve_from=not assume_pullable)
     except EnvironmentUnsupported as exc:
         return str(exc)
     return None
