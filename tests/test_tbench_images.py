@@ -33,10 +33,12 @@ def _tool_layer(path: Path) -> Path:
             info = tarfile.TarInfo(d)
             info.type, info.mode = tarfile.DIRTYPE, 0o755
             tar.addfile(info)
-        body = f"#!/bin/sh\necho {TOOL_ANSWER}\n".encode()
-        info = tarfile.TarInfo("opt/tftool/bin/tf-tool")
-        info.size, info.mode = len(body), 0o755
-        tar.addfile(info, io.BytesIO(body))
+        for name, body in (("tf-tool", f"#!/bin/sh\necho {TOOL_ANSWER}\n"),
+                           # An entrypoint as images have them: set the container up, then exec the command.
+                           ("tf-entry", "#!/bin/sh\necho \"$TFTOOL_HOME\" > /app/entry-ran\nexec \"$@\"\n")):
+            info = tarfile.TarInfo(f"opt/tftool/bin/{name}")
+            info.size, info.mode = len(body.encode()), 0o755
+            tar.addfile(info, io.BytesIO(body.encode()))
     return path
 
 
@@ -46,7 +48,7 @@ def _tool_image(store: ImageStore, tmp: Path, name: str):
     base = register_base(ensure_base("debian-bookworm-slim"), store)[0]
     return store.add_layers(name, [(_tool_layer(tmp / "tool.tar"), None)], base=base,
                             env=[f"PATH={TOOL_PATH}", "TFTOOL_HOME=/opt/tftool"], workdir="/opt/tftool",
-                            history=["tool on the image's PATH"])
+                            carried={"Entrypoint": ["/opt/tftool/bin/tf-entry"]}, history=["tool on the image's PATH"])
 
 
 def _tool_task(root: Path, from_ref: str) -> Path:
@@ -64,7 +66,7 @@ def _tool_task(root: Path, from_ref: str) -> Path:
         "#!/bin/bash\n"
         f"if [ \"$(cat /app/answer.txt 2>/dev/null)\" = {TOOL_ANSWER} ] && [ \"$(tf-tool)\" = {TOOL_ANSWER} ] \\\n"
         "   && [ \"$(cat /app/where.txt 2>/dev/null)\" = \"$(printf '/opt/tftool\\n/opt/tftool')\" ] \\\n"
-        "   && [ \"$PWD\" = /opt/tftool ]; then\n"
+        "   && [ \"$PWD\" = /opt/tftool ] && [ \"$(cat /app/entry-ran)\" = /opt/tftool ]; then\n"
         "  echo 1 > /logs/verifier/reward.txt\nelse\n  echo 0 > /logs/verifier/reward.txt\nfi\n")
     return d
 
@@ -123,6 +125,15 @@ def test_a_from_image_is_pulled_by_reference_and_its_path_and_workdir_are_honour
     digest_task = _tool_task(tmp_path / "digest-tasks", by_digest)
     scores = _controls(digest_task, tmp_path / "images", tmp_path / "digest-jobs", NativeOptions(pull_images=False))
     assert scores == {"oracle": {"tool-on-image-path": 1.0}, "noop": {"tool-on-image-path": 0.0}}
+    # An entrypoint that fails as the container starts: an environment error naming it, not a score.
+    broken = _tool_task(tmp_path / "broken-entry", by_digest)
+    (broken / "environment" / "Dockerfile").write_text(
+        f'FROM {by_digest}\nENTRYPOINT ["/bin/sh", "-c", "echo tf-entry-broke >&2; exit 7", "--"]\n')
+    (trial,) = run_native([load_harbor_task(broken)], oracle_agent, 1, tmp_path / "images",
+                          tmp_path / "broken-jobs").trials
+    assert trial.reward is None and trial.error_kind == "environment"
+    assert "the image's Entrypoint" in trial.exception_message and "exited 7" in trial.exception_message
+    assert "tf-entry-broke" in trial.exception_message
 
 
 def test_an_added_name_never_silently_shadows_a_declared_base(tmp_path, private_store):

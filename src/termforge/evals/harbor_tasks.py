@@ -59,6 +59,8 @@ DEFAULT_BUILD_TIMEOUT_SEC = 600.0
 DEFAULT_NETWORK_MODE = "public"
 NETWORK_MODES = ("no-network", "public", "allowlist")
 NATIVE_AGENT_TIMEOUT_SEC = 600.0
+# How long an image's Entrypoint may take to set the container up before its command runs.
+ENTRYPOINT_TIMEOUT_SEC = 120.0
 NATIVE_MEMORY_MB = 2048
 # Kept for callers that read them as "what the runner uses when the task says nothing".
 DEFAULT_AGENT_TIMEOUT_SEC = NATIVE_AGENT_TIMEOUT_SEC
@@ -1194,7 +1196,7 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
 def _image(task: HarborTask, path: Path, meta: dict, rootfs: str) -> Image:
     return Image(task.slug, "bwrap", path, meta["digest"], bool(meta.get("allow_network", False)),
                  meta={**image_summary(meta),
-                       **{k: meta[k] for k in ("workdir", "env", "base_image", "apt_packages") if k in meta}},
+                       **{k: meta[k] for k in ("workdir", "env", "base_image", "apt_packages", "image_config") if k in meta}},
                  rootfs=rootfs)
 
 
@@ -1204,7 +1206,9 @@ class HarborSession(BwrapSession):
     would: harbor/environments/docker/docker.py exec, cwd or the task's workdir)."""
 
     def __init__(self, image: Image, limits: Limits, work_root: Path | None = None, workdir: str | None = None,
-                 netns: str | None = None):
+                 netns: str | None = None, env: dict | None = None):
+        """`env`: the task's [environment].env, over the image's Env (the container's environment:
+        the entrypoint, agent, oracle and verifier all see it)."""
         super().__init__(image, limits, work_root)
         if netns:
             from termforge.runtime.bwrap import NetworkNamespace
@@ -1213,12 +1217,29 @@ class HarborSession(BwrapSession):
         # (BwrapSession.workdir is the host directory holding this session's copy of the layer.)
         self.task_workdir = workdir or image.meta.get("workdir", TASK_ROOT)
         # The image's whole Env (its own and its Dockerfile's), as the engine starts every process.
-        self.image_env = dict(image.meta.get("env", {}))
+        self.image_env = {**image.meta.get("env", {}), **(env or {})}
         if workdir:
             missing = self._missing_dir(workdir)
             if missing:
                 self.stop()
                 raise EnvironmentUnsupported(f"task {image.task_id}: [environment] workdir = {workdir!r}: {missing}")
+        entrypoint = (image.meta.get("image_config") or {}).get("entrypoint") or []
+        if entrypoint:
+            self._run_entrypoint(list(entrypoint))
+
+    def _run_entrypoint(self, entrypoint: list[str]) -> None:
+        """The image's Entrypoint, run once as the container starts: Harbor starts it with the
+        command `sh -c "sleep infinity"` (harbor/environments/docker/docker-compose-build.yaml), so
+        the entrypoint does its setup and then execs that command; here the command is one that
+        ends at once. What the setup leaves in the writable layer stays for the session; an
+        entrypoint that fails is the environment's error, as a container that exits at start is."""
+        res = super().exec("", argv=[*entrypoint, "sh", "-c", "exit 0"], env=self.image_env, cwd=self.task_workdir,
+                           timeout=min(self.limits.wall_sec, ENTRYPOINT_TIMEOUT_SEC))
+        if res.exit_code != 0:
+            tail = " | ".join((res.stderr or res.stdout).strip().splitlines()[-2:])[:300]
+            self.stop()
+            raise EnvironmentUnsupported(f"task {self.image.task_id}: the image's Entrypoint {entrypoint} exited "
+                                         f"{res.exit_code} when the container started{': ' + tail if tail else ''}")
 
     def _missing_dir(self, path: str) -> str | None:
         """Why `path` is no directory in the sandbox (its layer at /app, else the image), or None."""

@@ -593,8 +593,7 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
         # [environment].env is the container's environment: the agent, oracle and verifier see it.
         task_env = resolve_env(task.environment_env, f"task {task.name} [environment] env")
         session = HarborSession(build.image, limits, job.work_root, workdir=task.workdir,
-                                netns=job.options.netns_path())
-        session.image_env.update(task_env)
+                                netns=job.options.netns_path(), env=task_env)
     except Exception as exc:  # the layer could not be copied: the environment failed, not the agent
         setup["finished_at"] = _now()
         result["exception_info"] = _exception_info("EnvironmentStartError", str(exc), traceback.format_exc())
@@ -884,11 +883,11 @@ def recorded_tests(task: HarborTask, build: BuildResult, step: HarborStep | None
         for t in tables:
             env.update(resolve_env(t, f"task {task.name} verifier env"))
         session = HarborSession(build.image, limits, work_root, workdir=task.workdir,
-                                netns=(options or NativeOptions()).netns_path())
+                                netns=(options or NativeOptions()).netns_path(),
+                                env=resolve_env(task.environment_env, f"task {task.name} [environment] env"))
     except Exception:  # noqa: BLE001 - unrecordable: the trials' grader verdicts then score 0
         return None
     try:
-        session.image_env.update(resolve_env(task.environment_env, f"task {task.name} [environment] env"))
         verdict = run_harbor_verifier(session, task, env, sources=sources, record=True)
     except Exception:  # noqa: BLE001
         return None
