@@ -211,3 +211,34 @@ def test_a_registry_json_dataset_loads_from_a_checkout_at_its_pinned_commit(tmp_
     assert tasks == [] and f"is at {head[:12]}, the registry pins 000000000000" in broken[0].reason
     with pytest.raises(TermforgeError, match=r"no dataset 'terminal-bench@9.9' \(it lists terminal-bench@2.0\)"):
         load_registry_dataset(reg, "terminal-bench@9.9", checkout)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("user_lines, expected", [
+    ("", "0 0 root"),  # Docker's default: root
+    ("RUN useradd -u 4321 -M -d /home/user tfuser\nUSER tfuser\n", "4321 4321 tfuser"),
+    ("RUN groupadd -g 2345 tfgroup\nUSER 3456:tfgroup\n", "3456 2345 3456"),
+    ("USER tf-ghost\n", "no user 'tf-ghost' in the image's /etc/passwd"),
+])
+def test_commands_run_as_the_images_user(tmp_path, user_lines, expected):
+    """Harbor's exec runs as the image's User when the task names none (harbor/models/task/
+    config.py AgentConfig.user: "None uses the environment's default USER (e.g., root)"); inside
+    the sandbox only, with no capability. A User the image does not define is an environment error."""
+    from termforge.evals.harbor_tasks import EnvironmentUnsupported, start_harbor_session
+    from termforge.runtime.base import Limits
+
+    d = _tool_task(tmp_path / "tasks", "debian:bookworm-slim")
+    (d / "environment" / "Dockerfile").write_text(f"FROM debian:bookworm-slim\n{user_lines}WORKDIR /app\n")
+    built = build_harbor_image(load_harbor_task(d), tmp_path / "images")
+    assert built.ok, built.reason
+    limits = Limits(wall_sec=60, cpu_sec=30, memory_mb=1024)
+    if "no user" in expected:
+        with pytest.raises(EnvironmentUnsupported, match=expected):
+            start_harbor_session(built.image, limits)
+        return
+    with start_harbor_session(built.image, limits) as session:
+        res = session.exec("echo $(id -u) $(id -g) $(id -un 2>/dev/null); grep '^Cap[EP]' /proc/self/status")
+    assert res.exit_code == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == expected
+    assert lines[1:] and all(line.split()[1] == "0000000000000000" for line in lines[1:]), lines

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from termforge.containment import contained, tree_problem
 from termforge.errors import InputError, TermforgeError, show_path
-from termforge.images.imageconfig import ImageConfig
+from termforge.images.imageconfig import ImageConfig, resolve_user
 from termforge.io import atomic_write_json, publish_dir, read_json, stable_hash, staging_dir
 from termforge.runtime.base import BuildResult, Image, Limits
 from termforge.runtime import trees
@@ -1214,6 +1214,16 @@ class HarborSession(BwrapSession):
             from termforge.runtime.bwrap import NetworkNamespace
 
             self.netns = NetworkNamespace(netns)
+        config = image.meta.get("image_config") or {}
+        if "user" in config:
+            # As Docker runs every process as the image's User (root when it names none). Inside the
+            # sandbox only: the namespace maps the session's unprivileged uid, capabilities dropped.
+            try:
+                uid, gid, name, _home = resolve_user(config["user"], self.rootfs)
+            except TermforgeError as exc:
+                self.stop()
+                raise EnvironmentUnsupported(f"task {image.task_id}: {exc}") from None
+            self.sandbox_user = (uid, gid, name)
         # (BwrapSession.workdir is the host directory holding this session's copy of the layer.)
         self.task_workdir = workdir or image.meta.get("workdir", TASK_ROOT)
         # The image's whole Env (its own and its Dockerfile's), as the engine starts every process.

@@ -44,6 +44,7 @@ from termforge.runtime import accounting, trees
 from termforge.runtime.base import Bind, BuildResult, ExecResult, Image, Limits, Runtime, Session
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+SANDBOX_UID = 1000  # who a sandbox's processes are, inside it, unless the image names its User
 # `rootfs` value meaning the host's /usr and /etc (runtime.rootfs: host), instead of an image.
 HOST_ROOTFS = "host"
 # Bumped when what goes into a task image changes, so cached task layers are rebuilt.
@@ -69,9 +70,12 @@ def sandbox_argv(
     tmp_dir: Path | None = None,
     home_dir: Path | None = None,
     tmp_mb: int | None = None,
+    user: tuple[int, int, str] = (SANDBOX_UID, SANDBOX_UID, "user"),
 ) -> list[str]:
     """The bwrap command line for one process in a task sandbox over `rootfs`: an image's root
-    filesystem (bound read-only as /; it provides the mount points bound below), or HOST_ROOTFS."""
+    filesystem (bound read-only as /; it provides the mount points bound below), or HOST_ROOTFS.
+    `user`: (uid, gid, name) inside the sandbox's user namespace (an image's User); whatever it is,
+    the namespace maps only the session's own unprivileged host uid and every capability is dropped."""
     host = str(rootfs) == HOST_ROOTFS
     if host:
         # The host's root cannot be bound whole (a read-only / cannot get the /app mount point).
@@ -100,11 +104,11 @@ def sandbox_argv(
         # Name resolution as a container engine gives it: the host's resolver over the image's
         # empty /etc/resolv.conf (only where the task declares network access).
         argv += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
-    argv += ["--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000"]
+    argv += ["--unshare-all", "--unshare-user", "--uid", str(user[0]), "--gid", str(user[1])]
     if allow_network:
         argv += ["--share-net"]
     argv += ["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv"]
-    base_env = {"PATH": SANDBOX_PATH, "HOME": "/home/user", "USER": "user", "LANG": "C.UTF-8",
+    base_env = {"PATH": SANDBOX_PATH, "HOME": "/home/user", "USER": user[2], "LANG": "C.UTF-8",
                 "TERM": "dumb"}
     base_env.update(env or {})
     for key, value in sorted(base_env.items()):
@@ -511,6 +515,8 @@ class BwrapSession(Session):
     grade_pool = None
     # The network namespace a sandbox with network joins (NetworkNamespace); None: the host's.
     netns = None
+    # (uid, gid, name) of the sandbox's processes inside it (HarborSession: the image's User).
+    sandbox_user = (SANDBOX_UID, SANDBOX_UID, "user")
 
     def __init__(self, image: Image, limits: Limits, work_root: Path | None = None, *, uid=FRESH_UID):
         """`uid`: the host uid the session's sandboxes run as; by default a fresh one per session
@@ -559,6 +565,7 @@ class BwrapSession(Session):
             allow_network=self.image.allow_network,
             home_dir=self.home if keep_home else None,
             tmp_mb=self.limits.tmp_mb,
+            user=self.sandbox_user,
         )
         return run_sandboxed(argv, timeout or self.limits.wall_sec, self.limits, stdin=stdin, uid=self.uid,
                              watch=self.writable_roots() + [b.host for b in binds if b.writable], pass_fds=pass_fds,
@@ -572,7 +579,7 @@ class BwrapSession(Session):
             return sandbox_argv(self.layer, nproc_prefix(self.limits, self.uid) + ["/bin/bash", "--noprofile", "--norc", "-s"],
                                 rootfs=self.rootfs, binds=self.binds,
                                 env=env, cwd=cwd, allow_network=self.image.allow_network, home_dir=self.home,
-                                tmp_mb=self.limits.tmp_mb)
+                                tmp_mb=self.limits.tmp_mb, user=self.sandbox_user)
 
         return PersistentShell(argv, self.limits, uid=self.uid, watch=self.writable_roots(),
                                netns=self.netns if self.image.allow_network else None)
