@@ -20,7 +20,8 @@ import pytest
 
 from conftest import needs_bwrap
 from local_registry import free_port
-from termforge.evals.harbor_tasks import NativeOptions, build_harbor_image, load_harbor_task, native_blocker
+from termforge.evals.harbor_tasks import (NativeOptions, build_harbor_image, load_harbor_task, native_blocker,
+                                          verifier_apt_packages)
 from termforge.evals.tbench import noop_agent, oracle_agent, run_native
 
 needs_netns = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
@@ -77,11 +78,13 @@ def _install_task(root: Path, port: int, network_mode: str | None = None) -> Pat
     (d / "instruction.md").write_text("Fetch the answer and write it to /app/answer.txt.\n")
     (d / "task.toml").write_text('version = "1.0"\n' + (f'[environment]\nnetwork_mode = "{network_mode}"\n'
                                                          if network_mode else ""))
-    (d / "environment" / "Dockerfile").write_text(
-        "FROM debian:bookworm-slim\nRUN apt-get update && apt-get install -y curl\nWORKDIR /app\n")
+    # The image has no curl: test.sh installs it with apt-get, as Terminal-Bench 2.0's does.
+    (d / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
     (d / "solution" / "solve.sh").write_text(f"#!/bin/bash\ncurl -fsS http://127.0.0.1:{port}/answer -o /app/answer.txt\n")
     (d / "tests" / "test.sh").write_text(
         "#!/bin/bash\n"
+        "apt-get update\n"
+        "apt-get install -y curl\n"
         f"curl -LsSf http://127.0.0.1:{port}/install.sh | sh\n"
         "source $HOME/.local/bin/env\n"
         "tf-verify /app/answer.txt\n"
@@ -102,6 +105,7 @@ def test_a_test_sh_installing_its_toolchain_runs_where_the_network_reaches(tmp_p
     task_dir = _install_task(tmp_path / "tasks", port)
     task = load_harbor_task(task_dir)
     assert task.network_mode == "public" and native_blocker(task) is None
+    assert verifier_apt_packages(task) == ["curl"]
 
     reached = _run(task_dir, tmp_path, NativeOptions(network_namespace=name))
     assert {k: [t.reward for t in r.trials] for k, r in reached.items()} == {"oracle": [1.0], "noop": [0.0]}, \
@@ -125,7 +129,7 @@ def test_a_task_without_network_that_installs_its_verifier_is_refused_up_front(t
     task = load_harbor_task(_install_task(tmp_path / "tasks", 1, "no-network"))
     built = build_harbor_image(task, tmp_path / "images")
     assert not built.ok
-    assert "tests/test.sh line 2 installs its verifier toolchain" in built.reason
+    assert "tests/test.sh line 2 installs its verifier toolchain at run time (apt-get update)" in built.reason
     assert "network_mode is no-network" in built.reason
 
 

@@ -566,12 +566,14 @@ def cmd_images(args) -> int:
         built = [ensure_base(n, cache) for n in names]
         for task_dir in args.harbor or []:
             from termforge.evals.harbor_tasks import (EnvironmentUnsupported, check_base_image, load_harbor_dir,
-                                                      native_plan)
+                                                      native_plan, verifier_apt_packages)
 
             for task in load_harbor_dir(task_dir):
                 try:
                     plan = native_plan(task)
-                    built.append(ensure_task_base(check_base_image(plan.base_image), plan.apt_packages, cache))
+                    built.append(ensure_task_base(check_base_image(plan.base_image),
+                                                  sorted(set(plan.apt_packages) | set(verifier_apt_packages(task))),
+                                                  cache))
                 except EnvironmentUnsupported:
                     continue  # the eval reports it as an environment error
         for b in built:

@@ -1047,6 +1047,26 @@ def check_test_sh_offline(task: HarborTask) -> None:
                     f"task's network_mode is {task.network_mode}: it could never install it")
 
 
+def verifier_apt_packages(task: HarborTask) -> list[str]:
+    """The Debian packages a test.sh installs with apt-get when it runs (Terminal-Bench 2.0's
+    `apt-get install -y curl` before fetching uv). The image's root is read-only under the native
+    runner, so they go into the task's derived base instead (an agent could have installed them
+    under Harbor too, as root with network); the script's own apt-get then fails past them."""
+    pkgs: list[str] = []
+    for script in task.test_scripts:
+        rel = script.relative_to(task.path)
+        for lineno, line in enumerate(script.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            code = line.split("#", 1)[0]
+            for _sep, segment in _split_shell(code):
+                words = _command_words(segment)
+                try:
+                    found = _apt_packages(words, f"{rel} line {lineno}")
+                except EnvironmentUnsupported:
+                    continue  # not an install: whatever it does, it does when the verifier runs
+                pkgs.extend(p for p in found or [] if p not in pkgs)
+    return sorted(pkgs)
+
+
 URL_HOST = re.compile(r"\b(https?)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::(\d+))?")
 
 
@@ -1125,7 +1145,7 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
         return fail(str(exc))
     # The Dockerfile's apt-get install packages go into a derived base (built once from the Debian
     # mirror, shared): the offline build's apt-get install then finds them installed.
-    request = {"base": plan.base_image, "apt_packages": sorted(set(plan.apt_packages))}
+    request = {"base": plan.base_image, "apt_packages": sorted(set(plan.apt_packages) | set(verifier_apt_packages(task)))}
     try:
         base = ensure_task_base(request["base"], request["apt_packages"], image_cache)
     except TermforgeError as exc:
