@@ -242,3 +242,20 @@ def test_commands_run_as_the_images_user(tmp_path, user_lines, expected):
     lines = res.stdout.splitlines()
     assert lines[0] == expected
     assert lines[1:] and all(line.split()[1] == "0000000000000000" for line in lines[1:]), lines
+
+
+@needs_bwrap
+def test_an_image_whose_config_changes_is_built_again(tmp_path, private_store):
+    """The same Dockerfile on the same layers under a config that changed (an image re-added with
+    another Env) is another build: the cached one would carry the old PATH."""
+    base = register_base(ensure_base("debian-bookworm-slim"), private_store)[0]
+    layer = _tool_layer(tmp_path / "tool.tar")
+    task_dir = _tool_task(tmp_path / "tasks", "localhost/tf-config-change:1")
+    paths = []
+    for extra in ("/opt/tf-first", "/opt/tf-second"):
+        private_store.add_layers("localhost/tf-config-change:1", [(layer, None)], base=base,
+                                 env=[f"PATH={extra}:{TOOL_PATH}"], history=[extra])
+        built = build_harbor_image(load_harbor_task(task_dir), tmp_path / "images")
+        assert built.ok, built.reason
+        paths.append(built.image.meta["env"]["PATH"].split(":")[0])
+    assert paths == ["/opt/tf-first", "/opt/tf-second"]
