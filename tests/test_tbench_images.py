@@ -145,7 +145,11 @@ def test_an_added_name_never_silently_shadows_a_declared_base(tmp_path, private_
         info = tarfile.TarInfo("etc")
         info.type = tarfile.DIRTYPE
         tar.addfile(info)
+    other = ImageStore(tmp_path / "other")
+    other.add("localhost/not-the-base:1", tarball)
+    archive = other.save("localhost/not-the-base:1", tmp_path / "not-the-base.oci.tar")
     for call in (lambda: private_store.add("docker.io/library/debian:bookworm-slim", tarball),
+                 lambda: private_store.add("debian:bookworm-slim", archive),
                  lambda: private_store.pull("docker://debian:bookworm-slim")):
         with pytest.raises(TermforgeError) as err:
             call()

@@ -6,20 +6,24 @@ multi-step task has steps/<name>/ with each step's instruction (and tests, solut
 task.toml is read as Harbor 0.26 reads it (harbor/models/task/config.py; docs/terminal-bench.md).
 
 The bwrap runtime runs tasks on an image's read-only root filesystem with a private writable
-/app. That image is the task's own environment/Dockerfile built by buildah, offline
-(termforge.images.dockerfile; docs/images.md "Dockerfile builds"): the built root filesystem is
-/, its /app the task layer. Before building, the Dockerfile is read (plan_dockerfile) for what
-the build needs and for what cannot work offline or under bwrap:
+/app. That image is the task's own environment/Dockerfile built by buildah (termforge.images.
+dockerfile; docs/images.md "Dockerfile builds"): the built root filesystem is /, its /app the task
+layer, and the image's own configuration (Env, WorkingDir, User, Entrypoint) is what every command
+of the session runs with (HarborSession). Before building, the Dockerfile is read (plan_dockerfile)
+for what the build needs and for what cannot work under bwrap:
 
-- FROM: resolved to a base image termforge has (termforge.images: a declared base under one of
-  its image names, e.g. debian:bookworm-slim, or an image of the store); any other image is an
-  environment error naming it and the command that adds it. One stage only.
+- FROM: resolved to an image termforge has (a declared base under one of its image names, e.g.
+  debian:bookworm-slim, or an image of the store), pulled from its registry first when
+  NativeOptions.pull_images allows; any other image is an environment error naming it and the
+  commands that add it. One stage only.
 - RUN apt-get install ...: the packages make a derived base (the FROM base plus them, built once
-  from the Debian mirror and shared), which buildah builds on, so the offline apt-get finds them.
+  and shared), which buildah builds on, so the offline apt-get finds them; so do the packages a
+  test.sh installs with apt-get when it runs (the image's root is read-only then).
 - COPY/ADD destinations and WORKDIR must be /app (or a build scratch under /tmp): the agent's
   writable state is /app.
-- RUN steps that fetch software (pip/curl/git clone...), heredocs, package removal, and a test.sh
-  that installs its own toolchain at verification time are refused up front with the line.
+- RUN steps that fetch software (pip/curl/git clone...), heredocs and package removal are refused up
+  front with the line; so is a test.sh that installs its toolchain in a task without network (with
+  network it runs, the hosts it fetches from probed first: verifier_hosts).
 
 Everything refused, and a Dockerfile buildah fails to build (its log tail in the reason), is an
 *environment error*: evaluation counts it apart from rewards 0 and 1.
@@ -686,7 +690,8 @@ class NativeOptions:
       (`termforge images pull`) when the task is built; off, it is an environment error naming
       the commands that add it.
     network_namespace: the named network namespace (`ip netns add NAME`, /run/netns/NAME) whose
-      network the agent and verifier of a task with public network get; None: the host's."""
+      network the agent and verifier of a task with public network get (the runner must be root
+      to enter it); None: the host's."""
 
     pull_images: bool = False
     network_namespace: str | None = None
@@ -1239,11 +1244,10 @@ class HarborSession(BwrapSession):
             # As Docker runs every process as the image's User (root when it names none). Inside the
             # sandbox only: the namespace maps the session's unprivileged uid, capabilities dropped.
             try:
-                uid, gid, name, _home = resolve_user(config["user"], self.rootfs)
+                self.sandbox_user = resolve_user(config["user"], self.rootfs)
             except TermforgeError as exc:
                 self.stop()
                 raise EnvironmentUnsupported(f"task {image.task_id}: {exc}") from None
-            self.sandbox_user = (uid, gid, name)
         # (BwrapSession.workdir is the host directory holding this session's copy of the layer.)
         self.task_workdir = workdir or image.meta.get("workdir", TASK_ROOT)
         # The image's whole Env (its own and its Dockerfile's), as the engine starts every process.

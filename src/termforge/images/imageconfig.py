@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 
 from termforge.errors import TermforgeError
 
-# What the engine's own default is when an image sets no PATH (moby: oci/defaults.go DefaultPathEnv).
-ENGINE_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The fields carried from a FROM image into what is built on it.
 CARRIED = ("Env", "WorkingDir", "User", "Entrypoint", "Cmd")
 
@@ -46,19 +44,6 @@ class ImageConfig:
         return cls(env, posixpath.normpath(workdir) if workdir else "", str(c.get("User") or ""),
                    tuple(_argv(c.get("Entrypoint"), where, "Entrypoint")), tuple(_argv(c.get("Cmd"), where, "Cmd")))
 
-    def oci_fields(self) -> dict:
-        """The fields as an OCI config object holds them (for an image built on this one)."""
-        out: dict = {"Env": [f"{k}={v}" for k, v in self.env.items()] or [f"PATH={ENGINE_DEFAULT_PATH}"]}
-        if self.workdir:
-            out["WorkingDir"] = self.workdir
-        if self.user:
-            out["User"] = self.user
-        if self.entrypoint:
-            out["Entrypoint"] = list(self.entrypoint)
-        if self.cmd:
-            out["Cmd"] = list(self.cmd)
-        return out
-
     def to_record(self) -> dict:
         return {"env": dict(self.env), "workdir": self.workdir, "user": self.user,
                 "entrypoint": list(self.entrypoint), "cmd": list(self.cmd)}
@@ -72,8 +57,8 @@ def _argv(value, where: str, name: str) -> list[str]:
     return value
 
 
-def resolve_user(user: str, rootfs) -> tuple[int, int, str, str]:
-    """The image's User (`name`, `uid`, `name:group`, `uid:gid`) as (uid, gid, name, home), read from
+def resolve_user(user: str, rootfs) -> tuple[int, int, str]:
+    """The image's User (`name`, `uid`, `name:group`, `uid:gid`) as (uid, gid, name), read from
     the image's own /etc/passwd and /etc/group as the engine does; "" is root. A name the image
     does not define is an error naming it (Docker refuses to start such a container too)."""
     from pathlib import Path
@@ -92,9 +77,7 @@ def resolve_user(user: str, rootfs) -> tuple[int, int, str, str]:
         if grow is None and not group.isdigit():
             raise TermforgeError(f"image User {user!r}: no group {group!r} in the image's /etc/group")
         gid = int(group) if group.isdigit() else int(grow[2])
-    name = row[0] if row else str(uid)
-    home = row[5] if row and len(row) > 5 and row[5] else "/"
-    return uid, gid, name, home
+    return uid, gid, row[0] if row else str(uid)
 
 
 def _table(path) -> list[list[str]]:
@@ -105,4 +88,4 @@ def _table(path) -> list[list[str]]:
     return [line.split(":") for line in lines if line and not line.startswith("#") and line.count(":") >= 2]
 
 
-__all__ = ["ImageConfig", "ENGINE_DEFAULT_PATH", "CARRIED", "resolve_user"]
+__all__ = ["ImageConfig", "CARRIED", "resolve_user"]

@@ -264,7 +264,6 @@ class ImageStore:
         """`termforge images add`: a root filesystem tarball (plain or compressed), an OCI layout
         folder, an OCI archive or a `docker save` archive, stored under `name`."""
         name = normalize_name(name)
-        check_not_declared(name, "images add")
         source = Path(source)
         if not source.exists():
             raise TermforgeError(f"images add {name}: {source} does not exist")
@@ -315,6 +314,10 @@ class ImageStore:
                  what: str = "") -> StoredImage:
         src_ref = f"{src}:{ref}" if ref else src
         what = what or f"images add {name}"
+        if declared_base_named(name) is not None and not src.startswith("docker://"):
+            # A base moved from another machine goes back under its own name: no shadowing.
+            labels = json.loads(_skopeo(["inspect", src_ref], what)).get("Labels") or {}
+            check_not_declared(name, what, labels)
         with self._locked():
             # Drop the old entry first: skopeo 1.9 appends rather than replaces a ref.
             index = self._index()
@@ -330,6 +333,7 @@ class ImageStore:
     def _add_rootfs_tarball(self, name: str, source: Path) -> StoredImage:
         """A root filesystem tarball becomes a one-layer image (decompressed: OCI layer digests
         name the uncompressed tar too, as diff_ids)."""
+        check_not_declared(name, f"images add {name}")
         with open(source, "rb") as fh:
             magic = fh.read(6)
         opener = gzip.open if magic[:2] == b"\x1f\x8b" else lzma.open if magic == b"\xfd7zXZ\x00" else None
@@ -377,18 +381,25 @@ class ImageStore:
         return stored
 
 
-def check_not_declared(name: str, what: str) -> None:
-    """A declared base keeps its image names: `FROM debian:bookworm-slim` always builds on the
-    declared base (pinned, locked, rebuilt from the Debian mirror), and the store entry of that
-    name is the declared base's own registration, which ensure_base rewrites. An image stored
-    under such a name would lose silently, so it is refused, saying which wins."""
+def declared_base_named(name: str):
+    """The declared base one of whose image names `name` is, or None."""
     from termforge.images.declarations import load_declarations
 
-    for decl in load_declarations().values():
-        if name in {normalize_name(n) for n in decl.names}:
-            raise TermforgeError(f"{what}: {name} is the name of the declared base {decl.name}, which a Dockerfile's "
-                                 f"FROM {name} always uses (the declared base wins); store this image under another "
-                                 f"name (e.g. localhost/{name}) and name that in FROM")
+    return next((d for d in load_declarations().values() if name in {normalize_name(n) for n in d.names}), None)
+
+
+def check_not_declared(name: str, what: str, labels: dict | None = None) -> None:
+    """A declared base keeps its image names: `FROM debian:bookworm-slim` always builds on the
+    declared base (pinned, locked, rebuilt from the Debian mirror), and the store entry of that
+    name is the declared base's own registration, which ensure_base rewrites. Any other image
+    stored under such a name would lose silently, so it is refused, saying which wins; the base
+    itself (its label names it: a base moved from another machine) goes back under its name."""
+    decl = declared_base_named(name)
+    if decl is None or (labels or {}).get("org.termforge.base.name") == decl.name:
+        return
+    raise TermforgeError(f"{what}: {name} is the name of the declared base {decl.name}, which a Dockerfile's "
+                         f"FROM {name} always uses (the declared base wins); store this image under another "
+                         f"name (e.g. localhost/{name}) and name that in FROM")
 
 
 def is_loopback_registry(reference: str) -> bool:

@@ -224,7 +224,8 @@ class NetworkNamespace:
 
         self.path = path
         self._libc = ctypes.CDLL(None, use_errno=True)
-        self._libc.setns  # resolved now: nothing is looked up after fork
+        self._setns = self._libc.setns  # resolved now: nothing is looked up after fork
+        self._errno = ctypes.get_errno
 
     def open(self) -> int:
         try:
@@ -233,8 +234,8 @@ class NetworkNamespace:
             raise TermforgeError(f"network namespace {self.path}: {exc.strerror}") from None
 
     def enter(self, fd: int) -> None:
-        if self._libc.setns(fd, CLONE_NEWNET) != 0:
-            raise OSError(f"setns {self.path} failed (errno {__import__('ctypes').get_errno()})")
+        if self._setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(self._errno(), f"cannot enter the network namespace {self.path}")
 
 
 def _limit_preexec(limits: Limits, uid: int | None = None, cgroup: accounting.SandboxCgroup | None = None,
