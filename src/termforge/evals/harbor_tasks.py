@@ -95,6 +95,19 @@ TEST_SH_INSTALLERS = re.compile(
     r"\b(apt-get|apt)\s+(-\S+\s+)*(install|update)\b|\bcurl\b|\bwget\b|\buvx?\s|\bpip3?\s+install\b")
 
 
+@dataclass(frozen=True)
+class Healthcheck:
+    """[environment].healthcheck or a step's (harbor/models/task/config.py HealthcheckConfig, with
+    its defaults): `command` run until it exits 0, as Docker's HEALTHCHECK does."""
+
+    command: str
+    interval_sec: float = 5.0
+    timeout_sec: float = 30.0
+    start_period_sec: float = 0.0
+    start_interval_sec: float = 5.0
+    retries: int = 3
+
+
 class HarborTaskError(TermforgeError):
     """A Harbor task directory is malformed; the message names the directory and the field."""
 
@@ -125,6 +138,7 @@ class HarborStep:
     test_sources: list = field(default_factory=list)  # the tests/ folders uploaded to /tests, in order
     verifier_env: dict = field(default_factory=dict)
     min_reward: float | dict | None = None
+    healthcheck: Healthcheck | None = None
 
     @property
     def workdir_dir(self) -> Path:
@@ -170,6 +184,7 @@ class HarborTask:
     multi_step_reward_strategy: str | None = None
     unsupported: list[str] = field(default_factory=list)
     solution_dir: Path | None = None  # solution/, or a step's (the oracle's files)
+    healthcheck: Healthcheck | None = None
 
     @property
     def test_scripts(self) -> list[Path]:
@@ -235,6 +250,28 @@ def strip_canary(text: str) -> str:
     while i < len(lines) and not lines[i].strip():
         i += 1
     return "\n".join(lines[i:])
+
+
+def _healthcheck(task_dir: Path, table: dict, section: str) -> Healthcheck | None:
+    hc = table.get("healthcheck")
+    if hc is None:
+        return None
+    where = f"task.toml [{section}.healthcheck]"
+    if not isinstance(hc, dict) or not isinstance(hc.get("command"), str) or not hc["command"].strip():
+        raise _bad(task_dir, f"{where} needs a command (a shell command; exit 0 means healthy)")
+    unknown = sorted(set(hc) - {"command", "interval_sec", "timeout_sec", "start_period_sec", "start_interval_sec",
+                                "retries"})
+    if unknown:
+        raise _bad(task_dir, f"{where}: unknown keys {unknown}")
+    values = {}
+    for key, default in (("interval_sec", 5.0), ("timeout_sec", 30.0), ("start_period_sec", 0.0),
+                         ("start_interval_sec", 5.0), ("retries", 3)):
+        value = hc.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
+                or (key == "retries" and (int(value) != value or value < 1)):
+            raise _bad(task_dir, f"{where} {key} must be a {'whole number of at least 1' if key == 'retries' else 'number of seconds'}, got {value!r}")
+        values[key] = int(value) if key == "retries" else float(value)
+    return Healthcheck(hc["command"], **values)
 
 
 def _number(task_dir: Path, table: dict, section: str, key: str, default, integer: bool = False):
@@ -333,8 +370,6 @@ def _unsupported(config: dict, env: dict, verifier: dict, agent: dict, task_dir:
     out = []
     for step in config.get("steps") or []:
         label = f"[[steps]] {step.get('name')}"
-        if step.get("healthcheck"):
-            out.append(f"{label} healthcheck: not supported by the native runner")
         step_verifier = step.get("verifier") or {}
         if step_verifier.get("environment") is not None or step_verifier.get("environment_mode") == "separate":
             out.append(f"{label}: a separate verifier environment is not supported natively")
@@ -357,8 +392,6 @@ def _unsupported(config: dict, env: dict, verifier: dict, agent: dict, task_dir:
     for section, table in (("agent", agent), ("verifier", verifier)):
         if table.get("network_mode") is not None:
             out.append(f"[{section}] network_mode: per-phase network policies are not supported natively")
-    if env.get("healthcheck"):
-        out.append("[environment] healthcheck: not supported by the native runner")
     if env.get("mcp_servers"):
         out.append("[environment] mcp_servers: not supported by the native runner")
     compose = _compose_file(task_dir)
@@ -408,7 +441,7 @@ def _load_step(task_dir: Path, table: dict) -> HarborStep:
                                      DEFAULT_VERIFIER_TIMEOUT_SEC),
         test_sources=[d for d in (task_dir / "tests", step_dir / "tests") if d.is_dir()],
         verifier_env=_env_table(task_dir, verifier, f"{where}.verifier"),
-        min_reward=min_reward)
+        min_reward=min_reward, healthcheck=_healthcheck(task_dir, table, where))
 
 
 def load_harbor_task(task_dir: str | Path) -> HarborTask:
@@ -500,6 +533,7 @@ def load_harbor_task(task_dir: str | Path) -> HarborTask:
         multi_step_reward_strategy=strategy,
         unsupported=_unsupported(config, env, verifier, agent, task_dir),
         solution_dir=task_dir / "solution",
+        healthcheck=_healthcheck(task_dir, env, "environment"),
     )
 
 

@@ -599,7 +599,14 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
         result["exception_info"] = _exception_info("EnvironmentStartError", str(exc), traceback.format_exc())
         tf["error_kind"] = ENVIRONMENT_ERROR
         return finish()
+    failed = run_healthcheck(session, task.healthcheck)
     setup["finished_at"] = _now()
+    if failed:
+        # Harbor's trial raises it while preparing (harbor/trial/trial.py _prepare): no agent, no verifier.
+        session.stop()
+        result["exception_info"] = _exception_info("HealthcheckError", failed)
+        tf["error_kind"] = ENVIRONMENT_ERROR
+        return finish()
     try:
         if task.steps:
             _run_steps(job, task, session, result, trial_dir)
@@ -781,9 +788,48 @@ def _run_steps(job: _Job, task: HarborTask, session: HarborSession, result: dict
     result["verifier_result"] = _aggregate_steps(task, result["step_results"])
 
 
+def run_healthcheck(session: HarborSession, hc) -> str | None:
+    """A healthcheck as Harbor runs it (harbor/environments/base.py run_healthcheck, Docker's
+    HEALTHCHECK semantics): the command until it exits 0; failures in the start period do not count,
+    after it `retries` consecutive failures fail it. None when healthy, else Harbor's message (or
+    why the check could not run at all)."""
+    if hc is None:
+        return None
+    try:
+        return _healthcheck_loop(session, hc)
+    except Exception as exc:  # noqa: BLE001 - a sandbox that cannot run it: the environment's failure
+        return f"the healthcheck could not run ({type(exc).__name__}: {exc}): {hc.command}"
+
+
+def _healthcheck_loop(session: HarborSession, hc) -> str | None:
+    start_period_end = time.monotonic() + hc.start_period_sec
+    failures = 0
+    while True:
+        in_start_period = time.monotonic() < start_period_end
+        res = session.exec(hc.command, timeout=hc.timeout_sec)
+        if res.exit_code == 0 and not res.timed_out:
+            return None
+        if in_start_period:
+            time.sleep(hc.start_interval_sec)
+            continue
+        failures += 1
+        if failures >= hc.retries:
+            return f"Healthcheck failed after {hc.retries} consecutive retries: {hc.command}"
+        time.sleep(hc.interval_sec)
+
+
 def _prepare_step(session: HarborSession, step, sr: dict) -> None:
     """steps/<name>/workdir/ into the working directory, then its setup.sh there (Harbor records
-    a failing setup.sh as the step's RuntimeError)."""
+    a failing setup.sh as the step's RuntimeError), then the step's healthcheck (a failing one is
+    the step's HealthcheckError: harbor/trial/multi_step.py _prepare_step)."""
+    _prepare_step_workdir(session, step, sr)
+    if sr["exception_info"] is None:
+        failed = run_healthcheck(session, step.healthcheck)
+        if failed:
+            sr["exception_info"] = _exception_info("HealthcheckError", failed)
+
+
+def _prepare_step_workdir(session: HarborSession, step, sr: dict) -> None:
     if not step.workdir_dir.is_dir():
         return
     try:
