@@ -517,7 +517,7 @@ def cmd_eval_aime(args) -> int:
 
 
 def cmd_eval_tbench(args) -> int:
-    from termforge.evals.harbor_tasks import load_harbor_dataset
+    from termforge.evals.harbor_tasks import NativeOptions, load_harbor_dataset
     from termforge.evals.run import harness_agent, write_eval_record
     from termforge.evals.tbench import (CONTROL_AGENTS, format_controls, format_table, run_harbor, run_native,
                                         run_native_controls)
@@ -545,12 +545,14 @@ def cmd_eval_tbench(args) -> int:
         try:
             agent = harness_agent(model, harness, f"vanillux:{args.model_name}")
             limits = Limits.from_options(o)
+            native = NativeOptions(pull_images=t["pull_images"], network_namespace=t["network_namespace"])
             results = run_native(tasks, agent, t["k"], Path(args.images_dir), out_dir, limits,
-                                 n_concurrent=t["n_concurrent"], dataset=t["benchmark"], broken=broken)
+                                 n_concurrent=t["n_concurrent"], dataset=t["benchmark"], broken=broken,
+                                 options=native)
         finally:
             model.close()
         controls = run_native_controls(tasks, Path(args.images_dir), out_dir / "controls", limits, broken=broken,
-                                       dataset=t["benchmark"], n_concurrent=t["n_concurrent"])
+                                       dataset=t["benchmark"], n_concurrent=t["n_concurrent"], options=native)
     write_eval_record(Path(args.out), args.model_name, t["benchmark"], "tbench", results.summary, controls)
     print(format_table(results.summary) + format_controls(controls))
     return 0
@@ -584,12 +586,14 @@ def cmd_images(args) -> int:
         built = [ensure_base(n, cache) for n in names]
         for task_dir in args.harbor or []:
             from termforge.evals.harbor_tasks import (EnvironmentUnsupported, check_base_image, load_harbor_dir,
-                                                      native_plan)
+                                                      native_plan, verifier_apt_packages)
 
             for task in load_harbor_dir(task_dir):
                 try:
                     plan = native_plan(task)
-                    built.append(ensure_task_base(check_base_image(plan.base_image), plan.apt_packages, cache))
+                    built.append(ensure_task_base(check_base_image(plan.base_image),
+                                                  sorted(set(plan.apt_packages) | set(verifier_apt_packages(task))),
+                                                  cache))
                 except EnvironmentUnsupported:
                     continue  # the eval reports it as an environment error
         for b in built:
@@ -612,6 +616,14 @@ def cmd_images(args) -> int:
             raise ConfigError("images add: give NAME and SOURCE (a rootfs tarball, OCI layout, OCI or docker archive)")
         image = store.add(args.names[0], args.names[1], ref=args.ref)
         print(f"images add: {image.name} {image.digest[:19]} ({len(image.layers)} layer(s), {image.size / 1e6:.0f} MB) "
+              f"-> {store.root}")
+        return 0
+    if args.action == "pull":
+        if not args.names or len(args.names) > 2:
+            raise ConfigError("images pull: give REF (docker://NAME[:TAG|@DIGEST]) and optionally the NAME to store "
+                              "it under")
+        image = store.pull(args.names[0], args.names[1] if len(args.names) == 2 else None)
+        print(f"images pull: {image.name} {image.digest[:19]} ({len(image.layers)} layer(s), {image.size / 1e6:.0f} MB) "
               f"-> {store.root}")
         return 0
     if args.action == "save":
@@ -902,12 +914,13 @@ def build_parser() -> argparse.ArgumentParser:
                help="where the Harbor tasks themselves go (what eval.tbench.tasks_dir names); default OUT_DIR/harbor")
     sp.set_defaults(func=cmd_import_harbor)
 
-    sp = sub.add_parser("images", help="base images and the local image store: build, list, add, save, lock")
-    sp.add_argument("action", choices=["build", "list", "add", "save", "lock"],
+    sp = sub.add_parser("images", help="base images and the local image store: build, list, add, pull, save, lock")
+    sp.add_argument("action", choices=["build", "list", "add", "pull", "save", "lock"],
                     help="build: the declared bases (all, or NAMES); list: the cache and the store; add NAME SOURCE: "
-                         "a rootfs tarball, OCI layout, OCI or docker archive into the store; save NAME ARCHIVE: "
+                         "a rootfs tarball, OCI layout, OCI or docker archive into the store; pull REF [NAME]: an "
+                         "image from a registry (docker://ubuntu:24.04, a digest) into the store; save NAME ARCHIVE: "
                          "an OCI archive; lock: the exact package versions of bases")
-    sp.add_argument("names", nargs="*", help="base or image names (add/save: NAME then the file)")
+    sp.add_argument("names", nargs="*", help="base or image names (add/save: NAME then the file; pull: REF [NAME])")
     sp.add_argument("--ref", help="add: which image of a multi-image OCI layout or archive")
     input_arg(sp, "--harbor", kind="harbor_source", nargs="*",
               help="build: also the derived bases these Harbor task folders' Dockerfiles need")

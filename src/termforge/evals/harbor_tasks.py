@@ -6,20 +6,24 @@ multi-step task has steps/<name>/ with each step's instruction (and tests, solut
 task.toml is read as Harbor 0.26 reads it (harbor/models/task/config.py; docs/terminal-bench.md).
 
 The bwrap runtime runs tasks on an image's read-only root filesystem with a private writable
-/app. That image is the task's own environment/Dockerfile built by buildah, offline
-(termforge.images.dockerfile; docs/images.md "Dockerfile builds"): the built root filesystem is
-/, its /app the task layer. Before building, the Dockerfile is read (plan_dockerfile) for what
-the build needs and for what cannot work offline or under bwrap:
+/app. That image is the task's own environment/Dockerfile built by buildah (termforge.images.
+dockerfile; docs/images.md "Dockerfile builds"): the built root filesystem is /, its /app the task
+layer, and the image's own configuration (Env, WorkingDir, User, Entrypoint) is what every command
+of the session runs with (HarborSession). Before building, the Dockerfile is read (plan_dockerfile)
+for what the build needs and for what cannot work under bwrap:
 
-- FROM: resolved to a base image termforge has (termforge.images: a declared base under one of
-  its image names, e.g. debian:bookworm-slim, or an image of the store); any other image is an
-  environment error naming it and the command that adds it. One stage only.
+- FROM: resolved to an image termforge has (a declared base under one of its image names, e.g.
+  debian:bookworm-slim, or an image of the store), pulled from its registry first when
+  NativeOptions.pull_images allows; any other image is an environment error naming it and the
+  commands that add it. One stage only.
 - RUN apt-get install ...: the packages make a derived base (the FROM base plus them, built once
-  from the Debian mirror and shared), which buildah builds on, so the offline apt-get finds them.
+  and shared), which buildah builds on, so the offline apt-get finds them; so do the packages a
+  test.sh installs with apt-get when it runs (the image's root is read-only then).
 - COPY/ADD destinations and WORKDIR must be /app (or a build scratch under /tmp): the agent's
   writable state is /app.
-- RUN steps that fetch software (pip/curl/git clone...), heredocs, package removal, and a test.sh
-  that installs its own toolchain at verification time are refused up front with the line.
+- RUN steps that fetch software (pip/curl/git clone...), heredocs and package removal are refused up
+  front with the line; so is a test.sh that installs its toolchain in a task without network (with
+  network it runs, the hosts it fetches from probed first: verifier_hosts).
 
 Everything refused, and a Dockerfile buildah fails to build (its log tail in the reason), is an
 *environment error*: evaluation counts it apart from rewards 0 and 1.
@@ -33,6 +37,7 @@ import os
 import posixpath
 import re
 import shlex
+import tempfile
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -40,13 +45,14 @@ from pathlib import Path
 
 from termforge.containment import contained, tree_problem
 from termforge.errors import InputError, TermforgeError, show_path
+from termforge.images.imageconfig import ImageConfig, resolve_user
 from termforge.io import atomic_write_json, publish_dir, read_json, stable_hash, staging_dir
 from termforge.runtime.base import BuildResult, Image, Limits
 from termforge.runtime import trees
 from termforge.runtime.bwrap import HOST_ROOTFS, BwrapSession, image_summary, layer_problem, tree_digest
 
 # Bumped whenever the interpretation of a Dockerfile changes, so cached layers are rebuilt.
-BUILDER_VERSION = "harbor-buildah-1"
+BUILDER_VERSION = "harbor-buildah-2"
 TASK_ROOT = "/app"
 
 # Harbor's defaults for fields a task.toml leaves out (harbor/models/task/config.py): the verifier
@@ -57,6 +63,8 @@ DEFAULT_BUILD_TIMEOUT_SEC = 600.0
 DEFAULT_NETWORK_MODE = "public"
 NETWORK_MODES = ("no-network", "public", "allowlist")
 NATIVE_AGENT_TIMEOUT_SEC = 600.0
+# How long an image's Entrypoint may take to set the container up before its command runs.
+ENTRYPOINT_TIMEOUT_SEC = 120.0
 NATIVE_MEMORY_MB = 2048
 # Kept for callers that read them as "what the runner uses when the task says nothing".
 DEFAULT_AGENT_TIMEOUT_SEC = NATIVE_AGENT_TIMEOUT_SEC
@@ -85,6 +93,19 @@ APT_DROPPED = {"update", "clean", "autoclean", "autoremove", "upgrade", "dist-up
 # curl with apt-get, then uv, then runs pytest through uvx).
 TEST_SH_INSTALLERS = re.compile(
     r"\b(apt-get|apt)\s+(-\S+\s+)*(install|update)\b|\bcurl\b|\bwget\b|\buvx?\s|\bpip3?\s+install\b")
+
+
+@dataclass(frozen=True)
+class Healthcheck:
+    """[environment].healthcheck or a step's (harbor/models/task/config.py HealthcheckConfig, with
+    its defaults): `command` run until it exits 0, as Docker's HEALTHCHECK does."""
+
+    command: str
+    interval_sec: float = 5.0
+    timeout_sec: float = 30.0
+    start_period_sec: float = 0.0
+    start_interval_sec: float = 5.0
+    retries: int = 3
 
 
 class HarborTaskError(TermforgeError):
@@ -117,6 +138,7 @@ class HarborStep:
     test_sources: list = field(default_factory=list)  # the tests/ folders uploaded to /tests, in order
     verifier_env: dict = field(default_factory=dict)
     min_reward: float | dict | None = None
+    healthcheck: Healthcheck | None = None
 
     @property
     def workdir_dir(self) -> Path:
@@ -162,6 +184,7 @@ class HarborTask:
     multi_step_reward_strategy: str | None = None
     unsupported: list[str] = field(default_factory=list)
     solution_dir: Path | None = None  # solution/, or a step's (the oracle's files)
+    healthcheck: Healthcheck | None = None
 
     @property
     def test_scripts(self) -> list[Path]:
@@ -227,6 +250,28 @@ def strip_canary(text: str) -> str:
     while i < len(lines) and not lines[i].strip():
         i += 1
     return "\n".join(lines[i:])
+
+
+def _healthcheck(task_dir: Path, table: dict, section: str) -> Healthcheck | None:
+    hc = table.get("healthcheck")
+    if hc is None:
+        return None
+    where = f"task.toml [{section}.healthcheck]"
+    if not isinstance(hc, dict) or not isinstance(hc.get("command"), str) or not hc["command"].strip():
+        raise _bad(task_dir, f"{where} needs a command (a shell command; exit 0 means healthy)")
+    unknown = sorted(set(hc) - {"command", "interval_sec", "timeout_sec", "start_period_sec", "start_interval_sec",
+                                "retries"})
+    if unknown:
+        raise _bad(task_dir, f"{where}: unknown keys {unknown}")
+    values = {}
+    for key, default in (("interval_sec", 5.0), ("timeout_sec", 30.0), ("start_period_sec", 0.0),
+                         ("start_interval_sec", 5.0), ("retries", 3)):
+        value = hc.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
+                or (key == "retries" and (int(value) != value or value < 1)):
+            raise _bad(task_dir, f"{where} {key} must be a {'whole number of at least 1' if key == 'retries' else 'number of seconds'}, got {value!r}")
+        values[key] = int(value) if key == "retries" else float(value)
+    return Healthcheck(hc["command"], **values)
 
 
 def _number(task_dir: Path, table: dict, section: str, key: str, default, integer: bool = False):
@@ -325,8 +370,6 @@ def _unsupported(config: dict, env: dict, verifier: dict, agent: dict, task_dir:
     out = []
     for step in config.get("steps") or []:
         label = f"[[steps]] {step.get('name')}"
-        if step.get("healthcheck"):
-            out.append(f"{label} healthcheck: not supported by the native runner")
         step_verifier = step.get("verifier") or {}
         if step_verifier.get("environment") is not None or step_verifier.get("environment_mode") == "separate":
             out.append(f"{label}: a separate verifier environment is not supported natively")
@@ -349,8 +392,6 @@ def _unsupported(config: dict, env: dict, verifier: dict, agent: dict, task_dir:
     for section, table in (("agent", agent), ("verifier", verifier)):
         if table.get("network_mode") is not None:
             out.append(f"[{section}] network_mode: per-phase network policies are not supported natively")
-    if env.get("healthcheck"):
-        out.append("[environment] healthcheck: not supported by the native runner")
     if env.get("mcp_servers"):
         out.append("[environment] mcp_servers: not supported by the native runner")
     compose = _compose_file(task_dir)
@@ -400,7 +441,7 @@ def _load_step(task_dir: Path, table: dict) -> HarborStep:
                                      DEFAULT_VERIFIER_TIMEOUT_SEC),
         test_sources=[d for d in (task_dir / "tests", step_dir / "tests") if d.is_dir()],
         verifier_env=_env_table(task_dir, verifier, f"{where}.verifier"),
-        min_reward=min_reward)
+        min_reward=min_reward, healthcheck=_healthcheck(task_dir, table, where))
 
 
 def load_harbor_task(task_dir: str | Path) -> HarborTask:
@@ -492,6 +533,7 @@ def load_harbor_task(task_dir: str | Path) -> HarborTask:
         multi_step_reward_strategy=strategy,
         unsupported=_unsupported(config, env, verifier, agent, task_dir),
         solution_dir=task_dir / "solution",
+        healthcheck=_healthcheck(task_dir, env, "environment"),
     )
 
 
@@ -674,16 +716,54 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.split(r"[.-]", m.group(0))) if m else ()
 
 
-def check_base_image(image: str) -> str:
+@dataclass(frozen=True)
+class NativeOptions:
+    """How the native runner may reach outside the machine (eval.tbench keys, docs/terminal-bench.md).
+
+    pull_images: a Dockerfile's FROM that the image store lacks is pulled from its registry
+      (`termforge images pull`) when the task is built; off, it is an environment error naming
+      the commands that add it.
+    network_namespace: the named network namespace (`ip netns add NAME`, /run/netns/NAME) whose
+      network the agent and verifier of a task with public network get (the runner must be root
+      to enter it); None: the host's."""
+
+    pull_images: bool = False
+    network_namespace: str | None = None
+
+    def netns_path(self) -> str | None:
+        if not self.network_namespace:
+            return None
+        name = self.network_namespace
+        if "/" in name or name in (".", ".."):
+            raise TermforgeError(f"eval.tbench.network_namespace: {name!r} is not a network namespace name "
+                                 "(one `ip netns add` made)")
+        path = f"/run/netns/{name}"
+        if not os.path.exists(path):
+            raise TermforgeError(f"eval.tbench.network_namespace: no network namespace {name!r} ({path} is missing; "
+                                 f"make it with `ip netns add {name}`)")
+        return path
+
+
+def check_base_image(image: str, pull: bool = False) -> str:
     """The base termforge builds for a Dockerfile's FROM `image` (a declared base's name): the
-    image itself, never the host. EnvironmentUnsupported names an image termforge does not have."""
+    image itself, never the host. With `pull`, an image the store lacks is pulled from its
+    registry first; EnvironmentUnsupported names an image termforge does not have (or could not pull)."""
     from termforge.images import find_base_for
 
     decl = find_base_for(image)
+    if decl is None and pull:
+        from termforge.images.store import ImageStore
+
+        try:
+            ImageStore().pull(image)
+        except TermforgeError as exc:
+            raise EnvironmentUnsupported(f"base image {image} could not be pulled: {exc}") from None
+        decl = find_base_for(image)
     if decl is None:
         raise EnvironmentUnsupported(
             f"base image {image} is not in termforge's image store; add it with "
-            f"`termforge images add {image} TARBALL|OCI` (`termforge images list` shows what is there)")
+            f"`termforge images add {image} TARBALL|OCI` or `termforge images pull docker://{image}`, or let the "
+            "runner pull it (eval.tbench.pull_images: true)")
     return decl.name
 
 
@@ -909,8 +989,11 @@ def _plan_copy(inst: DockerInstruction, values: dict, workdir: str, context: Pat
     return CopyStep(inst.lineno, resolved, dest_path, dest_is_dir, chmod, extract)
 
 
-def plan_dockerfile(dockerfile: Path, context: Path) -> BuildPlan:
-    """Interpret a Dockerfile for the bwrap runtime; EnvironmentUnsupported names what cannot be."""
+def plan_dockerfile(dockerfile: Path, context: Path, pull: bool = False, resolve_from: bool = True) -> BuildPlan:
+    """Interpret a Dockerfile for the bwrap runtime; EnvironmentUnsupported names what cannot be.
+    `pull`: a FROM image the store lacks is pulled (NativeOptions.pull_images); `resolve_from`
+    False: the FROM image is taken as one a registry serves, neither looked up nor pulled (what a
+    machine with pulling on and a reachable registry would plan)."""
     instructions = parse_dockerfile(Path(dockerfile).read_text(encoding="utf-8"))
     base = None
     apt: list[str] = []
@@ -930,7 +1013,8 @@ def plan_dockerfile(dockerfile: Path, context: Path) -> BuildPlan:
                 raise EnvironmentUnsupported(f"{where}: FROM names no image")
             base = _substitute(words[0], values)
             try:
-                check_base_image(base)
+                if resolve_from:
+                    check_base_image(base, pull)
             except EnvironmentUnsupported as exc:
                 raise EnvironmentUnsupported(f"{where}: {exc}") from None
         elif base is None and inst.keyword != "ARG":
@@ -985,8 +1069,12 @@ def plan_dockerfile(dockerfile: Path, context: Path) -> BuildPlan:
 
 
 def check_test_sh_offline(task: HarborTask) -> None:
-    """Terminal-Bench 2.0's test.sh installs curl and uv and fetches pytest when it runs; under bwrap
-    (no root, usually no network) it could only ever write reward 0, so say so up front."""
+    """Terminal-Bench 2.0's test.sh installs curl and uv and fetches pytest when it runs: with the
+    network Harbor gives by default that works natively too (the hosts it fetches from are probed
+    before it runs: verifier_hosts), but a task whose network_mode is no-network could only ever
+    write reward 0, so that is said up front."""
+    if task.allow_internet:
+        return
     for script in task.test_scripts:
         text = script.read_text(encoding="utf-8", errors="replace")
         rel = script.relative_to(task.path)
@@ -994,11 +1082,49 @@ def check_test_sh_offline(task: HarborTask) -> None:
             code = line.split("#", 1)[0]
             if TEST_SH_INSTALLERS.search(code):
                 raise EnvironmentUnsupported(
-                    f"{rel} line {lineno} installs its verifier toolchain at run time ({code.strip()}); "
-                    "that needs root and network, which the bwrap runtime does not give")
+                    f"{rel} line {lineno} installs its verifier toolchain at run time ({code.strip()}), and the "
+                    f"task's network_mode is {task.network_mode}: it could never install it")
 
 
-def native_plan(task: HarborTask) -> BuildPlan:
+def verifier_apt_packages(task: HarborTask) -> list[str]:
+    """The Debian packages a test.sh installs with apt-get when it runs (Terminal-Bench 2.0's
+    `apt-get install -y curl` before fetching uv). The image's root is read-only under the native
+    runner, so they go into the task's derived base instead (an agent could have installed them
+    under Harbor too, as root with network); the script's own apt-get then fails past them."""
+    pkgs: list[str] = []
+    for script in task.test_scripts:
+        rel = script.relative_to(task.path)
+        for lineno, line in enumerate(script.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            code = line.split("#", 1)[0]
+            for _sep, segment in _split_shell(code):
+                words = _command_words(segment)
+                try:
+                    found = _apt_packages(words, f"{rel} line {lineno}")
+                except EnvironmentUnsupported:
+                    continue  # not an install: whatever it does, it does when the verifier runs
+                pkgs.extend(p for p in found or [] if p not in pkgs)
+    return sorted(pkgs)
+
+
+URL_HOST = re.compile(r"\b(https?)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::(\d+))?")
+
+
+def verifier_hosts(task: HarborTask) -> list[tuple[str, int]]:
+    """The (host, port) pairs a test.sh names in http(s) URLs outside comments: where it fetches
+    its verifier toolchain from (astral.sh, pypi.org, a mirror). Probed before the verifier runs,
+    so an unreachable one is an environment error naming it, never a reward of 0."""
+    found: list[tuple[str, int]] = []
+    for script in task.test_scripts:
+        for line in script.read_text(encoding="utf-8", errors="replace").splitlines():
+            code = line.split("#", 1)[0] if not line.lstrip().startswith("#") else ""
+            for scheme, host, port in URL_HOST.findall(code):
+                pair = (host.strip("[]"), int(port) if port else (443 if scheme == "https" else 80))
+                if pair not in found and "$" not in host:
+                    found.append(pair)
+    return found
+
+
+def native_plan(task: HarborTask, pull: bool = False, resolve_from: bool = True) -> BuildPlan:
     """Everything the native runner can tell about a task without building it: the BuildPlan, or
     EnvironmentUnsupported with the first reason it cannot run (unsupported task.toml features, a
     prebuilt image, a test.sh that installs its toolchain, a Dockerfile it cannot interpret, a base
@@ -1011,14 +1137,15 @@ def native_plan(task: HarborTask) -> BuildPlan:
                                          "(no environment/Dockerfile)")
         raise EnvironmentUnsupported("environment/ has no Dockerfile for the native runner to build")
     check_test_sh_offline(task)
-    return plan_dockerfile(task.dockerfile, task.environment_dir)
+    return plan_dockerfile(task.dockerfile, task.environment_dir, pull, resolve_from)
 
 
-def native_blocker(task: HarborTask) -> str | None:
+def native_blocker(task: HarborTask, assume_pullable: bool = False) -> str | None:
     """Why the native runner cannot run this task (None when it can, as far as can be told
-    without building it)."""
+    without building it). `assume_pullable`: FROM images are taken as pullable (eval.tbench.pull_images
+    on, the registry reachable) instead of looked up in the store."""
     try:
-        native_plan(task)
+        native_plan(task, resolve_from=not assume_pullable)
     except EnvironmentUnsupported as exc:
         return str(exc)
     return None
@@ -1032,7 +1159,8 @@ def harbor_image_digest(task: HarborTask, base_digest: str = "") -> str:
 
 
 def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits | None = None,
-                       timeout: float | None = None, image_cache: str | Path | None = None) -> BuildResult:
+                       timeout: float | None = None, image_cache: str | Path | None = None,
+                       options: NativeOptions | None = None) -> BuildResult:
     """Build a Harbor task's environment/Dockerfile with buildah, offline, on the base its FROM
     names (termforge.images.dockerfile), and make the result a bwrap image: the built root
     filesystem read-only as /, its /app the task layer (images_dir/<name>/layer + image.json, the
@@ -1050,20 +1178,20 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
         return BuildResult(False, None, reason, (log + "\n" + reason).strip(), time.monotonic() - start,
                            infra=infra)
 
+    options = options or NativeOptions()
     try:
-        plan = native_plan(task)
+        plan = native_plan(task, options.pull_images)
     except EnvironmentUnsupported as exc:
         return fail(str(exc))
-    check_base_image(plan.base_image)
     # The Dockerfile's apt-get install packages go into a derived base (built once from the Debian
     # mirror, shared): the offline build's apt-get install then finds them installed.
-    request = {"base": plan.base_image, "apt_packages": sorted(set(plan.apt_packages))}
+    request = {"base": plan.base_image, "apt_packages": sorted(set(plan.apt_packages) | set(verifier_apt_packages(task)))}
     try:
         base = ensure_task_base(request["base"], request["apt_packages"], image_cache)
     except TermforgeError as exc:
         return fail(f"base image {plan.base_image} + {request['apt_packages']}: {exc}")
     final = contained(images_dir, task.slug, where=task.path)
-    digest = harbor_image_digest(task, base.digest)
+    digest = harbor_image_digest(task, f"{base.digest} {base.key}")
     meta_path = final / "image.json"
     if meta_path.exists():
         meta = read_json(meta_path)
@@ -1099,10 +1227,17 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
         if unwalkable:
             return fail(f"the build left a task layer the host cannot walk: {unwalkable}", log_text)
         layer_digest = tree_digest(layer)
-        workdir = built.workdir if built.workdir not in ("", "/") else TASK_ROOT
+        try:
+            config = ImageConfig.from_oci(built.record["config"], f"task {task.name}: the built image")
+        except TermforgeError as exc:
+            return fail(str(exc), log_text)
+        # The whole Env, as Docker gives it to every process: the FROM image's own (its PATH with the
+        # image's toolchain) with the Dockerfile's ENV over it; the WORKDIR likewise inherited.
+        workdir = config.workdir if config.workdir not in ("", "/") else TASK_ROOT
         meta = {"task_id": task.name, "backend": "bwrap", "digest": digest, "allow_network": task.allow_internet,
                 "kind": "harbor", "builder": BUILDER_VERSION, "base_image": plan.base_image,
-                "apt_packages": plan.apt_packages, "workdir": workdir, "env": built.env,
+                "apt_packages": plan.apt_packages, "workdir": workdir, "env": config.env,
+                "image_config": config.to_record(),
                 "rootfs": "dockerfile", "base_request": request, "base": base.ref(), "layer_digest": layer_digest,
                 "dockerfile": {"key": built.key, "manifest_digest": built.digest,
                                "build_seconds": built.record.get("build_seconds")},
@@ -1123,7 +1258,7 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
 def _image(task: HarborTask, path: Path, meta: dict, rootfs: str) -> Image:
     return Image(task.slug, "bwrap", path, meta["digest"], bool(meta.get("allow_network", False)),
                  meta={**image_summary(meta),
-                       **{k: meta[k] for k in ("workdir", "env", "base_image", "apt_packages") if k in meta}},
+                       **{k: meta[k] for k in ("workdir", "env", "base_image", "apt_packages", "image_config") if k in meta}},
                  rootfs=rootfs)
 
 
@@ -1132,16 +1267,50 @@ class HarborSession(BwrapSession):
     workdir, else the Dockerfile's WORKDIR, with its ENV (as `docker exec` into the built container
     would: harbor/environments/docker/docker.py exec, cwd or the task's workdir)."""
 
-    def __init__(self, image: Image, limits: Limits, work_root: Path | None = None, workdir: str | None = None):
+    def __init__(self, image: Image, limits: Limits, work_root: Path | None = None, workdir: str | None = None,
+                 netns: str | None = None, env: dict | None = None):
+        """`env`: the task's [environment].env, over the image's Env (the container's environment:
+        the entrypoint, agent, oracle and verifier all see it)."""
         super().__init__(image, limits, work_root)
+        if netns:
+            from termforge.runtime.bwrap import NetworkNamespace
+
+            self.netns = NetworkNamespace(netns)
+        config = image.meta.get("image_config") or {}
+        if "user" in config:
+            # As Docker runs every process as the image's User (root when it names none). Inside the
+            # sandbox only: the namespace maps the session's unprivileged uid, capabilities dropped.
+            try:
+                self.sandbox_user = resolve_user(config["user"], self.rootfs)
+            except TermforgeError as exc:
+                self.stop()
+                raise EnvironmentUnsupported(f"task {image.task_id}: {exc}") from None
         # (BwrapSession.workdir is the host directory holding this session's copy of the layer.)
         self.task_workdir = workdir or image.meta.get("workdir", TASK_ROOT)
-        self.image_env = dict(image.meta.get("env", {}))
+        # The image's whole Env (its own and its Dockerfile's), as the engine starts every process.
+        self.image_env = {**image.meta.get("env", {}), **(env or {})}
         if workdir:
             missing = self._missing_dir(workdir)
             if missing:
                 self.stop()
                 raise EnvironmentUnsupported(f"task {image.task_id}: [environment] workdir = {workdir!r}: {missing}")
+        entrypoint = (image.meta.get("image_config") or {}).get("entrypoint") or []
+        if entrypoint:
+            self._run_entrypoint(list(entrypoint))
+
+    def _run_entrypoint(self, entrypoint: list[str]) -> None:
+        """The image's Entrypoint, run once as the container starts: Harbor starts it with the
+        command `sh -c "sleep infinity"` (harbor/environments/docker/docker-compose-build.yaml), so
+        the entrypoint does its setup and then execs that command; here the command is one that
+        ends at once. What the setup leaves in the writable layer stays for the session; an
+        entrypoint that fails is the environment's error, as a container that exits at start is."""
+        res = super().exec("", argv=[*entrypoint, "sh", "-c", "exit 0"], env=self.image_env, cwd=self.task_workdir,
+                           timeout=min(self.limits.wall_sec, ENTRYPOINT_TIMEOUT_SEC))
+        if res.exit_code != 0:
+            tail = " | ".join((res.stderr or res.stdout).strip().splitlines()[-2:])[:300]
+            self.stop()
+            raise EnvironmentUnsupported(f"task {self.image.task_id}: the image's Entrypoint {entrypoint} exited "
+                                         f"{res.exit_code} when the container started{': ' + tail if tail else ''}")
 
     def _missing_dir(self, path: str) -> str | None:
         """Why `path` is no directory in the sandbox (its layer at /app, else the image), or None."""
@@ -1158,12 +1327,39 @@ class HarborSession(BwrapSession):
 
     def exec(self, command: str, timeout: float | None = None, env: dict | None = None, cwd: str | None = None,
              **kwargs):
-        return super().exec(command, timeout=timeout, env={**self.image_env, **(env or {})},
-                            cwd=cwd or self.task_workdir, **kwargs)
+        env = {**self.image_env, **(env or {})}
+        if kwargs.get("keep_home", True):
+            return super().exec(command, timeout=timeout, env=env, cwd=cwd or self.task_workdir, **kwargs)
+        # The verifier: a writable home of its own, empty, never the agent's (whose shell rc files
+        # it could have poisoned). Harbor's test.sh installs its toolchain there (uv into ~/.local).
+        from termforge.runtime.base import Bind
+        from termforge.runtime.bwrap import chown_tree
+
+        home = Path(tempfile.mkdtemp(prefix="verifier-home-", dir=self.workdir))
+        try:
+            chown_tree(home, self.uid)
+            kwargs["binds"] = [*kwargs.get("binds", ()), Bind(home, "/home/user", writable=True)]
+            return super().exec(command, timeout=timeout, env=env, cwd=cwd or self.task_workdir, **kwargs)
+        finally:
+            trees.remove_tree(home)
 
     def open_shell(self, env: dict | None = None):
         """The agent's persistent shell, with the image's ENV, started in the working directory."""
         return super().open_shell(env={**self.image_env, **(env or {})}, cwd=self.task_workdir)
+
+    def unreachable(self, hosts: list[tuple[str, int]], timeout: float = 30.0) -> list[str]:
+        """Which of `hosts` (host, port) a TCP connection from this session's sandbox does not
+        reach (name resolution included): the verifier's own network, whatever it is (none, the
+        host's, a configured namespace). Every host not confirmed reachable is listed."""
+        if not hosts:
+            return []
+        if not self.image.allow_network:
+            return [f"{h}:{p}" for h, p in hosts]
+        checks = "; ".join(f"(exec 3<>/dev/tcp/{shlex.quote(h)}/{p}) 2>/dev/null && echo {shlex.quote(f'ok {h}:{p}')}"
+                           for h, p in hosts)
+        res = BwrapSession.exec(self, checks, timeout=timeout, env=self.image_env, cwd="/")
+        reached = {line[3:] for line in res.stdout.splitlines() if line.startswith("ok ")}
+        return [f"{h}:{p}" for h, p in hosts if f"{h}:{p}" not in reached]
 
 
 def start_harbor_session(image: Image, limits: Limits | None = None, work_root: Path | None = None) -> HarborSession:

@@ -67,8 +67,8 @@ from typing import Callable, Iterable
 from termforge.errors import TermforgeError
 from termforge.evals.error_policy import is_environment_error, reward_valid
 from termforge.evals.harbor_tasks import (NATIVE_MEMORY_MB, BrokenTask, HarborSession, HarborStep, HarborTask,
-                                          HarborTaskError,
-                                          build_harbor_image, resolve_env)
+                                          HarborTaskError, NativeOptions,
+                                          build_harbor_image, resolve_env, verifier_hosts)
 from termforge.io import atomic_write_json, atomic_write_text, read_json
 from termforge.metrics import pass_at_k
 from termforge.reward_file import DEFAULT_REWARD_RANGE, HEADLINE_KEY, RewardReading
@@ -540,6 +540,7 @@ class _Job:
     limits: Limits | None
     work_root: Path | None
     dataset: str | None
+    options: NativeOptions = field(default_factory=NativeOptions)
     # (task name, tests root) -> recorded_tests(...) of the task's untouched environment.
     recorded: dict = field(default_factory=dict)
 
@@ -595,14 +596,21 @@ def _trial(job: _Job, task: HarborTask, checksum: str, build: BuildResult, attem
     try:
         # [environment].env is the container's environment: the agent, oracle and verifier see it.
         task_env = resolve_env(task.environment_env, f"task {task.name} [environment] env")
-        session = HarborSession(build.image, limits, job.work_root, workdir=task.workdir)
-        session.image_env.update(task_env)
+        session = HarborSession(build.image, limits, job.work_root, workdir=task.workdir,
+                                netns=job.options.netns_path(), env=task_env)
     except Exception as exc:  # the layer could not be copied: the environment failed, not the agent
         setup["finished_at"] = _now()
         result["exception_info"] = _exception_info("EnvironmentStartError", str(exc), traceback.format_exc())
         tf["error_kind"] = ENVIRONMENT_ERROR
         return finish()
+    failed = run_healthcheck(session, task.healthcheck)
     setup["finished_at"] = _now()
+    if failed:
+        # Harbor's trial raises it while preparing (harbor/trial/trial.py _prepare): no agent, no verifier.
+        session.stop()
+        result["exception_info"] = _exception_info("HealthcheckError", failed)
+        tf["error_kind"] = ENVIRONMENT_ERROR
+        return finish()
     try:
         if task.steps:
             _run_steps(job, task, session, result, trial_dir)
@@ -675,6 +683,19 @@ def _verifier_phase(session: HarborSession, task: HarborTask, sources: list[Path
         phase["finished_at"] = _now()
         target["exception_info"] = _exception_info("VerifierEnvError", str(exc))
         tf["error_kind"] = OTHER_ERROR
+        return
+    try:
+        # A test.sh that fetches its toolchain from a host this sandbox's network does not reach
+        # could only score 0: an environment error naming the host instead.
+        unreachable = session.unreachable(verifier_hosts(task)) if task.allow_internet else []
+    except Exception as exc:  # noqa: BLE001 - the probe itself failed: the harness, not the agent
+        unreachable = [f"(the probe failed: {exc})"]
+    if unreachable:
+        phase["finished_at"] = _now()
+        target["exception_info"] = _exception_info(
+            "VerifierNetworkError", f"tests/test.sh fetches from {', '.join(unreachable)}, which the verifier's "
+            "network does not reach (eval.tbench.network_namespace, or the host's network)")
+        tf["error_kind"] = ENVIRONMENT_ERROR
         return
     try:
         verdict = run_harbor_verifier(session, task, env, sources=sources, timeout=timeout, expected=expected)
@@ -771,9 +792,48 @@ def _run_steps(job: _Job, task: HarborTask, session: HarborSession, result: dict
     result["verifier_result"] = _aggregate_steps(task, result["step_results"])
 
 
+def run_healthcheck(session: HarborSession, hc) -> str | None:
+    """A healthcheck as Harbor runs it (harbor/environments/base.py run_healthcheck, Docker's
+    HEALTHCHECK semantics): the command until it exits 0; failures in the start period do not count,
+    after it `retries` consecutive failures fail it. None when healthy, else Harbor's message (or
+    why the check could not run at all)."""
+    if hc is None:
+        return None
+    try:
+        return _healthcheck_loop(session, hc)
+    except Exception as exc:  # noqa: BLE001 - a sandbox that cannot run it: the environment's failure
+        return f"the healthcheck could not run ({type(exc).__name__}: {exc}): {hc.command}"
+
+
+def _healthcheck_loop(session: HarborSession, hc) -> str | None:
+    start_period_end = time.monotonic() + hc.start_period_sec
+    failures = 0
+    while True:
+        in_start_period = time.monotonic() < start_period_end
+        res = session.exec(hc.command, timeout=hc.timeout_sec)
+        if res.exit_code == 0 and not res.timed_out:
+            return None
+        if in_start_period:
+            time.sleep(hc.start_interval_sec)
+            continue
+        failures += 1
+        if failures >= hc.retries:
+            return f"Healthcheck failed after {hc.retries} consecutive retries: {hc.command}"
+        time.sleep(hc.interval_sec)
+
+
 def _prepare_step(session: HarborSession, step, sr: dict) -> None:
     """steps/<name>/workdir/ into the working directory, then its setup.sh there (Harbor records
-    a failing setup.sh as the step's RuntimeError)."""
+    a failing setup.sh as the step's RuntimeError), then the step's healthcheck (a failing one is
+    the step's HealthcheckError: harbor/trial/multi_step.py _prepare_step)."""
+    _prepare_step_workdir(session, step, sr)
+    if sr["exception_info"] is None:
+        failed = run_healthcheck(session, step.healthcheck)
+        if failed:
+            sr["exception_info"] = _exception_info("HealthcheckError", failed)
+
+
+def _prepare_step_workdir(session: HarborSession, step, sr: dict) -> None:
     if not step.workdir_dir.is_dir():
         return
     try:
@@ -849,7 +909,7 @@ def verifier_targets(task: HarborTask) -> list[tuple[HarborStep | None, list[Pat
 
 
 def recorded_tests(task: HarborTask, build: BuildResult, step: HarborStep | None = None, limits: Limits | None = None,
-                   work_root: Path | None = None) -> dict | None:
+                   work_root: Path | None = None, options: NativeOptions | None = None) -> dict | None:
     """The test set a task's verifier collects on its untouched environment: {"uses_grader": bool,
     "collected": [ids]}, recorded once per image and tests (kept beside the image, like validation's
     recorded set for termforge's own tasks). A trial's grader verdict must collect exactly this set,
@@ -872,11 +932,12 @@ def recorded_tests(task: HarborTask, build: BuildResult, step: HarborStep | None
         env: dict = {}
         for t in tables:
             env.update(resolve_env(t, f"task {task.name} verifier env"))
-        session = HarborSession(build.image, limits, work_root, workdir=task.workdir)
+        session = HarborSession(build.image, limits, work_root, workdir=task.workdir,
+                                netns=(options or NativeOptions()).netns_path(),
+                                env=resolve_env(task.environment_env, f"task {task.name} [environment] env"))
     except Exception:  # noqa: BLE001 - unrecordable: the trials' grader verdicts then score 0
         return None
     try:
-        session.image_env.update(resolve_env(task.environment_env, f"task {task.name} [environment] env"))
         verdict = run_harbor_verifier(session, task, env, sources=sources, record=True)
     except Exception:  # noqa: BLE001
         return None
@@ -917,7 +978,7 @@ def _reusable(trial_dir: Path, agent_name: str, checksum: str) -> dict | None:
 def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | Path, out_dir: str | Path,
                limits: Limits | None = None, *, n_concurrent: int = 1, agent_name: str | None = None,
                dataset: str | None = None, work_root: str | Path | None = None, resume: bool = True,
-               broken: Iterable[BrokenTask] = ()) -> EvalResults:
+               broken: Iterable[BrokenTask] = (), options: NativeOptions | None = None) -> EvalResults:
     """Run every task k times with `agent` in bwrap sandboxes, grade each with the clean verifier.
 
     out_dir becomes a Harbor-style job directory: config.json, result.json (the job, with the
@@ -937,7 +998,10 @@ def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     name = agent_name or agent_display_name(agent)
-    job = _Job(out_dir.name, out_dir, agent, name, limits, Path(work_root) if work_root else None, dataset)
+    options = options or NativeOptions()
+    options.netns_path()  # a missing namespace is bad input: said before anything runs
+    job = _Job(out_dir.name, out_dir, agent, name, limits, Path(work_root) if work_root else None, dataset,
+               options)
     started = _now()
     atomic_write_json(out_dir / "config.json", {
         "job_name": job.name, "runner": "native-bwrap", "agent": name, "n_attempts": k,
@@ -946,7 +1010,7 @@ def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | 
     checksums = {t.name: tree_digest(t.path) for t in tasks}
 
     with ThreadPoolExecutor(max_workers=n_concurrent) as pool:
-        builds = dict(zip(names, pool.map(lambda t: build_harbor_image(t, images_dir), tasks)))
+        builds = dict(zip(names, pool.map(lambda t: build_harbor_image(t, images_dir, options=options), tasks)))
         todo, done = [], []
         for task in tasks:
             for attempt in range(k):
@@ -956,7 +1020,7 @@ def run_native(tasks: list[HarborTask], agent: Agent, k: int, images_dir: str | 
         def record(task):
             for step, _, _ in verifier_targets(task):
                 job.recorded[(task.name, step.name if step else None)] = recorded_tests(
-                    task, builds[task.name], step, job.limits, job.work_root)
+                    task, builds[task.name], step, job.limits, job.work_root, options)
 
         list(pool.map(record, [t for t in tasks if builds[t.name].ok and any(item[0] is t for item in todo)]))
         lock = threading.Lock()
@@ -1034,12 +1098,13 @@ def control_checks(controls: dict) -> list[str]:
 
 def run_native_controls(tasks: list[HarborTask], images_dir: str | Path, out_dir: str | Path,
                         limits: Limits | None = None, *, broken: Iterable[BrokenTask] = (), dataset: str | None = None,
-                        n_concurrent: int = 1, work_root: str | Path | None = None) -> dict:
+                        n_concurrent: int = 1, work_root: str | Path | None = None,
+                        options: NativeOptions | None = None) -> dict:
     """The oracle and no-op control runs (one attempt each) on the same tasks with the same
     runner, for the control rows of the eval table."""
     out_dir = Path(out_dir)
     return {name: run_native(tasks, agent, 1, images_dir, out_dir / name, limits, n_concurrent=n_concurrent,
-                             dataset=dataset, work_root=work_root, broken=broken).summary
+                             dataset=dataset, work_root=work_root, broken=broken, options=options).summary
             for name, agent in (("oracle", oracle_agent), ("noop", noop_agent))}
 
 

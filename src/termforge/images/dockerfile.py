@@ -243,7 +243,9 @@ def build_dockerfile(context: str | os.PathLike, dockerfile: str | os.PathLike, 
 
     context, dockerfile = Path(context), Path(dockerfile)
     text = dockerfile.read_text(encoding="utf-8")
-    key = build_key(text, context, base.digest)
+    # The base's key as well as its layer: a store image's config (Env, WorkingDir...) is part of
+    # what the build inherits, and the key changes with it where the layer does not.
+    key = build_key(text, context, f"{base.digest} {base.key}")
     found = find_built(key, cache)
     if found:
         return found

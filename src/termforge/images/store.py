@@ -28,6 +28,7 @@ from __future__ import annotations
 import fcntl
 import gzip
 import hashlib
+import ipaddress
 import json
 import lzma
 import os
@@ -51,6 +52,8 @@ LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar"
 LAYER_TYPES = (LAYER_TYPE, LAYER_TYPE + "+gzip", LAYER_TYPE + "+zstd",
                "application/vnd.docker.image.rootfs.diff.tar.gzip")
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# skopeo's transports for images already on this machine (`images add` takes those).
+LOCAL_TRANSPORTS = {"oci", "oci-archive", "docker-archive", "dir", "containers-storage", "docker-daemon"}
 # Debian architecture -> OCI/Go architecture.
 OCI_ARCH = {"amd64": "amd64", "arm64": "arm64", "armhf": "arm", "i386": "386", "ppc64el": "ppc64le",
             "s390x": "s390x", "riscv64": "riscv64"}
@@ -217,8 +220,10 @@ class ImageStore:
     def add_layers(self, name: str, layers: list[tuple[Path, str | None]], *, labels: dict | None = None,
                    created: int = 0, architecture: str = "amd64", env: list[str] | None = None,
                    workdir: str = "/", history: list[str] | None = None,
-                   base: StoredImage | None = None) -> StoredImage:
-        """Name an image made of uncompressed layer tarballs (on top of `base`'s layers, if any)."""
+                   base: StoredImage | None = None, carried: dict | None = None) -> StoredImage:
+        """Name an image made of uncompressed layer tarballs (on top of `base`'s layers, if any).
+        `carried`: config fields (Env, WorkingDir, User, Entrypoint, Cmd) taken over from the image
+        these layers came from, so what is built on this one runs as on that one."""
         with self._locked():
             descriptors = list(base.layers) if base else []
             diff_ids = list((base.config.get("rootfs") or {}).get("diff_ids", [])) if base else []
@@ -229,6 +234,7 @@ class ImageStore:
             config = {
                 "created": rfc3339(created), "architecture": architecture, "os": "linux",
                 "config": {"Env": env or [DEFAULT_PATH], "Cmd": ["/bin/bash"], "WorkingDir": workdir,
+                           **(carried or {}),
                            "Labels": {**(base.labels if base else {}), **(labels or {})}},
                 "rootfs": {"type": "layers", "diff_ids": diff_ids},
                 "history": (list(base.config.get("history", [])) if base else [])
@@ -281,23 +287,53 @@ class ImageStore:
             return self._copy_in(name, "docker-archive:" + str(source), ref)
         return self._add_rootfs_tarball(name, source)
 
-    def _copy_in(self, name: str, src: str, ref: str | None) -> StoredImage:
+    def pull(self, ref: str, name: str | None = None) -> StoredImage:
+        """`termforge images pull REF`: an image from a registry (`docker://ubuntu:24.04`,
+        `docker://ghcr.io/astral-sh/uv:0.8.15`, `docker://debian@sha256:...`; `docker://` may be left
+        out), stored under `name` (default: the reference in Docker's short form, so a Dockerfile's
+        `FROM` of the same reference finds it). skopeo checks a digest reference against what the
+        registry serves. TLS is verified for every registry except one on the loopback interface."""
+        source = ref.strip()
+        if source.startswith("docker://"):
+            source = source[len("docker://"):]
+        elif source.split(":", 1)[0] in LOCAL_TRANSPORTS:
+            raise TermforgeError(f"images pull {ref}: only registry references (docker://NAME[:TAG|@DIGEST]) are "
+                                 "pulled; add archives and layouts with `termforge images add NAME SOURCE`")
+        if not source or source.startswith("/"):
+            raise TermforgeError(f"images pull {ref!r}: not an image reference (docker://NAME[:TAG|@DIGEST])")
+        name = normalize_name(name or source)
+        check_not_declared(name, "images pull")
+        repo, at, digest = source.partition("@")
+        if at and ":" in repo.rsplit("/", 1)[-1]:
+            # containers/image refuses a tag beside a digest; the digest is what names the content.
+            repo = repo.rsplit(":", 1)[0]
+        flags = [] if not is_loopback_registry(repo) else ["--src-tls-verify=false"]
+        return self._copy_in(name, f"docker://{repo}{at}{digest}", None, flags, what=f"images pull {ref}")
+
+    def _copy_in(self, name: str, src: str, ref: str | None, flags: list[str] = (),
+                 what: str = "") -> StoredImage:
         src_ref = f"{src}:{ref}" if ref else src
+        what = what or f"images add {name}"
+        if declared_base_named(name) is not None and not src.startswith("docker://"):
+            # A base moved from another machine goes back under its own name: no shadowing.
+            labels = json.loads(_skopeo(["inspect", src_ref], what)).get("Labels") or {}
+            check_not_declared(name, what, labels)
         with self._locked():
             # Drop the old entry first: skopeo 1.9 appends rather than replaces a ref.
             index = self._index()
             index["manifests"] = [m for m in index.get("manifests", [])
                                   if normalize_name((m.get("annotations") or {}).get(REF, "")) != name]
             self._write_index(index)
-            _skopeo(["copy", "--quiet", src_ref, f"oci:{self.root}:{name}"], f"images add {name}")
+            _skopeo(["copy", "--quiet", *flags, src_ref, f"oci:{self.root}:{name}"], what)
         image = self.get(name)
         if image is None:
-            raise TermforgeError(f"images add {name}: skopeo copied nothing from {src_ref}")
+            raise TermforgeError(f"{what}: skopeo copied nothing from {src_ref}")
         return image
 
     def _add_rootfs_tarball(self, name: str, source: Path) -> StoredImage:
         """A root filesystem tarball becomes a one-layer image (decompressed: OCI layer digests
         name the uncompressed tar too, as diff_ids)."""
+        check_not_declared(name, f"images add {name}")
         with open(source, "rb") as fh:
             magic = fh.read(6)
         opener = gzip.open if magic[:2] == b"\x1f\x8b" else lzma.open if magic == b"\xfd7zXZ\x00" else None
@@ -343,6 +379,40 @@ class ImageStore:
         _skopeo(["copy", "--quiet", self.oci_ref(name), f"containers-storage:[vfs@{root}+{runroot}]{stored}"],
                 f"images {name} -> containers-storage")
         return stored
+
+
+def declared_base_named(name: str):
+    """The declared base one of whose image names `name` is, or None."""
+    from termforge.images.declarations import load_declarations
+
+    return next((d for d in load_declarations().values() if name in {normalize_name(n) for n in d.names}), None)
+
+
+def check_not_declared(name: str, what: str, labels: dict | None = None) -> None:
+    """A declared base keeps its image names: `FROM debian:bookworm-slim` always builds on the
+    declared base (pinned, locked, rebuilt from the Debian mirror), and the store entry of that
+    name is the declared base's own registration, which ensure_base rewrites. Any other image
+    stored under such a name would lose silently, so it is refused, saying which wins; the base
+    itself (its label names it: a base moved from another machine) goes back under its name."""
+    decl = declared_base_named(name)
+    if decl is None or (labels or {}).get("org.termforge.base.name") == decl.name:
+        return
+    raise TermforgeError(f"{what}: {name} is the name of the declared base {decl.name}, which a Dockerfile's "
+                         f"FROM {name} always uses (the declared base wins); store this image under another "
+                         f"name (e.g. localhost/{name}) and name that in FROM")
+
+
+def is_loopback_registry(reference: str) -> bool:
+    """Whether an image reference's registry is on this machine's loopback interface (the only
+    registries pulled from without TLS verification)."""
+    first = reference.split("/", 1)[0] if "/" in reference else ""
+    host = first.rsplit(":", 1)[0] if not first.startswith("[") else first[1:first.find("]")]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _docker_name(name: str) -> str:
@@ -407,16 +477,37 @@ def register_base(built, store: ImageStore | None = None) -> list[StoredImage]:
                                                            if k not in ("build_seconds", "method", "tools")}),
               "org.opencontainers.image.description": r.get("description", "")}
     names = list(r["names"]) or [f"termforge/derived:{r['name'].replace('+', '-')}"]
+    carried = source_config(built.decl, store)
     out = []
     for name in names:
         existing = store.get(name)
-        if existing and existing.labels.get("org.termforge.base.digest") == r["digest"]:
+        if existing and existing.labels.get("org.termforge.base.digest") == r["digest"] \
+                and all(existing.config.get("config", {}).get(k) == v for k, v in (carried or {}).items()):
             out.append(existing)
             continue
         out.append(store.add_layers(normalize_name(name), [(built.layer, r["digest"])], labels=labels,
                                     created=r["source_date_epoch"], architecture=OCI_ARCH.get(arch, arch),
-                                    history=[f"termforge images: base {r['name']} ({r['method']})"]))
+                                    history=[f"termforge images: base {r['name']} ({r['method']})"],
+                                    carried=carried))
     return out
+
+
+def source_config(decl, store: ImageStore) -> dict | None:
+    """The config fields a base built from an image of the store (or derived from one) keeps of
+    that image: its Env, WorkingDir, User, Entrypoint and Cmd, as Docker keeps them for every
+    image built FROM it. None for a base made from Debian's packages (the engine's defaults)."""
+    from termforge.images.imageconfig import CARRIED
+
+    while decl is not None and not decl.image:
+        decl = decl.parent
+    if decl is None:
+        return None
+    image = store.get(decl.image)
+    if image is None or image.digest != decl.image_digest:
+        raise TermforgeError(f"base image {decl.image}: the image store no longer holds {decl.image_digest[:19]}, "
+                             "whose configuration (Env, WorkingDir, User, Entrypoint) its builds take over")
+    config = image.config.get("config") or {}
+    return {k: config[k] for k in CARRIED if config.get(k) is not None}
 
 
 def _lock_rows(built) -> list[tuple[str, str, str]]:

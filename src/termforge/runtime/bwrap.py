@@ -45,6 +45,7 @@ from termforge.runtime import accounting, trees
 from termforge.runtime.base import Bind, BuildResult, ExecResult, Image, Limits, Runtime, Session
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+SANDBOX_UID = 1000  # who a sandbox's processes are, inside it, unless the image names its User
 # `rootfs` value meaning the host's /usr and /etc (runtime.rootfs: host), instead of an image.
 HOST_ROOTFS = "host"
 # Bumped when what goes into a task image changes, so cached task layers are rebuilt.
@@ -70,9 +71,12 @@ def sandbox_argv(
     tmp_dir: Path | None = None,
     home_dir: Path | None = None,
     tmp_mb: int | None = None,
+    user: tuple[int, int, str] = (SANDBOX_UID, SANDBOX_UID, "user"),
 ) -> list[str]:
     """The bwrap command line for one process in a task sandbox over `rootfs`: an image's root
-    filesystem (bound read-only as /; it provides the mount points bound below), or HOST_ROOTFS."""
+    filesystem (bound read-only as /; it provides the mount points bound below), or HOST_ROOTFS.
+    `user`: (uid, gid, name) inside the sandbox's user namespace (an image's User); whatever it is,
+    the namespace maps only the session's own unprivileged host uid and every capability is dropped."""
     host = str(rootfs) == HOST_ROOTFS
     if host:
         # The host's root cannot be bound whole (a read-only / cannot get the /app mount point).
@@ -101,11 +105,11 @@ def sandbox_argv(
         # Name resolution as a container engine gives it: the host's resolver over the image's
         # empty /etc/resolv.conf (only where the task declares network access).
         argv += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
-    argv += ["--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000"]
+    argv += ["--unshare-all", "--unshare-user", "--uid", str(user[0]), "--gid", str(user[1])]
     if allow_network:
         argv += ["--share-net"]
     argv += ["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv"]
-    base_env = {"PATH": SANDBOX_PATH, "HOME": "/home/user", "USER": "user", "LANG": "C.UTF-8",
+    base_env = {"PATH": SANDBOX_PATH, "HOME": "/home/user", "USER": user[2], "LANG": "C.UTF-8",
                 "TERM": "dumb"}
     base_env.update(env or {})
     for key, value in sorted(base_env.items()):
@@ -208,8 +212,38 @@ def popen_env(argv: list[str]) -> dict[str, str] | None:
     return SANDBOX_HOST_ENV if argv and Path(argv[0]).name == "bwrap" else None
 
 
-def _limit_preexec(limits: Limits, uid: int | None = None, cgroup: accounting.SandboxCgroup | None = None):
+CLONE_NEWNET = 0x40000000
+
+
+class NetworkNamespace:
+    """A named network namespace (/run/netns/NAME, `ip netns add`) that a sandbox with network
+    joins instead of the host's: its fd is opened here, in the parent, and entered in the child
+    before it drops root (setns needs CAP_SYS_ADMIN), so the sandbox's --share-net shares it."""
+
+    def __init__(self, path: str):
+        import ctypes
+
+        self.path = path
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._setns = self._libc.setns  # resolved now: nothing is looked up after fork
+        self._errno = ctypes.get_errno
+
+    def open(self) -> int:
+        try:
+            return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise TermforgeError(f"network namespace {self.path}: {exc.strerror}") from None
+
+    def enter(self, fd: int) -> None:
+        if self._setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(self._errno(), f"cannot enter the network namespace {self.path}")
+
+
+def _limit_preexec(limits: Limits, uid: int | None = None, cgroup: accounting.SandboxCgroup | None = None,
+                   netns: tuple[NetworkNamespace, int] | None = None):
     def apply() -> None:
+        if netns is not None:
+            netns[0].enter(netns[1])  # before dropping root: entering a namespace needs the capability
         if cgroup is not None:
             cgroup.join()  # before dropping root: the cgroup is the caller's
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_sec, limits.cpu_sec + 5))
@@ -381,12 +415,15 @@ def wait_for(proc: subprocess.Popen, timeout: float) -> None:
 
 
 def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes | None = None, *,
-                  uid: int | None = None, watch: list[Path] = (), pass_fds: tuple[int, ...] = ()) -> ExecResult:
-    """Run a bwrap command line; on timeout kill the sandbox (its pid namespace dies with it)."""
+                  uid: int | None = None, watch: list[Path] = (), pass_fds: tuple[int, ...] = (),
+                  netns: NetworkNamespace | None = None) -> ExecResult:
+    """Run a bwrap command line; on timeout kill the sandbox (its pid namespace dies with it).
+    `netns`: the network namespace it starts in (with --share-net, the one it keeps)."""
     start = time.monotonic()
     argv = popen_argv(argv)
     # Only where somebody is measuring (bench/bench_validate.py, validation's per-step profile).
     cgroup = accounting.sandbox_cgroup() if accounting.current() is not None else None
+    ns_fd = netns.open() if netns is not None else None
     try:
         proc = subprocess.Popen(
             argv,
@@ -394,7 +431,7 @@ def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes 
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=_limit_preexec(limits, uid, cgroup),
+            preexec_fn=_limit_preexec(limits, uid, cgroup, (netns, ns_fd) if netns is not None else None),
             pass_fds=pass_fds,
             env=popen_env(argv),
         )
@@ -402,6 +439,9 @@ def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes 
         if cgroup is not None:
             cgroup.finish(wait=0)
         raise
+    finally:
+        if ns_fd is not None:
+            os.close(ns_fd)
     disk = DiskWatch(list(watch), limits.disk_mb, proc.pid, tree_bounds(limits))
     # Bounded readers: a sandboxed program printing without end costs the host at most OUTPUT_CAP
     # per stream (head and tail kept), never its memory.
@@ -475,6 +515,10 @@ class BwrapSession(Session):
     # Set by runtime.gradepool.GradePool.start: grades in this session fork a grader from that
     # pool's zygote (verifier._run_grader); None: every grade starts its own grader.
     grade_pool = None
+    # The network namespace a sandbox with network joins (NetworkNamespace); None: the host's.
+    netns = None
+    # (uid, gid, name) of the sandbox's processes inside it (HarborSession: the image's User).
+    sandbox_user = (SANDBOX_UID, SANDBOX_UID, "user")
 
     def __init__(self, image: Image, limits: Limits, work_root: Path | None = None, *, uid=FRESH_UID):
         """`uid`: the host uid the session's sandboxes run as; by default a fresh one per session
@@ -523,9 +567,11 @@ class BwrapSession(Session):
             allow_network=self.image.allow_network,
             home_dir=self.home if keep_home else None,
             tmp_mb=self.limits.tmp_mb,
+            user=self.sandbox_user,
         )
         return run_sandboxed(argv, timeout or self.limits.wall_sec, self.limits, stdin=stdin, uid=self.uid,
-                             watch=self.writable_roots() + [b.host for b in binds if b.writable], pass_fds=pass_fds)
+                             watch=self.writable_roots() + [b.host for b in binds if b.writable], pass_fds=pass_fds,
+                             netns=self.netns if self.image.allow_network else None)
 
     def open_shell(self, env: dict | None = None, cwd: str = "/app"):
         """A persistent bash in this session's sandbox (the agent's shell), started in `cwd`."""
@@ -535,9 +581,10 @@ class BwrapSession(Session):
             return sandbox_argv(self.layer, nproc_prefix(self.limits, self.uid) + ["/bin/bash", "--noprofile", "--norc", "-s"],
                                 rootfs=self.rootfs, binds=self.binds,
                                 env=env, cwd=cwd, allow_network=self.image.allow_network, home_dir=self.home,
-                                tmp_mb=self.limits.tmp_mb)
+                                tmp_mb=self.limits.tmp_mb, user=self.sandbox_user)
 
-        return PersistentShell(argv, self.limits, uid=self.uid, watch=self.writable_roots())
+        return PersistentShell(argv, self.limits, uid=self.uid, watch=self.writable_roots(),
+                               netns=self.netns if self.image.allow_network else None)
 
     def copy_in(self, src: Path, dst: str) -> None:
         """Copy a host file or directory (termforge's own, e.g. a step's workdir) to `dst` in the

@@ -28,7 +28,8 @@ MAX_BUFFER = 8 * 1024 * 1024
 
 class PersistentShell:
     def __init__(self, argv_factory: Callable[[], list[str]], limits: Limits, uid: int | None = None,
-                 watch: list[Path] = ()):
+                 watch: list[Path] = (), netns=None):
+        self.netns = netns  # runtime.bwrap.NetworkNamespace the shell (and every restart) starts in
         self.argv_factory = argv_factory
         self.limits = limits
         self.uid = uid
@@ -38,10 +39,16 @@ class PersistentShell:
 
     def _start(self) -> None:
         argv = popen_argv(self.argv_factory())
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_limit_preexec(self.limits, self.uid), env=popen_env(argv),
-        )
+        ns_fd = self.netns.open() if self.netns is not None else None
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True, env=popen_env(argv),
+                preexec_fn=_limit_preexec(self.limits, self.uid, netns=(self.netns, ns_fd) if ns_fd is not None else None),
+            )
+        finally:
+            if ns_fd is not None:
+                os.close(ns_fd)
 
     def _kill(self) -> None:
         if self.proc and self.proc.poll() is None:
