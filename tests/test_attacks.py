@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROGRAM_FAMILIES = ["csv_groupby_tool", "shell_script_fix", "vendored_semver_fix", "upload_path_guard"]
 FAMILIES = PROGRAM_FAMILIES + ["log_level_filter"]
 # Attacks on resources cost a sandbox's wall clock each: two families carry them.
-RESOURCE_ATTACKS = ("fork_bomb", "disk_fill", "sparse_outputs", "fifo_outputs")
+RESOURCE_ATTACKS = ("fork_bomb", "disk_fill", "shm_fill", "sparse_outputs", "fifo_outputs")
 SOLVE_CASES = [(a, f) for a in sorted(ATTACKS) for f in FAMILIES
                if a not in RESOURCE_ATTACKS or f in ("csv_groupby_tool", "log_level_filter")]
 LIMITS = Limits(wall_sec=15, cpu_sec=30, memory_mb=2048, max_procs=64, max_open_files=256, max_file_mb=32,
@@ -210,13 +210,86 @@ def test_sparse_file_past_the_size_limit_fails(session):
     assert size == "none" or int(size) <= LIMITS.max_file_mb * 1024 * 1024
 
 
-def test_tmp_and_open_files_are_capped(session):
-    res = session.exec("ulimit -n; df -m /tmp | tail -1; dd if=/dev/zero of=/tmp/x bs=1M count=100 2>/dev/null; "
-                       "stat -c %s /tmp/x", timeout=20)
-    out = res.stdout.split()
-    assert out[0] == str(LIMITS.max_open_files)
-    assert out[1] == "tmpfs" and out[2] == str(LIMITS.tmp_mb)  # the tmpfs size
-    assert int(out[-1]) <= LIMITS.tmp_mb * 1024 * 1024
+def test_open_files_are_capped(session):
+    res = session.exec("ulimit -n", timeout=20)
+    assert res.stdout.split() == [str(LIMITS.max_open_files)]
+
+
+# Every place a sandbox can write (issue 39: /dev/shm was a tmpfs of half the host's memory that no
+# limit counted). Files of 8 MiB, under the file-size limit, so that only the disk cap stops them.
+WRITABLE_PLACES = ("/dev/shm", "/tmp", "/home/user", "/app", "/dev/shm/deep/er")
+
+
+def _fill(place: str, mib: int) -> str:
+    return (f"mkdir -p {place}; for i in $(seq {mib // 8}); do dd if=/dev/zero of={place}/.fill$i bs=1M count=8 "
+            "2>/dev/null || break; done; echo filled")
+
+
+@pytest.mark.parametrize("place", WRITABLE_PLACES)
+def test_every_writable_place_counts_against_the_disk_cap(session, place):
+    res = session.exec(_fill(place, 5 * LIMITS.disk_mb), timeout=60)
+    assert res.limit_hit and "disk" in res.limit_hit, (place, res.stdout[-300:], res.stderr[-300:])
+
+
+def test_the_disk_cap_is_one_budget_for_all_places_together(session):
+    """Each place below the cap, all of them together past it: one budget, not one per mount."""
+    third = LIMITS.disk_mb // 2
+    res = session.exec("; ".join(_fill(p, third) for p in ("/app", "/tmp", "/dev/shm", "/home/user")), timeout=60)
+    assert res.limit_hit and "disk" in res.limit_hit, (res.stdout[-300:], res.stderr[-300:])
+
+
+def test_dev_itself_is_read_only_and_its_nodes_work(session):
+    res = session.exec("for p in /dev/x /dev/pts/x /dev/.hidden; do (echo 1 > $p) 2>/dev/null && echo WROTE $p; done; "
+                       "mkdir /dev/d 2>/dev/null && echo MADE; ln -s /app /dev/l 2>/dev/null && echo LINKED; "
+                       "echo ok > /dev/null && head -c 4 /dev/urandom | wc -c && head -c 2 /dev/zero | wc -c", timeout=20)
+    assert res.stdout.split() == ["4", "2"], res.stdout
+
+
+def test_the_agents_shell_counts_tmp_and_shm_against_the_disk_cap(session):
+    shell = session.open_shell()
+    try:
+        first = shell.run("echo kept > /tmp/note; echo kept > /dev/shm/note; cat /tmp/note /dev/shm/note", 20)
+        assert first.stdout.split() == ["kept", "kept"] and not first.limit_hit
+        res = shell.run(_fill("/dev/shm", 5 * LIMITS.disk_mb), 60)
+        assert res.limit_hit and "disk" in res.limit_hit, res.stdout[-300:]
+    finally:
+        shell.close()
+
+
+# What a sandbox may read of every process it can see (issue 39: bwrap, the sandbox's pid 1, showed
+# its own command line: the image cache's root filesystem and the session's tree on the work root).
+PROC_SCAN = r"""
+import os, sys
+seen = []
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        for task in os.listdir(f"/proc/{pid}/task"):
+            for name in ("cmdline", "environ", "comm"):
+                try:
+                    seen.append(open(f"/proc/{pid}/task/{task}/{name}", "rb").read())
+                except OSError:
+                    pass
+sys.stdout.buffer.write(b"\n".join(seen))
+"""
+
+
+def host_paths(session) -> list[str]:
+    """The host paths a sandbox of `session` is made from, and the directories holding them."""
+    paths = [session.workdir, session.workdir.parent, Path(session.rootfs), Path(session.rootfs).parent]
+    return [str(p) for p in paths if str(p) not in ("/", "/tmp")]
+
+
+def test_no_process_a_sandbox_sees_shows_a_host_path(session):
+    res = session.exec(f"sleep 5 & /usr/bin/python3 -c {shlex.quote(PROC_SCAN)}", timeout=20)
+    assert res.exit_code == 0 and "/usr/bin/python3" in res.stdout, res.stderr
+    shell = session.open_shell()
+    try:
+        in_shell = shell.run(f"/usr/bin/python3 -c {shlex.quote(PROC_SCAN)}", 20)
+    finally:
+        shell.close()
+    assert "--noprofile" in in_shell.stdout
+    for text in (res.stdout, in_shell.stdout):
+        assert not [p for p in host_paths(session) if p in text], text[:2000]
 
 
 def test_host_reads_nothing_odd_at_the_reward_path(tmp_path):

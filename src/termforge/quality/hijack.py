@@ -176,6 +176,10 @@ def _outputs(cmd: str):
     return lambda paths: "\n".join(cmd.format(p=p) for p in paths) + "\ntrue\n"
 
 
+_SHM_FILL = ("for d in /dev/shm /tmp; do for i in $(seq 64); do dd if=/dev/zero of=$d/.fill$i bs=1M count=16 "
+             "2>/dev/null || break; done; done\n")
+
+
 # Attack name -> (agent script from the /app paths a final test names, the finding the grader must
 # record when the tests run a program). The attack suite and bench/bench_attacks.py share them.
 ATTACKS = {
@@ -189,6 +193,9 @@ ATTACKS = {
         "/usr/bin/python3 -c 'import os\nwhile True:\n  try: os.fork()\n  except OSError: pass' & sleep 2")}), None),
     "disk_fill": (lambda paths: "for i in $(seq 200); do dd if=/dev/zero of=/app/.fill$i bs=1M count=16 "
                                 "2>/dev/null; done; true\n", None),
+    # /tmp and /dev/shm (a tmpfs of its own once, counted by no limit) filled by the agent and by
+    # every program the tests run: the session's one disk cap stops both.
+    "shm_fill": (lambda paths: _SHM_FILL + plant_script(paths, False, {"shm_fill": _SHM_FILL}), None),
     "sparse_outputs": (_outputs("mkdir -p $(dirname {p}) 2>/dev/null; rm -rf {p}; truncate -s 8G {p} 2>/dev/null"), None),
     "fifo_outputs": (_outputs("mkdir -p $(dirname {p}) 2>/dev/null; rm -rf {p}; mkfifo {p}"), None),
 }

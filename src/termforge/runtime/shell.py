@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from termforge.runtime.base import ExecResult, Limits
-from termforge.runtime.bwrap import DiskWatch, _limit_preexec, limit_reason, popen_argv, popen_env, tree_bounds
+from termforge.runtime.bwrap import DiskWatch, Launch, _limit_preexec, limit_reason, tree_bounds
 
 MAX_BUFFER = 8 * 1024 * 1024
 
@@ -37,11 +37,15 @@ class PersistentShell:
         self.restarts = 0
 
     def _start(self) -> None:
-        argv = popen_argv(self.argv_factory())
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_limit_preexec(self.limits, self.uid), env=popen_env(argv),
-        )
+        launch = Launch(self.argv_factory())
+        try:
+            self.proc = subprocess.Popen(
+                launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_limit_preexec(self.limits, self.uid), pass_fds=launch.fds,
+                env=launch.env,
+            )
+        finally:
+            launch.close()
 
     def _kill(self) -> None:
         if self.proc and self.proc.poll() is None:
