@@ -27,7 +27,8 @@ from termforge.generate.procedural import generate_task
 from termforge.harness import SUBMIT_MARKER, HarnessConfig
 from termforge.io import read_json
 from termforge.models.base import ChatModel, Completion, SamplingParams
-from termforge.quality.hijack import ATTACKS, CHANNEL_STEAL_PY, ROUTES, plant_script, programs_run_by_tests
+from termforge.quality.hijack import (ATTACKS, CHANNEL_STEAL_PY, ROUTES, odd_names_attack, plant_script,
+                                     programs_run_by_tests)
 from termforge.quality.validate import _run_agent, agent_code_imports, static_checks
 from termforge.reward_file import read_reward
 from termforge.runtime.base import Limits
@@ -41,8 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # by a subprocess), a binary; and one that only reads output files.
 PROGRAM_FAMILIES = ["csv_groupby_tool", "shell_script_fix", "vendored_semver_fix", "upload_path_guard"]
 FAMILIES = PROGRAM_FAMILIES + ["log_level_filter"]
-# Attacks on resources cost a sandbox's wall clock each: two families carry them.
-RESOURCE_ATTACKS = ("fork_bomb", "disk_fill", "shm_fill", "sparse_outputs", "fifo_outputs")
+# Attacks on resources cost a sandbox's wall clock each, and odd names have tests of their own
+# below: two families carry them.
+RESOURCE_ATTACKS = ("fork_bomb", "disk_fill", "shm_fill", "sparse_outputs", "fifo_outputs", "odd_names")
 SOLVE_CASES = [(a, f) for a in sorted(ATTACKS) for f in FAMILIES
                if a not in RESOURCE_ATTACKS or f in ("csv_groupby_tool", "log_level_filter")]
 LIMITS = Limits(wall_sec=15, cpu_sec=30, memory_mb=2048, max_procs=64, max_open_files=256, max_file_mb=32,
@@ -1047,3 +1049,60 @@ def test_exported_task_cannot_be_forged_under_harbors_own_verifier(corpus, tmp_p
     assert old == {"rewards": {"reward": 1}} and "def test_" in old_stolen, out  # the attack is real
     assert current == {"rewards": {"reward": 0.0}}, out
     assert "def test_" not in current_stolen, current_stolen
+
+
+# -- names that are not UTF-8 (issue 39; the attack is quality.hijack.odd_names_attack) -------------
+# Each is recorded as text, never a crash of the path that grades it.
+ODD_SHOWN = "\\xff\\xfe"  # how a recorded finding shows the name
+
+
+def _odd_findings(findings: list[str]) -> None:
+    assert any("processes left behind" in f and ODD_SHOWN in f for f in findings), findings
+    assert any("under /logs" in f and ODD_SHOWN in f for f in findings), findings
+    assert all(f.isprintable() and f.encode() for f in findings), findings
+
+
+def test_odd_names_are_data_on_the_solve_path(corpus, tmp_path):
+    from termforge.io import append_jsonl, atomic_write_json, read_jsonl_tolerant
+
+    root, rt, tasks = corpus
+    task, _, paths = tasks["csv_groupby_tool"]
+    row = rollout_once(ScriptedAgent(odd_names_attack(paths)), rt, root / "images", task, 0, _settings(), None)
+    assert row["status"] == "graded" and row["reward"] == 0.0, row["verifier"]
+    _odd_findings(row["hacked"])
+    # What run_solve_shard does with a row: its checkpoint line and the shard's output.
+    append_jsonl(tmp_path / "rows.partial.jsonl", row)
+    atomic_write_json(tmp_path / "shard.json", {"rollouts": [row]})
+    assert read_jsonl_tolerant(tmp_path / "rows.partial.jsonl")[0]["hacked"] == row["hacked"]
+    assert read_json(tmp_path / "shard.json")["rollouts"][0]["hacked"] == row["hacked"]
+
+
+def test_odd_names_are_data_on_the_validation_path(corpus):
+    _, rt, tasks = corpus
+    task, image, paths = tasks["csv_groupby_tool"]
+    verdict, _ = _run_agent(rt, image, LIMITS, odd_names_attack(paths), task)
+    assert verdict.reward == 0.0, verdict.reason
+    _odd_findings(verdict.findings)
+
+
+def test_odd_names_are_data_on_the_tb_native_path(tb_tasks, tmp_path):
+    trial, result = _tb_run(tb_tasks, tb_tasks["fix-median"], _agent("odd-names", odd_names_attack(["/app/stats.py"])),
+                            tmp_path, "odd")
+    assert trial.reward == 0.0 and trial.error_kind is None, result["exception_info"]
+    _odd_findings(result["termforge"]["verdict"]["findings"])
+
+
+def test_a_grader_that_fails_is_itself_a_finding(corpus, monkeypatch):
+    """Whatever stops the grader before its verdict (here: a grader that cannot read the process
+    table) leaves a 0 with a reason and a finding, never a clean 0."""
+    import termforge.verifier as verifier
+
+    failing = verifier.GRADE_PY.replace(
+        "def leftovers():", "def leftovers():\n    raise UnicodeDecodeError('utf-8', b'\\xff', 0, 1, 'odd comm')", 1)
+    assert failing != verifier.GRADE_PY
+    monkeypatch.setattr(verifier, "GRADE_PY", failing)
+    _, rt, tasks = corpus
+    task, image, _ = tasks["log_level_filter"]
+    verdict, _ = _run_agent(rt, image, LIMITS, None, task, oracle=True)
+    assert verdict.reward == 0.0 and any("grader failed" in f and "UnicodeDecodeError" in f
+                                         for f in verdict.findings), verdict.to_dict()

@@ -353,6 +353,15 @@ def test_attacks_score_zero_through_the_pool(program_task, attack):
         assert verdict.hacked, verdict.to_dict()  # the payload ran inside the grade and left evidence
 
 
+def test_odd_names_are_data_through_the_pool(program_task):
+    """The process-table scan of a pooled grader names a process whose name is not UTF-8."""
+    from test_attacks import _odd_findings, odd_names_attack
+
+    verdict = _pooled_agent(program_task, odd_names_attack(program_task[2]))
+    assert verdict.reward == 0.0, verdict.reason
+    _odd_findings(verdict.findings)
+
+
 # A pooled grader's command line is the zygote's (`python3 -I /verifier/zygote.py FD`): the
 # grader-killing route looks for both names, so that it really kills the grader on either path.
 POOL_ROUTES = {**PROCESS_ROUTES, "kill_grader": PROCESS_ROUTES["kill_grader"].replace("verifier/grade[.]py",
