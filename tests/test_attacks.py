@@ -1051,6 +1051,57 @@ def test_exported_task_cannot_be_forged_under_harbors_own_verifier(corpus, tmp_p
     assert "def test_" not in current_stolen, current_stolen
 
 
+# -- the shared work root (issue 39) ---------------------------------------------------------------
+
+def test_an_agent_filling_its_own_cap_never_takes_another_sessions_space(corpus, monkeypatch):
+    """On a work root that holds two sessions' allowances: two agents each write just under their
+    cap, and a third session is refused at its start with one line naming the root and the space
+    (never an ENOSPC in the middle of its run); queued instead, it starts once the others end and
+    gets its whole allowance."""
+    import subprocess
+    import threading
+
+    from termforge.errors import TermforgeError
+    from termforge.runtime import workspace
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs as a work root needs root")
+    _, rt, tasks = corpus
+    image = tasks["log_level_filter"][1]
+    limits = Limits(wall_sec=30, cpu_sec=30, disk_mb=32)
+    # Two allowances (2 x 36 MiB reserved) fit and a third does not; three agents' 30 MiB do not.
+    root = _work_dir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=80m,mode=0711", "tmpfs", str(root)], check=True)
+    fill = "head -c 20M /dev/zero > /app/fill && head -c 10M /dev/zero > /home/user/fill && echo filled"
+    try:
+        a = rt.start(image, limits, work_root=root)
+        b = rt.start(image, limits, work_root=root)
+        for s in (a, b):
+            res = s.exec(fill, timeout=30)
+            assert res.stdout.split() == ["filled"] and not res.limit_hit, (res.stdout, res.stderr, res.limit_hit)
+        monkeypatch.setattr(workspace, "WAIT_SEC", 0.5)
+        with pytest.raises(TermforgeError) as refused:
+            rt.start(image, limits, work_root=root)
+        message = str(refused.value)
+        assert str(root) in message and "36 MiB" in message and "\n" not in message, message
+        monkeypatch.setattr(workspace, "WAIT_SEC", 60)
+        third = []
+        waiter = threading.Thread(target=lambda: third.append(rt.start(image, limits, work_root=root)))
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive() and not third  # queued while the root holds no room for it
+        # What a running session wrote counts as taken and its allowance as still to come (never
+        # over-committed): the third starts once the root is back to two allowances' room.
+        a.stop()
+        b.stop()
+        waiter.join(60)
+        res = third[0].exec(fill, timeout=30)
+        assert res.stdout.split() == ["filled"] and "No space" not in res.stderr, res.stderr
+        third[0].stop()
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
 # -- names that are not UTF-8 (issue 39; the attack is quality.hijack.odd_names_attack) -------------
 # Each is recorded as text, never a crash of the path that grades it.
 ODD_SHOWN = "\\xff\\xfe"  # how a recorded finding shows the name

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, read_json, stable_hash
-from termforge.runtime import accounting, trees
+from termforge.runtime import accounting, trees, workspace
 from termforge.runtime.base import Bind, BuildResult, ExecResult, Image, Limits, Runtime, Session
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
@@ -565,7 +565,16 @@ class BwrapSession(Session):
         self._stopped = False
         # What stop() could not remove (never expected: tests count leftovers after attacks).
         self.cleanup_problems: list[str] = []
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"tf-{image.task_id}-", dir=work_root or default_work_root()))
+        root = Path(work_root or default_work_root() or tempfile.gettempdir())
+        # Its whole disk allowance, held on the work root before anything is written there
+        # (runtime.workspace): what this session writes can never fill another session's space.
+        self.reservation = workspace.reserve(root, workspace.session_bytes(limits.disk_mb),
+                                             f"a session of task {image.task_id}")
+        try:
+            self.workdir = Path(tempfile.mkdtemp(prefix=f"tf-{image.task_id}-", dir=root))
+        except BaseException:
+            self.reservation.release()
+            raise
         try:
             self.uid = session_uid() if uid is FRESH_UID else uid
             _check_reachable(self.workdir, self.uid)
@@ -579,6 +588,7 @@ class BwrapSession(Session):
             chown_tree(self.workdir, self.uid)
         except BaseException:
             trees.remove_tree(self.workdir)
+            self.reservation.release()
             raise
 
     def writable_roots(self) -> list[Path]:
@@ -719,6 +729,7 @@ class BwrapSession(Session):
         if not self._stopped:
             self._stopped = True
             self.cleanup_problems = trees.remove_tree(self.workdir)
+            self.reservation.release()
 
 
 class BwrapRuntime(Runtime):
