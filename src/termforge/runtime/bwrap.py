@@ -232,6 +232,28 @@ def tree_bounds(limits: Limits) -> trees.Bounds:
     return trees.Bounds(depth=limits.tree_depth, entries=limits.tree_entries, seconds=trees.DEFAULT_BOUNDS.seconds)
 
 
+# How many values each bwrap option termforge uses takes (an option's value may itself be "--").
+_BWRAP_ARITY = {
+    **dict.fromkeys(("--unshare-all", "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+                     "--unshare-uts", "--unshare-cgroup", "--share-net", "--die-with-parent", "--new-session",
+                     "--clearenv", "--as-pid-1"), 0),
+    **dict.fromkeys(("--uid", "--gid", "--chdir", "--cap-add", "--cap-drop", "--remount-ro", "--proc", "--dev",
+                     "--tmpfs", "--dir", "--size", "--unsetenv", "--hostname", "--perms", "--mqueue"), 1),
+    **dict.fromkeys(("--bind", "--ro-bind", "--dev-bind", "--bind-try", "--ro-bind-try", "--dev-bind-try",
+                     "--symlink", "--setenv", "--chmod"), 2),
+}
+
+
+def _options_end(argv: list[str]) -> int:
+    """Where bwrap's options end in `argv` (the index of the `--` before the command)."""
+    i = 1
+    while i < len(argv) and argv[i] != "--":
+        if argv[i] not in _BWRAP_ARITY:
+            raise TermforgeError(f"sandbox: bwrap option {argv[i]!r} is not one termforge passes")
+        i += 1 + _BWRAP_ARITY[argv[i]]
+    return i
+
+
 class Launch:
     """A command line as it is started. bwrap stays in the sandbox as its pid 1 (the reaper), whose
     /proc/1/cmdline every process inside can read: so bwrap takes its options (the image cache's
@@ -248,7 +270,7 @@ class Launch:
         if not argv or argv[0] != "bwrap":
             self.argv = argv
             return
-        split = argv.index("--") if "--" in argv else len(argv)
+        split = _options_end(argv)
         fd = os.memfd_create("bwrap-args", os.MFD_CLOEXEC)
         try:
             data = memoryview(b"".join(os.fsencode(a) + b"\0" for a in argv[1:split]))
