@@ -37,7 +37,7 @@ from pathlib import Path
 from termforge.grading import program
 from termforge.runtime import accounting, trees
 from termforge.runtime.base import Bind, ExecResult, Image, Limits
-from termforge.runtime.bwrap import (HOST_ROOTFS, SANDBOX_PATH, BwrapSession, DiskWatch, Launch, Scratch,
+from termforge.runtime.bwrap import (HOST_ROOTFS, SANDBOX_PATH, BwrapSession, DiskWatch, Launch,
                                      _CappedReader, default_work_root, limit_reason, session_uid, tree_bounds)
 
 # The argv of termforge's grader (verifier.GRADER_ARGV); only it is served by a pool.
