@@ -106,6 +106,8 @@ def test_attack_scores_zero_on_the_solve_path(corpus, family, attack, tmp_path):
     # rollout_once raises only for infrastructure failures: an attack must come back as a graded 0.
     row = rollout_once(ScriptedAgent(make(paths)), rt, root / "images", task, 0, _settings(), None)
     assert row["status"] == "graded" and row["reward"] == 0.0, row["verifier"]
+    if attack in ("disk_fill", "shm_fill"):  # the agent's own run hit the one disk cap, and says so
+        assert any("disk" in hit for hit in row["agent_limit_hits"]), row
     if evidence and family in PROGRAM_FAMILIES:
         # The payload ran inside the verifier, and the grader recorded what it did.
         assert any(evidence in f for f in row["hacked"]), row
