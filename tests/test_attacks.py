@@ -249,6 +249,43 @@ def test_dev_itself_is_read_only_and_its_nodes_work(session):
     assert res.stdout.split() == ["4", "2"], res.stdout
 
 
+# System V shared memory: segments written and detached one after another, memory that no file
+# and no rlimit counts (1,280 MiB under disk_mb: 64 before each sandbox had an IPC namespace of
+# its own with limits).
+SYSV_SHM_FILL = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+made = 0
+for _ in range(64):
+    sid = libc.shmget(0, 8 << 20, 0o1000 | 0o600)
+    if sid < 0:
+        break
+    addr = libc.shmat(sid, None, 0)
+    ctypes.memset(addr, 1, 8 << 20)
+    libc.shmdt(ctypes.c_void_p(addr))
+    made += 1
+print(made * 8)
+"""
+
+
+def sysv_shm_mib(run) -> int:
+    return int(run(f"/usr/bin/python3 -c {shlex.quote(SYSV_SHM_FILL)}").stdout.split()[-1])
+
+
+def test_system_v_shared_memory_is_capped(session):
+    from termforge.runtime.bwrap import own_ipc_namespaces
+
+    if not own_ipc_namespaces():
+        pytest.skip("IPC namespaces with limits need root (bwrap's own IPC namespace has none)")
+    assert sysv_shm_mib(lambda c: session.exec(c, timeout=30)) <= LIMITS.tmp_mb
+    shell = session.open_shell()
+    try:
+        assert sysv_shm_mib(lambda c: shell.run(c, 30)) <= LIMITS.tmp_mb
+    finally:
+        shell.close()
+
+
 def test_the_agents_shell_counts_tmp_and_shm_against_the_disk_cap(session):
     shell = session.open_shell()
     try:

@@ -29,7 +29,8 @@ class Limits:
     session on the work root, /dev itself read-only) is watched as one and the sandbox killed
     when it grows past `disk_mb` together, or when it holds a tree deeper than `tree_depth`
     levels or larger than `tree_entries` entries (which the watcher could not measure). `tmp_mb`
-    sizes /tmp and /dev/shm only where a sandbox is made outside a session (sandbox_argv)."""
+    caps the sandbox's System V shared memory (runtime.bwrap.ipc_limits) and sizes /tmp and
+    /dev/shm only where a sandbox is made outside a session (sandbox_argv)."""
 
     wall_sec: float = 120.0
     cpu_sec: int = 120

@@ -70,6 +70,7 @@ def sandbox_argv(
     home_dir: Path | None = None,
     tmp_mb: int | None = None,
     shm_dir: Path | None = None,
+    own_ipc: bool = False,
 ) -> list[str]:
     """The bwrap command line for one process in a task sandbox over `rootfs`: an image's root
     filesystem (bound read-only as /; it provides the mount points bound below), or HOST_ROOTFS.
@@ -78,7 +79,8 @@ def sandbox_argv(
     `shm_dir`, `home_dir`, `layer`, writable binds), so one disk watch over them all holds the
     sandbox to one `disk_mb` (Scratch); /dev itself is read-only (bwrap's --dev is a tmpfs of no
     size the sandbox's uid owns). Without `tmp_dir`/`shm_dir` (callers outside a session), /tmp
-    and /dev/shm are tmpfs of `tmp_mb` each."""
+    and /dev/shm are tmpfs of `tmp_mb` each. `own_ipc`: the caller starts bwrap in an IPC
+    namespace of the sandbox's own, with its limits set (ipc_limits), which bwrap then keeps."""
     host = str(rootfs) == HOST_ROOTFS
     if host:
         # The host's root cannot be bound whole (a read-only / cannot get the /app mount point).
@@ -107,9 +109,10 @@ def sandbox_argv(
         # Name resolution as a container engine gives it: the host's resolver over the image's
         # empty /etc/resolv.conf (only where the task declares network access).
         argv += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
-    argv += ["--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000"]
-    if allow_network:
-        argv += ["--share-net"]
+    argv += ["--unshare-user", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+    argv += [] if own_ipc else ["--unshare-ipc"]
+    argv += [] if allow_network else ["--unshare-net"]
+    argv += ["--uid", "1000", "--gid", "1000"]
     argv += ["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv"]
     base_env = {"PATH": SANDBOX_PATH, "HOME": "/home/user", "USER": "user", "LANG": "C.UTF-8",
                 "TERM": "dumb"}
@@ -235,7 +238,7 @@ def tree_bounds(limits: Limits) -> trees.Bounds:
 # How many values each bwrap option termforge uses takes (an option's value may itself be "--").
 _BWRAP_ARITY = {
     **dict.fromkeys(("--unshare-all", "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-                     "--unshare-uts", "--unshare-cgroup", "--share-net", "--die-with-parent", "--new-session",
+                     "--unshare-uts", "--unshare-cgroup", "--unshare-cgroup-try", "--share-net", "--die-with-parent", "--new-session",
                      "--clearenv", "--as-pid-1"), 0),
     **dict.fromkeys(("--uid", "--gid", "--chdir", "--cap-add", "--cap-drop", "--remount-ro", "--proc", "--dev",
                      "--tmpfs", "--dir", "--size", "--unsetenv", "--hostname", "--perms", "--mqueue"), 1),
@@ -298,10 +301,56 @@ def popen_env(argv: list[str]) -> dict[str, str] | None:
     return SANDBOX_HOST_ENV if argv and Path(argv[0]).name == "bwrap" else None
 
 
-def _limit_preexec(limits: Limits, uid: int | None = None, cgroup: accounting.SandboxCgroup | None = None):
+# System V shared memory and message queues, and POSIX message queues, are memory that no file
+# and no rlimit counts (an agent held 1,280 MiB of SysV segments under disk_mb: 64, each detached
+# after writing it). Their limits are per IPC namespace: a sandbox gets one of its own, made by
+# its parent while still root, with these set (the grade pool's zygote sets the same).
+CLONE_NEWIPC = 0x08000000
+IPC_PAGE = 4096
+
+
+def ipc_limits(limits: Limits) -> dict[str, int]:
+    """/proc/sys settings (relative paths) of a sandbox's own IPC namespace: SysV shared memory
+    up to `tmp_mb` in all, a few small message queues."""
+    shm = limits.tmp_mb * 1024 * 1024
+    return {"kernel/shmmax": shm, "kernel/shmall": shm // IPC_PAGE, "kernel/shmmni": 64, "kernel/msgmni": 16,
+            "fs/mqueue/queues_max": 16}
+
+
+def _enter_ipc_namespace(settings: dict[str, int]) -> None:
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWIPC) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWIPC)")
+    for key, value in settings.items():
+        with open(f"/proc/sys/{key}", "w") as f:
+            f.write(str(value))
+
+
+@functools.lru_cache(maxsize=1)
+def own_ipc_namespaces() -> bool:
+    """Whether this process can give sandboxes IPC namespaces with limits (root with
+    CAP_SYS_ADMIN and a writable /proc/sys): tried once, in a child."""
+    if os.geteuid() != 0:
+        return False
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _enter_ipc_namespace(ipc_limits(Limits()))
+            os._exit(0)
+        except BaseException:  # noqa: BLE001 - any failure means: leave it to bwrap
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def _limit_preexec(limits: Limits, uid: int | None = None, cgroup: accounting.SandboxCgroup | None = None,
+                   ipc: dict[str, int] | None = None):
     def apply() -> None:
         if cgroup is not None:
             cgroup.join()  # before dropping root: the cgroup is the caller's
+        if ipc is not None:
+            _enter_ipc_namespace(ipc)  # before dropping root: bwrap keeps it (sandbox_argv own_ipc)
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_sec, limits.cpu_sec + 5))
         mem = limits.memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
@@ -478,7 +527,8 @@ def wait_for(proc: subprocess.Popen, timeout: float) -> None:
 
 
 def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes | None = None, *,
-                  uid: int | None = None, watch: list[Path] = (), pass_fds: tuple[int, ...] = ()) -> ExecResult:
+                  uid: int | None = None, watch: list[Path] = (), pass_fds: tuple[int, ...] = (),
+                  ipc: dict[str, int] | None = None) -> ExecResult:
     """Run a bwrap command line; on timeout kill the sandbox (its pid namespace dies with it)."""
     start = time.monotonic()
     launch = Launch(argv)
@@ -491,7 +541,7 @@ def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes 
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=_limit_preexec(limits, uid, cgroup),
+            preexec_fn=_limit_preexec(limits, uid, cgroup, ipc),
             pass_fds=(*pass_fds, *launch.fds),
             env=launch.env,
         )
@@ -599,6 +649,8 @@ class BwrapSession(Session):
             raise
         try:
             self.uid = session_uid() if uid is FRESH_UID else uid
+            # Its sandboxes' own IPC namespaces, with limits, where this process can make them.
+            self.ipc = ipc_limits(limits) if own_ipc_namespaces() else None
             _check_reachable(self.workdir, self.uid)
             self.layer = self.workdir / "app"
             problems = trees.copy_tree(image.path / "layer", self.layer,
@@ -635,10 +687,11 @@ class BwrapSession(Session):
                 home_dir=self.home if keep_home else None,
                 tmp_dir=scratch.tmp,
                 shm_dir=scratch.shm,
+                own_ipc=self.ipc is not None,
             )
             return run_sandboxed(argv, timeout or self.limits.wall_sec, self.limits, stdin=stdin, uid=self.uid,
                                  watch=self.writable_roots() + scratch.roots + [b.host for b in binds if b.writable],
-                                 pass_fds=pass_fds)
+                                 pass_fds=pass_fds, ipc=self.ipc)
         finally:
             scratch.remove()
 
@@ -658,9 +711,10 @@ class BwrapSession(Session):
             return sandbox_argv(self.layer, nproc_prefix(self.limits, self.uid) + ["/bin/bash", "--noprofile", "--norc", "-s"],
                                 rootfs=self.rootfs, binds=self.binds,
                                 env=env, cwd=cwd, allow_network=self.image.allow_network, home_dir=self.home,
-                                tmp_dir=scratch.tmp, shm_dir=scratch.shm)
+                                tmp_dir=scratch.tmp, shm_dir=scratch.shm, own_ipc=self.ipc is not None)
 
-        return PersistentShell(argv, self.limits, uid=self.uid, watch=self.writable_roots() + scratch.roots)
+        return PersistentShell(argv, self.limits, uid=self.uid, watch=self.writable_roots() + scratch.roots,
+                               ipc=self.ipc)
 
     def copy_in(self, src: Path, dst: str) -> None:
         """Copy a host file or directory (termforge's own, e.g. a step's workdir) to `dst` in the
@@ -837,10 +891,12 @@ class BwrapRuntime(Runtime):
             tmp_dir=tmp,
             home_dir=home,
             shm_dir=shm,
+            own_ipc=own_ipc_namespaces(),
         )
         # setup.sh is task code: everything it can write counts against one disk_mb.
         limits = limits or Limits(wall_sec=timeout, cpu_sec=int(timeout))
-        res = run_sandboxed(argv, timeout, limits, watch=[layer, tmp, home, shm])
+        res = run_sandboxed(argv, timeout, limits, watch=[layer, tmp, home, shm],
+                            ipc=ipc_limits(limits) if own_ipc_namespaces() else None)
         on = f"base {base_ref['name']} {base_ref['digest'][:19]}" if base_ref else "the host's /usr (runtime.rootfs: host)"
         log = (f"# on {on}\n$ bash /tmp/env/setup.sh  (exit {res.exit_code}, {res.duration_sec:.2f}s)\n"
                f"{res.stdout}{res.stderr}")

@@ -28,10 +28,11 @@ MAX_BUFFER = 8 * 1024 * 1024
 
 class PersistentShell:
     def __init__(self, argv_factory: Callable[[], list[str]], limits: Limits, uid: int | None = None,
-                 watch: list[Path] = ()):
+                 watch: list[Path] = (), ipc: dict[str, int] | None = None):
         self.argv_factory = argv_factory
         self.limits = limits
         self.uid = uid
+        self.ipc = ipc
         self.watch = list(watch)
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
@@ -41,7 +42,8 @@ class PersistentShell:
         try:
             self.proc = subprocess.Popen(
                 launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_limit_preexec(self.limits, self.uid), pass_fds=launch.fds,
+                start_new_session=True, preexec_fn=_limit_preexec(self.limits, self.uid, ipc=self.ipc),
+                pass_fds=launch.fds,
                 env=launch.env,
             )
         finally:
