@@ -245,7 +245,8 @@ def test_the_disk_cap_is_one_budget_for_all_places_together(session):
 def test_dev_itself_is_read_only_and_its_nodes_work(session):
     res = session.exec("for p in /dev/x /dev/pts/x /dev/.hidden; do (echo 1 > $p) 2>/dev/null && echo WROTE $p; done; "
                        "mkdir /dev/d 2>/dev/null && echo MADE; ln -s /app /dev/l 2>/dev/null && echo LINKED; "
-                       "echo ok > /dev/null && head -c 4 /dev/urandom | wc -c && head -c 2 /dev/zero | wc -c", timeout=20)
+                       "echo ok > /dev/null && head -c 4 /dev/urandom | wc -c && head -c 2 /dev/zero | wc -c",
+                       timeout=20)
     assert res.stdout.split() == ["4", "2"], res.stdout
 
 

@@ -221,4 +221,5 @@ ATTACKS = {
 }
 
 
-__all__ = ["ROUTES", "ATTACKS", "odd_names_attack", "bash_payload", "program_text", "programs_run_by_tests", "plant_script", "hijack_probes"]
+__all__ = ["ROUTES", "ATTACKS", "odd_names_attack", "bash_payload", "program_text", "programs_run_by_tests",
+           "plant_script", "hijack_probes"]

@@ -238,8 +238,8 @@ def tree_bounds(limits: Limits) -> trees.Bounds:
 # How many values each bwrap option termforge uses takes (an option's value may itself be "--").
 _BWRAP_ARITY = {
     **dict.fromkeys(("--unshare-all", "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-                     "--unshare-uts", "--unshare-cgroup", "--unshare-cgroup-try", "--share-net", "--die-with-parent", "--new-session",
-                     "--clearenv", "--as-pid-1"), 0),
+                     "--unshare-uts", "--unshare-cgroup", "--unshare-cgroup-try", "--share-net", "--die-with-parent",
+                     "--new-session", "--clearenv", "--as-pid-1"), 0),
     **dict.fromkeys(("--uid", "--gid", "--chdir", "--cap-add", "--cap-drop", "--remount-ro", "--proc", "--dev",
                      "--tmpfs", "--dir", "--size", "--unsetenv", "--hostname", "--perms", "--mqueue"), 1),
     **dict.fromkeys(("--bind", "--ro-bind", "--dev-bind", "--bind-try", "--ro-bind-try", "--dev-bind-try",

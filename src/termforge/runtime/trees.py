@@ -204,7 +204,8 @@ class TreeWalk:
                 except OSError as exc:
                     if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
                         continue  # replaced by something else since the lstat
-                    self._stop(f"directory {printable('/'.join([*parents, name])[:200])} cannot be opened: {exc.strerror}")
+                    where = printable("/".join([*parents, name])[:200])
+                    self._stop(f"directory {where} cannot be opened: {exc.strerror}")
                     continue
                 sub = self._list(child, "/".join([*parents, name]))
                 if sub is None:
