@@ -11,9 +11,9 @@ bounded time, for other sessions to end) and is then refused with one line namin
 space it needs. Checked per session, never once per process.
 
 The registry is a directory per file system (keyed by its device number, so that a pool's
-staging folder and the root it lies in share one), holding one file per live reservation: its
-size (sparse: it takes no space) is the reservation, and its owner holds an exclusive flock on it
-for the session's life. A file whose lock can be taken belongs to a process that died: it is
+staging folder and the root it lies in share one; under /dev/shm), holding one file per live
+reservation: its size (sparse: it takes no space) is the reservation, and its owner holds an
+exclusive flock on it for the session's life. A file whose lock can be taken belongs to a process that died: it is
 removed and its space counts as free again. Admission decisions are serialised by a lock file in
 the same directory. Counting a live session's whole reservation as still to come, though part of
 it is written already (and so no longer free), errs on the side of refusing: never of
@@ -45,10 +45,17 @@ def session_bytes(disk_mb: int) -> int:
     return disk_mb * MIB + disk_mb * MIB // 8
 
 
+# Where the registries live: one place for every process of this user on the machine, whatever
+# its TMPDIR or work root (a registry in either would split processes that share the root, and
+# be left in directories that must end empty); the system temp directory where there is no such.
+REGISTRY_DIR = "/dev/shm"
+
+
 def registry(root: Path) -> Path:
     """The reservations directory of the file system holding `root` (this user's)."""
     dev = os.stat(root).st_dev
-    d = Path(tempfile.gettempdir()) / f"termforge-reservations-{os.geteuid()}" / f"dev-{dev:x}"
+    base = REGISTRY_DIR if os.access(REGISTRY_DIR, os.W_OK | os.X_OK) else tempfile.gettempdir()
+    d = Path(base) / f"termforge-reservations-{os.geteuid()}" / f"dev-{dev:x}"
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     return d
 
