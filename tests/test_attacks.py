@@ -27,7 +27,8 @@ from termforge.generate.procedural import generate_task
 from termforge.harness import SUBMIT_MARKER, HarnessConfig
 from termforge.io import read_json
 from termforge.models.base import ChatModel, Completion, SamplingParams
-from termforge.quality.hijack import ATTACKS, CHANNEL_STEAL_PY, ROUTES, plant_script, programs_run_by_tests
+from termforge.quality.hijack import (ATTACKS, CHANNEL_STEAL_PY, ROUTES, odd_names_attack, plant_script,
+                                     programs_run_by_tests)
 from termforge.quality.validate import _run_agent, agent_code_imports, static_checks
 from termforge.reward_file import read_reward
 from termforge.runtime.base import Limits
@@ -41,8 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # by a subprocess), a binary; and one that only reads output files.
 PROGRAM_FAMILIES = ["csv_groupby_tool", "shell_script_fix", "vendored_semver_fix", "upload_path_guard"]
 FAMILIES = PROGRAM_FAMILIES + ["log_level_filter"]
-# Attacks on resources cost a sandbox's wall clock each: two families carry them.
-RESOURCE_ATTACKS = ("fork_bomb", "disk_fill", "sparse_outputs", "fifo_outputs")
+# Attacks on resources cost a sandbox's wall clock each, and odd names have tests of their own
+# below: two families carry them.
+RESOURCE_ATTACKS = ("fork_bomb", "disk_fill", "shm_fill", "sparse_outputs", "fifo_outputs", "odd_names")
 SOLVE_CASES = [(a, f) for a in sorted(ATTACKS) for f in FAMILIES
                if a not in RESOURCE_ATTACKS or f in ("csv_groupby_tool", "log_level_filter")]
 LIMITS = Limits(wall_sec=15, cpu_sec=30, memory_mb=2048, max_procs=64, max_open_files=256, max_file_mb=32,
@@ -104,6 +106,8 @@ def test_attack_scores_zero_on_the_solve_path(corpus, family, attack, tmp_path):
     # rollout_once raises only for infrastructure failures: an attack must come back as a graded 0.
     row = rollout_once(ScriptedAgent(make(paths)), rt, root / "images", task, 0, _settings(), None)
     assert row["status"] == "graded" and row["reward"] == 0.0, row["verifier"]
+    if attack in ("disk_fill", "shm_fill"):  # the agent's own run hit the one disk cap, and says so
+        assert any("disk" in hit for hit in row["agent_limit_hits"]), row
     if evidence and family in PROGRAM_FAMILIES:
         # The payload ran inside the verifier, and the grader recorded what it did.
         assert any(evidence in f for f in row["hacked"]), row
@@ -210,13 +214,124 @@ def test_sparse_file_past_the_size_limit_fails(session):
     assert size == "none" or int(size) <= LIMITS.max_file_mb * 1024 * 1024
 
 
-def test_tmp_and_open_files_are_capped(session):
-    res = session.exec("ulimit -n; df -m /tmp | tail -1; dd if=/dev/zero of=/tmp/x bs=1M count=100 2>/dev/null; "
-                       "stat -c %s /tmp/x", timeout=20)
-    out = res.stdout.split()
-    assert out[0] == str(LIMITS.max_open_files)
-    assert out[1] == "tmpfs" and out[2] == str(LIMITS.tmp_mb)  # the tmpfs size
-    assert int(out[-1]) <= LIMITS.tmp_mb * 1024 * 1024
+def test_open_files_are_capped(session):
+    res = session.exec("ulimit -n", timeout=20)
+    assert res.stdout.split() == [str(LIMITS.max_open_files)]
+
+
+# Every place a sandbox can write (issue 39: /dev/shm was a tmpfs of half the host's memory that no
+# limit counted). Files of 8 MiB, under the file-size limit, so that only the disk cap stops them.
+WRITABLE_PLACES = ("/dev/shm", "/tmp", "/home/user", "/app", "/dev/shm/deep/er")
+
+
+def _fill(place: str, mib: int) -> str:
+    return (f"mkdir -p {place}; for i in $(seq {mib // 8}); do dd if=/dev/zero of={place}/.fill$i bs=1M count=8 "
+            "2>/dev/null || break; done; echo filled")
+
+
+@pytest.mark.parametrize("place", WRITABLE_PLACES)
+def test_every_writable_place_counts_against_the_disk_cap(session, place):
+    res = session.exec(_fill(place, 5 * LIMITS.disk_mb), timeout=60)
+    assert res.limit_hit and "disk" in res.limit_hit, (place, res.stdout[-300:], res.stderr[-300:])
+
+
+def test_the_disk_cap_is_one_budget_for_all_places_together(session):
+    """Each place below the cap, all of them together past it: one budget, not one per mount."""
+    third = LIMITS.disk_mb // 2
+    res = session.exec("; ".join(_fill(p, third) for p in ("/app", "/tmp", "/dev/shm", "/home/user")), timeout=60)
+    assert res.limit_hit and "disk" in res.limit_hit, (res.stdout[-300:], res.stderr[-300:])
+
+
+def test_dev_itself_is_read_only_and_its_nodes_work(session):
+    res = session.exec("for p in /dev/x /dev/pts/x /dev/.hidden; do (echo 1 > $p) 2>/dev/null && echo WROTE $p; done; "
+                       "mkdir /dev/d 2>/dev/null && echo MADE; ln -s /app /dev/l 2>/dev/null && echo LINKED; "
+                       "echo ok > /dev/null && head -c 4 /dev/urandom | wc -c && head -c 2 /dev/zero | wc -c",
+                       timeout=20)
+    assert res.stdout.split() == ["4", "2"], res.stdout
+
+
+# System V shared memory: segments written and detached one after another, memory that no file
+# and no rlimit counts (1,280 MiB under disk_mb: 64 before each sandbox had an IPC namespace of
+# its own with limits).
+SYSV_SHM_FILL = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+made = 0
+for _ in range(64):
+    sid = libc.shmget(0, 8 << 20, 0o1000 | 0o600)
+    if sid < 0:
+        break
+    addr = libc.shmat(sid, None, 0)
+    ctypes.memset(addr, 1, 8 << 20)
+    libc.shmdt(ctypes.c_void_p(addr))
+    made += 1
+print(made * 8)
+"""
+
+
+def sysv_shm_mib(run) -> int:
+    return int(run(f"/usr/bin/python3 -c {shlex.quote(SYSV_SHM_FILL)}").stdout.split()[-1])
+
+
+def test_system_v_shared_memory_is_capped(session):
+    from termforge.runtime.bwrap import own_ipc_namespaces
+
+    if not own_ipc_namespaces():
+        pytest.skip("IPC namespaces with limits need root (bwrap's own IPC namespace has none)")
+    assert sysv_shm_mib(lambda c: session.exec(c, timeout=30)) <= LIMITS.tmp_mb
+    shell = session.open_shell()
+    try:
+        assert sysv_shm_mib(lambda c: shell.run(c, 30)) <= LIMITS.tmp_mb
+    finally:
+        shell.close()
+
+
+def test_the_agents_shell_counts_tmp_and_shm_against_the_disk_cap(session):
+    shell = session.open_shell()
+    try:
+        first = shell.run("echo kept > /tmp/note; echo kept > /dev/shm/note; cat /tmp/note /dev/shm/note", 20)
+        assert first.stdout.split() == ["kept", "kept"] and not first.limit_hit
+        res = shell.run(_fill("/dev/shm", 5 * LIMITS.disk_mb), 60)
+        assert res.limit_hit and "disk" in res.limit_hit, res.stdout[-300:]
+    finally:
+        shell.close()
+
+
+# What a sandbox may read of every process it can see (issue 39: bwrap, the sandbox's pid 1, showed
+# its own command line: the image cache's root filesystem and the session's tree on the work root).
+PROC_SCAN = r"""
+import os, sys
+seen = []
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        for task in os.listdir(f"/proc/{pid}/task"):
+            for name in ("cmdline", "environ", "comm"):
+                try:
+                    seen.append(open(f"/proc/{pid}/task/{task}/{name}", "rb").read())
+                except OSError:
+                    pass
+sys.stdout.buffer.write(b"\n".join(seen))
+"""
+
+
+def host_paths(session) -> list[str]:
+    """The host paths a sandbox of `session` is made from, and the directories holding them."""
+    paths = [session.workdir, session.workdir.parent, Path(session.rootfs), Path(session.rootfs).parent]
+    return [str(p) for p in paths if str(p) not in ("/", "/tmp")]
+
+
+def test_no_process_a_sandbox_sees_shows_a_host_path(session):
+    res = session.exec(f"sleep 5 & /usr/bin/python3 -c {shlex.quote(PROC_SCAN)}", timeout=20)
+    assert res.exit_code == 0 and "/usr/bin/python3" in res.stdout, res.stderr
+    shell = session.open_shell()
+    try:
+        in_shell = shell.run(f"/usr/bin/python3 -c {shlex.quote(PROC_SCAN)}", 20)
+    finally:
+        shell.close()
+    assert "--noprofile" in in_shell.stdout
+    for text in (res.stdout, in_shell.stdout):
+        assert not [p for p in host_paths(session) if p in text], text[:2000]
 
 
 def test_host_reads_nothing_odd_at_the_reward_path(tmp_path):
@@ -1006,3 +1121,111 @@ def test_exported_task_cannot_be_forged_under_harbors_own_verifier(corpus, tmp_p
     assert old == {"rewards": {"reward": 1}} and "def test_" in old_stolen, out  # the attack is real
     assert current == {"rewards": {"reward": 0.0}}, out
     assert "def test_" not in current_stolen, current_stolen
+
+
+# -- the shared work root (issue 39) ---------------------------------------------------------------
+
+def test_an_agent_filling_its_own_cap_never_takes_another_sessions_space(corpus, monkeypatch):
+    """On a work root that holds two sessions' allowances: two agents each write just under their
+    cap, and a third session is refused at its start with one line naming the root and the space
+    (never an ENOSPC in the middle of its run); queued instead, it starts once the others end and
+    gets its whole allowance."""
+    import subprocess
+    import threading
+
+    from termforge.errors import TermforgeError
+    from termforge.runtime import workspace
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs as a work root needs root")
+    _, rt, tasks = corpus
+    image = tasks["log_level_filter"][1]
+    limits = Limits(wall_sec=30, cpu_sec=30, disk_mb=32)
+    # Two allowances (2 x 36 MiB reserved) fit and a third does not; three agents' 30 MiB do not.
+    root = _work_dir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=80m,mode=0711", "tmpfs", str(root)], check=True)
+    fill = "head -c 20M /dev/zero > /app/fill && head -c 10M /dev/zero > /home/user/fill && echo filled"
+    try:
+        a = rt.start(image, limits, work_root=root)
+        b = rt.start(image, limits, work_root=root)
+        for s in (a, b):
+            res = s.exec(fill, timeout=30)
+            assert res.stdout.split() == ["filled"] and not res.limit_hit, (res.stdout, res.stderr, res.limit_hit)
+        monkeypatch.setattr(workspace, "WAIT_SEC", 0.5)
+        with pytest.raises(TermforgeError) as refused:
+            rt.start(image, limits, work_root=root)
+        message = str(refused.value)
+        assert str(root) in message and "36 MiB" in message and "\n" not in message, message
+        monkeypatch.setattr(workspace, "WAIT_SEC", 60)
+        third = []
+        waiter = threading.Thread(target=lambda: third.append(rt.start(image, limits, work_root=root)))
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive() and not third  # queued while the root holds no room for it
+        # What a running session wrote counts as taken and its allowance as still to come (never
+        # over-committed): the third starts once the root is back to two allowances' room.
+        a.stop()
+        b.stop()
+        waiter.join(60)
+        res = third[0].exec(fill, timeout=30)
+        assert res.stdout.split() == ["filled"] and "No space" not in res.stderr, res.stderr
+        third[0].stop()
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+# -- names that are not UTF-8 (issue 39; the attack is quality.hijack.odd_names_attack) -------------
+# Each is recorded as text, never a crash of the path that grades it.
+ODD_SHOWN = "\\xff\\xfe"  # how a recorded finding shows the name
+
+
+def _odd_findings(findings: list[str]) -> None:
+    assert any("processes left behind" in f and ODD_SHOWN in f for f in findings), findings
+    assert any("under /logs" in f and ODD_SHOWN in f for f in findings), findings
+    assert all(f.isprintable() and f.encode() for f in findings), findings
+
+
+def test_odd_names_are_data_on_the_solve_path(corpus, tmp_path):
+    from termforge.io import append_jsonl, atomic_write_json, read_jsonl_tolerant
+
+    root, rt, tasks = corpus
+    task, _, paths = tasks["csv_groupby_tool"]
+    row = rollout_once(ScriptedAgent(odd_names_attack(paths)), rt, root / "images", task, 0, _settings(), None)
+    assert row["status"] == "graded" and row["reward"] == 0.0, row["verifier"]
+    _odd_findings(row["hacked"])
+    # What run_solve_shard does with a row: its checkpoint line and the shard's output.
+    append_jsonl(tmp_path / "rows.partial.jsonl", row)
+    atomic_write_json(tmp_path / "shard.json", {"rollouts": [row]})
+    assert read_jsonl_tolerant(tmp_path / "rows.partial.jsonl")[0]["hacked"] == row["hacked"]
+    assert read_json(tmp_path / "shard.json")["rollouts"][0]["hacked"] == row["hacked"]
+
+
+def test_odd_names_are_data_on_the_validation_path(corpus):
+    _, rt, tasks = corpus
+    task, image, paths = tasks["csv_groupby_tool"]
+    verdict, _ = _run_agent(rt, image, LIMITS, odd_names_attack(paths), task)
+    assert verdict.reward == 0.0, verdict.reason
+    _odd_findings(verdict.findings)
+
+
+def test_odd_names_are_data_on_the_tb_native_path(tb_tasks, tmp_path):
+    trial, result = _tb_run(tb_tasks, tb_tasks["fix-median"], _agent("odd-names", odd_names_attack(["/app/stats.py"])),
+                            tmp_path, "odd")
+    assert trial.reward == 0.0 and trial.error_kind is None, result["exception_info"]
+    _odd_findings(result["termforge"]["verdict"]["findings"])
+
+
+def test_a_grader_that_fails_is_itself_a_finding(corpus, monkeypatch):
+    """Whatever stops the grader before its verdict (here: a grader that cannot read the process
+    table) leaves a 0 with a reason and a finding, never a clean 0."""
+    import termforge.verifier as verifier
+
+    failing = verifier.GRADE_PY.replace(
+        "def leftovers():", "def leftovers():\n    raise UnicodeDecodeError('utf-8', b'\\xff', 0, 1, 'odd comm')", 1)
+    assert failing != verifier.GRADE_PY
+    monkeypatch.setattr(verifier, "GRADE_PY", failing)
+    _, rt, tasks = corpus
+    task, image, _ = tasks["log_level_filter"]
+    verdict, _ = _run_agent(rt, image, LIMITS, None, task, oracle=True)
+    assert verdict.reward == 0.0 and any("grader failed" in f and "UnicodeDecodeError" in f
+                                         for f in verdict.findings), verdict.to_dict()

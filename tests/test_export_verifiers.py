@@ -442,3 +442,32 @@ def test_the_prime_rl_configs_take_the_terminal_ablation_unless_told_otherwise()
     cfg["export"]["verifiers"]["train_from"] = None
     cfg["ablations"] = {"fkl": {}}
     assert export_config(cfg)["train"] == cfg["train"]
+
+
+def test_a_rollout_whose_grade_carries_an_integrity_finding_is_rewarded_zero():
+    """Issue 39 item 5: the exported environment's `solved` is what pass@k and SFT count, never a
+    passing grade that came with an integrity finding (an agent that copied the oracle's output
+    path, planted a reward, left a process behind)."""
+    import ast
+
+    from termforge.export_verifiers import rollout_reward
+    from termforge.verifier import Verdict
+
+    def recorded(verdict: Verdict) -> dict:  # what TermforgeTask.finalize keeps in trace.info
+        return {"reward": verdict.reward, "passed": verdict.passed, "collected": verdict.collected,
+                "findings": list(verdict.findings)}
+
+    clean = Verdict(1.0, True, 3, 3, 0, 0, False, "", "all tests passed")
+    hacked = Verdict(1.0, True, 3, 3, 0, 0, False, "", "all tests passed",
+                     findings=["a file under /logs was written by the agent before grading"])
+    failed = Verdict(0.0, True, 3, 1, 2, 1, False, "", "2 failed", findings=["processes left behind"])
+    assert rollout_reward(recorded(clean)) == 1.0
+    assert rollout_reward(recorded(hacked)) == 0.0
+    assert rollout_reward(recorded(failed)) == 0.0
+    assert rollout_reward({}) == 0.0
+    # The environment's reward function is that one (verifiers is not installed in this venv: read
+    # the method, which must take its value from rollout_reward and nothing else).
+    tree = ast.parse((ROOT / "src" / "termforge" / "verifiers_env.py").read_text())
+    solved = next(n for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef) and n.name == "solved")
+    returned = [n.value for n in ast.walk(solved) if isinstance(n, ast.Return)]
+    assert len(returned) == 1 and isinstance(returned[0], ast.Call) and returned[0].func.id == "rollout_reward"

@@ -164,6 +164,51 @@ def test_reach():
         probe.unlink()
 
 
+def test_a_grade_shows_no_host_path_and_writes_tmp_and_shm_against_the_disk_cap(task):
+    """Issue 39 through the pool: what a grade sees of its processes names nothing of the host
+    (the work root, the pool's staging folder, the image cache), its /dev is read-only, and its
+    /tmp and /dev/shm count against the session's disk_mb with its /app."""
+    from test_attacks import PROC_SCAN, host_paths
+
+    task_dir, image = task
+    limits = Limits(wall_sec=60, cpu_sec=60, memory_mb=4096, disk_mb=32)
+    probe = task_dir / "tests" / "test_host_paths.py"
+    try:
+        with ExitStack() as stack:
+            pooled = pooled_runtime(BwrapRuntime(), image, stack)
+            with pooled.start(image, limits) as session:
+                forbidden = host_paths(session) + [str(pooled.pool.staging)]
+                probe.write_text(f"""
+import os, subprocess
+SCAN = {PROC_SCAN!r}
+FORBIDDEN = {forbidden!r}
+def test_host_paths():
+    seen = subprocess.run(["/usr/bin/python3", "-c", SCAN], capture_output=True).stdout.decode(errors="replace")
+    assert "zygote.py" in seen and not [p for p in FORBIDDEN if p in seen]
+    for path in ("/dev/x", "/dev/shm/../y"):
+        try:
+            open(path, "w").close()
+            assert False, path
+        except OSError:
+            pass
+    open("/dev/shm/ok", "w").close()
+""")
+                ok = run_test_file(session, task_dir, "test_host_paths.py", timeout=60)
+                probe.write_text("""
+def test_fill():
+    for place in ("/tmp", "/dev/shm"):
+        for i in range(3):
+            with open(f"{place}/fill{i}", "wb") as f:
+                f.write(bytes(8 << 20))
+""")
+                filled = run_test_file(session, task_dir, "test_host_paths.py", timeout=60)
+            assert pooled.pool.grades == 2 and pooled.pool.broken is None
+        assert ok.reward == 1.0, ok.output[-2000:]
+        assert filled.reward == 0.0 and filled.limit_hit and "disk" in filled.limit_hit, filled.to_dict()
+    finally:
+        probe.unlink(missing_ok=True)
+
+
 def _corpus(root):
     """A fixed small corpus: two families as they come and one composed task."""
     jobs = [("log_level_filter", make_signature(7200, "file_operations", "exact_text", "text_only")),
@@ -306,6 +351,15 @@ def test_attacks_score_zero_through_the_pool(program_task, attack):
     assert verdict.reward == 0.0, verdict.reason
     if attack in ("reward_write_chmod", "obfuscated_everything", "lingering_rewriter"):
         assert verdict.hacked, verdict.to_dict()  # the payload ran inside the grade and left evidence
+
+
+def test_odd_names_are_data_through_the_pool(program_task):
+    """The process-table scan of a pooled grader names a process whose name is not UTF-8."""
+    from test_attacks import _odd_findings, odd_names_attack
+
+    verdict = _pooled_agent(program_task, odd_names_attack(program_task[2]))
+    assert verdict.reward == 0.0, verdict.reason
+    _odd_findings(verdict.findings)
 
 
 # A pooled grader's command line is the zygote's (`python3 -I /verifier/zygote.py FD`): the

@@ -98,6 +98,24 @@ def test_setup_writing_outside_layer_fails_build(tmp_path):
     assert not res.ok and "/tmp/stash" in res.reason
 
 
+def test_setup_sh_is_held_to_one_disk_cap_and_its_odd_names_are_data(tmp_path):
+    """Issue 39: setup.sh is task code. What it writes to /dev/shm counts against the build's
+    disk_mb like the layer, a file it leaves there is named in the reason, and names that are
+    not UTF-8 in the layer it makes (files, symlink targets) build and are digested as data."""
+    rt = BwrapRuntime()
+    limits = Limits(wall_sec=60, cpu_sec=60, disk_mb=32)
+    fill = rt.build(_task(tmp_path, "for i in $(seq 12); do head -c 8M /dev/zero > /dev/shm/f$i; done",
+                          "tf-shmfill"), tmp_path / "images", limits=limits)
+    assert not fill.ok and "disk" in fill.reason, fill.reason
+    left = rt.build(_task(tmp_path, "echo x > /dev/shm/stash; echo y > /app/ok", "tf-shmwrite"), tmp_path / "images")
+    assert not left.ok and "/dev/shm/stash" in left.reason
+    odd = "$(printf '\\xff\\xfe')"
+    built = rt.build(_task(tmp_path, f": > /app/{odd}; ln -s /{odd}/x /app/l{odd}; mkdir /app/d{odd}", "tf-odd"),
+                     tmp_path / "images")
+    assert built.ok, built.reason
+    assert os.fsdecode(b"\xff\xfe") in os.listdir(built.image.path / "layer")
+
+
 def test_build_is_content_addressed(tmp_path):
     rt = BwrapRuntime()
     task = _task(tmp_path, "date +%s%N > /app/stamp")

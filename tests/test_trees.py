@@ -98,3 +98,23 @@ def test_remove_tree_removes_what_python_cannot(tmp_path):
     assert remove_tree(root) == []  # already gone: nothing to do
     (tmp_path / "file").touch()
     assert remove_tree(tmp_path / "file") == [] and not (tmp_path / "file").exists()
+
+
+def test_names_that_are_not_utf8_are_recorded_as_text(tmp_path):
+    """Issue 39: a name is whatever bytes an agent chose; what records it (findings, problems,
+    JSON artefacts, hashes) keeps it as text and never fails."""
+    from termforge.io import atomic_write_json, canonical_json, read_json, stable_hash
+    from termforge.runtime.trees import printable, unicode_text
+
+    odd = os.fsdecode(b"\xff\xfe")
+    assert printable(odd) == "\\xff\\xfe" and printable(b"a\xffb") == "a\\xffb"
+    assert printable("two\nlines\x1b[2J") == "two\\nlines\\x1b[2J" and printable("caf\u00e9") == "caf\u00e9"
+    assert unicode_text("a\nb" + odd) == "a\nb\\xff\\xfe" and unicode_text("\ud800x") == "\\ud800x"
+    (tmp_path / "t").mkdir()
+    (tmp_path / os.fsdecode(b"t/\xff\xfe")).write_text("x")
+    os.symlink(os.fsdecode(b"/\xfe/target"), tmp_path / os.fsdecode(b"t/l\xff"))
+    entries = digest_entries(tmp_path / "t")
+    assert stable_hash(entries) != stable_hash([[e[0] + "x", *e[1:]] for e in entries])
+    atomic_write_json(tmp_path / "out.json", {"names": entries})
+    assert read_json(tmp_path / "out.json") == {"names": entries}  # the very same names read back
+    assert canonical_json([odd]) == '["\\udcff\\udcfe"]' and canonical_json(["caf\u00e9"]) == '["caf\u00e9"]'

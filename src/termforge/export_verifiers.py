@@ -72,6 +72,16 @@ __all__ = ["Taskset", "VanilluxHarness", "load_environment"]
 '''
 
 
+def rollout_reward(verdict: dict) -> float:
+    """The reward the exported environment gives a graded rollout (`solved`): the grader's verdict,
+    but 0 where the grader recorded an integrity finding, as termforge's own pass@k and SFT count
+    a hacked rollout as a failure (passk.py): the policy is never rewarded for a forge that half
+    worked. `hacked` stays a metric beside it."""
+    if verdict.get("findings"):
+        return 0.0
+    return float(verdict.get("reward") or 0.0)
+
+
 def export_config(cfg: dict) -> dict:
     """The config the verifiers export reads: the ablation config whose `train` fills the prime-rl
     configs. export.verifiers.train_from names it; null picks the first ablation that runs (by

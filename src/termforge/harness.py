@@ -71,6 +71,8 @@ class Turn:
     exec_seconds: float
     prompt_tokens: int
     completion_tokens: int
+    # The sandbox limit that ended the command (disk_mb over all of /app, home, /tmp, /dev/shm...).
+    limit_hit: str | None = None
 
 
 @dataclass
@@ -191,7 +193,7 @@ class EpisodeDriver:
                                          timeout)
         self.messages.append({"role": "user", "content": observation})
         self.turns.append(Turn(index, reply, command, observation, res.exit_code, res.timed_out, False, model_s,
-                               exec_s, prompt_tokens, completion_tokens))
+                               exec_s, prompt_tokens, completion_tokens, res.limit_hit))
         if SUBMIT_MARKER in res.stdout:
             self.end_reason = "submitted"
         return observation

@@ -17,13 +17,25 @@ from typing import Any, Iterable
 from termforge.errors import InputError, NoSpaceError, is_no_space, os_error_problem
 
 
+def _dumps(obj: Any, **options) -> str:
+    text = json.dumps(obj, sort_keys=True, ensure_ascii=False, **options)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        # A name an agent made that is not UTF-8 (Python holds its bytes as lone surrogates) is
+        # data: written as JSON's \udcXX escapes, which read back as the very same name, never a
+        # crash of whatever records it.
+        text = json.dumps(obj, sort_keys=True, ensure_ascii=True, **options)
+    return text
+
+
 def canonical_json(obj: Any) -> str:
     """JSON with sorted keys and no whitespace variance: the form that is hashed and compared."""
-    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return _dumps(obj, separators=(",", ":"))
 
 
 def pretty_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, ensure_ascii=False, indent=2) + "\n"
+    return _dumps(obj, indent=2) + "\n"
 
 
 def stable_hash(obj: Any, length: int = 16) -> str:

@@ -122,6 +122,8 @@ def rollout_once(model: ChatModel, runtime, images_dir: Path, task_dir: Path, ro
         "model_seconds": round(episode.model_seconds, 3), "exec_seconds": round(episode.exec_seconds, 3),
         "wall_seconds": round(time.monotonic() - start, 3),
         "hacked": list(verdict.findings),
+        # What the agent's own commands ran into (a 0 needs no more; recorded, as a grade's is).
+        "agent_limit_hits": [t.limit_hit for t in episode.turns if t.limit_hit],
         "suspicious": suspicious_flags(episode.commands, oracle),
         "episode": episode.to_dict(),
     }

@@ -17,7 +17,8 @@ taskset package exporting its Taskset and Harness subclasses through `__all__`):
 - The task's sandbox is termforge's runtime (bwrap, apptainer: `runtime.base.get_runtime`) over
   the task's built image, started in the task's `setup` and graded in `finalize` by termforge's
   clean verifier (`verifier.run_verifier`) after the agent's shell is gone, exactly as `solve`
-  grades. The reward `solved` is that verdict; `pass_fraction`, `hacked` (the grader's integrity
+  grades. The reward `solved` is that verdict, 0 where the grader recorded an integrity finding
+  (as termforge's pass@k and SFT count it); `pass_fraction`, `hacked` (the grader's integrity
   findings) and `suspicious` (commands that touch verifier paths or replay oracle lines) are
   metrics, never summed into the reward.
 
@@ -284,8 +285,11 @@ class TermforgeTask(vf.Task[TermforgeData, vf.State, TermforgeTaskConfig]):
 
     @vf.reward(weight=1.0)
     async def solved(self, trace: vf.Trace) -> float:
-        """The clean verifier's verdict: 1 iff every recorded final-state test passed."""
-        return float(trace.info.get("termforge", {}).get("reward", 0.0))
+        """The clean verifier's verdict: 1 iff every recorded final-state test passed and the grader
+        recorded no integrity finding (export_verifiers.rollout_reward)."""
+        from termforge.export_verifiers import rollout_reward
+
+        return rollout_reward(trace.info.get("termforge", {}))
 
     @vf.metric
     async def pass_fraction(self, trace: vf.Trace) -> float:

@@ -117,8 +117,9 @@ def _proc_table():
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat") as f:
-                text = f.read()
+            with open(f"/proc/{name}/stat", "rb") as f:
+                # A command name is whatever bytes the process chose: data, never a decoding error.
+                text = f.read().decode("utf-8", "backslashreplace")
         except OSError:
             continue
         head, _, rest = text.rpartition(")")

@@ -178,7 +178,7 @@ def build_root(spec):
         _bind(f"/dev/{node}", f"{dev}/{node}", readonly=False, devices=True)
     for name, target in DEV_LINKS:
         os.symlink(target, f"{dev}/{name}")
-    os.mkdir(f"{dev}/shm", 0o755)
+    os.mkdir(f"{dev}/shm", 0o755)  # the grade's /dev/shm is one of its binds (from its session's tree)
     os.mkdir(f"{dev}/pts", 0o755)
     _mount("devpts", f"{dev}/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
     # --proc /proc (this process is pid 1 of the new pid namespace: the new proc shows only it)
@@ -190,14 +190,18 @@ def build_root(spec):
                 _bind(f"{proc}/{sub}", f"{proc}/{sub}", readonly=True)
             except OSError:
                 pass
-    # --size N --tmpfs /tmp
-    size = spec.get("tmp_bytes")
-    _mount("tmpfs", NEWROOT + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755" + (f",size={size}" if size else ""))
+    # /tmp and /dev/shm are binds of directories in the session's tree (runtime.bwrap.Scratch),
+    # so that everything a grade writes counts against its session's disk_mb.
+    targets = {target for _, target, _ in spec["binds"]}
+    if not {"/tmp", "/dev/shm"} <= targets:
+        raise OSError("the grade's /tmp and /dev/shm are not among its binds")
     # --dir /home/user: the image's own (empty, read-only) directory; the image provides it.
     for src, target, writable in spec["binds"]:
         if not src.startswith("/mnt/") or ".." in src.split("/"):
             raise OSError(f"bind source {src!r} is outside the work directory")
         _bind(src, NEWROOT + target, readonly=not writable)
+    # --remount-ro /dev: nothing of the grade's may write into /dev's own tmpfs (of no size).
+    _mount(None, dev, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     _mount(None, NEWROOT, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.chdir(NEWROOT)
     _check(libc.pivot_root(b".", b"."), "pivot_root")

@@ -82,7 +82,7 @@ class ApptainerRuntime(Runtime):
             return ExecResult(0, "", f"dry run: {' '.join(argv)}", 0.0)
         start = time.monotonic()
         try:
-            res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+            res = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout, cwd=cwd)
         except subprocess.TimeoutExpired as exc:
             return ExecResult(124, exc.stdout or "", exc.stderr or "", time.monotonic() - start, True)
         return ExecResult(res.returncode, res.stdout, res.stderr, time.monotonic() - start)

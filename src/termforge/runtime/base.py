@@ -24,10 +24,13 @@ class Limits:
     """Resource limits applied to every process a session starts (config: `runtime.limits`).
 
     Hitting one is the sandboxed program's failure (a 0 with a reason), never the host's: the
-    process count, open files and file size are rlimits of the sandbox's own uid; the writable
-    layer (/app and /home/user) is watched and the sandbox killed when it grows past `disk_mb`, or
-    when it holds a tree deeper than `tree_depth` levels or larger than `tree_entries` entries
-    (which the watcher could not measure); /tmp is a tmpfs of `tmp_mb`."""
+    process count, open files and file size are rlimits of the sandbox's own uid; everything the
+    sandbox can write (/app, /home/user, /tmp, /dev/shm, writable binds: all directories of its
+    session on the work root, /dev itself read-only) is watched as one and the sandbox killed
+    when it grows past `disk_mb` together, or when it holds a tree deeper than `tree_depth`
+    levels or larger than `tree_entries` entries (which the watcher could not measure). `tmp_mb`
+    caps the sandbox's System V shared memory (runtime.bwrap.ipc_limits) and sizes /tmp and
+    /dev/shm only where a sandbox is made outside a session (sandbox_argv)."""
 
     wall_sec: float = 120.0
     cpu_sec: int = 120

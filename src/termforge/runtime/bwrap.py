@@ -41,7 +41,7 @@ from pathlib import Path
 from termforge.containment import check_task_id, contained
 from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, read_json, stable_hash
-from termforge.runtime import accounting, trees
+from termforge.runtime import accounting, trees, workspace
 from termforge.runtime.base import Bind, BuildResult, ExecResult, Image, Limits, Runtime, Session
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
@@ -72,11 +72,20 @@ def sandbox_argv(
     home_dir: Path | None = None,
     tmp_mb: int | None = None,
     user: tuple[int, int, str] = (SANDBOX_UID, SANDBOX_UID, "user"),
+    shm_dir: Path | None = None,
+    own_ipc: bool = False,
 ) -> list[str]:
     """The bwrap command line for one process in a task sandbox over `rootfs`: an image's root
     filesystem (bound read-only as /; it provides the mount points bound below), or HOST_ROOTFS.
     `user`: (uid, gid, name) inside the sandbox's user namespace (an image's User); whatever it is,
-    the namespace maps only the session's own unprivileged host uid and every capability is dropped."""
+    the namespace maps only the session's own unprivileged host uid and every capability is dropped.
+
+    Every place the sandbox can write is a directory of the session's on the host (`tmp_dir`,
+    `shm_dir`, `home_dir`, `layer`, writable binds), so one disk watch over them all holds the
+    sandbox to one `disk_mb` (Scratch); /dev itself is read-only (bwrap's --dev is a tmpfs of no
+    size the sandbox's uid owns). Without `tmp_dir`/`shm_dir` (callers outside a session), /tmp
+    and /dev/shm are tmpfs of `tmp_mb` each. `own_ipc`: the caller starts bwrap in an IPC
+    namespace of the sandbox's own, with its limits set (ipc_limits), which bwrap then keeps."""
     host = str(rootfs) == HOST_ROOTFS
     if host:
         # The host's root cannot be bound whole (a read-only / cannot get the /app mount point).
@@ -89,11 +98,11 @@ def sandbox_argv(
     else:
         raise TermforgeError(f"sandbox: no image root filesystem at {str(rootfs)!r} "
                              "(termforge images build makes the declared bases)")
-    argv += ["--dev", "/dev", "--proc", "/proc"]
-    if tmp_dir:
-        argv += ["--bind", str(tmp_dir), "/tmp"]
-    else:
-        argv += (["--size", str(tmp_mb * 1024 * 1024)] if tmp_mb else []) + ["--tmpfs", "/tmp"]
+    size = ["--size", str((tmp_mb or DEFAULT_TMPFS_MB) * 1024 * 1024)]
+    argv += ["--dev", "/dev"]
+    argv += ["--bind", str(shm_dir), "/dev/shm"] if shm_dir else [*size, "--tmpfs", "/dev/shm"]
+    argv += ["--remount-ro", "/dev", "--proc", "/proc"]
+    argv += ["--bind", str(tmp_dir), "/tmp"] if tmp_dir else [*size, "--tmpfs", "/tmp"]
     argv += ["--bind", str(home_dir), "/home/user"] if home_dir else ["--dir", "/home/user"]
     argv += ["--bind", str(layer), "/app"]
     for b in binds:
@@ -105,9 +114,10 @@ def sandbox_argv(
         # Name resolution as a container engine gives it: the host's resolver over the image's
         # empty /etc/resolv.conf (only where the task declares network access).
         argv += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
-    argv += ["--unshare-all", "--unshare-user", "--uid", str(user[0]), "--gid", str(user[1])]
-    if allow_network:
-        argv += ["--share-net"]
+    argv += ["--unshare-user", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+    argv += [] if own_ipc else ["--unshare-ipc"]
+    argv += [] if allow_network else ["--unshare-net"]
+    argv += ["--uid", str(user[0]), "--gid", str(user[1])]
     argv += ["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv"]
     base_env = {"PATH": SANDBOX_PATH, "HOME": "/home/user", "USER": user[2], "LANG": "C.UTF-8",
                 "TERM": "dumb"}
@@ -116,6 +126,38 @@ def sandbox_argv(
         argv += ["--setenv", key, value]
     argv += ["--chdir", cwd, "--"] + command
     return argv
+
+
+# The size of /tmp and /dev/shm where a caller gives no directory of its own for them (sandbox_argv).
+DEFAULT_TMPFS_MB = 64
+
+
+class Scratch:
+    """A sandbox's /tmp and /dev/shm: fresh directories in its session's tree (so they count
+    against the session's `disk_mb` with /app and the home, and come out of its reservation on
+    the work root), owned by the session's uid, sticky and world-writable as a /tmp is."""
+
+    def __init__(self, under: Path, uid: int | None):
+        self.root = Path(tempfile.mkdtemp(prefix="tf-scratch-", dir=under))
+        try:
+            self.tmp, self.shm = self.root / "tmp", self.root / "shm"
+            for d in (self.tmp, self.shm):
+                d.mkdir()
+                os.chmod(d, 0o1777)
+            chown_tree(self.root, uid)
+        except BaseException:
+            trees.remove_tree(self.root)
+            raise
+
+    @property
+    def roots(self) -> list[Path]:
+        return [self.tmp, self.shm]
+
+    def binds(self) -> list[Bind]:
+        return [Bind(self.tmp, "/tmp", True), Bind(self.shm, "/dev/shm", True)]
+
+    def remove(self) -> list[str]:
+        return trees.remove_tree(self.root)
 
 
 # Where sessions keep their writable trees when the caller names no place (default_work_root).
@@ -198,12 +240,64 @@ def tree_bounds(limits: Limits) -> trees.Bounds:
     return trees.Bounds(depth=limits.tree_depth, entries=limits.tree_entries, seconds=trees.DEFAULT_BOUNDS.seconds)
 
 
-def popen_argv(argv: list[str]) -> list[str]:
-    """The command line to start: `bwrap` resolved on the host's PATH here, because bwrap itself
-    runs with an empty environment."""
-    if argv and argv[0] == "bwrap":
-        return [shutil.which("bwrap") or "/usr/bin/bwrap", *argv[1:]]
-    return list(argv)
+# How many values each bwrap option termforge uses takes (an option's value may itself be "--").
+_BWRAP_ARITY = {
+    **dict.fromkeys(("--unshare-all", "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+                     "--unshare-uts", "--unshare-cgroup", "--unshare-cgroup-try", "--share-net", "--die-with-parent",
+                     "--new-session", "--clearenv", "--as-pid-1"), 0),
+    **dict.fromkeys(("--uid", "--gid", "--chdir", "--cap-add", "--cap-drop", "--remount-ro", "--proc", "--dev",
+                     "--tmpfs", "--dir", "--size", "--unsetenv", "--hostname", "--perms", "--mqueue"), 1),
+    **dict.fromkeys(("--bind", "--ro-bind", "--dev-bind", "--bind-try", "--ro-bind-try", "--dev-bind-try",
+                     "--symlink", "--setenv", "--chmod"), 2),
+}
+
+
+def _options_end(argv: list[str]) -> int:
+    """Where bwrap's options end in `argv` (the index of the `--` before the command)."""
+    i = 1
+    while i < len(argv) and argv[i] != "--":
+        if argv[i] not in _BWRAP_ARITY:
+            raise TermforgeError(f"sandbox: bwrap option {argv[i]!r} is not one termforge passes")
+        i += 1 + _BWRAP_ARITY[argv[i]]
+    return i
+
+
+class Launch:
+    """A command line as it is started. bwrap stays in the sandbox as its pid 1 (the reaper), whose
+    /proc/1/cmdline every process inside can read: so bwrap takes its options (the image cache's
+    root filesystem, the session's directories on the work root) from a memfd (`--args FD`, which
+    bwrap reads and closes before anything of the sandbox runs) and its visible command line is
+    `bwrap --args N -- COMMAND...`, the command naming sandbox paths only. `bwrap` is resolved on
+    the host's PATH here, because bwrap itself runs with an empty environment. `fds` must be
+    passed to the child (pass_fds) and `close()`d once it started."""
+
+    def __init__(self, argv: list[str]):
+        argv = list(argv)
+        self.fds: tuple[int, ...] = ()
+        self.env = popen_env(argv)
+        if not argv or argv[0] != "bwrap":
+            self.argv = argv
+            return
+        split = _options_end(argv)
+        fd = os.memfd_create("bwrap-args", os.MFD_CLOEXEC)
+        try:
+            data = memoryview(b"".join(os.fsencode(a) + b"\0" for a in argv[1:split]))
+            while data:
+                data = data[os.write(fd, data):]
+            os.lseek(fd, 0, os.SEEK_SET)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fds = (fd,)
+        self.argv = [shutil.which("bwrap") or "/usr/bin/bwrap", "--args", str(fd), *argv[split:]]
+
+    def close(self) -> None:
+        for fd in self.fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.fds = ()
 
 
 def popen_env(argv: list[str]) -> dict[str, str] | None:
@@ -239,13 +333,58 @@ class NetworkNamespace:
             raise OSError(self._errno(), f"cannot enter the network namespace {self.path}")
 
 
+# System V shared memory and message queues, and POSIX message queues, are memory that no file
+# and no rlimit counts (an agent held 1,280 MiB of SysV segments under disk_mb: 64, each detached
+# after writing it). Their limits are per IPC namespace: a sandbox gets one of its own, made by
+# its parent while still root, with these set (the grade pool's zygote sets the same).
+CLONE_NEWIPC = 0x08000000
+IPC_PAGE = 4096
+
+
+def ipc_limits(limits: Limits) -> dict[str, int]:
+    """/proc/sys settings (relative paths) of a sandbox's own IPC namespace: SysV shared memory
+    up to `tmp_mb` in all, a few small message queues."""
+    shm = limits.tmp_mb * 1024 * 1024
+    return {"kernel/shmmax": shm, "kernel/shmall": shm // IPC_PAGE, "kernel/shmmni": 64, "kernel/msgmni": 16,
+            "fs/mqueue/queues_max": 16}
+
+
+def _enter_ipc_namespace(settings: dict[str, int]) -> None:
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWIPC) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWIPC)")
+    for key, value in settings.items():
+        with open(f"/proc/sys/{key}", "w") as f:
+            f.write(str(value))
+
+
+@functools.lru_cache(maxsize=1)
+def own_ipc_namespaces() -> bool:
+    """Whether this process can give sandboxes IPC namespaces with limits (root with
+    CAP_SYS_ADMIN and a writable /proc/sys): tried once, in a child."""
+    if os.geteuid() != 0:
+        return False
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _enter_ipc_namespace(ipc_limits(Limits()))
+            os._exit(0)
+        except BaseException:  # noqa: BLE001 - any failure means: leave it to bwrap
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
 def _limit_preexec(limits: Limits, uid: int | None = None, cgroup: accounting.SandboxCgroup | None = None,
-                   netns: tuple[NetworkNamespace, int] | None = None):
+                   ipc: dict[str, int] | None = None, netns: tuple[NetworkNamespace, int] | None = None):
     def apply() -> None:
         if netns is not None:
             netns[0].enter(netns[1])  # before dropping root: entering a namespace needs the capability
         if cgroup is not None:
             cgroup.join()  # before dropping root: the cgroup is the caller's
+        if ipc is not None:
+            _enter_ipc_namespace(ipc)  # before dropping root: bwrap keeps it (sandbox_argv own_ipc)
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_sec, limits.cpu_sec + 5))
         mem = limits.memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
@@ -331,9 +470,16 @@ class DiskWatch:
             return
 
     def stop(self) -> None:
+        """Stop watching, after one last measurement: a sandbox that wrote past the cap and ended
+        within one interval is over its limit all the same (its /tmp and /dev/shm, removed with
+        it, would otherwise never be counted)."""
         self._stop.set()
         if self._thread is not None and self._thread.is_alive():
             self._thread.join()
+        if self._thread is not None and not self.hit:
+            why = self._check()
+            if why is not None:
+                self.hit, self.reason = True, why
 
 
 def limit_reason(code: int, limits: Limits, disk_hit: bool | str | None) -> str | None:
@@ -416,24 +562,24 @@ def wait_for(proc: subprocess.Popen, timeout: float) -> None:
 
 def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes | None = None, *,
                   uid: int | None = None, watch: list[Path] = (), pass_fds: tuple[int, ...] = (),
-                  netns: NetworkNamespace | None = None) -> ExecResult:
+                  ipc: dict[str, int] | None = None, netns: NetworkNamespace | None = None) -> ExecResult:
     """Run a bwrap command line; on timeout kill the sandbox (its pid namespace dies with it).
     `netns`: the network namespace it starts in (with --share-net, the one it keeps)."""
     start = time.monotonic()
-    argv = popen_argv(argv)
+    launch = Launch(argv)
     # Only where somebody is measuring (bench/bench_validate.py, validation's per-step profile).
     cgroup = accounting.sandbox_cgroup() if accounting.current() is not None else None
     ns_fd = netns.open() if netns is not None else None
     try:
         proc = subprocess.Popen(
-            argv,
+            launch.argv,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=_limit_preexec(limits, uid, cgroup, (netns, ns_fd) if netns is not None else None),
-            pass_fds=pass_fds,
-            env=popen_env(argv),
+            preexec_fn=_limit_preexec(limits, uid, cgroup, ipc, (netns, ns_fd) if netns is not None else None),
+            pass_fds=(*pass_fds, *launch.fds),
+            env=launch.env,
         )
     except BaseException:
         if cgroup is not None:
@@ -442,6 +588,7 @@ def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes 
     finally:
         if ns_fd is not None:
             os.close(ns_fd)
+        launch.close()
     disk = DiskWatch(list(watch), limits.disk_mb, proc.pid, tree_bounds(limits))
     # Bounded readers: a sandboxed program printing without end costs the host at most OUTPUT_CAP
     # per stream (head and tail kept), never its memory.
@@ -532,9 +679,20 @@ class BwrapSession(Session):
         self._stopped = False
         # What stop() could not remove (never expected: tests count leftovers after attacks).
         self.cleanup_problems: list[str] = []
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"tf-{image.task_id}-", dir=work_root or default_work_root()))
+        root = Path(work_root or default_work_root() or tempfile.gettempdir())
+        # Its whole disk allowance, held on the work root before anything is written there
+        # (runtime.workspace): what this session writes can never fill another session's space.
+        self.reservation = workspace.reserve(root, workspace.session_bytes(limits.disk_mb),
+                                             f"a session of task {image.task_id}")
+        try:
+            self.workdir = Path(tempfile.mkdtemp(prefix=f"tf-{image.task_id}-", dir=root))
+        except BaseException:
+            self.reservation.release()
+            raise
         try:
             self.uid = session_uid() if uid is FRESH_UID else uid
+            # Its sandboxes' own IPC namespaces, with limits, where this process can make them.
+            self.ipc = ipc_limits(limits) if own_ipc_namespaces() else None
             _check_reachable(self.workdir, self.uid)
             self.layer = self.workdir / "app"
             problems = trees.copy_tree(image.path / "layer", self.layer,
@@ -546,6 +704,7 @@ class BwrapSession(Session):
             chown_tree(self.workdir, self.uid)
         except BaseException:
             trees.remove_tree(self.workdir)
+            self.reservation.release()
             raise
 
     def writable_roots(self) -> list[Path]:
@@ -557,34 +716,50 @@ class BwrapSession(Session):
         """Run `command` under bash (or `argv` as given) in a fresh sandbox over this session's layer."""
         if self._stopped:
             raise TermforgeError(f"task {self.image.task_id}: session already stopped")
-        argv = sandbox_argv(
-            self.layer,
-            nproc_prefix(self.limits, self.uid) + (argv or ["/bin/bash", "--noprofile", "--norc", "-c", command]),
-            rootfs=self.rootfs,
-            binds=[*self.binds, *binds],
-            env=env,
-            cwd=cwd,
-            allow_network=self.image.allow_network,
-            home_dir=self.home if keep_home else None,
-            tmp_mb=self.limits.tmp_mb,
-            user=self.sandbox_user,
-        )
-        return run_sandboxed(argv, timeout or self.limits.wall_sec, self.limits, stdin=stdin, uid=self.uid,
-                             watch=self.writable_roots() + [b.host for b in binds if b.writable], pass_fds=pass_fds,
-                             netns=self.netns if self.image.allow_network else None)
+        scratch = self.scratch()
+        try:
+            argv = sandbox_argv(
+                self.layer,
+                nproc_prefix(self.limits, self.uid) + (argv or ["/bin/bash", "--noprofile", "--norc", "-c", command]),
+                rootfs=self.rootfs,
+                binds=[*self.binds, *binds],
+                env=env,
+                cwd=cwd,
+                allow_network=self.image.allow_network,
+                home_dir=self.home if keep_home else None,
+                tmp_dir=scratch.tmp,
+                shm_dir=scratch.shm,
+                own_ipc=self.ipc is not None,
+                user=self.sandbox_user,
+            )
+            return run_sandboxed(argv, timeout or self.limits.wall_sec, self.limits, stdin=stdin, uid=self.uid,
+                                 watch=self.writable_roots() + scratch.roots + [b.host for b in binds if b.writable],
+                                 pass_fds=pass_fds, ipc=self.ipc,
+                                 netns=self.netns if self.image.allow_network else None)
+        finally:
+            scratch.remove()
+
+    def scratch(self) -> Scratch:
+        """A fresh /tmp and /dev/shm for one sandbox of this session, in its tree."""
+        return Scratch(self.workdir, self.uid)
 
     def open_shell(self, env: dict | None = None, cwd: str = "/app"):
         """A persistent bash in this session's sandbox (the agent's shell), started in `cwd`."""
         from termforge.runtime.shell import PersistentShell
 
+        # One /tmp and /dev/shm for the shell's life, a restarted shell's too (removed with the
+        # session's tree).
+        scratch = self.scratch()
+
         def argv() -> list[str]:
             return sandbox_argv(self.layer, nproc_prefix(self.limits, self.uid) + ["/bin/bash", "--noprofile", "--norc", "-s"],
                                 rootfs=self.rootfs, binds=self.binds,
                                 env=env, cwd=cwd, allow_network=self.image.allow_network, home_dir=self.home,
-                                tmp_mb=self.limits.tmp_mb, user=self.sandbox_user)
+                                tmp_dir=scratch.tmp, shm_dir=scratch.shm, own_ipc=self.ipc is not None,
+                                user=self.sandbox_user)
 
-        return PersistentShell(argv, self.limits, uid=self.uid, watch=self.writable_roots(),
-                               netns=self.netns if self.image.allow_network else None)
+        return PersistentShell(argv, self.limits, uid=self.uid, watch=self.writable_roots() + scratch.roots,
+                               ipc=self.ipc, netns=self.netns if self.image.allow_network else None)
 
     def copy_in(self, src: Path, dst: str) -> None:
         """Copy a host file or directory (termforge's own, e.g. a step's workdir) to `dst` in the
@@ -675,6 +850,7 @@ class BwrapSession(Session):
         if not self._stopped:
             self._stopped = True
             self.cleanup_problems = trees.remove_tree(self.workdir)
+            self.reservation.release()
 
 
 class BwrapRuntime(Runtime):
@@ -749,8 +925,8 @@ class BwrapRuntime(Runtime):
         from termforge.io import publish_dir, staging_dir
 
         stage = staging_dir(final)
-        layer, tmp, home = stage / "layer", stage / "tmp", stage / "home"
-        for d in (layer, tmp, home):
+        layer, tmp, home, shm = stage / "layer", stage / "tmp", stage / "home", stage / "shm"
+        for d in (layer, tmp, home, shm):
             d.mkdir()
         argv = sandbox_argv(
             layer,
@@ -760,15 +936,24 @@ class BwrapRuntime(Runtime):
             allow_network=allow_network,
             tmp_dir=tmp,
             home_dir=home,
+            shm_dir=shm,
+            own_ipc=own_ipc_namespaces(),
         )
-        res = run_sandboxed(argv, timeout, limits or Limits(wall_sec=timeout, cpu_sec=int(timeout)))
+        # setup.sh is task code: everything it can write counts against one disk_mb.
+        limits = limits or Limits(wall_sec=timeout, cpu_sec=int(timeout))
+        res = run_sandboxed(argv, timeout, limits, watch=[layer, tmp, home, shm],
+                            ipc=ipc_limits(limits) if own_ipc_namespaces() else None)
         on = f"base {base_ref['name']} {base_ref['digest'][:19]}" if base_ref else "the host's /usr (runtime.rootfs: host)"
         log = (f"# on {on}\n$ bash /tmp/env/setup.sh  (exit {res.exit_code}, {res.duration_sec:.2f}s)\n"
                f"{res.stdout}{res.stderr}")
         escaped = sorted(set(os.listdir(tmp)) - {"env"})
         escaped = [f"/tmp/{p}" for p in escaped] + [f"/home/user/{p}" for p in sorted(os.listdir(home))]
+        escaped += [f"/dev/shm/{p}" for p in sorted(os.listdir(shm))]
+        escaped = [os.fsencode(p).decode("utf-8", "backslashreplace") for p in escaped]
         reason = ""
-        if res.timed_out:
+        if res.limit_hit:
+            reason = f"setup.sh hit a limit: {res.limit_hit}"
+        elif res.timed_out:
             reason = f"setup.sh timed out after {timeout:.0f}s"
         elif "Read-only file system" in res.stderr or "Permission denied" in res.stderr:
             reason = "setup.sh tried to write outside the task layer: " + _first_line_with(
@@ -778,14 +963,14 @@ class BwrapRuntime(Runtime):
         elif escaped:
             reason = f"setup.sh wrote outside the task layer: {', '.join(escaped)}"
         else:
-            unwalkable = layer_problem(layer, limits or Limits())
+            unwalkable = layer_problem(layer, limits)
             if unwalkable:
                 reason = f"setup.sh left a task layer the host cannot walk: {unwalkable}"
         if reason:
             trees.remove_tree(stage)
             return BuildResult(False, None, reason, log, res.duration_sec)
-        trees.remove_tree(tmp)
-        trees.remove_tree(home)
+        for d in (tmp, home, shm):
+            trees.remove_tree(d)
         (stage / "build.log").write_text(log)
         layer_digest = tree_digest(layer)
         meta = {"task_id": task_id, "backend": self.name, "digest": digest, "allow_network": allow_network,

@@ -37,9 +37,8 @@ from pathlib import Path
 from termforge.grading import program
 from termforge.runtime import accounting, trees
 from termforge.runtime.base import Bind, ExecResult, Image, Limits
-from termforge.runtime.bwrap import (HOST_ROOTFS, SANDBOX_PATH, BwrapSession, DiskWatch, _CappedReader,
-                                     default_work_root, limit_reason, popen_argv, popen_env, session_uid,
-                                     tree_bounds)
+from termforge.runtime.bwrap import (HOST_ROOTFS, SANDBOX_PATH, BwrapSession, DiskWatch, Launch,
+                                     _CappedReader, default_work_root, limit_reason, session_uid, tree_bounds)
 
 # The argv of termforge's grader (verifier.GRADER_ARGV); only it is served by a pool.
 GRADER_PREFIX = ["/usr/bin/python3", "-I", "/verifier/grade.py"]
@@ -141,19 +140,22 @@ class GradePool:
                 os.setgid(uid)
                 os.setuid(uid)
 
-        argv = popen_argv(self._argv(theirs.fileno()))
+        launch = Launch(self._argv(theirs.fileno()))
         try:
             # Started from a thread that lives as long as the process: bwrap's --die-with-parent
             # is the kernel's parent-death signal, sent when the *thread* that started it ends. A
             # pool started by a check's lane (a thread per task) would otherwise die with its task
             # and start again for the next one.
             self._proc = _SPAWNER.submit(
-                subprocess.Popen, argv, stdin=subprocess.DEVNULL, stdout=self._zlog, stderr=self._zlog,
-                start_new_session=True, preexec_fn=preexec, pass_fds=(theirs.fileno(),), env=popen_env(argv)).result()
+                subprocess.Popen, launch.argv, stdin=subprocess.DEVNULL, stdout=self._zlog, stderr=self._zlog,
+                start_new_session=True, preexec_fn=preexec, pass_fds=(theirs.fileno(), *launch.fds),
+                env=launch.env).result()
         except OSError as exc:
             theirs.close()
             mine.close()
             return self._break(f"bwrap did not start: {exc}")
+        finally:
+            launch.close()
         theirs.close()
         ready, _, _ = select.select([mine], [], [], READY_TIMEOUT)
         msg = mine.recv(4096) if ready else b""
@@ -233,19 +235,24 @@ class GradePool:
         binds=..., pass_fds=(boot_fd,)) would in a fresh bwrap; None where the pool cannot."""
         if argv[:3] != GRADER_PREFIX or "--supervise" in argv or not self.serves(session.image):
             return None
-        mounts = [[self._inside(session.layer), "/app", True]]
-        mounts += [[self._inside(b.host), b.sandbox, b.writable] for b in [*session.binds, *binds]]
-        if any(m[0] is None for m in mounts):
-            return None
-        limits = session.limits
-        spec = {"argv": list(argv), "env": {**BASE_ENV, **{k: v for k, v in env.items() if k != CHANNEL_ENV}},
-                "channel_env": CHANNEL_ENV, "cwd": cwd, "binds": mounts, "timeout": timeout,
-                "tmp_bytes": limits.tmp_mb * 1024 * 1024 if limits.tmp_mb else None, "rlimits": rlimits(limits)}
-        watch = session.writable_roots() + [b.host for b in [*session.binds, *binds] if b.writable]
-        with self._lock:
-            if not self._ensure():
+        scratch = session.scratch()  # /tmp and /dev/shm, in the session's tree as bwrap's are
+        try:
+            binds = [*session.binds, *binds, *scratch.binds()]
+            mounts = [[self._inside(session.layer), "/app", True]]
+            mounts += [[self._inside(b.host), b.sandbox, b.writable] for b in binds]
+            if any(m[0] is None for m in mounts):
                 return None
-            return self._run(session, spec, boot_fd, timeout, watch)
+            limits = session.limits
+            spec = {"argv": list(argv), "env": {**BASE_ENV, **{k: v for k, v in env.items() if k != CHANNEL_ENV}},
+                    "channel_env": CHANNEL_ENV, "cwd": cwd, "binds": mounts, "timeout": timeout,
+                    "rlimits": rlimits(limits)}
+            watch = session.writable_roots() + [b.host for b in binds if b.writable]
+            with self._lock:
+                if not self._ensure():
+                    return None
+                return self._run(session, spec, boot_fd, timeout, watch)
+        finally:
+            scratch.remove()
 
     def _run(self, session: BwrapSession, spec: dict, boot_fd: int, timeout: float,
              watch: list[Path]) -> ExecResult | None:

@@ -21,34 +21,39 @@ from pathlib import Path
 from typing import Callable
 
 from termforge.runtime.base import ExecResult, Limits
-from termforge.runtime.bwrap import DiskWatch, _limit_preexec, limit_reason, popen_argv, popen_env, tree_bounds
+from termforge.runtime.bwrap import DiskWatch, Launch, _limit_preexec, limit_reason, tree_bounds
 
 MAX_BUFFER = 8 * 1024 * 1024
 
 
 class PersistentShell:
     def __init__(self, argv_factory: Callable[[], list[str]], limits: Limits, uid: int | None = None,
-                 watch: list[Path] = (), netns=None):
+                 watch: list[Path] = (), ipc: dict[str, int] | None = None, netns=None):
         self.netns = netns  # runtime.bwrap.NetworkNamespace the shell (and every restart) starts in
         self.argv_factory = argv_factory
         self.limits = limits
         self.uid = uid
+        self.ipc = ipc
         self.watch = list(watch)
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
 
     def _start(self) -> None:
-        argv = popen_argv(self.argv_factory())
+        launch = Launch(self.argv_factory())
         ns_fd = self.netns.open() if self.netns is not None else None
         try:
             self.proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, env=popen_env(argv),
-                preexec_fn=_limit_preexec(self.limits, self.uid, netns=(self.netns, ns_fd) if ns_fd is not None else None),
+                launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_limit_preexec(self.limits, self.uid, ipc=self.ipc,
+                                          netns=(self.netns, ns_fd) if ns_fd is not None else None),
+                pass_fds=launch.fds,
+                env=launch.env,
             )
         finally:
             if ns_fd is not None:
                 os.close(ns_fd)
+            launch.close()
 
     def _kill(self) -> None:
         if self.proc and self.proc.poll() is None:

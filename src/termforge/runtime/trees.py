@@ -86,6 +86,31 @@ class Entry:
         return stat.S_ISDIR(self.st.st_mode)
 
 
+def unicode_text(text: str | bytes) -> str:
+    """`text` as valid Unicode: bytes that are not UTF-8 (which Python holds as lone surrogates
+    where it decoded a name) as backslash escapes (\\xff), everything else as it was."""
+    if isinstance(text, str):
+        try:
+            text.encode()
+            return text
+        except UnicodeEncodeError:
+            try:
+                text = text.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:  # a surrogate no decoding made (a JSON \ud800 escape)
+                return text.encode("utf-8", "backslashreplace").decode()
+    return text.decode("utf-8", "backslashreplace")
+
+
+def printable(name: str | bytes) -> str:
+    """A name as one line of text that can be recorded and shown anywhere (a finding, a problem,
+    a process): unicode_text, with control characters (a newline that would forge a line) as
+    backslash escapes too. Every name a sandbox can make is data."""
+    text = unicode_text(name)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def describe_mode(mode: int) -> str:
     for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
                        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
@@ -172,14 +197,15 @@ class TreeWalk:
                 if self._prune or not stat.S_ISDIR(st.st_mode) or st.st_dev != root_dev:
                     continue
                 if depth >= b.depth:
-                    self._stop(f"deeper than {b.depth} levels (at {'/'.join([*parents, name])[:200]})")
+                    self._stop(f"deeper than {b.depth} levels (at {printable('/'.join([*parents, name])[:200])})")
                     return
                 try:
                     child = os.open(name, DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
                     if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
                         continue  # replaced by something else since the lstat
-                    self._stop(f"directory {'/'.join([*parents, name])[:200]} cannot be opened: {exc.strerror}")
+                    where = printable("/".join([*parents, name])[:200])
+                    self._stop(f"directory {where} cannot be opened: {exc.strerror}")
                     continue
                 sub = self._list(child, "/".join([*parents, name]))
                 if sub is None:
@@ -205,7 +231,7 @@ class TreeWalk:
                     if len(names) > room:
                         break
         except OSError as exc:
-            self._stop(f"directory {rel or '.'} cannot be read: {exc.strerror}")
+            self._stop(f"directory {printable(rel) or '.'} cannot be read: {exc.strerror}")
             return None
         names.sort(reverse=True)
         return names
@@ -253,7 +279,7 @@ def chown(root: Path, uid: int, gid: int | None = None, bounds: Bounds = DEFAULT
         try:
             os.chown(e.name, uid, gid, dir_fd=e.dir_fd, follow_symlinks=False)
         except OSError as exc:
-            return f"{e.rel[:200]}: {exc.strerror}"
+            return f"{printable(e.rel[:200])}: {exc.strerror}"
     return walk.incomplete
 
 
@@ -365,9 +391,9 @@ def copy_tree(src: Path, dst: Path, bounds: Bounds = DEFAULT_BOUNDS,
                 elif stat.S_ISREG(mode):
                     copy_file(e.dir_fd, e.name, parent, e.st)
                 else:
-                    problems.append(f"{e.rel[:200]} is {describe_mode(mode)} (not copied)")
+                    problems.append(f"{printable(e.rel[:200])} is {describe_mode(mode)} (not copied)")
             except OSError as exc:
-                problems.append(f"{e.rel[:200]}: {exc.strerror}")
+                problems.append(f"{printable(e.rel[:200])}: {exc.strerror}")
                 if stat.S_ISDIR(mode):
                     walk.prune()
     finally:
