@@ -10,7 +10,7 @@ from termforge.generate.families import all_families
 from termforge.generate.procedural import generate_task
 from termforge.runtime.apptainer import ApptainerRuntime, dockerfile_to_def, layer_on_base
 from termforge.runtime.base import Bind, Limits
-from termforge.verifier import run_verifier
+from termforge.grading.verifier import run_verifier
 
 
 @pytest.fixture

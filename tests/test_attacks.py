@@ -29,7 +29,7 @@ from termforge.io import read_json
 from termforge.models.base import ChatModel, Completion, SamplingParams
 from termforge.quality.hijack import ATTACKS, CHANNEL_STEAL_PY, ROUTES, plant_script, programs_run_by_tests
 from termforge.quality.validate import _run_agent, agent_code_imports, static_checks
-from termforge.reward_file import read_reward
+from termforge.grading.reward_file import read_reward
 from termforge.runtime.base import Limits
 from termforge.runtime.bwrap import BwrapRuntime, DiskWatch, allocated_bytes
 from termforge.solve import SolveSettings, rollout_once
@@ -287,7 +287,7 @@ def test_hacked_rollout_is_never_a_success(corpus, tmp_path):
 def test_exported_test_sh_never_imports_from_app(corpus):
     """Harbor runs tests/test.sh itself (from the image's WORKDIR, /app): a pytest.py, conftest.py
     or sitecustomize.py planted there must not be imported."""
-    from termforge.verifier import TEST_SH, run_verifier
+    from termforge.grading.verifier import TEST_SH, run_verifier
 
     _, rt, tasks = corpus
     task, image, _ = tasks["log_level_filter"]

@@ -27,8 +27,8 @@ from termforge.generate.procedural import build_task, generate_task, shape_misma
 from termforge.io import read_json
 from termforge.runtime.base import Limits
 from termforge.runtime.bwrap import BwrapRuntime
-from termforge.taskcheck import check_soundness
-from termforge.verifier import run_oracle, run_verifier
+from termforge.grading.taskcheck import check_soundness
+from termforge.grading.verifier import run_oracle, run_verifier
 
 LIMITS = Limits(wall_sec=120, cpu_sec=120, memory_mb=4096)
 # (family, fixture kind, verifier kind, complexity): each container once, each strategy at least once.

@@ -18,7 +18,7 @@ from termforge.quality.validate import _run_agent, validate_task
 from termforge.runtime.base import Limits
 from termforge.runtime.bwrap import BwrapRuntime
 from termforge.runtime.gradepool import PooledRuntime, pooled_runtime
-from termforge.verifier import ZERO_CHECK, ZERO_PROBE, run_test_file
+from termforge.grading.verifier import ZERO_CHECK, ZERO_PROBE, run_test_file
 
 from test_attacks import LIMITS as ATTACK_LIMITS, PROCESS_EVIDENCE, PROCESS_ROUTES
 
@@ -178,7 +178,7 @@ def _corpus(root):
 
 
 def _validate_counting_oracle_runs(monkeypatch, task_dir, images, **options):
-    import termforge.verifier as verifier
+    import termforge.grading.verifier as verifier
 
     calls = []
     real = verifier.run_oracle
@@ -241,7 +241,7 @@ def test_a_probes_grade_runs_every_test_a_zero_check_stops_at_the_first_failure(
     program a later test executes, so a payload there is still tried (quality/validate.py)."""
     import shutil
 
-    from termforge.verifier import run_verifier
+    from termforge.grading.verifier import run_verifier
 
     task_dir, image = task
     copy = tmp_path / task_dir.name
@@ -323,7 +323,7 @@ def test_process_attacks_score_zero_with_a_finding_through_the_pool(program_task
 
 @pytest.mark.parametrize("fixture", ["program_task", "task"])
 def test_mutants_seeded_from_one_oracle_run_grade_as_with_an_oracle_run_each(fixture, request, monkeypatch):
-    import termforge.verifier as verifier
+    import termforge.grading.verifier as verifier
     from termforge.quality.mutation import mutation_probe
 
     task, image = request.getfixturevalue(fixture)[:2]
@@ -404,7 +404,7 @@ def test_the_config_is_this_grades_own(pytestconfig):
 def test_the_pytest_config_the_zygote_makes_ahead_is_each_grades_own(task, tmp_path):
     import shutil
 
-    from termforge.verifier import run_verifier
+    from termforge.grading.verifier import run_verifier
 
     task_dir, image = task
     copy = tmp_path / task_dir.name

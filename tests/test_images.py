@@ -193,7 +193,7 @@ def test_image_sandboxes_bind_no_host_path_and_host_mode_is_the_old_layout(tmp_p
 @needs_images
 def test_no_sandbox_kind_sees_the_host_usr_or_a_host_only_program(tmp_path, host_only_program):
     from termforge.evals.harbor_tasks import build_harbor_image, load_harbor_task, start_harbor_session
-    from termforge.verifier import run_verifier
+    from termforge.grading.verifier import run_verifier
 
     prog = host_only_program
     assert shutil.which(prog), "the program must be on the host's PATH for the test to mean anything"
@@ -463,7 +463,7 @@ def _run_unpacked(tmp_path, task, images, bundle, image_ref):
     and a no-op 0."""
     from termforge.runtime.base import Image
     from termforge.runtime.bwrap import tree_digest
-    from termforge.verifier import run_oracle, run_verifier
+    from termforge.grading.verifier import run_oracle, run_verifier
 
     subprocess.run(["umoci", "unpack", "--image", image_ref, str(bundle)], check=True, capture_output=True)
     os.chmod(bundle, 0o755)

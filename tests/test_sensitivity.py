@@ -37,7 +37,7 @@ def _task(tmp_path, name, seed=0):
 
 
 def _oracle_outputs(task_dir, tmp_path):
-    from termforge.verifier import run_oracle
+    from termforge.grading.verifier import run_oracle
 
     rt = BwrapRuntime()
     build = rt.build(task_dir, tmp_path / "images")

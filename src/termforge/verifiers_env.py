@@ -258,7 +258,7 @@ class TermforgeTask(vf.Task[TermforgeData, vf.State, TermforgeTaskConfig]):
         """Grade as solve does: the agent's shell is gone (the harness closed it), a clean
         verifier run in the same sandbox, its verdict recorded; then the sandbox is stopped. A
         failure of the infrastructure raises (the rollout fails; it is never scored 0)."""
-        from termforge.verifier import run_verifier
+        from termforge.grading.verifier import run_verifier
 
         box = _SANDBOXES.pop(trace.id, None)
         if box is None:

@@ -774,7 +774,7 @@ class _Chain:
         step at fault is sent the evidence: the final test when the two solutions' deliverables
         agree (it rejects a right answer), the task (instruction or oracle) when they differ or the
         instruction gave the solver too little to go on."""
-        from termforge.verifier import run_oracle, run_verifier
+        from termforge.grading.verifier import run_oracle, run_verifier
 
         build = self.runtime.build(cand, self.images_dir, timeout=self.limits.wall_sec * 2)
         if not build.ok:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from termforge.runtime.base import Limits
 from termforge.runtime.bwrap import BwrapRuntime
-from termforge.verifier import run_oracle, run_test_file, run_verifier
+from termforge.grading.verifier import run_oracle, run_test_file, run_verifier
 
 
 @dataclass

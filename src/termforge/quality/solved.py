@@ -128,7 +128,7 @@ def solve_in(session, runtime, image, limits, task_dir: Path, solved: SolvedApp 
     """`session` with the oracle's /app: `solved`'s copy where it takes, else the oracle run in
     it. Returns (the session that holds it: a fresh one where a copy failed half-way, the
     oracle's ExecResult or None where the copy was taken)."""
-    from termforge.verifier import run_oracle
+    from termforge.grading.verifier import run_oracle
 
     if solved is not None:
         seeded = solved.seed(session, limits)

@@ -40,7 +40,7 @@ from termforge.quality.hijack import hijack_probes
 from termforge.quality.mutation import mutation_probe
 from termforge.quality.sensitivity import input_sensitivity
 from termforge.quality.solved import SolvedApp
-from termforge.verifier import ZERO_CHECK, ZERO_PROBE, Verdict, run_oracle, run_test_file, run_verifier
+from termforge.grading.verifier import ZERO_CHECK, ZERO_PROBE, Verdict, run_oracle, run_test_file, run_verifier
 
 REQUIRED_FILES = ("task.json", "instruction.md", "environment/setup.sh", "tests/test_initial_state.py",
                   "tests/test_final_state.py", "tests/test.sh", "solution/solve.sh", "private/truth.json")
