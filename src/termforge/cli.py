@@ -118,12 +118,13 @@ def _configured(overlays: list[str] | None) -> dict:
     """The validated config of a command's --configfile (one meaning everywhere:
     termforge.config.CONFIGFILE_HELP). Without ./config.yaml the overlays merge onto the schema's
     defaults, which is said, since those are not the numbers config.yaml would give."""
-    from termforge.config import BASE_CONFIG, load_overlays
+    from termforge.config import BASE_CONFIG
+    from termforge.plancheck import load_planned_overlays
 
     if overlays and not Path(BASE_CONFIG).is_file():
         print(f"termforge: note: no {BASE_CONFIG} in {Path.cwd()}: {', '.join(overlays)} merged onto the "
               f"schema's defaults", file=sys.stderr)
-    return load_overlays(overlays)
+    return load_planned_overlays(overlays)
 
 
 def cmd_check_config(args) -> int:
@@ -257,10 +258,10 @@ def _export_verifiers(args) -> int:
     from termforge.export_verifiers import export_config, run_export_verifiers
 
     if args.configfile and not args.params:
-        from termforge.config import load_config
         from termforge.params import stage_params
+        from termforge.plancheck import load_planned
 
-        o = stage_params(export_config(load_config(args.configfile)), "export_verifiers")
+        o = stage_params(export_config(load_planned(args.configfile)), "export_verifiers")
     else:
         o = _stage_options(args, "export_verifiers")
     if not args.corpus:
