@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from termforge.errors import TermforgeError
 from termforge.io import append_jsonl, atomic_write_json, read_json, read_jsonl_tolerant
+from termforge.schemas import REQUIRED_FILES, read
 from termforge.runtime.accounting import StepProfile, format_profile
 from termforge.runtime.gradepool import PoolShelf, pooled_runtime
 from termforge.runtime.base import Image, Limits
@@ -42,8 +43,6 @@ from termforge.quality.sensitivity import input_sensitivity
 from termforge.quality.solved import SolvedApp
 from termforge.grading.verifier import ZERO_CHECK, ZERO_PROBE, Verdict, run_oracle, run_test_file, run_verifier
 
-REQUIRED_FILES = ("task.json", "instruction.md", "environment/setup.sh", "tests/test_initial_state.py",
-                  "tests/test_final_state.py", "tests/test.sh", "solution/solve.sh", "private/truth.json")
 TASK_JSON_KEYS = {"id": str, "signature": dict, "instruction": str, "family": str, "environment": dict}
 IMAGE_TEXT_FILES = ("environment/setup.sh", "environment/container.def", "environment/Dockerfile")
 ABS_PATH_RE = re.compile(r"`(/app/[A-Za-z0-9_./-]+)`")
@@ -536,8 +535,6 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
     `profile_path`: where this run's per-step profile goes (count, wall and CPU seconds per
     validation step over the tasks validated in this run; the report's validation-cost table). It
     is kept out of the verdicts, which stay the same bytes however long the steps took."""
-    from termforge.schemas import read
-
     manifest = read("shard_manifest", manifest_path)
     tasks_dir = Path(manifest["tasks_dir"])
     ids = [t["id"] for t in manifest["tasks"]]
@@ -592,7 +589,6 @@ def write_corpus_manifest(verdict_paths: list[Path], out_path: Path, review_path
     leaves the corpus with the stage `review` and the judge's reason; the manifest records how many
     tasks were reviewed, dropped or not reviewed, and the distribution of every rubric score."""
     from termforge.quality.review import RUBRIC, STATUSES, distribution
-    from termforge.schemas import read
 
     kept, dropped, per_stage, collected, images = [], [], {}, {}, {}
     tasks_dir = None
