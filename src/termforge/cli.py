@@ -212,7 +212,7 @@ def cmd_generate(args) -> int:
         from termforge.generate.llm import run_generate_shard_llm
         from termforge.models.base import make_model
         from termforge.params import resolve_flat
-        from termforge.runtime.base import get_runtime
+        from termforge.images.runtimes import get_runtime
 
         key = resolve_flat(o, "models.{generate.model}")
         model = make_model(dict(o[key]), where=key)

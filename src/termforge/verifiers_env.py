@@ -14,7 +14,7 @@ taskset package exporting its Taskset and Harness subclasses through `__all__`):
   shell, the submit marker, head/tail observation truncation, the format-error nudge and its cap,
   the turn cap, per-command timeouts) in-process, every model call through the rollout's
   interception endpoint, every command in the task's termforge sandbox.
-- The task's sandbox is termforge's runtime (bwrap, apptainer: `runtime.base.get_runtime`) over
+- The task's sandbox is termforge's runtime (bwrap, apptainer: `images.runtimes.get_runtime`) over
   the task's built image, started in the task's `setup` and graded in `finalize` by termforge's
   clean verifier (`verifier.run_verifier`) after the agent's shell is gone, exactly as `solve`
   grades. The reward `solved` is that verdict; `pass_fraction`, `hacked` (the grader's integrity
@@ -243,7 +243,8 @@ class TermforgeTask(vf.Task[TermforgeData, vf.State, TermforgeTaskConfig]):
         return self.data.task_id  # the durable id; the content hash would move with the hint
 
     async def setup(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
-        from termforge.runtime.base import Limits, get_runtime, task_image
+        from termforge.images.runtimes import get_runtime
+        from termforge.runtime.base import Limits, task_image
 
         place = grading_place(self.config, self.settings, self.data.task_id)
         backend = get_runtime(place.runtime)

@@ -978,7 +978,7 @@ def generate_task_llm(sig: dict, out_root: Path, model: ChatModel, max_repair_ro
         return final
     out_root.mkdir(parents=True, exist_ok=True)
     if runtime is None:
-        from termforge.runtime.bwrap import BwrapRuntime
+        from termforge.images.runtimes import BwrapRuntime
 
         runtime = BwrapRuntime()
     limits = limits or Limits()
@@ -1030,7 +1030,7 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
     tasks_dir.mkdir(parents=True, exist_ok=True)
     removed = clean_stale_staging(tasks_dir, [s["id"] for s in sigs])  # other shards write beside it
     if runtime is None:
-        from termforge.runtime.bwrap import BwrapRuntime
+        from termforge.images.runtimes import BwrapRuntime
 
         runtime = BwrapRuntime()
 

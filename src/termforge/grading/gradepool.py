@@ -37,7 +37,7 @@ from pathlib import Path
 from termforge.grading import program
 from termforge.runtime import accounting, trees
 from termforge.runtime.base import Bind, ExecResult, Image, Limits
-from termforge.runtime.bwrap import (HOST_ROOTFS, SANDBOX_PATH, BwrapSession, DiskWatch, _CappedReader,
+from termforge.runtime.bwrap import (HOST_ROOTFS, SANDBOX_PATH, BwrapRuntime, BwrapSession, DiskWatch, _CappedReader,
                                      default_work_root, limit_reason, popen_argv, popen_env, session_uid,
                                      tree_bounds)
 
@@ -379,8 +379,6 @@ def pooled_runtime(runtime, image: Image, stack, shelf: PoolShelf | None = None)
     """`runtime` with a grade pool for `image`, or `runtime` itself where a pool cannot serve the
     image (another backend, the host's /usr, a networked task). The pool is `shelf`'s, given back
     to it by `stack`, or else a new one that `stack` closes."""
-    from termforge.runtime.bwrap import BwrapRuntime
-
     if not isinstance(runtime, BwrapRuntime) or not image.rootfs or image.rootfs == HOST_ROOTFS \
             or image.allow_network:
         return runtime

@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, atomic_write_text, read_json
-from termforge.runtime.base import get_runtime
+from termforge.images.runtimes import get_runtime
 
 
 def run_build_shard(manifest_path: Path, images_dir: Path, out_path: Path, backend: str = "bwrap",

@@ -33,9 +33,9 @@ from termforge.errors import TermforgeError
 from termforge.io import append_jsonl, atomic_write_json, read_json, read_jsonl_tolerant
 from termforge.schemas import REQUIRED_FILES, read
 from termforge.runtime.accounting import StepProfile, format_profile
-from termforge.runtime.gradepool import PoolShelf, pooled_runtime
+from termforge.grading.gradepool import PoolShelf, pooled_runtime
 from termforge.runtime.base import Image, Limits
-from termforge.runtime.base import get_runtime
+from termforge.images.runtimes import get_runtime
 from termforge.runtime.trees import Bounds, TreeWalk, read_at
 from termforge.quality.hijack import hijack_probes
 from termforge.quality.mutation import mutation_probe

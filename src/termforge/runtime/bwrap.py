@@ -655,17 +655,25 @@ class BwrapRuntime(Runtime):
     def base_request(self, task: dict) -> dict:
         """What a task asks of its image: a base (its task.json's, else the runtime's default)
         and extra Debian packages."""
-        from termforge.images import DEFAULT_BASE
-
         env = task.get("environment", {}) or {}
-        return {"base": env.get("base") or self.base or DEFAULT_BASE,
+        return {"base": env.get("base") or self.base or self.default_base,
                 "apt_packages": sorted(set(env.get("apt_packages", []) or []))}
 
-    def task_base(self, request: dict):
-        """The built base for a request (built now when the cache lacks it)."""
-        from termforge.images import ensure_task_base
+    # Base images are built by the layer above (termforge.images.runtimes.BwrapRuntime overrides
+    # these two): a sandbox runtime is handed a root filesystem, it never builds one.
+    default_base: str | None = None
 
-        return ensure_task_base(request["base"], request["apt_packages"], self.image_cache, log=self.log)
+    def task_base(self, request: dict):
+        """The built base for a request: its .rootfs, .digest and .ref()."""
+        raise TermforgeError(f"base image {request['base']}: this runtime builds no base images "
+                             "(termforge.images.runtimes.BwrapRuntime does; or runtime.rootfs: host)")
+
+    def resolve_rootfs(self, meta: dict, where: str) -> str:
+        """The root filesystem an image.json's sessions run on."""
+        if meta.get("rootfs") == HOST_ROOTFS:
+            return HOST_ROOTFS
+        raise TermforgeError(f"{where}: its image runs on a base image, which this runtime cannot find "
+                             "(termforge.images.runtimes.BwrapRuntime can)")
 
     def build(self, task_dir: Path, images_dir: Path, timeout: float = 600,
               limits: Limits | None = None) -> BuildResult:
@@ -756,39 +764,11 @@ class BwrapRuntime(Runtime):
         if not meta_path.exists():
             raise TermforgeError(f"task {task_id}: no built image at {meta_path.parent}")
         meta = read_json(meta_path)
-        return self._image(meta_path.parent, meta, resolve_rootfs(meta, f"task {task_id}", self.image_cache, self.log))
+        return self._image(meta_path.parent, meta, self.resolve_rootfs(meta, f"task {task_id}"))
 
     def start(self, image: Image, limits: Limits | None = None, *, work_root: Path | None = None,
               uid=FRESH_UID) -> BwrapSession:
         return BwrapSession(image, limits or Limits(), work_root or self.work_root, uid=uid)
-
-
-def resolve_rootfs(meta: dict, where: str, image_cache=None, log=print) -> str:
-    """The root filesystem an image.json's sessions run on: its base from the image cache
-    (remade from the recorded request when the cache lacks it), which must still be the very
-    base the image was built on."""
-    from termforge.images import ensure_task_base
-
-    if meta.get("rootfs") == HOST_ROOTFS:
-        return HOST_ROOTFS
-    if meta.get("rootfs") == "dockerfile":  # a Harbor task built by buildah (termforge.images.dockerfile)
-        from termforge.images.dockerfile import find_built
-
-        key = (meta.get("dockerfile") or {}).get("key", "")
-        built = find_built(key, image_cache) if key else None
-        if built is None:
-            raise TermforgeError(f"{where}: its Dockerfile build {key or '?'} is no longer in the image cache; "
-                                 "rebuild the task image")
-        return str(built.rootfs)
-    base, request = meta.get("base"), meta.get("base_request")
-    if not base or not request:
-        raise TermforgeError(f"{where}: the image predates base images; rebuild it (termforge build-images)")
-    built = ensure_task_base(request["base"], request["apt_packages"], image_cache, log=log)
-    if built.digest != base["digest"]:
-        raise TermforgeError(
-            f"{where}: built on base {base['name']} {base['digest'][:19]}, but that base is now "
-            f"{built.digest[:19]} (rebuilt with other package versions); rebuild the task image")
-    return str(built.rootfs)
 
 
 def image_summary(meta: dict) -> dict:
