@@ -31,7 +31,8 @@ from termforge.quality.hijack import ATTACKS, CHANNEL_STEAL_PY, ROUTES, plant_sc
 from termforge.quality.validate import _run_agent, agent_code_imports, static_checks
 from termforge.grading.reward_file import read_reward
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime, DiskWatch, allocated_bytes
+from termforge.images.runtimes import BwrapRuntime
+from termforge.runtime.process import DiskWatch, allocated_bytes
 from termforge.solve import SolveSettings, rollout_once
 
 pytestmark = needs_bwrap

@@ -21,7 +21,7 @@ from termforge.generate.families.calibration import KINDS, OneStepFileTask
 from termforge.generate.procedural import build_task, generate_task
 from termforge.quality.validate import validate_task
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
+from termforge.images.runtimes import BwrapRuntime
 from termforge.grading.verifier import run_verifier
 
 ROOT = Path(__file__).resolve().parents[1]

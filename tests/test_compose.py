@@ -26,7 +26,7 @@ from termforge.generate.honour import SHAPE_AXES, actual_axes
 from termforge.generate.procedural import build_task, generate_task, shape_mismatches
 from termforge.io import read_json
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
+from termforge.images.runtimes import BwrapRuntime
 from termforge.grading.taskcheck import check_soundness
 from termforge.grading.verifier import run_oracle, run_verifier
 

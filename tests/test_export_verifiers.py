@@ -297,7 +297,7 @@ def test_rollouts_get_termforges_reward_and_a_forging_agent_scores_zero_with_hac
     from termforge.harness import HarnessConfig
     from termforge.models.base import ChatModel, Completion
     from termforge.runtime.base import Limits
-    from termforge.runtime.bwrap import BwrapRuntime
+    from termforge.images.runtimes import BwrapRuntime
     from termforge.solve import SolveSettings, rollout_once
 
     root, tasks = corpus

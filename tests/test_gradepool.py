@@ -16,8 +16,8 @@ from termforge.generate.verifier_kinds import STRATEGIES
 from termforge.quality.hijack import ATTACKS, plant_script, programs_run_by_tests
 from termforge.quality.validate import _run_agent, validate_task
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
-from termforge.runtime.gradepool import PooledRuntime, pooled_runtime
+from termforge.images.runtimes import BwrapRuntime
+from termforge.grading.gradepool import PooledRuntime, pooled_runtime
 from termforge.grading.verifier import ZERO_CHECK, ZERO_PROBE, run_test_file
 
 from test_attacks import LIMITS as ATTACK_LIMITS, PROCESS_EVIDENCE, PROCESS_ROUTES
@@ -202,7 +202,7 @@ def test_validation_verdicts_are_identical_on_the_reference_and_the_default_path
     kept from task to task on one shelf, zero-check grades, the first oracle run seeding the
     mutants and input sensitivity): the same verdicts, reasons, checks and evidence, with fewer
     oracle runs. The last task also runs with three checks in flight at once."""
-    from termforge.runtime.gradepool import PoolShelf
+    from termforge.grading.gradepool import PoolShelf
 
     corpus = _corpus(tmp_path)
     with PoolShelf() as shelf:

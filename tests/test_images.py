@@ -22,7 +22,8 @@ from termforge.images.build import MOUNT_POINTS, base_key, file_sha256, image_ca
 from termforge.images.store import ImageStore
 from termforge.io import read_json
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import HOST_ROOTFS, BwrapRuntime, sandbox_argv
+from termforge.images.runtimes import BwrapRuntime
+from termforge.runtime.bwrap import HOST_ROOTFS, sandbox_argv
 
 TB2 = Path(__file__).parent / "data" / "tb2_format"
 needs_images = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("mmdebstrap") is None,

@@ -24,7 +24,7 @@ from termforge.quality import perturb_inputs as P
 from termforge.quality.sensitivity import PERTURB_SCRIPT, constant_program, input_sensitivity, named_inputs
 from termforge.quality.validate import validate_task
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
+from termforge.images.runtimes import BwrapRuntime
 
 LIMITS = Limits(wall_sec=60, cpu_sec=60, memory_mb=4096)
 

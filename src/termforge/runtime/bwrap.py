@@ -15,7 +15,7 @@ uid 1000 maps to it): the kernel never applies RLIMIT_NPROC to root, so a sandbo
 could fork without bound, and a uid of its own keeps one session's count (and files) apart from
 every other's.
 
-bwrap itself starts with an empty environment (`SANDBOX_HOST_ENV`): its processes inside the
+bwrap itself starts with an empty environment (`runtime.process.SANDBOX_HOST_ENV`): its processes inside the
 sandbox (pid 1, the reaper) keep the environment they were started with, and /proc/1/environ is
 readable by the sandbox's uid, so anything of the orchestrator's environment (API keys) would be
 readable by the agent. Every tree the sandbox wrote is walked, measured, copied and removed on the
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import os
-import resource
 import secrets
 import select
 import shutil
@@ -34,7 +33,6 @@ import signal
 import stat
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -42,6 +40,9 @@ from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, read_json, stable_hash
 from termforge.runtime import accounting, trees
 from termforge.runtime.base import Bind, BuildResult, ExecResult, Image, Limits, Runtime, Session
+from termforge.runtime.process import (DiskWatch, _limit_preexec, limit_reason, nproc_prefix, popen_argv, popen_env,
+                                       tree_bounds)
+from termforge.runtime.shell import PersistentShell
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 # `rootfs` value meaning the host's /usr and /etc (runtime.rootfs: host), instead of an image.
@@ -50,7 +51,6 @@ HOST_ROOTFS = "host"
 IMAGE_FORMAT = "bwrap-image-2"
 OUTPUT_CAP = 4 * 1024 * 1024
 # The environment bwrap itself is started with: nothing of the host's (see the module docstring).
-SANDBOX_HOST_ENV: dict[str, str] = {}
 
 
 def bwrap_available() -> bool:
@@ -167,7 +167,6 @@ def default_work_root() -> Path | None:
 FRESH_UID = object()
 SANDBOX_UID_BASE = 200_000  # host uids given to sessions when the host runs as root
 SANDBOX_UID_SPAN = 1 << 20
-FSIZE_EXIT = 128 + signal.SIGXFSZ
 
 
 def session_uid() -> int | None:
@@ -186,129 +185,6 @@ def chown_tree(root: Path, uid: int | None) -> None:
     why = trees.chown(Path(root), uid)
     if why:
         raise TermforgeError(f"cannot give {root} to the session's uid: {why}")
-
-
-def tree_bounds(limits: Limits) -> trees.Bounds:
-    """How far the host walks a sandbox's writable trees (runtime.limits tree_depth/tree_entries)."""
-    return trees.Bounds(depth=limits.tree_depth, entries=limits.tree_entries, seconds=trees.DEFAULT_BOUNDS.seconds)
-
-
-def popen_argv(argv: list[str]) -> list[str]:
-    """The command line to start: `bwrap` resolved on the host's PATH here, because bwrap itself
-    runs with an empty environment."""
-    if argv and argv[0] == "bwrap":
-        return [shutil.which("bwrap") or "/usr/bin/bwrap", *argv[1:]]
-    return list(argv)
-
-
-def popen_env(argv: list[str]) -> dict[str, str] | None:
-    """The environment to start `argv` with: none of the host's for bwrap (whose own processes
-    stay visible inside the sandbox); other runtimes' launchers (apptainer) clean it themselves."""
-    return SANDBOX_HOST_ENV if argv and Path(argv[0]).name == "bwrap" else None
-
-
-def _limit_preexec(limits: Limits, uid: int | None = None, cgroup: accounting.SandboxCgroup | None = None):
-    def apply() -> None:
-        if cgroup is not None:
-            cgroup.join()  # before dropping root: the cgroup is the caller's
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_sec, limits.cpu_sec + 5))
-        mem = limits.memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.max_open_files, limits.max_open_files))
-        fsize = limits.max_file_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        if uid is not None:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            # Set after dropping root; the session's uid is its own, so the count is the sandbox's.
-            # (Without a uid of its own, `nproc_prefix` sets it inside the sandbox instead: there
-            # it counts the sandbox's processes, not every process of the caller.)
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_procs, limits.max_procs))
-
-    return apply
-
-
-def nproc_prefix(limits: Limits, uid: int | None) -> list[str]:
-    """The process-count limit set inside the sandbox (after bwrap made its user namespace), for
-    sessions that share the caller's uid."""
-    if uid is not None or not os.path.exists("/usr/bin/prlimit"):
-        return []
-    return ["/usr/bin/prlimit", f"--nproc={limits.max_procs}", "--"]
-
-
-def allocated_bytes(roots: list[Path]) -> int:
-    """Disk blocks held under `roots` (sparse files count what they really occupy)."""
-    return trees.allocated([Path(r) for r in roots]).bytes
-
-
-class DiskWatch:
-    """Kills a sandbox once its writable layer outgrows the cap. Polls, so a fast writer may
-    overshoot by what it writes in one interval; RLIMIT_FSIZE bounds each single file.
-
-    The cap cannot be switched off by what the sandbox writes: a tree the watcher cannot measure
-    within its bounds (too deep, too many entries, unreadable, too slow) kills the sandbox too,
-    with that reason, and so does any error of the watcher itself."""
-
-    INTERVAL = 0.2
-
-    def __init__(self, roots: list[Path], cap_mb: int, pid: int | None, bounds: trees.Bounds | None = None,
-                 kill=None):
-        """Kills process group `pid`, or calls `kill()` (a sandbox that is no child of ours)."""
-        self.roots, self.cap, self.pid = [Path(r) for r in roots], cap_mb * 1024 * 1024, pid
-        self.kill = kill
-        self.bounds = bounds or trees.DEFAULT_BOUNDS
-        self.hit = False
-        self.reason: str | None = None
-        self.unmeasurable = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        if self.roots:
-            self._thread = accounting.start_thread(self._run)
-
-    def _check(self) -> str | None:
-        try:
-            m = trees.allocated(self.roots, self.bounds)
-        except Exception as exc:  # noqa: BLE001 - a watcher that cannot measure must still stop the writer
-            self.unmeasurable = True
-            return f"the writable layer could not be measured ({type(exc).__name__}: {exc})"
-        if m.bytes > self.cap:
-            return f"the writable layer grew past {self.cap // (1024 * 1024)} MiB"
-        if m.incomplete:
-            self.unmeasurable = True
-            return f"the writable layer could not be measured: {m.incomplete}"
-        return None
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.INTERVAL):
-            why = self._check()
-            if why is None:
-                continue
-            self.hit, self.reason = True, why
-            try:
-                if self.kill is not None:
-                    self.kill()
-                else:
-                    os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, OSError):
-                pass
-            return
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread.is_alive():
-            self._thread.join()
-
-
-def limit_reason(code: int, limits: Limits, disk_hit: bool | str | None) -> str | None:
-    if isinstance(disk_hit, str):
-        return f"disk: {disk_hit}"
-    if disk_hit:
-        return f"disk: the writable layer grew past {limits.disk_mb} MiB"
-    if code == FSIZE_EXIT:
-        return f"file size: a file grew past {limits.max_file_mb} MiB"
-    return None
 
 
 class _CappedReader:
@@ -528,8 +404,6 @@ class BwrapSession(Session):
 
     def open_shell(self, env: dict | None = None, cwd: str = "/app"):
         """A persistent bash in this session's sandbox (the agent's shell), started in `cwd`."""
-        from termforge.runtime.shell import PersistentShell
-
         def argv() -> list[str]:
             return sandbox_argv(self.layer, nproc_prefix(self.limits, self.uid) + ["/bin/bash", "--noprofile", "--norc", "-s"],
                                 rootfs=self.rootfs, binds=self.binds,

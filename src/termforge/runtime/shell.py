@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from termforge.runtime.base import ExecResult, Limits
-from termforge.runtime.bwrap import DiskWatch, _limit_preexec, limit_reason, popen_argv, popen_env, tree_bounds
+from termforge.runtime.process import DiskWatch, _limit_preexec, limit_reason, popen_argv, popen_env, tree_bounds
 
 MAX_BUFFER = 8 * 1024 * 1024
 
