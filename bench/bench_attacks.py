@@ -21,7 +21,7 @@ from termforge.generate.procedural import generate_task  # noqa: E402
 from termforge.quality.hijack import ATTACKS, programs_run_by_tests  # noqa: E402
 from termforge.quality.validate import _run_agent  # noqa: E402
 from termforge.runtime.base import Limits  # noqa: E402
-from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
+from termforge.images.runtimes import BwrapRuntime  # noqa: E402
 
 LIMITS = Limits(wall_sec=40, cpu_sec=40, memory_mb=2048, max_procs=64, max_open_files=256, max_file_mb=32,
                 disk_mb=64, tmp_mb=32)

@@ -30,6 +30,7 @@ How bad input is reported (follow this when adding a command or an option):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -213,6 +214,7 @@ def cmd_generate(args) -> int:
         from termforge.models.base import make_model
         from termforge.params import resolve_flat
         from termforge.images.runtimes import get_runtime
+        from termforge.planning import generation_cost
 
         key = resolve_flat(o, "models.{generate.model}")
         model = make_model(dict(o[key]), where=key)
@@ -221,10 +223,11 @@ def cmd_generate(args) -> int:
                                    Path(args.tasks_dir), Path(args.out), model,
                                    max_repair_rounds=o["generate.max_repair_rounds"],
                                    base_image=o["generate.base_image"], images_dir=Path(args.images_dir),
-                                   cost_config={"generate": {"backend": "llm", "model": o["generate.model"],
-                                                             "max_repair_rounds": o["generate.max_repair_rounds"]},
-                                                "models": {o["generate.model"]: dict(o[key])},
-                                                "prices": o["prices"], "planning": o["planning"]},
+                                   cost=functools.partial(generation_cost, {
+                                       "generate": {"backend": "llm", "model": o["generate.model"],
+                                                    "max_repair_rounds": o["generate.max_repair_rounds"]},
+                                       "models": {o["generate.model"]: dict(o[key])},
+                                       "prices": o["prices"], "planning": o["planning"]}),
                                    workers=o["generate.workers"],
                                    second_solution=o["generate.second_solution"],
                                    runtime=get_runtime("bwrap", rootfs=o["runtime.rootfs"]))

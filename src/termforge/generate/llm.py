@@ -1014,12 +1014,14 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
                            manifest_path: Path, model: ChatModel, max_repair_rounds: int = 2,
                            base_image: str = "termforge/base:bookworm", images_dir: Path | None = None,
                            workers: int = 1, *, runtime: Runtime | None = None, limits: Limits | None = None,
-                           sampling: SamplingParams | None = None, cost_config: dict | None = None,
+                           sampling: SamplingParams | None = None,
+                           cost: Callable[[int, int, int], dict] | None = None,
                            second_solution: bool = True) -> dict:
     """Generate every task of the shard with the llm chain and write the shard manifest.
 
-    cost_config (the generate, models, prices and planning sections): the summary then sets what
-    `termforge plan` projected for this shard beside what it really cost.
+    cost(n_tasks, input_tokens, output_tokens): the summary's cost entry, what `termforge plan`
+    projected for this shard beside what it really cost (termforge.planning.generation_cost bound
+    to the generate, models, prices and planning sections; planning is the layer above).
 
     Finished tasks are skipped; tasks that failed before are tried again (with a response cache that
     costs nothing and fails the same way). The manifest lists published tasks under "tasks" (the
@@ -1070,12 +1072,10 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
         entries.append({"id": sig["id"], "family": task["family"], "domain": sig["domain"],
                         "mismatch": [m["axis"] for m in task["mismatch"]]})
     summary = chain_summary(chains, model.stats())
-    if cost_config is not None:
-        from termforge.planning import generation_cost
-
+    if cost is not None:
         usage = summary["requests"]
-        summary["cost"] = generation_cost(cost_config, len(sigs), int(usage.get("prompt_tokens", 0) or 0),
-                                          int(usage.get("completion_tokens", 0) or 0))
+        summary["cost"] = cost(len(sigs), int(usage.get("prompt_tokens", 0) or 0),
+                               int(usage.get("completion_tokens", 0) or 0))
     manifest = {"shard": f"{shard:05d}", "tasks_dir": str(tasks_dir), "backend": BACKEND,
                 "model": model.model_id, "tasks": entries, "failed": failed, "summary": summary}
     atomic_write_json(manifest_path, manifest)
