@@ -18,7 +18,8 @@ import pytest
 from conftest import built_family_tasks
 from termforge.errors import ConfigError, TermforgeError
 from termforge.images import DEFAULT_BASE, declaration, derive, ensure_base, ensure_task_base, load_declarations
-from termforge.images.build import MOUNT_POINTS, base_key, file_sha256, image_cache_dir, read_lock, write_layer
+from termforge.images.build import MOUNT_POINTS, base_key, read_lock, write_layer
+from termforge.images.store import file_sha256, image_cache_dir
 from termforge.images.store import ImageStore
 from termforge.io import read_json
 from termforge.runtime.base import Limits

@@ -207,21 +207,7 @@ def declaration(name: str, bases_dir: Path = BASES_DIR) -> BaseDecl:
                          f"{', '.join(sorted(n for d in decls.values() for n in d.names))})")
 
 
-def find_base_for(image: str, store=None) -> BaseDecl | None:
-    """The base a Dockerfile's `FROM image` names: a declared base by one of its image names,
-    else an image of the store (termforge images add), else None."""
-    try:
-        return declaration(image)
-    except TermforgeError:
-        pass
-    from termforge.images.store import ImageStore, epoch_of
 
-    stored = (store or ImageStore()).get(image)
-    if stored is None:
-        return None
-    slug = re.sub(r"[^a-z0-9]+", "-", stored.name.lower()).strip("-")
-    return BaseDecl(f"store-{slug}", f"{stored.name} from the image store", (), image=stored.name,
-                    image_digest=stored.digest, source_date_epoch=epoch_of(stored.created))
 
 
 def check_packages(packages, where: str) -> tuple[str, ...]:
@@ -250,4 +236,4 @@ def declared_packages(name: str = DEFAULT_BASE) -> tuple[str, ...]:
 
 
 __all__ = ["BaseDecl", "load_declarations", "declaration", "derive", "declared_packages", "normalize_name",
-           "check_packages", "find_base_for", "DEFAULT_BASE", "BASES_DIR", "SLIM_DPKG_OPTIONS"]
+           "check_packages", "DEFAULT_BASE", "BASES_DIR", "SLIM_DPKG_OPTIONS"]

@@ -116,7 +116,7 @@ class DockerfileImage:
 
 
 def _cache_dir(cache) -> Path:
-    from termforge.images.build import image_cache_dir
+    from termforge.images.store import image_cache_dir
 
     return image_cache_dir(cache) / "dockerfile"
 
