@@ -130,7 +130,7 @@ def _configured(overlays: list[str] | None) -> dict:
 
 def cmd_check_config(args) -> int:
     from termforge.config import config_paths, model_names, shard_ids
-    from termforge.models.base import missing_api_keys
+    from termforge.models.registry import missing_api_keys
 
     if args.files and args.configfile:
         raise ConfigError("check-config: give the overlays either as arguments or after --configfile, not both")
@@ -211,7 +211,7 @@ def cmd_generate(args) -> int:
     o = _stage_options(args, "generate")
     if o["generate.backend"] == "llm":
         from termforge.generate.llm import run_generate_shard_llm
-        from termforge.models.base import make_model
+        from termforge.models.registry import make_model
         from termforge.params import resolve_flat
         from termforge.images.runtimes import get_runtime
         from termforge.planning import generation_cost
@@ -341,7 +341,7 @@ def _review_judge(o: dict):
     name = (o.get("review") or {}).get("judge")
     if not name:
         return None
-    from termforge.models.base import make_model
+    from termforge.models.registry import make_model
     from termforge.params import flat_lookup
 
     try:
@@ -369,7 +369,7 @@ def cmd_review(args) -> int:
 
 
 def _model_for(o: dict, role_key: str, models_key: str, agent: str = "model", tasks_dir: Path | None = None):
-    from termforge.models.base import make_model
+    from termforge.models.registry import make_model
     from termforge.solve import OracleReplayModel
 
     if agent == "oracle":
@@ -393,7 +393,7 @@ def cmd_solve(args) -> int:
 
     tasks_dir = Path(read("shard_manifest", args.manifest)["tasks_dir"])
     if args.server and s["agent"] == "model":  # the workflow's policy server (termforge.serve)
-        from termforge.models.base import make_model
+        from termforge.models.registry import make_model
         from termforge.serve import served_model_spec
 
         model = make_model(served_model_spec(args.server, s["concurrency"]), where=f"{args.server}")
@@ -630,7 +630,7 @@ def cmd_hints(args) -> int:
     model = None
     checks: dict = {}
     if o["hints.backend"] == "llm":
-        from termforge.models.base import make_model
+        from termforge.models.registry import make_model
         from termforge.params import flat_lookup
 
         def spec(name_key: str) -> tuple[str, dict]:

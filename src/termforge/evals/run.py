@@ -11,7 +11,8 @@ from pathlib import Path
 from termforge.errors import TermforgeError
 from termforge.harness import HarnessConfig, run_episode
 from termforge.io import atomic_write_json, atomic_write_text
-from termforge.models.base import ChatModel, make_model
+from termforge.models.base import ChatModel
+from termforge.models.registry import make_model
 
 TABLE_COLUMNS = ("model", "benchmark", "metric", "value", "n", "stderr")
 

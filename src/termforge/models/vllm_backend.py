@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from termforge.errors import ConfigError, TermforgeError
 from termforge.models.base import (
     ChatModel,
+    register_backend,
     Completion,
     Messages,
     SamplingParams,
@@ -129,3 +130,8 @@ class VLLMChatModel(ChatModel):
 
     def close(self) -> None:
         self.llm = None
+
+
+register_backend("vllm", ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "dtype", "engine_seed",
+                          "engine_kwargs", "lora"),
+                 lambda name, sampling, where, options: VLLMChatModel(name, sampling=sampling, **options))
