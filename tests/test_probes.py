@@ -41,6 +41,22 @@ def test_placeholders_are_filled_and_the_python_compiles():
     assert repr(hijack.FORGED_VERDICT) in hijack.CHANNEL_STEAL_PY
 
 
+SRC = Path(__file__).resolve().parents[1] / "src" / "termforge"
+SHELL_PROGRAMS = sorted(p.relative_to(SRC).as_posix() for p in SRC.rglob("*.sh"))
+
+
+@pytest.mark.parametrize("path", SHELL_PROGRAMS)
+def test_every_shell_program_of_the_package_parses_and_is_used(path):
+    """Every shell file under src/termforge (grading/, images/scripts/, quality/probes/) is valid
+    bash and named by the code that runs it (no file left behind by a move)."""
+    res = subprocess.run(["bash", "-n", str(SRC / path)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    name = Path(path).name
+    stem = name.removesuffix(".sh")
+    sources = "\n".join(p.read_text() for p in SRC.rglob("*.py"))
+    assert f'"{name}"' in sources or f'"{stem}"' in sources or f'/{name}"' in sources, path
+
+
 @pytest.mark.parametrize("text", [*PROBES.values(), *hijack.ROUTES.values(),
                                   hijack.program_text("bash"), hijack.program_text("bash", obfuscated=True)])
 def test_every_script_parses(text):
@@ -115,7 +131,10 @@ ROUTE_EFFECTS = {
 @needs_bwrap
 @pytest.mark.parametrize("name", PROBE_NAMES)
 def test_each_probe_does_its_attack(tmp_path, name):
-    res, dirs = _run(tmp_path, PROBES[name])
+    script = PROBES[name]
+    if name == "background_rewriter":  # the sandbox lives on until the rewriter has written once
+        script += "\nfor i in $(seq 100); do [ -s /logs/verifier/reward.txt ] && break; sleep 0.1; done\n"
+    res, dirs = _run(tmp_path, script)
     assert res.returncode == 0, res.stderr
     assert EFFECTS[name](res, dirs) is not False
 

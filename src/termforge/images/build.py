@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from termforge.errors import TermforgeError
-from termforge.images.declarations import SLIM_DPKG_OPTIONS, BaseDecl, declaration, derive
+from termforge.images.declarations import SCRIPTS_DIR, SLIM_DPKG_OPTIONS, BaseDecl, declaration, derive
 from termforge.images.store import (ImageStore, file_sha256, find_base_for, image_cache_dir, image_store_dir,
                                    register_base)
 from termforge.io import atomic_write_json, atomic_write_text, read_json, stable_hash
@@ -354,27 +354,8 @@ def _mmdebstrap(decl: BaseDecl, rootfs: Path, timeout: float) -> str:
                 env=_build_env(decl.epoch))
 
 
-# Runs in a private mount and pid namespace (unshare), so /proc, /dev and the shared apt caches
-# leave with it and any daemon a maintainer script starts dies with the build; policy-rc.d stops
-# services starting. apt's package lists and downloaded .debs are kept in the image cache
-# (<cache>/apt/) across builds: a second derived base downloads only what is new.
-APT_LAYER_SCRIPT = r"""
-set -eu
-R=$1; APT=$2; shift 2
-mount -t proc proc "$R/proc"
-mount --rbind /dev "$R/dev"
-mkdir -p "$APT/lists/partial" "$APT/archives/partial"
-mount --bind "$APT/lists" "$R/var/lib/apt/lists"
-mount --bind "$APT/archives" "$R/var/cache/apt/archives"
-printf '#!/bin/sh\nexit 101\n' > "$R/usr/sbin/policy-rc.d"
-chmod 755 "$R/usr/sbin/policy-rc.d"
-cat /etc/resolv.conf > "$R/etc/resolv.conf" 2>/dev/null || true
-run() { chroot "$R" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" "$@"; }
-run apt-get -q -o Acquire::Languages=none update
-run apt-get -q -y --no-install-recommends install "$@"
-rm -f "$R/usr/sbin/policy-rc.d"
-"""
+# The apt layer of a derived base, run in a private mount and pid namespace (images/scripts/).
+APT_LAYER_SCRIPT = (SCRIPTS_DIR / "apt-layer.sh").read_text()
 
 
 def _apt_layer(decl: BaseDecl, parent: BuiltBase, rootfs: Path, timeout: float, cache: Path,
@@ -391,20 +372,8 @@ def _apt_layer(decl: BaseDecl, parent: BuiltBase, rootfs: Path, timeout: float, 
                     env=_build_env(decl.epoch))
 
 
-# Python's byte code as unchecked-hash .pyc files: valid whatever the sources' mtimes (the layer
-# clamps them, so timestamp .pyc files would be stale, and recompiled in memory at every import,
-# wherever the image is unpacked), and never re-hashed at import (checked-hash .pyc files, what
-# py3compile writes under SOURCE_DATE_EPOCH, cost ~90 ms more per `import pytest`). The image is
-# read-only, so its sources never change.
-COMPILE_SCRIPT = r"""
-set -eu
-R=$1; shift
-mount -t proc proc "$R/proc"
-mount --rbind /dev "$R/dev"
-dirs=$(cd "$R" && ls -d usr/lib/python3 usr/lib/python3.* 2>/dev/null | sed 's,^,/,')
-chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C.UTF-8 \
-  python3 -m compileall -q -f -j 1 --invalidation-mode unchecked-hash $dirs || true  # (a package's unparsable file must not fail the build)
-"""
+# Python's byte code as unchecked-hash .pyc files (images/scripts/compile-python.sh says why).
+COMPILE_SCRIPT = (SCRIPTS_DIR / "compile-python.sh").read_text()
 
 
 def _compile_python(rootfs: Path, timeout: float, name: str) -> str:

@@ -31,6 +31,8 @@ from termforge.errors import ConfigError, TermforgeError
 from termforge.io import stable_hash
 
 BASES_DIR = Path(__file__).resolve().parent / "bases"
+# Programs the builds run in their namespaces (package data, read by name).
+SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
 # The base every termforge task builds on unless its task.json names another.
 DEFAULT_BASE = "termforge-bookworm"
 # Debian's package name rule (Policy 5.6.1), optionally with =version: nothing else reaches apt.
