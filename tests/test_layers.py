@@ -90,3 +90,18 @@ def test_a_cycle_hidden_in_a_function_is_counted(tree_copy):
     res = _cycles(src)
     assert res.returncode == 1
     assert "termforge: 1 import cycle(s)" in res.stdout and "termforge.io" in res.stdout, res.stdout
+
+
+def test_every_backend_registers_itself_and_checking_a_spec_loads_none():
+    """models.registry knows a constructor for every backend a spec may name, and checking specs
+    (every config check does, through termforge.plancheck) imports no backend and no vendor SDK."""
+    code = ("import sys, termforge.plancheck, termforge.models.base as base\n"
+            "base.check_model_spec({'backend': 'anthropic', 'model': 'm'})\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('openai', 'anthropic', 'torch', 'vllm')"
+            " or m.endswith('_backend')), sorted(base.BACKENDS))\n"
+            "import termforge.models.registry\n"
+            "print(sorted(base.BACKENDS) == sorted(base._BACKEND_OPTIONS))\n")
+    res = subprocess.run([sys.executable, "-c", code], env=_env(ROOT / "src"), capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["[] []", "True"]

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from termforge.config import deep_merge
-from termforge.models.registry import check_model_spec
+from termforge.models.base import check_model_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

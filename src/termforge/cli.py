@@ -130,7 +130,7 @@ def _configured(overlays: list[str] | None) -> dict:
 
 def cmd_check_config(args) -> int:
     from termforge.config import config_paths, model_names, shard_ids
-    from termforge.models.registry import missing_api_keys
+    from termforge.models.base import missing_api_keys
 
     if args.files and args.configfile:
         raise ConfigError("check-config: give the overlays either as arguments or after --configfile, not both")

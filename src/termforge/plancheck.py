@@ -18,8 +18,7 @@ from typing import Any, Callable
 from termforge.config import ablation_config, check_config, load_config, load_overlays, run_ablations
 from termforge.errors import ConfigError
 from termforge.evals.run import trained_policy_problem
-from termforge.models.base import SamplingParams
-from termforge.models.registry import model_spec_problem
+from termforge.models.base import SamplingParams, model_spec_problem
 from termforge.opsd.config import OPSDConfig
 
 

@@ -1,12 +1,11 @@
 """Chat models: one interface (`ChatModel`), four backends (openai, anthropic, transformers, vllm), a response cache, a `vllm serve` runner.
 
 Each backend registers itself in `base.BACKENDS`; `registry` imports them all and builds models from
-specs (`make_model`). Backends import torch and vllm only when a model is built, so importing this
-package needs neither.
+specs (`registry.make_model`). This package imports neither the backends nor their SDKs, nor torch
+or vllm: a spec is checked by `base.check_model_spec` alone.
 """
 
 from termforge.models.base import ChatModel, Completion, SamplingParams
-from termforge.models.registry import make_model
 from termforge.models.cache import CachedChatModel, ResponseCache, cache_key
 
 __all__ = [
@@ -16,5 +15,4 @@ __all__ = [
     "ResponseCache",
     "SamplingParams",
     "cache_key",
-    "make_model",
 ]

@@ -212,19 +212,8 @@ class ChatModel(abc.ABC):
         return f"{type(self).__name__}(model={self.model_name!r})"
 
 
-# The backends a model spec can name. Each backend module registers itself when imported
-# (termforge.models.registry imports them all); this module imports none of them.
-@dataclass(frozen=True)
-class Backend:
-    name: str
-    options: tuple[str, ...]  # what a model spec may set besides backend/model/sampling/cache_dir
-    construct: Callable[..., "ChatModel"]  # (model name, sampling, where, options) -> the model
-
-
-BACKENDS: dict[str, Backend] = {}
-
-# Options every API backend accepts (openai, anthropic: termforge.models.api).
-API_OPTIONS = (
+# Options each backend accepts in a model spec besides backend/model/sampling/cache_dir.
+_API_OPTIONS = (
     "base_url",
     "api_key_env",
     "concurrency",
@@ -236,10 +225,121 @@ API_OPTIONS = (
     "extra_body",
     "jitter_seed",
 )
+_BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
+    "openai": _API_OPTIONS,
+    "anthropic": (*_API_OPTIONS, "prompt_cache"),
+    "transformers": ("device", "dtype", "batch_size", "num_threads", "converted_cache"),
+    "vllm": (
+        "tensor_parallel_size",
+        "gpu_memory_utilization",
+        "max_model_len",
+        "dtype",
+        "engine_seed",
+        "engine_kwargs",
+        "lora",
+    ),
+}
+_COMMON_KEYS = ("backend", "model", "sampling", "cache_dir")
+
+# Backend name -> what builds its model: (model name, sampling, where, options) -> ChatModel. Each
+# backend module registers itself when imported (termforge.models.registry imports them all and
+# builds models); this module imports no backend. What a spec may set per backend is the table
+# above: checking a spec (plan time, termforge.plancheck) needs neither a backend nor its SDK.
+BACKENDS: dict[str, Callable[..., "ChatModel"]] = {}
 
 
-def register_backend(name: str, options: tuple[str, ...], construct: Callable[..., "ChatModel"]) -> None:
-    """Make `name` a backend a model spec can name; `construct` builds its model."""
-    if name in BACKENDS and BACKENDS[name].construct is not construct:
+def register_backend(name: str, construct: Callable[..., "ChatModel"]) -> None:
+    """Make `construct` build the models of backend `name` (one of _BACKEND_OPTIONS)."""
+    if name not in _BACKEND_OPTIONS:
+        raise TermforgeError(f"model backend {name!r}: no options declared for it in termforge.models.base")
+    if BACKENDS.get(name, construct) is not construct:
         raise TermforgeError(f"model backend {name!r} is registered twice")
-    BACKENDS[name] = Backend(name, tuple(options), construct)
+    BACKENDS[name] = construct
+
+
+def check_model_spec(spec: Any, where: str = "model") -> SamplingParams:
+    """Check a model spec without building the model (no import of its backend or its SDK, no
+    weights, no request): the keys a backend takes and the sampling defaults. Returns the sampling defaults.
+    Raises ConfigError naming the key (`where` is the spec's config path)."""
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where}: expected a mapping with keys backend and model, got {spec!r:.200}")
+    for key in ("backend", "model"):
+        if key not in spec or spec[key] in (None, ""):
+            raise ConfigError(f"{where}.{key}: required key is missing")
+    backend = spec["backend"]
+    if backend not in _BACKEND_OPTIONS:
+        raise ConfigError(
+            f"{where}.backend: unknown backend {backend!r} (expected one of {', '.join(_BACKEND_OPTIONS)})"
+        )
+    if not isinstance(spec["model"], str):
+        raise ConfigError(f"{where}.model: expected a string, got {spec['model']!r}")
+    allowed = set(_COMMON_KEYS) | set(_BACKEND_OPTIONS[backend])
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"{where}.{unknown[0]}: unknown option for backend {backend!r} "
+            f"(accepted: {', '.join(sorted(_BACKEND_OPTIONS[backend]))})"
+        )
+    return SamplingParams.from_dict(spec.get("sampling"), where=f"{where}.sampling")
+
+
+# The config keys that name a model in `models`, with the condition under which the run uses it.
+MODEL_ROLES: tuple[tuple[str, str | None, object], ...] = (
+    ("generate.model", "generate.backend", "llm"),
+    ("hints.model", "hints.backend", "llm"),
+    ("hints.judge", "hints.backend", "llm"),
+    ("hints.probe", "hints.backend", "llm"),
+    ("solve.model", "solve.agent", "model"),
+    ("eval.model", None, None),
+)
+_KEY_DEFAULTS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+def used_models(cfg: dict[str, Any]) -> dict[str, list[str]]:
+    """The names in `models` this config's run uses, each with the config keys that use it."""
+    used: dict[str, list[str]] = {}
+    for role, cond_key, cond_value in MODEL_ROLES:
+        section, key = role.split(".")
+        name = (cfg.get(section) or {}).get(key)
+        if cond_key:
+            cond_section, cond_name = cond_key.split(".")
+            if (cfg.get(cond_section) or {}).get(cond_name) != cond_value:
+                continue
+        if name:
+            used.setdefault(name, []).append(role)
+    return used
+
+
+def model_spec_problem(cfg: dict[str, Any]) -> str | None:
+    """The first model the run uses that is undefined or whose spec its backend would refuse
+    (check_model_spec), as a one-line message; None when all are fine. Found when the config is
+    read, not when the job that builds the model starts hours later."""
+    for name, roles in used_models(cfg).items():
+        spec = (cfg.get("models") or {}).get(name)
+        if spec is None:
+            return f"{roles[0]}: model {name!r} is not defined under models"
+        try:
+            check_model_spec(spec, where=f"models.{name}")
+        except ConfigError as exc:
+            return f"{exc} (used by {', '.join(roles)})"
+    return None
+
+
+def missing_api_keys(cfg: dict[str, Any], environ: dict[str, str] | None = None) -> list[str]:
+    """One line per model the run uses whose API key variable is unset here: which model, which
+    variable, and which config keys use it. (A warning, not an error: the key may be set only where
+    the jobs run, e.g. in the cluster's environment.)"""
+    import os
+
+    environ = os.environ if environ is None else environ
+    lines = []
+    for name, roles in used_models(cfg).items():
+        spec = (cfg.get("models") or {}).get(name) or {}
+        backend = spec.get("backend")
+        if backend not in _KEY_DEFAULTS:
+            continue
+        variable = spec.get("api_key_env") or (_KEY_DEFAULTS[backend] if not spec.get("base_url") else None)
+        if variable and not environ.get(variable):
+            lines.append(f"models.{name}: environment variable {variable} (its API key) is not set "
+                         f"(used by {', '.join(roles)})")
+    return lines

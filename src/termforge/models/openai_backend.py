@@ -17,7 +17,7 @@ import pydantic
 
 from termforge.models.api import (FAILURE_KINDS, APIChatModel, BudgetExceededError, ModelRequestError, _Malformed,
                                   with_backoff)
-from termforge.models.base import API_OPTIONS, Completion, Messages, SamplingParams, register_backend
+from termforge.models.base import Completion, Messages, SamplingParams, register_backend
 
 __all__ = ["OpenAIChatModel", "ModelRequestError", "BudgetExceededError", "FAILURE_KINDS"]
 
@@ -77,5 +77,5 @@ class OpenAIChatModel(APIChatModel):
                 for i, (choice, text, raw) in enumerate(zip(choices, texts, raws))]
 
 
-register_backend("openai", API_OPTIONS,
-                 lambda name, sampling, where, options: OpenAIChatModel(name, sampling=sampling, where=where, **options))
+register_backend("openai", lambda name, sampling, where, options: OpenAIChatModel(name, sampling=sampling, where=where,
+                                                                                  **options))

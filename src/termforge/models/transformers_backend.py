@@ -364,5 +364,5 @@ class TransformersChatModel(ChatModel):
         return f"TransformersChatModel(model={self.model_name!r}, device={str(self.device)!r})"
 
 
-register_backend("transformers", ("device", "dtype", "batch_size", "num_threads", "converted_cache"),
+register_backend("transformers",
                  lambda name, sampling, where, options: TransformersChatModel(name, sampling=sampling, **options))

@@ -132,6 +132,4 @@ class VLLMChatModel(ChatModel):
         self.llm = None
 
 
-register_backend("vllm", ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "dtype", "engine_seed",
-                          "engine_kwargs", "lora"),
-                 lambda name, sampling, where, options: VLLMChatModel(name, sampling=sampling, **options))
+register_backend("vllm", lambda name, sampling, where, options: VLLMChatModel(name, sampling=sampling, **options))

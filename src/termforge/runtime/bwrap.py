@@ -15,7 +15,7 @@ uid 1000 maps to it): the kernel never applies RLIMIT_NPROC to root, so a sandbo
 could fork without bound, and a uid of its own keeps one session's count (and files) apart from
 every other's.
 
-bwrap itself starts with an empty environment (`runtime.process.SANDBOX_HOST_ENV`): its processes inside the
+bwrap itself starts with an empty environment (`process.SANDBOX_HOST_ENV`): its processes inside the
 sandbox (pid 1, the reaper) keep the environment they were started with, and /proc/1/environ is
 readable by the sandbox's uid, so anything of the orchestrator's environment (API keys) would be
 readable by the agent. Every tree the sandbox wrote is walked, measured, copied and removed on the
@@ -50,7 +50,6 @@ HOST_ROOTFS = "host"
 # Bumped when what goes into a task image changes, so cached task layers are rebuilt.
 IMAGE_FORMAT = "bwrap-image-2"
 OUTPUT_CAP = 4 * 1024 * 1024
-# The environment bwrap itself is started with: nothing of the host's (see the module docstring).
 
 
 def bwrap_available() -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 from termforge.runtime import accounting, trees
 from termforge.runtime.base import Limits
 
-# bwrap starts with an empty environment (runtime.bwrap's docstring says why).
+# The environment bwrap itself is started with: nothing of the host's (runtime.bwrap's docstring).
 SANDBOX_HOST_ENV: dict[str, str] = {}
 FSIZE_EXIT = 128 + signal.SIGXFSZ
 
