@@ -1,4 +1,4 @@
-"""The grade pool (runtime/gradepool.py, grading/zygote.py; validate.grade_pool): a grader forked
+"""The grade pool (grading/gradepool.py, grading/zygote.py; validate.grade_pool): a grader forked
 from the zygote sees the sandbox a bwrap grader sees (uid, capabilities, namespaces, mounts,
 limits, environment; the pool's work directory and the zygote out of reach), and validation gives
 the same verdict and reason on either path."""

@@ -167,7 +167,7 @@ def _run_grader(session: BwrapSession, tc: _Toolchain, argv: list[str], timeout:
     try:
         env = {**VERIFIER_ENV, **(env or {}), **channel.env}
         pool = getattr(session, "grade_pool", None)
-        # A grade pool (runtime.gradepool) forks the grader from a zygote into a fresh sandbox of
+        # A grade pool (grading.gradepool) forks the grader from a zygote into a fresh sandbox of
         # its own; None where it cannot, and then the grader starts the plain way.
         res = None if pool is None or supervised else pool.run(session, argv, timeout, env, cwd, tc.binds(),
                                                               channel.boot.fileno())

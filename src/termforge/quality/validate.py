@@ -225,7 +225,7 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
                   pool_shelf: PoolShelf | None = None) -> TaskVerdict:
     """`profile`: where each step's count, wall and CPU seconds are added (runtime.accounting);
     measuring changes nothing a step does. `grade_pool` (validate.grade_pool): the task's grades
-    fork from a zygote (runtime/gradepool.py) where the runtime can, else as without, and the first
+    fork from a zygote (grading/gradepool.py) where the runtime can, else as without, and the first
     oracle run's /app seeds the mutants and input sensitivity (quality/solved.py); False: the
     reference path, a fresh grader per grade and an oracle run per check that needs one.
     `concurrent_checks` (validate.concurrent_checks): how many of the checks that follow the

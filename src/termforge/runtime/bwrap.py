@@ -346,7 +346,7 @@ class BwrapSession(Session):
     files the agent's processes never could.
     """
 
-    # Set by runtime.gradepool.GradePool.start: grades in this session fork a grader from that
+    # Set by grading.gradepool.GradePool.start: grades in this session fork a grader from that
     # pool's zygote (verifier._run_grader); None: every grade starts its own grader.
     grade_pool = None
 
