@@ -105,3 +105,24 @@ def test_every_backend_registers_itself_and_checking_a_spec_loads_none():
                          timeout=300)
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == ["[] []", "True"]
+
+
+def test_a_sandbox_runtime_builds_no_image(tmp_path):
+    """runtime.bwrap's runtime is handed root filesystems: asked to build a task on a base image,
+    or to load one, it says that termforge.images.runtimes does that, and builds nothing."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    from termforge.errors import TermforgeError
+    from termforge.images.runtimes import BwrapRuntime as ImageRuntime
+    from termforge.runtime.bwrap import BwrapRuntime
+
+    task = tmp_path / "task"
+    (task / "environment").mkdir(parents=True)
+    (task / "task.json").write_text('{"id": "t1", "environment": {"base": "termforge-bookworm"}}')
+    (task / "environment" / "setup.sh").write_text("true\n")
+    built = BwrapRuntime().build(task, tmp_path / "images")
+    assert not built.ok and "builds no base images" in built.reason
+    assert not (tmp_path / "images" / "t1").exists()
+    with pytest.raises(TermforgeError, match="termforge.images.runtimes"):
+        BwrapRuntime().resolve_rootfs({"rootfs": "image"}, "task t1")
+    assert ImageRuntime().base_request({"environment": {}})["base"] == "termforge-bookworm"
