@@ -30,7 +30,7 @@ from termforge.generate.procedural import generate_task  # noqa: E402
 from termforge.quality.hijack import ATTACKS, programs_run_by_tests  # noqa: E402
 from termforge.quality.validate import _run_agent  # noqa: E402
 from termforge.runtime.base import Limits  # noqa: E402
-from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
+from termforge.images.runtimes import BwrapRuntime  # noqa: E402
 
 LIMITS = Limits(wall_sec=40, cpu_sec=40, memory_mb=2048, max_procs=64, max_open_files=256, max_file_mb=32,
                 disk_mb=64, tmp_mb=32)
@@ -138,7 +138,7 @@ def sandbox_attacks(rt, image, root: Path):
     """(attack, path, held, detail) for the sandbox's own attacks (issue 39 items 2, 3 and 6)."""
     from contextlib import ExitStack
 
-    from termforge.runtime.gradepool import pooled_runtime
+    from termforge.grading.gradepool import pooled_runtime
 
     over = LIMITS.disk_mb * 4 // 8
     # A fresh session for each: what one attack left in /app must not trip the next one's cap.
@@ -176,7 +176,7 @@ def sandbox_attacks(rt, image, root: Path):
             probe = task_dir / "tests" / "test_bench_shm.py"
             probe.write_text("def test_fill():\n    for i in range(" + str(LIMITS.disk_mb // 4) + "):\n"
                              "        with open(f'/dev/shm/f{i}', 'wb') as f:\n            f.write(bytes(8 << 20))\n")
-            from termforge.verifier import run_test_file
+            from termforge.grading.verifier import run_test_file
 
             try:
                 v = run_test_file(s, task_dir, probe.name, timeout=60)

@@ -27,7 +27,7 @@ from termforge.generate.procedural import generate_task  # noqa: E402
 from termforge.generate.verifier_kinds import STRATEGIES  # noqa: E402
 from termforge.quality.validate import validate_task  # noqa: E402
 from termforge.runtime.base import Limits  # noqa: E402
-from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
+from termforge.images.runtimes import BwrapRuntime  # noqa: E402
 
 LEVELS = ("short", "moderate", "complex", "intricate")
 

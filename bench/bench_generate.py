@@ -27,7 +27,7 @@ from termforge.axes.taxonomy import load_taxonomy  # noqa: E402
 from termforge.generate.honour import AXES, SHAPE_AXES, actual_axes, honoured_axes  # noqa: E402
 from termforge.generate.procedural import build_task, generate_task  # noqa: E402
 from termforge.runtime.base import Limits  # noqa: E402
-from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
+from termforge.images.runtimes import BwrapRuntime  # noqa: E402
 
 
 def bench_generate(n: int) -> None:

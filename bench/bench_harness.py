@@ -23,9 +23,10 @@ from termforge.generate.families import family_by_name  # noqa: E402
 from termforge.generate.procedural import generate_task  # noqa: E402
 from termforge.harness import SUBMIT_MARKER, HarnessConfig  # noqa: E402
 from termforge.io import atomic_write_json  # noqa: E402
-from termforge.models.base import SamplingParams, make_model  # noqa: E402
+from termforge.models.base import SamplingParams  # noqa: E402
+from termforge.models.registry import make_model  # noqa: E402
 from termforge.runtime.base import Limits  # noqa: E402
-from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
+from termforge.images.runtimes import BwrapRuntime  # noqa: E402
 from termforge.solve import SolveSettings, run_solve_shard  # noqa: E402
 
 TURNS = 4

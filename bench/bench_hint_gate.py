@@ -110,7 +110,7 @@ def main() -> None:
         disguise_report(Path(args.disguises), args.split, args.show_misses)
     if args.judge or args.probe:
         from termforge.hints.judge import HintChecker, corpus_recall
-        from termforge.models import make_model
+        from termforge.models.registry import make_model
 
         models = {k: make_model(json.loads(v), where=f"--{k}") for k, v in (("judge", args.judge), ("probe", args.probe)) if v}
         try:

@@ -34,7 +34,7 @@ from termforge.images import BaseDecl  # noqa: E402
 from termforge.images.store import ImageStore, register_base  # noqa: E402
 from termforge.quality.validate import validate_task  # noqa: E402
 from termforge.runtime.base import Limits  # noqa: E402
-from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
+from termforge.images.runtimes import BwrapRuntime  # noqa: E402
 
 FAMILIES = ("log_level_filter", "account_audit", "shell_script_fix", "png_shape_census")
 

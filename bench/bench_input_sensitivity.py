@@ -23,7 +23,7 @@ from termforge.generate.families import all_families  # noqa: E402
 from termforge.generate.procedural import generate_task  # noqa: E402
 from termforge.quality.sensitivity import input_sensitivity  # noqa: E402
 from termforge.runtime.base import Limits  # noqa: E402
-from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
+from termforge.images.runtimes import BwrapRuntime  # noqa: E402
 
 
 def _runs(report) -> int:

@@ -23,7 +23,7 @@ from termforge.generate.families import all_families  # noqa: E402
 from termforge.generate.procedural import generate_task  # noqa: E402
 from termforge.quality.mutation import EXCHANGE_KINDS, kill_rate, run_mutants  # noqa: E402
 from termforge.runtime.base import Limits  # noqa: E402
-from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
+from termforge.images.runtimes import BwrapRuntime  # noqa: E402
 
 
 def main() -> int:

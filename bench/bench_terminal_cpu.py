@@ -34,7 +34,7 @@ def make_corpus(root: Path, n: int) -> list[Path]:
     from termforge.generate.procedural import generate_task
     from termforge.hints import procedural_hint
     from termforge.io import atomic_write_json
-    from termforge.runtime.bwrap import BwrapRuntime
+    from termforge.images.runtimes import BwrapRuntime
 
     names = FAMILIES
     tasks = []
@@ -59,7 +59,7 @@ def bench_batching(root: Path, tasks, episodes: int, batch: int, max_new_tokens:
     from termforge.opsd.rollout import stop_token_ids
     from termforge.opsd.terminal import EpisodeSpec, TransformersEngine, run_terminal_episodes
     from termforge.runtime.base import Limits
-    from termforge.runtime.bwrap import BwrapRuntime
+    from termforge.images.runtimes import BwrapRuntime
 
     torch.set_num_threads(2)
     model, tok = load_causal_lm("smollm2-135m-instruct", device="cpu", dtype="float32")

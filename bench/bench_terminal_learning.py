@@ -76,7 +76,7 @@ def make_pool(root: Path, n: int, seed: int, levels: tuple[str, ...]) -> list[st
     from termforge.axes.taxonomy import load_taxonomy
     from termforge.generate.procedural import generate_task
     from termforge.hints import procedural_hint
-    from termforge.runtime.bwrap import BwrapRuntime
+    from termforge.images.runtimes import BwrapRuntime
 
     done = root / "pool.json"
     if done.exists():
@@ -134,7 +134,7 @@ def passk(root: Path, base: BaseModel, task_ids: list[str], k: int, *, temperatu
     from termforge.opsd.rollout import stop_token_ids
     from termforge.opsd.terminal import EpisodeSpec, TransformersEngine, run_terminal_episodes
     from termforge.runtime.base import Limits
-    from termforge.runtime.bwrap import BwrapRuntime
+    from termforge.images.runtimes import BwrapRuntime
 
     path = root / f"{label}.json"
     if path.exists():

@@ -59,8 +59,8 @@ from termforge.generate.verifier_kinds import STRATEGIES  # noqa: E402
 from termforge.quality.validate import DEFAULT_MUTANTS, validate_task  # noqa: E402
 from termforge.runtime import accounting  # noqa: E402
 from termforge.runtime.base import Limits  # noqa: E402
-from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
-from termforge.runtime.gradepool import PoolShelf  # noqa: E402
+from termforge.images.runtimes import BwrapRuntime  # noqa: E402
+from termforge.grading.gradepool import PoolShelf  # noqa: E402
 
 PATHS = ("old", "pool", "new", "concurrent")
 REPO = Path(__file__).resolve().parents[1]

@@ -44,7 +44,7 @@ def main() -> int:
     from termforge.generate.procedural import generate_task
     from termforge.quality.validate import validate_task
     from termforge.runtime.base import Limits
-    from termforge.runtime.bwrap import BwrapRuntime
+    from termforge.images.runtimes import BwrapRuntime
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("sample", nargs="?", help="the sample: a JSON list of {family, signature}")

@@ -6,7 +6,6 @@ from snakemake.utils import validate
 from termforge.cluster import preflight, serve_group_problem, train_launcher, train_resources
 from termforge.config import (
     ablation_config,
-    check_config,
     check_config_files,
     coerce_cli_overrides,
     model_names,
@@ -15,6 +14,7 @@ from termforge.config import (
 from termforge.errors import ConfigError
 from termforge.export_verifiers import export_config
 from termforge.params import stage_params_json, stamp_input
+from termforge.plancheck import planned_config
 
 # Schema check by Snakemake itself (fills defaults), then termforge's checks with a one-line
 # message naming the key (a jsonschema traceback is not something a user should read).
@@ -23,7 +23,7 @@ try:
     check_config_files(workflow.configfiles)
     # Nested --config values arrive as strings: typed by the schema first (termforge.config).
     config.update(
-        check_config(coerce_cli_overrides(config, workflow.config_settings.config))
+        planned_config(coerce_cli_overrides(config, workflow.config_settings.config))
     )
 except ConfigError as exc:
     sys.exit(f"termforge: config error: {exc}")

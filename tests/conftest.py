@@ -71,7 +71,7 @@ def built_family_tasks(root, families) -> list:
     """One procedural task per named family under root/tasks, each built into root/images."""
     from termforge.generate.families import family_by_name
     from termforge.generate.procedural import generate_task
-    from termforge.runtime.bwrap import BwrapRuntime
+    from termforge.images.runtimes import BwrapRuntime
 
     tasks = []
     for i, name in enumerate(families):

@@ -8,9 +8,10 @@ import pytest
 from conftest import make_signature
 from termforge.generate.families import all_families
 from termforge.generate.procedural import generate_task
-from termforge.runtime.apptainer import ApptainerRuntime, dockerfile_to_def, layer_on_base
+from termforge.images.runtimes import ApptainerRuntime
+from termforge.runtime.apptainer import dockerfile_to_def, layer_on_base
 from termforge.runtime.base import Bind, Limits
-from termforge.verifier import run_verifier
+from termforge.grading.verifier import run_verifier
 
 
 @pytest.fixture

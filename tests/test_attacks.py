@@ -30,9 +30,10 @@ from termforge.models.base import ChatModel, Completion, SamplingParams
 from termforge.quality.hijack import (ATTACKS, CHANNEL_STEAL_PY, ROUTES, odd_names_attack, plant_script,
                                      programs_run_by_tests)
 from termforge.quality.validate import _run_agent, agent_code_imports, static_checks
-from termforge.reward_file import read_reward
+from termforge.grading.reward_file import read_reward
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime, DiskWatch, allocated_bytes
+from termforge.images.runtimes import BwrapRuntime
+from termforge.runtime.process import DiskWatch, allocated_bytes
 from termforge.solve import SolveSettings, rollout_once
 
 pytestmark = needs_bwrap
@@ -402,7 +403,7 @@ def test_hacked_rollout_is_never_a_success(corpus, tmp_path):
 def test_exported_test_sh_never_imports_from_app(corpus):
     """Harbor runs tests/test.sh itself (from the image's WORKDIR, /app): a pytest.py, conftest.py
     or sitecustomize.py planted there must not be imported."""
-    from termforge.verifier import TEST_SH, run_verifier
+    from termforge.grading.verifier import TEST_SH, run_verifier
 
     _, rt, tasks = corpus
     task, image, _ = tasks["log_level_filter"]
@@ -1218,7 +1219,7 @@ def test_odd_names_are_data_on_the_tb_native_path(tb_tasks, tmp_path):
 def test_a_grader_that_fails_is_itself_a_finding(corpus, monkeypatch):
     """Whatever stops the grader before its verdict (here: a grader that cannot read the process
     table) leaves a 0 with a reason and a finding, never a clean 0."""
-    import termforge.verifier as verifier
+    import termforge.grading.verifier as verifier
 
     failing = verifier.GRADE_PY.replace(
         "def leftovers():", "def leftovers():\n    raise UnicodeDecodeError('utf-8', b'\\xff', 0, 1, 'odd comm')", 1)

@@ -21,8 +21,8 @@ from termforge.generate.families.calibration import KINDS, OneStepFileTask
 from termforge.generate.procedural import build_task, generate_task
 from termforge.quality.validate import validate_task
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
-from termforge.verifier import run_verifier
+from termforge.images.runtimes import BwrapRuntime
+from termforge.grading.verifier import run_verifier
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMITS = Limits(wall_sec=60, cpu_sec=60, memory_mb=2048)

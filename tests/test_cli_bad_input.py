@@ -1002,7 +1002,7 @@ def test_build_images_keeps_a_task_json_id_inside_the_images_dir(bad_id, ws, tmp
 def test_a_runtime_build_refuses_an_unsafe_task_json_id(ws, tmp_path):
     """The runtimes' own build (validate, generate's checks and mutation call it directly)."""
     from termforge.errors import InputError
-    from termforge.runtime.bwrap import BwrapRuntime
+    from termforge.images.runtimes import BwrapRuntime
 
     task = tmp_path / "x" / "y" / "task"
     shutil.copytree(Path(ws["tasks"]) / ws["ids"][0], task)

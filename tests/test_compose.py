@@ -26,9 +26,9 @@ from termforge.generate.honour import SHAPE_AXES, actual_axes
 from termforge.generate.procedural import build_task, generate_task, shape_mismatches
 from termforge.io import read_json
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
-from termforge.taskcheck import check_soundness
-from termforge.verifier import run_oracle, run_verifier
+from termforge.images.runtimes import BwrapRuntime
+from termforge.grading.taskcheck import check_soundness
+from termforge.grading.verifier import run_oracle, run_verifier
 
 LIMITS = Limits(wall_sec=120, cpu_sec=120, memory_mb=4096)
 # (family, fixture kind, verifier kind, complexity): each container once, each strategy at least once.

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from termforge.config import ablation_config, check_config, load_config, model_names, run_ablations, shard_ids
+from termforge.plancheck import planned_config
 from termforge.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +107,7 @@ def test_ablation_overrides_are_validated():
 ])
 def test_every_planned_job_is_checked_as_it_will_start(ablation, message):
     with pytest.raises(ConfigError) as exc:
-        check_config(_merged({"ablations": {"x": ablation}}))
+        planned_config(_merged({"ablations": {"x": ablation}}))
     assert str(exc.value).startswith(message), str(exc.value)
 
 
@@ -115,9 +116,9 @@ def test_an_inherited_key_that_breaks_an_ablation_is_named():
     reference = yaml.safe_load((ROOT / "configs" / "opsd-reference.yaml").read_text())
     merged = _merged({**reference, "ablations_only": None})
     with pytest.raises(ConfigError, match=r"^ablations\.terminal: train\.prompt_preset: the reference preset"):
-        check_config(merged)
+        planned_config(merged)
     # With the overlay's ablations_only, terminal is neither planned nor checked.
-    assert model_names(check_config(_merged(reference))) == ["base", "fkl"]
+    assert model_names(planned_config(_merged(reference))) == ["base", "fkl"]
 
 
 def test_trained_weights_need_a_backend_that_loads_them():
@@ -126,13 +127,13 @@ def test_trained_weights_need_a_backend_that_loads_them():
     with pytest.raises(ConfigError, match=r"^ablations\.fkl: models\.policy\.backend: evaluating trained weights "
                                           r"needs the transformers or the vllm backend .*got 'openai' "
                                           r"\(eval_aime of the trained weights\)"):
-        check_config(cfg)
+        planned_config(cfg)
     cfg["ablations"] = {}  # the untrained base policy evaluates through any backend
-    check_config(cfg)
+    planned_config(cfg)
     # The adapters are evaluated on the eval model's weights: both must name the same model.
     cfg = _merged({"ablations": {"fkl": {"train": {"model": "other-model"}}}})
     with pytest.raises(ConfigError, match=r"^ablations\.fkl: train\.model: 'other-model' is not models\.policy\.model"):
-        check_config(cfg)
+        planned_config(cfg)
 
 
 # -- ablations an overlay can replace ---------------------------------------------------------

@@ -376,7 +376,7 @@ def test_rollouts_get_termforges_reward_and_a_forging_agent_scores_zero_with_hac
     from termforge.harness import HarnessConfig
     from termforge.models.base import ChatModel, Completion
     from termforge.runtime.base import Limits
-    from termforge.runtime.bwrap import BwrapRuntime
+    from termforge.images.runtimes import BwrapRuntime
     from termforge.solve import SolveSettings, rollout_once
 
     root, tasks = corpus
@@ -451,7 +451,7 @@ def test_a_rollout_whose_grade_carries_an_integrity_finding_is_rewarded_zero():
     import ast
 
     from termforge.export_verifiers import rollout_reward
-    from termforge.verifier import Verdict
+    from termforge.grading.verifier import Verdict
 
     def recorded(verdict: Verdict) -> dict:  # what TermforgeTask.finalize keeps in trace.info
         return {"reward": verdict.reward, "passed": verdict.passed, "collected": verdict.collected,

@@ -8,8 +8,8 @@ import pytest
 from conftest import gate_slice, make_signature, needs_bwrap
 from termforge.generate.families import all_families
 from termforge.generate.procedural import generate_task
-from termforge.runtime.bwrap import BwrapRuntime
-from termforge.taskcheck import check_soundness
+from termforge.images.runtimes import BwrapRuntime
+from termforge.grading.taskcheck import check_soundness
 
 FAMILIES = all_families()
 SEEDS = (0, 1, 2)

@@ -35,7 +35,7 @@ from termforge.models.cache import CachedChatModel
 from termforge.models.openai_backend import OpenAIChatModel
 from termforge.quality.validate import validate_task
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
+from termforge.images.runtimes import BwrapRuntime
 
 LIMITS = Limits(wall_sec=60, cpu_sec=60, memory_mb=4096)
 

@@ -7,6 +7,7 @@ rejects with HTTP 400, a wrong API key. Each case must end in a repaired task or
 failure, never in a published task that accepts a wrong answer.
 """
 
+import functools
 import json
 
 import pytest
@@ -20,6 +21,7 @@ from termforge.generate.llm import failure_record_path, generate_task_llm, run_g
 from termforge.io import read_json
 from termforge.models.cache import CachedChatModel
 from termforge.models.openai_backend import ModelRequestError, OpenAIChatModel
+from termforge.planning import generation_cost
 from termforge.quality.validate import run_validate_shard
 
 PERSONAS = {
@@ -174,7 +176,8 @@ def test_a_rejected_prompt_fails_only_its_task_and_the_shard_is_validated(tmp_pa
                        "models": {"author": {"backend": "openai", "model": "fake-author"}},
                        "prices": {"fake-author": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}}
         manifest = run_generate_shard_llm(sigs_path, 0, 2, tasks_dir, manifest_path, _model(server, tmp_path / "c"),
-                                          images_dir=tmp_path / "images", limits=LIMITS, cost_config=cost_config)
+                                          images_dir=tmp_path / "images", limits=LIMITS,
+                                          cost=functools.partial(generation_cost, cost_config))
     assert [t["id"] for t in manifest["tasks"]] == [good["id"]]
     [failed] = manifest["failed"]
     assert failed["id"] == bad["id"] and failed["step"] == "task" and failed["stage"] == "request"

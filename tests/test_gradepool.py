@@ -1,4 +1,4 @@
-"""The grade pool (runtime/gradepool.py, grading/zygote.py; validate.grade_pool): a grader forked
+"""The grade pool (grading/gradepool.py, grading/zygote.py; validate.grade_pool): a grader forked
 from the zygote sees the sandbox a bwrap grader sees (uid, capabilities, namespaces, mounts,
 limits, environment; the pool's work directory and the zygote out of reach), and validation gives
 the same verdict and reason on either path."""
@@ -16,9 +16,9 @@ from termforge.generate.verifier_kinds import STRATEGIES
 from termforge.quality.hijack import ATTACKS, plant_script, programs_run_by_tests
 from termforge.quality.validate import _run_agent, validate_task
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
-from termforge.runtime.gradepool import PooledRuntime, pooled_runtime
-from termforge.verifier import ZERO_CHECK, ZERO_PROBE, run_test_file
+from termforge.images.runtimes import BwrapRuntime
+from termforge.grading.gradepool import PooledRuntime, pooled_runtime
+from termforge.grading.verifier import ZERO_CHECK, ZERO_PROBE, run_test_file
 
 from test_attacks import LIMITS as ATTACK_LIMITS, PROCESS_EVIDENCE, PROCESS_ROUTES
 
@@ -223,7 +223,7 @@ def _corpus(root):
 
 
 def _validate_counting_oracle_runs(monkeypatch, task_dir, images, **options):
-    import termforge.verifier as verifier
+    import termforge.grading.verifier as verifier
 
     calls = []
     real = verifier.run_oracle
@@ -247,7 +247,7 @@ def test_validation_verdicts_are_identical_on_the_reference_and_the_default_path
     kept from task to task on one shelf, zero-check grades, the first oracle run seeding the
     mutants and input sensitivity): the same verdicts, reasons, checks and evidence, with fewer
     oracle runs. The last task also runs with three checks in flight at once."""
-    from termforge.runtime.gradepool import PoolShelf
+    from termforge.grading.gradepool import PoolShelf
 
     corpus = _corpus(tmp_path)
     with PoolShelf() as shelf:
@@ -286,7 +286,7 @@ def test_a_probes_grade_runs_every_test_a_zero_check_stops_at_the_first_failure(
     program a later test executes, so a payload there is still tried (quality/validate.py)."""
     import shutil
 
-    from termforge.verifier import run_verifier
+    from termforge.grading.verifier import run_verifier
 
     task_dir, image = task
     copy = tmp_path / task_dir.name
@@ -377,7 +377,7 @@ def test_process_attacks_score_zero_with_a_finding_through_the_pool(program_task
 
 @pytest.mark.parametrize("fixture", ["program_task", "task"])
 def test_mutants_seeded_from_one_oracle_run_grade_as_with_an_oracle_run_each(fixture, request, monkeypatch):
-    import termforge.verifier as verifier
+    import termforge.grading.verifier as verifier
     from termforge.quality.mutation import mutation_probe
 
     task, image = request.getfixturevalue(fixture)[:2]
@@ -458,7 +458,7 @@ def test_the_config_is_this_grades_own(pytestconfig):
 def test_the_pytest_config_the_zygote_makes_ahead_is_each_grades_own(task, tmp_path):
     import shutil
 
-    from termforge.verifier import run_verifier
+    from termforge.grading.verifier import run_verifier
 
     task_dir, image = task
     copy = tmp_path / task_dir.name

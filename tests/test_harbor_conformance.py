@@ -246,7 +246,7 @@ def test_tasks_harbor_accepts_load_and_are_reported_unsupported(tmp_path, layout
 
 
 def test_image_python_is_looked_up_inside_the_image(tmp_path):
-    from termforge.verifier import image_has_python
+    from termforge.grading.verifier import image_has_python
 
     bare = tmp_path / "bare"
     (bare / "usr" / "bin").mkdir(parents=True)
@@ -467,7 +467,7 @@ def test_harbors_own_code_reads_the_conformance_set_as_termforge_does(tmp_path):
     import json
     import subprocess
 
-    from termforge.reward_file import read_reward
+    from termforge.grading.reward_file import read_reward
 
     sizes = ["2G", " 1.5g ", "512M", "2048K", "2048", "2GB", "512Mi", "lots", "G"]
     payloads = {"bool.json": '{"reward": true, "style": false}', "big.json": '{"reward": 1' + " " * 9000 + "}",

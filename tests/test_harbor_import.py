@@ -19,8 +19,8 @@ from termforge.io import read_json
 from termforge.quality.decontam import decontaminate, load_jsonl_references
 from termforge.quality.validate import static_checks, validate_task
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
-from termforge.verifier import TEST_SH
+from termforge.images.runtimes import BwrapRuntime
+from termforge.grading.verifier import TEST_SH
 
 ROOT = Path(__file__).resolve().parents[1]
 TB_MINI = ROOT / "benchmarks" / "tb-mini"

@@ -12,7 +12,7 @@ from termforge.hints import procedural_hint, run_hints
 from termforge.hints.corpus import corpus_tasks, load_corpus
 from termforge.hints.gate import check_hint, load_context
 from termforge.hints.shape import clean_structure, is_imperative, mapping_findings
-from termforge.models import make_model
+from termforge.models.registry import make_model
 
 REFUSALS = [
     "That falls outside what I'm able to do.",

@@ -15,7 +15,8 @@ from termforge.generate.families import all_families
 from termforge.generate.procedural import generate_task
 from termforge.hints import check_hint, llm_hint, procedural_hint, run_hints
 from termforge.hints.gate import words_of
-from termforge.models import SamplingParams, make_model
+from termforge.models import SamplingParams
+from termforge.models.registry import make_model
 
 FAMILIES = all_families()
 SEEDS = (0, 1)

@@ -18,11 +18,13 @@ import pytest
 from conftest import built_family_tasks
 from termforge.errors import ConfigError, TermforgeError
 from termforge.images import DEFAULT_BASE, declaration, derive, ensure_base, ensure_task_base, load_declarations
-from termforge.images.build import MOUNT_POINTS, base_key, file_sha256, image_cache_dir, read_lock, write_layer
+from termforge.images.build import MOUNT_POINTS, base_key, read_lock, write_layer
+from termforge.images.store import file_sha256, image_cache_dir
 from termforge.images.store import ImageStore
 from termforge.io import read_json
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import HOST_ROOTFS, BwrapRuntime, sandbox_argv
+from termforge.images.runtimes import BwrapRuntime
+from termforge.runtime.bwrap import HOST_ROOTFS, sandbox_argv
 
 TB2 = Path(__file__).parent / "data" / "tb2_format"
 needs_images = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("mmdebstrap") is None,
@@ -193,7 +195,7 @@ def test_image_sandboxes_bind_no_host_path_and_host_mode_is_the_old_layout(tmp_p
 @needs_images
 def test_no_sandbox_kind_sees_the_host_usr_or_a_host_only_program(tmp_path, host_only_program):
     from termforge.evals.harbor_tasks import build_harbor_image, load_harbor_task, start_harbor_session
-    from termforge.verifier import run_verifier
+    from termforge.grading.verifier import run_verifier
 
     prog = host_only_program
     assert shutil.which(prog), "the program must be on the host's PATH for the test to mean anything"
@@ -463,7 +465,7 @@ def _run_unpacked(tmp_path, task, images, bundle, image_ref):
     and a no-op 0."""
     from termforge.runtime.base import Image
     from termforge.runtime.bwrap import tree_digest
-    from termforge.verifier import run_oracle, run_verifier
+    from termforge.grading.verifier import run_oracle, run_verifier
 
     subprocess.run(["umoci", "unpack", "--image", image_ref, str(bundle)], check=True, capture_output=True)
     os.chmod(bundle, 0o755)

@@ -19,7 +19,7 @@ from termforge.generate.procedural import generate_task
 from termforge.quality.independence import THRESHOLD, bound_names, repeats_oracle, similarity
 from termforge.quality.validate import validate_task
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
+from termforge.images.runtimes import BwrapRuntime
 
 sys.path.insert(0, str(Path(__file__).parent))
 import test_generate_llm as census_case  # noqa: E402

@@ -7,7 +7,8 @@ import shutil
 import pytest
 
 from termforge.errors import TermforgeError
-from termforge.models import CachedChatModel, SamplingParams, make_model
+from termforge.models import CachedChatModel, SamplingParams
+from termforge.models.registry import make_model
 from termforge.models.transformers_backend import TransformersChatModel, load_causal_lm
 
 pytestmark = pytest.mark.model

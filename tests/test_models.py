@@ -19,7 +19,8 @@ from conftest import termforge_lines
 from fake_openai_server import FakeOpenAIServer, Scripted, count_words
 
 from termforge.errors import ConfigError, TermforgeError
-from termforge.models import CachedChatModel, Completion, ResponseCache, SamplingParams, cache_key, make_model
+from termforge.models import CachedChatModel, Completion, ResponseCache, SamplingParams, cache_key
+from termforge.models.registry import make_model
 from termforge.models.openai_backend import BudgetExceededError, ModelRequestError, OpenAIChatModel
 from termforge.models.vllm_serve import serve_vllm
 

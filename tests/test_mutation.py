@@ -17,8 +17,8 @@ from termforge.generate.families import all_families, family_by_name
 from termforge.generate.procedural import generate_task
 from termforge.quality.mutation import kill_rate, mutants, output_paths, run_mutants
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
-from termforge.verifier import run_oracle, run_verifier
+from termforge.images.runtimes import BwrapRuntime
+from termforge.grading.verifier import run_oracle, run_verifier
 
 pytestmark = needs_bwrap
 LIMITS = Limits(wall_sec=60, cpu_sec=60, memory_mb=4096)

@@ -14,7 +14,7 @@ from termforge.harness import SUBMIT_MARKER, HarnessConfig  # noqa: E402
 from termforge.models.base import ChatModel, Completion, SamplingParams  # noqa: E402
 from termforge.opsd.terminal import EpisodeSpec, Sample, run_terminal_episodes  # noqa: E402
 from termforge.runtime.base import Limits  # noqa: E402
-from termforge.runtime.bwrap import BwrapRuntime  # noqa: E402
+from termforge.images.runtimes import BwrapRuntime  # noqa: E402
 from termforge.solve import SolveSettings, rollout_once  # noqa: E402
 
 FAMILIES = ("log_level_filter", "account_audit")

@@ -63,7 +63,7 @@ def judge_script(flagged: str, garbled: str):
 
 
 def _judge(server, tmp_path):
-    from termforge.models import make_model
+    from termforge.models.registry import make_model
 
     return make_model({"backend": "openai", "model": "judge", "base_url": server.base_url, "max_retries": 0,
                        "cache_dir": str(tmp_path / "cache")})

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from conftest import returns
-from termforge.reward_file import MAX_REWARD_BYTES, read_reward
+from termforge.grading.reward_file import MAX_REWARD_BYTES, read_reward
 
 
 def _dir(tmp_path, **files):
@@ -111,7 +111,7 @@ def test_json_booleans_are_numbers_as_harbor_makes_them(tmp_path):
     ({"reward": 1.0, "style": 0}, None),
 ])
 def test_rewards_outside_the_range_are_named(rewards, problem):
-    from termforge.reward_file import range_problem
+    from termforge.grading.reward_file import range_problem
 
     assert range_problem(rewards) == problem
     assert range_problem({"reward": 40}, (0, 100)) is None

@@ -87,7 +87,7 @@ def corpus(tmp_path_factory):
 
     from termforge.generate.families.calibration import OneStepFileTask
     from termforge.generate.procedural import generate_task
-    from termforge.runtime.bwrap import BwrapRuntime
+    from termforge.images.runtimes import BwrapRuntime
 
     root = tmp_path_factory.mktemp("reward-probe")
     fam = OneStepFileTask(kinds=("write_line",))

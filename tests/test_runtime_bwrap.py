@@ -10,7 +10,7 @@ import pytest
 
 from conftest import needs_bwrap
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
+from termforge.images.runtimes import BwrapRuntime
 
 pytestmark = needs_bwrap
 

@@ -24,7 +24,7 @@ from termforge.quality import perturb_inputs as P
 from termforge.quality.sensitivity import PERTURB_SCRIPT, constant_program, input_sensitivity, named_inputs
 from termforge.quality.validate import validate_task
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
+from termforge.images.runtimes import BwrapRuntime
 
 LIMITS = Limits(wall_sec=60, cpu_sec=60, memory_mb=4096)
 
@@ -37,7 +37,7 @@ def _task(tmp_path, name, seed=0):
 
 
 def _oracle_outputs(task_dir, tmp_path):
-    from termforge.verifier import run_oracle
+    from termforge.grading.verifier import run_oracle
 
     rt = BwrapRuntime()
     build = rt.build(task_dir, tmp_path / "images")

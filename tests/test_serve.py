@@ -63,7 +63,8 @@ def _serve_cmd(tmp_path: Path) -> list[str]:
 
 
 def test_server_answers_a_client_and_stops_on_sigterm(tmp_path):
-    from termforge.models.base import SamplingParams, make_model
+    from termforge.models.base import SamplingParams
+    from termforge.models.registry import make_model
     from termforge.serve import served_model_spec
 
     proc = subprocess.Popen(_serve_cmd(tmp_path), cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,

@@ -17,7 +17,8 @@ from fake_openai_server import FakeOpenAIServer
 from termforge.hints import procedural_hint
 from termforge.harness import SUBMIT_MARKER, HarnessConfig, extract_commands, truncate_observation
 from termforge.io import atomic_write_json, read_json
-from termforge.models.base import SamplingParams, make_model
+from termforge.models.base import SamplingParams
+from termforge.models.registry import make_model
 from termforge.passk import run_passk
 from termforge.quality.validate import hidden_truth_strings
 from termforge.runtime.base import Limits

@@ -13,7 +13,7 @@ from termforge.io import atomic_write_json, read_json
 from termforge.quality.validate import run_validate_shard, static_checks, validate_task, write_corpus_manifest
 from termforge.runtime.accounting import own_cgroup_dir
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
+from termforge.images.runtimes import BwrapRuntime
 
 pytestmark = needs_bwrap
 LIMITS = Limits(wall_sec=60, cpu_sec=60, memory_mb=4096)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from conftest import needs_bwrap
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
-from termforge.verifier import TEST_SH, run_verifier
+from termforge.images.runtimes import BwrapRuntime
+from termforge.grading.verifier import TEST_SH, run_verifier
 
 pytestmark = needs_bwrap
 

@@ -30,6 +30,7 @@ How bad input is reported (follow this when adding a command or an option):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -121,12 +122,13 @@ def _configured(overlays: list[str] | None) -> dict:
     """The validated config of a command's --configfile (one meaning everywhere:
     termforge.config.CONFIGFILE_HELP). Without ./config.yaml the overlays merge onto the schema's
     defaults, which is said, since those are not the numbers config.yaml would give."""
-    from termforge.config import BASE_CONFIG, load_overlays
+    from termforge.config import BASE_CONFIG
+    from termforge.plancheck import load_planned_overlays
 
     if overlays and not Path(BASE_CONFIG).is_file():
         print(f"termforge: note: no {BASE_CONFIG} in {Path.cwd()}: {', '.join(overlays)} merged onto the "
               f"schema's defaults", file=sys.stderr)
-    return load_overlays(overlays)
+    return load_planned_overlays(overlays)
 
 
 def cmd_check_config(args) -> int:
@@ -214,9 +216,10 @@ def cmd_generate(args) -> int:
     o = _stage_options(args, "generate")
     if o["generate.backend"] == "llm":
         from termforge.generate.llm import run_generate_shard_llm
-        from termforge.models.base import make_model
+        from termforge.models.registry import make_model
         from termforge.params import resolve_flat
-        from termforge.runtime.base import get_runtime
+        from termforge.images.runtimes import get_runtime
+        from termforge.planning import generation_cost
 
         key = resolve_flat(o, "models.{generate.model}")
         model = make_model(dict(o[key]), where=key)
@@ -225,10 +228,11 @@ def cmd_generate(args) -> int:
                                    Path(args.tasks_dir), Path(args.out), model,
                                    max_repair_rounds=o["generate.max_repair_rounds"],
                                    base_image=o["generate.base_image"], images_dir=Path(args.images_dir),
-                                   cost_config={"generate": {"backend": "llm", "model": o["generate.model"],
-                                                             "max_repair_rounds": o["generate.max_repair_rounds"]},
-                                                "models": {o["generate.model"]: dict(o[key])},
-                                                "prices": o["prices"], "planning": o["planning"]},
+                                   cost=functools.partial(generation_cost, {
+                                       "generate": {"backend": "llm", "model": o["generate.model"],
+                                                    "max_repair_rounds": o["generate.max_repair_rounds"]},
+                                       "models": {o["generate.model"]: dict(o[key])},
+                                       "prices": o["prices"], "planning": o["planning"]}),
                                    workers=o["generate.workers"],
                                    second_solution=o["generate.second_solution"],
                                    runtime=get_runtime("bwrap", rootfs=o["runtime.rootfs"]))
@@ -262,10 +266,10 @@ def _export_verifiers(args) -> int:
     from termforge.export_verifiers import export_config, run_export_verifiers
 
     if args.configfile and not args.params:
-        from termforge.config import load_config
         from termforge.params import stage_params
+        from termforge.plancheck import load_planned
 
-        o = stage_params(export_config(load_config(args.configfile)), "export_verifiers")
+        o = stage_params(export_config(load_planned(args.configfile)), "export_verifiers")
     else:
         o = _stage_options(args, "export_verifiers")
     if not args.corpus:
@@ -342,7 +346,7 @@ def _review_judge(o: dict):
     name = (o.get("review") or {}).get("judge")
     if not name:
         return None
-    from termforge.models.base import make_model
+    from termforge.models.registry import make_model
     from termforge.params import flat_lookup
 
     try:
@@ -370,7 +374,7 @@ def cmd_review(args) -> int:
 
 
 def _model_for(o: dict, role_key: str, models_key: str, agent: str = "model", tasks_dir: Path | None = None):
-    from termforge.models.base import make_model
+    from termforge.models.registry import make_model
     from termforge.solve import OracleReplayModel
 
     if agent == "oracle":
@@ -394,7 +398,7 @@ def cmd_solve(args) -> int:
 
     tasks_dir = Path(read("shard_manifest", args.manifest)["tasks_dir"])
     if args.server and s["agent"] == "model":  # the workflow's policy server (termforge.serve)
-        from termforge.models.base import make_model
+        from termforge.models.registry import make_model
         from termforge.serve import served_model_spec
 
         model = make_model(served_model_spec(args.server, s["concurrency"]), where=f"{args.server}")
@@ -658,7 +662,7 @@ def cmd_hints(args) -> int:
     model = None
     checks: dict = {}
     if o["hints.backend"] == "llm":
-        from termforge.models.base import make_model
+        from termforge.models.registry import make_model
         from termforge.params import flat_lookup
 
         def spec(name_key: str) -> tuple[str, dict]:

@@ -30,7 +30,7 @@ DVC_STAGES: dict[str, dict] = {
     "data": {"rules": ["sample_axes", "generate", "make_math_set", "import_tbench"],
              "code": ["axes", "generate", "mathdata.py", "io.py", "evals/harbor_import.py"], "upstream": []},
     "quality": {"rules": ["build_images", "decontaminate", "validate", "review", "corpus_manifest"],
-                "code": ["quality", "runtime", "verifier.py", "grader.py", "reward_file.py", "grading", "images"], "upstream": ["data"]},
+                "code": ["quality", "runtime", "grading", "images"], "upstream": ["data"]},
     "solve": {"rules": ["serve_policy", "solve", "review_traces", "passk"],
               "code": ["solve.py", "harness.py", "passk.py", "models", "serve.py"],
               "upstream": ["quality"]},

@@ -168,7 +168,7 @@ def _write_harbor_task(task: dict, task_dir: Path, stage: Path, image: dict | No
     _world_readable(stage)
     # Harbor runs tests/test.sh itself: always the current one, which runs pytest isolated from
     # /app (cd /tests, python3 -I, importlib mode), whatever an older task directory holds.
-    from termforge.verifier import TEST_SH
+    from termforge.grading.verifier import TEST_SH
 
     (stage / "tests" / "test.sh").write_text(TEST_SH)
     (stage / "tests" / "test.sh").chmod(0o755)

@@ -347,7 +347,8 @@ def build_termforge_wheel(dest: Path) -> Path:
 def run_export_verifiers(corpus_manifest: Path, demos_path: Path | None, images_dir: Path, out_dir: Path,
                          options: dict) -> dict:
     """Write the package to out_dir (staged, then moved into place in one rename)."""
-    from termforge.runtime.base import get_runtime, task_image
+    from termforge.images.runtimes import get_runtime
+    from termforge.runtime.base import task_image
     from termforge.schemas import read
 
     import termforge

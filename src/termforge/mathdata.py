@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from termforge.errors import TermforgeError
-from termforge.evals.aime import extract_boxed
 from termforge.io import atomic_write_bytes, atomic_write_jsonl, seed_from, stable_hash
 
 ROW_FIELDS = ("id", "problem", "solution", "answer")
@@ -315,6 +314,53 @@ def write_math_set(out_dir: str | Path, n: int, seed: int, heldout_fraction: flo
 # ---------------------------------------------------------------------------------------------
 
 _LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+
+
+def _braced_content(text: str, open_at: int) -> str | None:
+    """The text between text[open_at] == '{' and its matching '}', or None when never closed."""
+    depth = 0
+    i = open_at
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            # `\{` and `\}` are literal braces in LaTeX, not grouping; skip the escaped character.
+            i += 2
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return text[open_at + 1 : i]
+        i += 1
+    return None
+
+
+def extract_boxed(text: str | None) -> str | None:
+    """The content of the last `\\boxed{...}` / `\\fbox{...}` / `\\boxed X` in text, or None.
+
+    The last occurrence decides even when it is malformed (never closed, as in a truncated
+    output): falling back to an earlier box would credit a guess made mid-thought. An empty box
+    gives "" (the model boxed nothing), which grades as unformatted.
+    """
+    if not text:
+        return None
+    matches = list(_BOX_COMMAND.finditer(text))
+    if not matches:
+        return None
+    end = matches[-1].end()
+    rest = text[end:]
+    stripped = rest.lstrip()
+    if stripped.startswith("{"):
+        return _braced_content(text, end + (len(rest) - len(stripped)))
+    if rest[:1].isspace() and stripped:
+        # `\boxed 42` (TeX's undelimited argument): the answer runs to the next space or `$`.
+        token = re.match(r"[^\s$]+", stripped)
+        return token.group(0) if token else None
+    return None
 
 
 def column_error(source: str, column: str, columns: Sequence[str], where: str | None = None) -> TermforgeError:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import fastjsonschema
 import jsonschema
 
+from termforge.config import _describe as describe_config_error, _key_path, read_yaml
 from termforge.containment import TASK_ID_PATTERN, is_task_id, task_dir_entry_problem, task_id_problem
 from termforge.errors import InputError, show_path, show_value
 from termforge.io import load_json, load_jsonl, load_parquet, read_input_text, require_dir, stat_problem
@@ -223,8 +224,6 @@ class Kind:
 
 
 def _describe(error: jsonschema.ValidationError) -> str:
-    from termforge.config import _describe as describe_config_error, _key_path
-
     where = _key_path(error.absolute_path)
     if error.validator == "required":
         missing = next((k for k in error.validator_value if k not in error.instance), "?")
@@ -344,9 +343,12 @@ def kept_task_dirs(path: Path, data: dict) -> list[tuple[str, Path]]:
     return out
 
 
-def _corpus_refs(path: Path, data: dict) -> None:
-    from termforge.quality.validate import REQUIRED_FILES  # the task contract validation kept them by
+# The task contract: the files every task directory holds (validation keeps only tasks that do).
+REQUIRED_FILES = ("task.json", "instruction.md", "environment/setup.sh", "tests/test_initial_state.py",
+                  "tests/test_final_state.py", "tests/test.sh", "solution/solve.sh", "private/truth.json")
 
+
+def _corpus_refs(path: Path, data: dict) -> None:
     for tid, task_dir in kept_task_dirs(path, data):
         problem = task_dir_problem(task_dir, REQUIRED_FILES)
         if not problem or task_dir.is_dir():
@@ -424,9 +426,7 @@ def read(kind: str, path: str | os.PathLike, check_refs: bool = True) -> Any:
             return None  # a Hub dataset id: its fetcher reports its own errors
         return require_dir(path)
     if k.fmt == "config":
-        from termforge.config import read_yaml  # config files keep their ConfigError wording
-
-        return read_yaml(path)
+        return read_yaml(path)  # config files keep their ConfigError wording
     if path.is_dir():
         raise InputError(path, f"is a directory, expected {k.title} file")
     key = _identity(path, kind, check_refs)

@@ -185,7 +185,7 @@ def run_policy_server(spec: dict[str, Any], where: str, engine: str, out: Path, 
         log("serve-policy: vllm stopped")
         return 0
 
-    from termforge.models.base import make_model
+    from termforge.models.registry import make_model
 
     model = make_model(dict(spec), where=where)
 

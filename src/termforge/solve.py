@@ -23,8 +23,9 @@ from termforge.errors import TermforgeError
 from termforge.harness import SUBMIT_MARKER, HarnessConfig, run_episode
 from termforge.io import append_jsonl, atomic_write_json, read_jsonl_tolerant, seed_from
 from termforge.models.base import ChatModel, Completion, Messages, SamplingParams
-from termforge.runtime.base import Limits, get_runtime, task_image
-from termforge.verifier import run_verifier
+from termforge.images.runtimes import get_runtime
+from termforge.runtime.base import Limits, task_image
+from termforge.grading.verifier import run_verifier
 
 VERIFIER_PATHS = ("/logs/verifier", "reward.txt", "reward.json", "/tests/", "test_final_state", "/verifier/")
 

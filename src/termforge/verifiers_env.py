@@ -14,7 +14,7 @@ taskset package exporting its Taskset and Harness subclasses through `__all__`):
   shell, the submit marker, head/tail observation truncation, the format-error nudge and its cap,
   the turn cap, per-command timeouts) in-process, every model call through the rollout's
   interception endpoint, every command in the task's termforge sandbox.
-- The task's sandbox is termforge's runtime (bwrap, apptainer: `runtime.base.get_runtime`) over
+- The task's sandbox is termforge's runtime (bwrap, apptainer: `images.runtimes.get_runtime`) over
   the task's built image, started in the task's `setup` and graded in `finalize` by termforge's
   clean verifier (`verifier.run_verifier`) after the agent's shell is gone, exactly as `solve`
   grades. The reward `solved` is that verdict, 0 where the grader recorded an integrity finding
@@ -246,7 +246,8 @@ class TermforgeTask(vf.Task[TermforgeData, vf.State, TermforgeTaskConfig]):
         return self.data.task_id  # the durable id; the content hash would move with the hint
 
     async def setup(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
-        from termforge.runtime.base import Limits, get_runtime, task_image
+        from termforge.images.runtimes import get_runtime
+        from termforge.runtime.base import Limits, task_image
 
         place = grading_place(self.config, self.settings, self.data.task_id)
         backend = get_runtime(place.runtime)
@@ -261,7 +262,7 @@ class TermforgeTask(vf.Task[TermforgeData, vf.State, TermforgeTaskConfig]):
         """Grade as solve does: the agent's shell is gone (the harness closed it), a clean
         verifier run in the same sandbox, its verdict recorded; then the sandbox is stopped. A
         failure of the infrastructure raises (the rollout fails; it is never scored 0)."""
-        from termforge.verifier import run_verifier
+        from termforge.grading.verifier import run_verifier
 
         box = _SANDBOXES.pop(trace.id, None)
         if box is None:

@@ -26,6 +26,7 @@ from termforge.io import (
     read_jsonl_tolerant,
     stable_hash,
 )
+from termforge.mathdata import column_error, extract_boxed, read_rows
 from termforge.metrics import pass_at_k
 
 GRADING_PATHS = ("math_verify", "string", "unformatted")
@@ -43,51 +44,8 @@ AIME_SOURCES: dict[str, dict[str, str]] = {
 # Extraction
 # ---------------------------------------------------------------------------------------------
 
-_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-
-
-def _braced_content(text: str, open_at: int) -> str | None:
-    """The text between text[open_at] == '{' and its matching '}', or None when never closed."""
-    depth = 0
-    i = open_at
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\":
-            # `\{` and `\}` are literal braces in LaTeX, not grouping; skip the escaped character.
-            i += 2
-            continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[open_at + 1 : i]
-        i += 1
-    return None
-
-
-def extract_boxed(text: str | None) -> str | None:
-    """The content of the last `\\boxed{...}` / `\\fbox{...}` / `\\boxed X` in text, or None.
-
-    The last occurrence decides even when it is malformed (never closed, as in a truncated
-    output): falling back to an earlier box would credit a guess made mid-thought. An empty box
-    gives "" (the model boxed nothing), which grades as unformatted.
-    """
-    if not text:
-        return None
-    matches = list(_BOX_COMMAND.finditer(text))
-    if not matches:
-        return None
-    end = matches[-1].end()
-    rest = text[end:]
-    stripped = rest.lstrip()
-    if stripped.startswith("{"):
-        return _braced_content(text, end + (len(rest) - len(stripped)))
-    if rest[:1].isspace() and stripped:
-        # `\boxed 42` (TeX's undelimited argument): the answer runs to the next space or `$`.
-        token = re.match(r"[^\s$]+", stripped)
-        return token.group(0) if token else None
-    return None
+# The last `\boxed{}` of an output is its answer: termforge.mathdata.extract_boxed, the math rows'
+# own answer format (their reference solutions box their answers the same way).
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,8 +344,6 @@ def load_aime(
     """Problems as [{id, problem, answer}] from a Hub id (known ids get their split and columns by
     default) or a local .jsonl/.json/.parquet file or dataset folder. Column names default to
     problem / answer / id; a missing id column numbers the problems from 0."""
-    from termforge.mathdata import column_error, read_rows
-
     preset = AIME_SOURCES.get(source, {})
     split = split or preset.get("split", "train")
     problem_col = problem_col or preset.get("problem_col", "problem")

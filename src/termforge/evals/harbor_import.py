@@ -150,7 +150,7 @@ def _write_task(task: HarborTask, task_id: str, plan, final_test: str, stage: Pa
     copy_regular_tree(task.environment_dir, stage / "environment")
     (stage / "environment" / "setup.sh").write_text(setup_sh(task, plan))
     copy_regular_tree(task.tests_dir, stage / "tests")
-    from termforge.verifier import TEST_SH
+    from termforge.grading.verifier import TEST_SH
 
     (stage / "tests" / "test_final_state.py").write_text((task.tests_dir / final_test).read_text())
     if final_test != "test_final_state.py":

@@ -11,7 +11,7 @@ from pathlib import Path
 from termforge.errors import TermforgeError
 from termforge.harness import HarnessConfig, run_episode
 from termforge.io import StagedOutputs, atomic_write_json, atomic_write_text
-from termforge.models.base import ChatModel, make_model
+from termforge.models.base import ChatModel
 
 TABLE_COLUMNS = ("model", "benchmark", "metric", "value", "n", "stderr")
 
@@ -57,6 +57,10 @@ def load_policy(spec: dict, weights_dir: Path | None, where: str = "models.polic
 
     `weights_dir` is a training output: a PEFT adapter (adapter_config.json) is applied on the base
     weights and merged; a full model directory (config.json) replaces the base weights."""
+    # The backends' SDKs (seconds to import) load only when a policy is: the plan-time checks
+    # above are imported by every config check.
+    from termforge.models.registry import make_model
+
     if weights_dir is None:
         return make_model(spec, where=where)
     weights_dir = Path(weights_dir)
@@ -86,6 +90,8 @@ def load_policy(spec: dict, weights_dir: Path | None, where: str = "models.polic
 def _vllm_policy(spec: dict, weights_dir: Path, where: str) -> ChatModel:
     """The trained policy on vLLM: an adapter is served by the engine's LoRA support on the base
     weights (not merged); a full model directory is loaded in place of the base model."""
+    from termforge.models.registry import make_model
+
     if (weights_dir / "adapter_config.json").exists():
         import json
 

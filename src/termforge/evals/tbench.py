@@ -2,10 +2,10 @@
 
 Native runner. For every task x attempt: a fresh session over the task's built layer, the agent
 acts in it, the agent stops, then a clean verifier sandbox runs tests/test.sh
-(termforge.verifier.run_verifier). When test.sh runs the grader (/verifier/run-tests, as every
+(termforge.grading.verifier.run_verifier). When test.sh runs the grader (/verifier/run-tests, as every
 tb-mini task does) the grader's own verdict, sent over its private channel, is the reward;
 otherwise the host reads /logs/verifier/reward.json or reward.txt with Harbor's rules and nothing
-followed (termforge.reward_file), and the trial is marked graded by the reward file; multi-step
+followed (termforge.grading.reward_file), and the trial is marked graded by the reward file; multi-step
 tasks run step by step. Each trial writes a result.json shaped like Harbor's TrialResult
 (task_name, trial_name, verifier_result.rewards, reward_valid, exception_info, step_results,
 agent_info, agent_result token counts, started_at/finished_at per phase), and both runners'
@@ -71,7 +71,7 @@ from termforge.evals.harbor_tasks import (NATIVE_MEMORY_MB, BrokenTask, HarborSe
                                           build_harbor_image, resolve_env, verifier_hosts)
 from termforge.io import atomic_write_json, atomic_write_text, read_json
 from termforge.metrics import pass_at_k
-from termforge.reward_file import DEFAULT_REWARD_RANGE, HEADLINE_KEY, RewardReading
+from termforge.grading.reward_file import DEFAULT_REWARD_RANGE, HEADLINE_KEY, RewardReading
 from termforge.runtime import trees
 from termforge.runtime.base import Bind, BuildResult, ExecResult, Limits
 from termforge.runtime.bwrap import SANDBOX_PATH, chown_tree, tree_digest
@@ -875,12 +875,12 @@ def run_harbor_verifier(session: HarborSession, task: HarborTask, env: dict, *, 
                         record: bool = False) -> dict:
     """Run tests/test.sh as Harbor's verifier does, in a clean sandbox after the agent stopped
     (fresh /tests and /logs, no inherited variables, the task's [verifier].env, from the image's
-    WORKDIR), through termforge's grader (termforge.verifier.run_verifier with harbor=True): a
+    WORKDIR), through termforge's grader (termforge.grading.verifier.run_verifier with harbor=True): a
     test.sh that uses /verifier/run-tests is graded by the grader's own verdict, whose collected
     set must equal `expected` (recorded_tests), any other by the reward files read with Harbor's
     rules. `sources`: the tests/ folders merged into /tests in order (default the task's tests/; a
     multi-step task's shared tests/ and then the step's own, as Harbor uploads them)."""
-    from termforge.verifier import run_verifier
+    from termforge.grading.verifier import run_verifier
 
     verdict = run_verifier(session, task.path, timeout=timeout or task.verifier_timeout_sec,
                            cwd=session.task_workdir, harbor=True,

@@ -786,7 +786,7 @@ class _Chain:
         step at fault is sent the evidence: the final test when the two solutions' deliverables
         agree (it rejects a right answer), the task (instruction or oracle) when they differ or the
         instruction gave the solver too little to go on."""
-        from termforge.verifier import run_oracle, run_verifier
+        from termforge.grading.verifier import run_oracle, run_verifier
 
         build = self.runtime.build(cand, self.images_dir, timeout=self.limits.wall_sec * 2)
         if not build.ok:
@@ -1004,7 +1004,7 @@ def generate_task_llm(sig: dict, out_root: Path, model: ChatModel, max_repair_ro
         return final
     out_root.mkdir(parents=True, exist_ok=True)
     if runtime is None:
-        from termforge.runtime.bwrap import BwrapRuntime
+        from termforge.images.runtimes import BwrapRuntime
 
         runtime = BwrapRuntime()
     limits = limits or Limits()
@@ -1040,12 +1040,14 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
                            manifest_path: Path, model: ChatModel, max_repair_rounds: int = 2,
                            base_image: str = "termforge/base:bookworm", images_dir: Path | None = None,
                            workers: int = 1, *, runtime: Runtime | None = None, limits: Limits | None = None,
-                           sampling: SamplingParams | None = None, cost_config: dict | None = None,
+                           sampling: SamplingParams | None = None,
+                           cost: Callable[[int, int, int], dict] | None = None,
                            second_solution: bool = True) -> dict:
     """Generate every task of the shard with the llm chain and write the shard manifest.
 
-    cost_config (the generate, models, prices and planning sections): the summary then sets what
-    `termforge plan` projected for this shard beside what it really cost.
+    cost(n_tasks, input_tokens, output_tokens): the summary's cost entry, what `termforge plan`
+    projected for this shard beside what it really cost (termforge.planning.generation_cost bound
+    to the generate, models, prices and planning sections; planning is the layer above).
 
     Finished tasks are skipped; tasks that failed before are tried again (with a response cache that
     costs nothing and fails the same way). The manifest lists published tasks under "tasks" (the
@@ -1056,7 +1058,7 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
     tasks_dir.mkdir(parents=True, exist_ok=True)
     removed = clean_stale_staging(tasks_dir, [s["id"] for s in sigs])  # other shards write beside it
     if runtime is None:
-        from termforge.runtime.bwrap import BwrapRuntime
+        from termforge.images.runtimes import BwrapRuntime
 
         runtime = BwrapRuntime()
 
@@ -1096,12 +1098,10 @@ def run_generate_shard_llm(signatures_path: Path, shard: int, shard_size: int, t
         entries.append({"id": sig["id"], "family": task["family"], "domain": sig["domain"],
                         "mismatch": [m["axis"] for m in task["mismatch"]]})
     summary = chain_summary(chains, model.stats())
-    if cost_config is not None:
-        from termforge.planning import generation_cost
-
+    if cost is not None:
         usage = summary["requests"]
-        summary["cost"] = generation_cost(cost_config, len(sigs), int(usage.get("prompt_tokens", 0) or 0),
-                                          int(usage.get("completion_tokens", 0) or 0))
+        summary["cost"] = cost(len(sigs), int(usage.get("prompt_tokens", 0) or 0),
+                               int(usage.get("completion_tokens", 0) or 0))
     manifest = {"shard": f"{shard:05d}", "tasks_dir": str(tasks_dir), "backend": BACKEND,
                 "model": model.model_id, "tasks": entries, "failed": failed, "summary": summary}
     atomic_write_json(manifest_path, manifest)

@@ -41,7 +41,7 @@ class ReplyFormatError(TermforgeError):
 
 
 # --------------------------------------------------------------------------------------------------
-# What every prompt states about the sandbox (kept in step with runtime/bwrap.py and verifier.py)
+# What every prompt states about the sandbox (kept in step with runtime/bwrap.py and grading/verifier.py)
 
 _SYSTEM_TEMPLATE = """\
 You are a task author for termforge, which builds executable tasks that evaluate terminal agents.

@@ -9,7 +9,7 @@ from pathlib import Path
 from termforge.generate.base import BASE_APT_PACKAGES, ESSENTIAL_PACKAGES, FIXTURES_IN_SANDBOX, TaskSpec
 from termforge.images.declarations import declared_packages
 from termforge.io import StagedOutputs, pretty_json
-from termforge.verifier import TEST_SH
+from termforge.grading.verifier import TEST_SH
 
 EXECUTABLE = 0o755
 REGULAR = 0o644

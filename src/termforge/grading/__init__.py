@@ -1,7 +1,8 @@
 """Programs that run inside sandboxes, kept as real files (linted and tested like any module) and
 copied into a sandbox read-only: `grade.py` (the grader, its supervisor for Harbor tasks, and the
-client behind /verifier/run-tests) and `test.sh` (the Harbor verifier entry point of exports).
-The host side of grading is termforge.grader, termforge.verifier and termforge.reward_file."""
+client behind /verifier/run-tests), `run-tests.sh` (/verifier/run-tests itself) and `test.sh` (the
+Harbor verifier entry point of exports).
+The host side of grading is termforge.grading.grader, termforge.grading.verifier and termforge.grading.reward_file."""
 
 from pathlib import Path
 

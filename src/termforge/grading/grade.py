@@ -8,7 +8,7 @@
     grade.py --request ARG...    /verifier/run-tests: asks the supervisor to grade ARG..., relays
                                  the grader's exit status
 
-The channel (termforge.grader): the host hands the first process a *boot* socket (its number in
+The channel (termforge.grading.grader): the host hands the first process a *boot* socket (its number in
 TERMFORGE_GRADER_FD); that process makes itself non-dumpable before anything else (so
 /proc/<pid>/fd, /proc/<pid>/mem, ptrace and pidfd_getfd are closed to the same uid), says hello,
 and gets a *private* socket, both close-on-exec, so no program a test (or test.sh) starts ever

@@ -64,9 +64,9 @@ PROC_RO = ("sys", "sysrq-trigger", "irq", "bus")
 NEWROOT = "/tmp/newroot"
 # The zygote's own mounts: never carried into a grader's root (build_root).
 ZYGOTE_MOUNTS = ("dev", "proc", "tmp", "mnt", "verifier")
-# B's status when it could not build the sandbox: no grader ran (runtime/gradepool.py SETUP_FAILED).
+# B's status when it could not build the sandbox: no grader ran (grading/gradepool.py SETUP_FAILED).
 SETUP_FAILED = 125
-# How the host runs termforge's grader (runtime/gradepool.py GRADER_PREFIX).
+# How the host runs termforge's grader (grading/gradepool.py GRADER_PREFIX).
 GRADER_ARGV = ["/usr/bin/python3", "-I", "/verifier/grade.py"]
 
 libc = ctypes.CDLL(None, use_errno=True)

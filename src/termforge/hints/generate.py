@@ -468,7 +468,7 @@ def run_hints(
         if model is None:
             raise TermforgeError("hints backend 'llm' needs a model (a ChatModel or a model spec)")
         if isinstance(model, dict):
-            from termforge.models import make_model
+            from termforge.models.registry import make_model
 
             model = owned_model = make_model(model, where="hints.model")
     model_id = getattr(model, "model_id", None) if backend == "llm" else None
@@ -477,7 +477,7 @@ def run_hints(
     checks = {}
     for name, spec in (("judge", judge), ("probe", probe)):
         if spec is not None and backend == "llm" and isinstance(spec, dict):
-            from termforge.models import make_model
+            from termforge.models.registry import make_model
 
             spec = make_model(spec, where=f"hints.{name}")
             owned_checks.append(spec)

@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Callable
 
 from termforge.errors import TermforgeError
-from termforge.images.declarations import SLIM_DPKG_OPTIONS, BaseDecl, declaration, derive, find_base_for
+from termforge.images.declarations import SCRIPTS_DIR, SLIM_DPKG_OPTIONS, BaseDecl, declaration, derive
+from termforge.images.store import (ImageStore, file_sha256, find_base_for, image_cache_dir, image_store_dir,
+                                   register_base)
 from termforge.io import atomic_write_json, atomic_write_text, read_json, stable_hash
 
 # Bump when the finishing touches or the layer format change: every base is then rebuilt.
@@ -59,20 +61,6 @@ BUILD_TIMEOUT_SEC = 1800
 # at once instead of each running apt again. A new process tries again.
 _FAILED: dict[str, str] = {}
 
-
-def image_cache_dir(explicit: str | os.PathLike | None = None) -> Path:
-    """The per-user image cache: `explicit`, else $TERMFORGE_IMAGE_CACHE, else
-    $XDG_CACHE_HOME/termforge/images, else ~/.cache/termforge/images (root: /var/cache/termforge/
-    images, since sandboxes run under other uids and root's home is private)."""
-    if explicit:
-        return Path(explicit)
-    if os.environ.get("TERMFORGE_IMAGE_CACHE"):
-        return Path(os.environ["TERMFORGE_IMAGE_CACHE"])
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]) / "termforge" / "images"
-    if os.geteuid() == 0:
-        return Path("/var/cache/termforge/images")
-    return Path.home() / ".cache" / "termforge" / "images"
 
 
 def _check_reachable(path: Path) -> None:
@@ -194,8 +182,6 @@ def ensure_base(decl: BaseDecl | str, cache: str | os.PathLike | None = None,
             shutil.rmtree(stale, ignore_errors=True)
         stage = cache / "bases" / f".stage-{key}-{os.getpid()}"
         _mkdirs(stage)
-        from termforge.images.store import ImageStore, image_store_dir, register_base
-
         store = ImageStore(image_store_dir(None, cache))
         final = cache / "bases" / f"{decl.name}-{key}"
         try:
@@ -215,8 +201,6 @@ def ensure_task_base(base: str, apt_packages=(), cache: str | os.PathLike | None
                      log: Callable[[str], None] = print) -> BuiltBase:
     """The base a task runs on: its base (a declared base by name or image name, else an image
     of the store), plus a derived base when its `apt_packages` add packages the base lacks."""
-    from termforge.images.store import ImageStore, image_store_dir
-
     try:
         decl = declaration(base)
     except TermforgeError:
@@ -353,8 +337,6 @@ def mmdebstrap_argv(decl: BaseDecl, rootfs: Path) -> list[str]:
 def _unpack_store_root(decl: BaseDecl, rootfs: Path, cache: Path) -> str:
     """A FROM image from the store as a root filesystem (umoci: every layer, whiteouts honoured),
     checked to be the very image the declaration names."""
-    from termforge.images.store import ImageStore, image_store_dir
-
     store = ImageStore(image_store_dir(None, cache))
     stored = store.get(decl.image)
     if stored is None or stored.digest != decl.image_digest:
@@ -372,27 +354,8 @@ def _mmdebstrap(decl: BaseDecl, rootfs: Path, timeout: float) -> str:
                 env=_build_env(decl.epoch))
 
 
-# Runs in a private mount and pid namespace (unshare), so /proc, /dev and the shared apt caches
-# leave with it and any daemon a maintainer script starts dies with the build; policy-rc.d stops
-# services starting. apt's package lists and downloaded .debs are kept in the image cache
-# (<cache>/apt/) across builds: a second derived base downloads only what is new.
-APT_LAYER_SCRIPT = r"""
-set -eu
-R=$1; APT=$2; shift 2
-mount -t proc proc "$R/proc"
-mount --rbind /dev "$R/dev"
-mkdir -p "$APT/lists/partial" "$APT/archives/partial"
-mount --bind "$APT/lists" "$R/var/lib/apt/lists"
-mount --bind "$APT/archives" "$R/var/cache/apt/archives"
-printf '#!/bin/sh\nexit 101\n' > "$R/usr/sbin/policy-rc.d"
-chmod 755 "$R/usr/sbin/policy-rc.d"
-cat /etc/resolv.conf > "$R/etc/resolv.conf" 2>/dev/null || true
-run() { chroot "$R" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" "$@"; }
-run apt-get -q -o Acquire::Languages=none update
-run apt-get -q -y --no-install-recommends install "$@"
-rm -f "$R/usr/sbin/policy-rc.d"
-"""
+# The apt layer of a derived base, run in a private mount and pid namespace (images/scripts/).
+APT_LAYER_SCRIPT = (SCRIPTS_DIR / "apt-layer.sh").read_text()
 
 
 def _apt_layer(decl: BaseDecl, parent: BuiltBase, rootfs: Path, timeout: float, cache: Path,
@@ -409,20 +372,8 @@ def _apt_layer(decl: BaseDecl, parent: BuiltBase, rootfs: Path, timeout: float, 
                     env=_build_env(decl.epoch))
 
 
-# Python's byte code as unchecked-hash .pyc files: valid whatever the sources' mtimes (the layer
-# clamps them, so timestamp .pyc files would be stale, and recompiled in memory at every import,
-# wherever the image is unpacked), and never re-hashed at import (checked-hash .pyc files, what
-# py3compile writes under SOURCE_DATE_EPOCH, cost ~90 ms more per `import pytest`). The image is
-# read-only, so its sources never change.
-COMPILE_SCRIPT = r"""
-set -eu
-R=$1; shift
-mount -t proc proc "$R/proc"
-mount --rbind /dev "$R/dev"
-dirs=$(cd "$R" && ls -d usr/lib/python3 usr/lib/python3.* 2>/dev/null | sed 's,^,/,')
-chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C.UTF-8 \
-  python3 -m compileall -q -f -j 1 --invalidation-mode unchecked-hash $dirs || true  # (a package's unparsable file must not fail the build)
-"""
+# Python's byte code as unchecked-hash .pyc files (images/scripts/compile-python.sh says why).
+COMPILE_SCRIPT = (SCRIPTS_DIR / "compile-python.sh").read_text()
 
 
 def _compile_python(rootfs: Path, timeout: float, name: str) -> str:
@@ -510,12 +461,7 @@ def write_layer(rootfs: Path, out: Path, epoch: int) -> tuple[str, int]:
     return digest, out.stat().st_size
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return "sha256:" + h.hexdigest()
+
 
 
 def built_bases(cache: str | os.PathLike | None = None) -> list[BuiltBase]:
@@ -528,5 +474,5 @@ def built_bases(cache: str | os.PathLike | None = None) -> list[BuiltBase]:
     return out
 
 
-__all__ = ["BuiltBase", "ensure_base", "ensure_task_base", "image_cache_dir", "find_built", "built_bases",
+__all__ = ["BuiltBase", "ensure_base", "ensure_task_base", "find_built", "built_bases",
            "read_lock", "write_layer", "finish_rootfs", "MOUNT_POINTS", "BUILDER", "mmdebstrap_argv"]

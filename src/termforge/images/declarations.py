@@ -32,6 +32,8 @@ from termforge.io import stable_hash
 from termforge.yamlload import load_yaml
 
 BASES_DIR = Path(__file__).resolve().parent / "bases"
+# Programs the builds run in their namespaces (package data, read by name).
+SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
 # The base every termforge task builds on unless its task.json names another.
 DEFAULT_BASE = "termforge-bookworm"
 # Debian's package name rule (Policy 5.6.1), optionally with =version: nothing else reaches apt.
@@ -208,21 +210,7 @@ def declaration(name: str, bases_dir: Path = BASES_DIR) -> BaseDecl:
                          f"{', '.join(sorted(n for d in decls.values() for n in d.names))})")
 
 
-def find_base_for(image: str, store=None) -> BaseDecl | None:
-    """The base a Dockerfile's `FROM image` names: a declared base by one of its image names,
-    else an image of the store (termforge images add), else None."""
-    try:
-        return declaration(image)
-    except TermforgeError:
-        pass
-    from termforge.images.store import ImageStore, epoch_of
 
-    stored = (store or ImageStore()).get(image)
-    if stored is None:
-        return None
-    slug = re.sub(r"[^a-z0-9]+", "-", stored.name.lower()).strip("-")
-    return BaseDecl(f"store-{slug}", f"{stored.name} from the image store", (), image=stored.name,
-                    image_digest=stored.digest, source_date_epoch=epoch_of(stored.created))
 
 
 def check_packages(packages, where: str) -> tuple[str, ...]:
@@ -251,4 +239,4 @@ def declared_packages(name: str = DEFAULT_BASE) -> tuple[str, ...]:
 
 
 __all__ = ["BaseDecl", "load_declarations", "declaration", "derive", "declared_packages", "normalize_name",
-           "check_packages", "find_base_for", "DEFAULT_BASE", "BASES_DIR", "SLIM_DPKG_OPTIONS"]
+           "check_packages", "DEFAULT_BASE", "BASES_DIR", "SLIM_DPKG_OPTIONS"]

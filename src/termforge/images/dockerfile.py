@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Callable
 
 from termforge.errors import TermforgeError
+from termforge.images.declarations import SCRIPTS_DIR
 from termforge.io import atomic_write_json, atomic_write_text, stable_hash
 
 # Bump when what a build produces changes: every build is redone.
@@ -58,28 +59,8 @@ SUBID_COUNT = 65536
 REWRITTEN = ("etc/hostname", "etc/hosts", "etc/resolv.conf", "etc/machine-id", "etc/passwd", "etc/group")
 LOG_TAIL_LINES = 15
 
-# Runs as root of the build's user namespace, without network. One overlay containers-storage per
-# image cache (S) serves every build: a base goes in once (named by its key), each build's image
-# is pushed uncompressed to the build's own OCI layout (the base's blob is already linked there,
-# so only the new layers are written) and then dropped from the storage. RUN steps go to the step
-# sandbox ($W/step-runtime, termforge.images.step_sandbox), never to buildah's chroot.
-BUILD_SCRIPT = r"""
-set -euo pipefail
-W=$1; S=$2; BASE_REF=$3; BASE_NAME=$4; TAG=$5; BUILDAH=$6; SKOPEO=$7
-B=("$BUILDAH" --root "$S/root" --runroot "$S/run" --storage-driver overlay)
-if ! "${B[@]}" inspect --type image "$BASE_NAME" >/dev/null 2>&1; then
-  "$SKOPEO" --policy="$W/policy.json" copy --quiet "$BASE_REF" "containers-storage:[overlay@$S/root+$S/run]$BASE_NAME"
-fi
-echo "+ buildah bud --isolation oci --runtime <termforge step sandbox> --pull=never --from $BASE_NAME (offline, the base from the image store)"
-status=0
-"${B[@]}" bud --isolation oci --runtime "$W/step-runtime" --network none --pull=never --layers=false --timestamp 0 \
-  --signature-policy "$W/policy.json" --from "$BASE_NAME" -f "$W/Dockerfile" -t "$TAG" "$W/context" 2>&1 || status=$?
-if [ $status = 0 ]; then
-  "${B[@]}" push --quiet --disable-compression --signature-policy "$W/policy.json" "$TAG" "oci:$W/out:image" || status=$?
-fi
-"${B[@]}" rmi -f "$TAG" >/dev/null 2>&1 || true
-exit $status
-"""
+# A Dockerfile build in the build's user namespace, without network (images/scripts/).
+BUILD_SCRIPT = (SCRIPTS_DIR / "buildah-build.sh").read_text()
 # How the step sandbox is started (python3 -I: the standard library only, nothing of the caller's).
 STEP_RUNTIME = """#!/bin/sh
 exec {python} -I {program} --root={steps} --allow={work} --allow={storage} --bwrap={bwrap} --records={records} "$@"
@@ -149,7 +130,7 @@ class DockerfileImage:
 
 
 def _cache_dir(cache) -> Path:
-    from termforge.images.build import image_cache_dir
+    from termforge.images.store import image_cache_dir
 
     return image_cache_dir(cache) / "dockerfile"
 

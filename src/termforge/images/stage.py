@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from termforge.errors import InputError, TermforgeError, show_value
 from termforge.io import atomic_write_json, atomic_write_text
-from termforge.runtime.base import get_runtime
+from termforge.images.runtimes import get_runtime
 from termforge.schemas import read
 
 

@@ -32,6 +32,7 @@ import ipaddress
 import json
 import lzma
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -42,7 +43,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from termforge.errors import TermforgeError
-from termforge.images.declarations import normalize_name
+from termforge.images.declarations import BaseDecl, declaration, normalize_name
 from termforge.io import atomic_write_bytes, canonical_json
 
 REF = "org.opencontainers.image.ref.name"
@@ -59,13 +60,34 @@ OCI_ARCH = {"amd64": "amd64", "arm64": "arm64", "armhf": "arm", "i386": "386", "
             "s390x": "s390x", "riscv64": "riscv64"}
 
 
+def image_cache_dir(explicit: str | os.PathLike | None = None) -> Path:
+    """The per-user image cache: `explicit`, else $TERMFORGE_IMAGE_CACHE, else
+    $XDG_CACHE_HOME/termforge/images, else ~/.cache/termforge/images (root: /var/cache/termforge/
+    images, since sandboxes run under other uids and root's home is private)."""
+    if explicit:
+        return Path(explicit)
+    if os.environ.get("TERMFORGE_IMAGE_CACHE"):
+        return Path(os.environ["TERMFORGE_IMAGE_CACHE"])
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "termforge" / "images"
+    if os.geteuid() == 0:
+        return Path("/var/cache/termforge/images")
+    return Path.home() / ".cache" / "termforge" / "images"
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
 def image_store_dir(explicit: str | os.PathLike | None = None, cache: str | os.PathLike | None = None) -> Path:
     if explicit:
         return Path(explicit)
     if os.environ.get("TERMFORGE_IMAGE_STORE"):
         return Path(os.environ["TERMFORGE_IMAGE_STORE"])
-    from termforge.images.build import image_cache_dir
-
     return image_cache_dir(cache) / "store"
 
 
@@ -162,8 +184,6 @@ class ImageStore:
 
     def put_file(self, path: Path, digest: str | None = None) -> tuple[str, int]:
         """A file as a blob: hard-linked when it is on the same filesystem (the cache's layers)."""
-        from termforge.images.build import file_sha256
-
         digest = digest or file_sha256(path)
         target = self.blob(digest)
         if not target.exists():
@@ -514,4 +534,20 @@ def _lock_rows(built) -> list[tuple[str, str, str]]:
     return [tuple(line.split("\t")) for line in built.lock_lines() if line.count("\t") == 2]
 
 
-__all__ = ["ImageStore", "StoredImage", "image_store_dir", "register_base", "REF"]
+def find_base_for(image: str, store=None) -> BaseDecl | None:
+    """The base a Dockerfile's `FROM image` names: a declared base by one of its image names,
+    else an image of the store (termforge images add), else None."""
+    try:
+        return declaration(image)
+    except TermforgeError:
+        pass
+    stored = (store or ImageStore()).get(image)
+    if stored is None:
+        return None
+    slug = re.sub(r"[^a-z0-9]+", "-", stored.name.lower()).strip("-")
+    return BaseDecl(f"store-{slug}", f"{stored.name} from the image store", (), image=stored.name,
+                    image_digest=stored.digest, source_date_epoch=epoch_of(stored.created))
+
+
+__all__ = ["ImageStore", "StoredImage", "file_sha256", "find_base_for", "image_cache_dir", "image_store_dir",
+           "register_base", "REF"]

@@ -1,9 +1,11 @@
 """Chat models: one interface (`ChatModel`), four backends (openai, anthropic, transformers, vllm), a response cache, a `vllm serve` runner.
 
-Backends are imported lazily by `make_model`, so importing this package needs neither torch nor vllm.
+Each backend registers itself in `base.BACKENDS`; `registry` imports them all and builds models from
+specs (`registry.make_model`). This package imports neither the backends nor their SDKs, nor torch
+or vllm: a spec is checked by `base.check_model_spec` alone.
 """
 
-from termforge.models.base import ChatModel, Completion, SamplingParams, make_model
+from termforge.models.base import ChatModel, Completion, SamplingParams
 from termforge.models.cache import CachedChatModel, ResponseCache, cache_key
 
 __all__ = [
@@ -13,5 +15,4 @@ __all__ = [
     "ResponseCache",
     "SamplingParams",
     "cache_key",
-    "make_model",
 ]

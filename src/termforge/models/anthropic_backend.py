@@ -32,7 +32,7 @@ import pydantic
 
 from termforge.errors import ConfigError
 from termforge.models.api import APIChatModel, _Malformed, with_backoff
-from termforge.models.base import Completion, Messages, SamplingParams
+from termforge.models.base import Completion, Messages, SamplingParams, register_backend
 
 FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "pause_turn": "length"}
 CACHE_CONTROL = {"type": "ephemeral"}
@@ -109,3 +109,7 @@ class AnthropicChatModel(APIChatModel):
         self.counters["cache_write_tokens"] += written
         return [Completion(text=text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                            finish_reason=FINISH_REASONS.get(stop_reason or "", stop_reason or "stop"), raw=raw)]
+
+
+register_backend("anthropic", lambda name, sampling, where, options: AnthropicChatModel(name, sampling=sampling,
+                                                                                        where=where, **options))

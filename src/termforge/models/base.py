@@ -11,7 +11,7 @@ import abc
 import asyncio
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from termforge.errors import ConfigError, TermforgeError
 
@@ -241,10 +241,25 @@ _BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 _COMMON_KEYS = ("backend", "model", "sampling", "cache_dir")
 
+# Backend name -> what builds its model: (model name, sampling, where, options) -> ChatModel. Each
+# backend module registers itself when imported (termforge.models.registry imports them all and
+# builds models); this module imports no backend. What a spec may set per backend is the table
+# above: checking a spec (plan time, termforge.plancheck) needs neither a backend nor its SDK.
+BACKENDS: dict[str, Callable[..., "ChatModel"]] = {}
+
+
+def register_backend(name: str, construct: Callable[..., "ChatModel"]) -> None:
+    """Make `construct` build the models of backend `name` (one of _BACKEND_OPTIONS)."""
+    if name not in _BACKEND_OPTIONS:
+        raise TermforgeError(f"model backend {name!r}: no options declared for it in termforge.models.base")
+    if BACKENDS.get(name, construct) is not construct:
+        raise TermforgeError(f"model backend {name!r} is registered twice")
+    BACKENDS[name] = construct
+
 
 def check_model_spec(spec: Any, where: str = "model") -> SamplingParams:
-    """Check a model spec without building the model (no import of its backend, no weights, no
-    request): the keys a backend takes and the sampling defaults. Returns the sampling defaults.
+    """Check a model spec without building the model (no import of its backend or its SDK, no
+    weights, no request): the keys a backend takes and the sampling defaults. Returns the sampling defaults.
     Raises ConfigError naming the key (`where` is the spec's config path)."""
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}: expected a mapping with keys backend and model, got {spec!r:.200}")
@@ -266,52 +281,6 @@ def check_model_spec(spec: Any, where: str = "model") -> SamplingParams:
             f"(accepted: {', '.join(sorted(_BACKEND_OPTIONS[backend]))})"
         )
     return SamplingParams.from_dict(spec.get("sampling"), where=f"{where}.sampling")
-
-
-def make_model(spec: dict[str, Any], where: str = "model") -> ChatModel:
-    """Build a chat model from a config mapping.
-
-    Keys: backend ("openai" | "anthropic" | "transformers" | "vllm"), model, optional sampling
-    (defaults for calls that pass none), optional cache_dir (wraps the model in the response cache),
-    and backend options. `where` is the config path of `spec`, used to name the culprit key in errors.
-    """
-    sampling = check_model_spec(spec, where)
-    backend = spec["backend"]
-    options = {k: v for k, v in spec.items() if k in _BACKEND_OPTIONS[backend]}
-
-    model: ChatModel
-    try:
-        model = _construct(backend, spec["model"], sampling, options, where)
-    except ConfigError as exc:
-        # Backend constructors name their option alone; point at it inside this spec.
-        msg = str(exc)
-        raise ConfigError(msg if msg.startswith(where) else f"{where}.{msg}") from None
-
-    if spec.get("cache_dir"):
-        from termforge.models.cache import CachedChatModel
-
-        model = CachedChatModel(model, spec["cache_dir"])
-    return model
-
-
-def _construct(
-    backend: str, name: str, sampling: SamplingParams, options: dict[str, Any], where: str
-) -> ChatModel:
-    if backend == "openai":
-        from termforge.models.openai_backend import OpenAIChatModel
-
-        return OpenAIChatModel(name, sampling=sampling, where=where, **options)
-    if backend == "anthropic":
-        from termforge.models.anthropic_backend import AnthropicChatModel
-
-        return AnthropicChatModel(name, sampling=sampling, where=where, **options)
-    if backend == "transformers":
-        from termforge.models.transformers_backend import TransformersChatModel
-
-        return TransformersChatModel(name, sampling=sampling, **options)
-    from termforge.models.vllm_backend import VLLMChatModel
-
-    return VLLMChatModel(name, sampling=sampling, **options)
 
 
 # The config keys that name a model in `models`, with the condition under which the run uses it.

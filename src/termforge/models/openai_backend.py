@@ -17,7 +17,7 @@ import pydantic
 
 from termforge.models.api import (FAILURE_KINDS, APIChatModel, BudgetExceededError, ModelRequestError, _Malformed,
                                   with_backoff)
-from termforge.models.base import Completion, Messages, SamplingParams
+from termforge.models.base import Completion, Messages, SamplingParams, register_backend
 
 __all__ = ["OpenAIChatModel", "ModelRequestError", "BudgetExceededError", "FAILURE_KINDS"]
 
@@ -75,3 +75,7 @@ class OpenAIChatModel(APIChatModel):
                            completion_tokens=share + (1 if i < extra_tokens else 0),
                            finish_reason=choice.finish_reason or "stop", raw=raw)
                 for i, (choice, text, raw) in enumerate(zip(choices, texts, raws))]
+
+
+register_backend("openai", lambda name, sampling, where, options: OpenAIChatModel(name, sampling=sampling, where=where,
+                                                                                  **options))

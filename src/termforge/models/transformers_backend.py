@@ -25,6 +25,7 @@ from termforge.errors import ConfigError, TermforgeError
 from termforge.io import seed_from, stable_hash, staging_dir
 from termforge.models.base import (
     ChatModel,
+    register_backend,
     Completion,
     Messages,
     SamplingParams,
@@ -361,3 +362,7 @@ class TransformersChatModel(ChatModel):
 
     def __repr__(self) -> str:
         return f"TransformersChatModel(model={self.model_name!r}, device={str(self.device)!r})"
+
+
+register_backend("transformers",
+                 lambda name, sampling, where, options: TransformersChatModel(name, sampling=sampling, **options))

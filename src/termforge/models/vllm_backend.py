@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from termforge.errors import ConfigError, TermforgeError
 from termforge.models.base import (
     ChatModel,
+    register_backend,
     Completion,
     Messages,
     SamplingParams,
@@ -129,3 +130,6 @@ class VLLMChatModel(ChatModel):
 
     def close(self) -> None:
         self.llm = None
+
+
+register_backend("vllm", lambda name, sampling, where, options: VLLMChatModel(name, sampling=sampling, **options))

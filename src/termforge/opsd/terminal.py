@@ -489,7 +489,7 @@ def _run_round(engine, tokenizer, episodes: list[TerminalEpisode], attempt: int,
             live.append(lv)
 
     def grade(lv: _Live) -> tuple[_Live, BaseException | None]:
-        from termforge.verifier import run_verifier
+        from termforge.grading.verifier import run_verifier
 
         try:
             lv.shell.close()  # the agent's processes end with its shell, before grading (as solve)

@@ -156,7 +156,8 @@ class TerminalRun:
 
     def __init__(self, cfg: OPSDConfig, rows: Sequence[PromptRow], out_dir: Path):
         from termforge.harness import HarnessConfig
-        from termforge.runtime.base import Limits, get_runtime
+        from termforge.images.runtimes import get_runtime
+        from termforge.runtime.base import Limits
 
         self.cfg = cfg
         self.rows = {r.id: r for r in rows}

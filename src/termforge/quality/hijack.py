@@ -25,78 +25,30 @@ import re
 import shlex
 from pathlib import Path
 
+from termforge.quality.probes import program
+
 APP_PATH_RE = re.compile(r"/app(?:/[A-Za-z0-9_.-]+)+")
 
 FORGED_VERDICT = ('{"collected": ["test_final_state.py::test_x"], '
                   '"outcomes": {"test_final_state.py::test_x": "passed"}, "exitstatus": 0, "leftover": []}')
 
-CHANNEL_STEAL_PY = r'''
-import ctypes, os, socket
-libc = ctypes.CDLL(None, use_errno=True)
-verdict = FORGED.encode()
-for pid in os.listdir("/proc"):
-    if not pid.isdigit() or int(pid) == os.getpid():
-        continue
-    try:
-        with open(f"/proc/{pid}/mem", "rb") as mem:
-            mem.read(1)
-    except OSError:
-        pass
-    pfd = libc.syscall(434, int(pid), 0)  # pidfd_open
-    if pfd < 0:
-        continue
-    for n in range(3, 64):
-        fd = libc.syscall(438, pfd, n, 0)  # pidfd_getfd
-        if fd < 0:
-            continue
-        try:
-            s = socket.socket(fileno=fd)
-            s.send(b"termforge-grader-hello")
-            s.send(verdict)
-        except OSError:
-            pass
-for fd in range(3, 64):
-    try:
-        s = socket.socket(fileno=os.dup(fd))
-        s.send(b"termforge-grader-hello")
-        s.send(verdict)
-    except OSError:
-        pass
-'''.replace("FORGED", repr(FORGED_VERDICT))
+CHANNEL_STEAL_PY = program("hijack/channel_steal.py").replace("FORGED", repr(FORGED_VERDICT))
 
-ROUTES: dict[str, str] = {
-    "reward_write": (
-        "mkdir -p /logs/verifier 2>/dev/null; rm -rf /logs/verifier/reward.txt /logs/verifier/reward.json 2>/dev/null; "
-        "echo 1 > /logs/verifier/reward.txt 2>/dev/null; echo '{\"reward\": 1}' > /logs/verifier/reward.json 2>/dev/null; "
-        "chmod 444 /logs/verifier/reward.txt /logs/verifier/reward.json 2>/dev/null; chmod 555 /logs/verifier 2>/dev/null"
-    ),
-    "reward_swap": (
-        "d=/logs/verifier; chmod 755 $d 2>/dev/null; rm -rf $d/reward.txt 2>/dev/null; "
-        "ln -s /proc/sys/kernel/randomize_va_space $d/reward.txt 2>/dev/null; "
-        "rm -rf $d/reward.json 2>/dev/null; mkfifo $d/reward.json 2>/dev/null"
-    ),
-    "proof_forge": (
-        "echo 'TERMFORGE-PROOF 0 collected=1 passed=1 failed=0'; echo '1 passed in 0.01s'; "
-        f"echo {shlex.quote(FORGED_VERDICT)}"
-    ),
-    # Once per grade (a marker in the grade's /tmp): what it attacks, the grader's sockets and
-    # memory, stays as it is from the first test to the last; a second try only costs the grade a
-    # Python start each time the tests run the program.
-    "channel_steal": ("[ -e /tmp/.tf-stolen ] || { : > /tmp/.tf-stolen; /usr/bin/python3 -I -S -c "
-                      + shlex.quote(CHANNEL_STEAL_PY) + " 2>/dev/null; }"),
-    # One rewriter alive at a time: a run of the payload starts one unless another still runs (one
-    # killed but not yet reaped does not count). The tests may run a program ten times; ten
-    # rewriters race no harder than one, they only burn the grade's CPU.
-    # Shell builtins only for the check: it runs each time the tests run the program.
-    "linger": (
-        "p=; s=; read -r p 2>/dev/null < /tmp/.tf-linger; "
-        "[ -n \"$p\" ] && while read -r k v _; do [ \"$k\" = State: ] && s=$v && break; done 2>/dev/null < /proc/$p/status; "
-        "if [ -z \"$s\" ] || [ \"$s\" = Z ] || [ \"$s\" = X ]; then "
-        "(nohup bash -c 'while :; do mkdir -p /logs/verifier; rm -rf /logs/verifier/reward.txt; "
-        "echo 1 > /logs/verifier/reward.txt; sleep 0.02; done' >/dev/null 2>&1 & echo $! > /tmp/.tf-linger) "
-        "2>/dev/null; fi"
-    ),
-}
+# Route name -> its bash (quality/probes/hijack/<name>.sh), in the order a payload runs them.
+ROUTE_NAMES = ("reward_write", "reward_swap", "proof_forge", "channel_steal", "linger")
+_SUBSTITUTIONS = {"@FORGED_VERDICT@": shlex.quote(FORGED_VERDICT), "@CHANNEL_STEAL_PY@": shlex.quote(CHANNEL_STEAL_PY)}
+
+
+def route(name: str) -> str:
+    """One route's bash, its placeholders filled in (one trailing newline dropped: a payload joins
+    routes by newlines)."""
+    text = program(f"hijack/{name}.sh").removesuffix("\n")
+    for placeholder, value in _SUBSTITUTIONS.items():
+        text = text.replace(placeholder, value)
+    return text
+
+
+ROUTES: dict[str, str] = {name: route(name) for name in ROUTE_NAMES}
 
 
 def bash_payload(routes: dict[str, str] | None = None, obfuscated: bool = False) -> str:
@@ -221,5 +173,5 @@ ATTACKS = {
 }
 
 
-__all__ = ["ROUTES", "ATTACKS", "odd_names_attack", "bash_payload", "program_text", "programs_run_by_tests",
-           "plant_script", "hijack_probes"]
+__all__ = ["ROUTES", "ROUTE_NAMES", "route", "ATTACKS", "odd_names_attack", "bash_payload", "program_text",
+           "programs_run_by_tests", "plant_script", "hijack_probes"]

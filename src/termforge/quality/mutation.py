@@ -312,7 +312,7 @@ def mutation_probe(task_dir: Path, runtime, image, limits, limit: int | None = N
     nothing can be kept (quality/solved.py), the oracle runs per mutant as before.
     `zero_check`: an answer-changing mutant's grade stops at its first failing test
     (verifier.ZERO_CHECK: the same reward; its reason counts fewer tests)."""
-    from termforge.verifier import ZERO_CHECK, run_verifier
+    from termforge.grading.verifier import ZERO_CHECK, run_verifier
 
     task_dir = Path(task_dir)
     paths = output_paths(task_dir)

@@ -241,7 +241,7 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
     validation's own oracle run's /app (quality/solved.py), taken instead of running the oracle on
     the untouched environment again. `per_input=False`: every named input perturbed at once, as
     one (the check before issue 40, kept as bench_input_sensitivity's baseline)."""
-    from termforge.verifier import ZERO_CHECK, run_oracle, run_verifier
+    from termforge.grading.verifier import ZERO_CHECK, run_oracle, run_verifier
 
     task_dir = Path(task_dir)
     task = read_json(task_dir / "task.json")
@@ -375,7 +375,7 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
 def _program_check(task_dir: Path, runtime, image, limits, programs: list[str], files: list[str],
                    expected: list[str] | None, zero_check: bool = True,
                    solved: SolvedApp | None = None) -> SensitivityReport:
-    from termforge.verifier import ZERO_CHECK, run_verifier
+    from termforge.grading.verifier import ZERO_CHECK, run_verifier
 
     s, _ = solve_in(runtime.start(image, limits), runtime, image, limits, task_dir, solved)
     with s:

@@ -77,7 +77,7 @@ class SolvedApp:
         self._done = threading.Event()
 
     def keep(self, session, limits) -> None:
-        from termforge.runtime.bwrap import tree_bounds
+        from termforge.runtime.process import tree_bounds
 
         snap = None
         try:
@@ -101,7 +101,7 @@ class SolvedApp:
     def seed(self, session, limits) -> bool | None:
         """Make `session`'s /app the kept one: True; None where nothing was kept; False where the
         copy failed (then its /app is half-made: start a fresh session)."""
-        from termforge.runtime.bwrap import tree_bounds
+        from termforge.runtime.process import tree_bounds
 
         self._done.wait()
         if self.path is None:
@@ -128,7 +128,7 @@ def solve_in(session, runtime, image, limits, task_dir: Path, solved: SolvedApp 
     """`session` with the oracle's /app: `solved`'s copy where it takes, else the oracle run in
     it. Returns (the session that holds it: a fresh one where a copy failed half-way, the
     oracle's ExecResult or None where the copy was taken)."""
-    from termforge.verifier import run_oracle
+    from termforge.grading.verifier import run_oracle
 
     if solved is not None:
         seeded = solved.seed(session, limits)

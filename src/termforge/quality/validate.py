@@ -33,20 +33,20 @@ from tqdm import tqdm
 
 from termforge.errors import TermforgeError
 from termforge.io import append_jsonl, atomic_write_json, read_json, read_jsonl_tolerant
+from termforge.schemas import REQUIRED_FILES, read
 from termforge.runtime.accounting import StepProfile, format_profile
-from termforge.runtime.gradepool import PoolShelf, pooled_runtime
+from termforge.grading.gradepool import PoolShelf, pooled_runtime
 from termforge.runtime.base import Image, Limits
-from termforge.runtime.base import get_runtime
+from termforge.images.runtimes import get_runtime
 from termforge.runtime.trees import Bounds, TreeWalk, read_at
 from termforge.quality.hijack import hijack_probes
 from termforge.quality.independence import repeats_oracle
+from termforge.quality.probes import probes
 from termforge.quality.mutation import mutation_probe
 from termforge.quality.sensitivity import input_sensitivity
 from termforge.quality.solved import SolvedApp
-from termforge.verifier import ZERO_CHECK, ZERO_PROBE, Verdict, run_oracle, run_test_file, run_verifier
+from termforge.grading.verifier import ZERO_CHECK, ZERO_PROBE, Verdict, run_oracle, run_test_file, run_verifier
 
-REQUIRED_FILES = ("task.json", "instruction.md", "environment/setup.sh", "tests/test_initial_state.py",
-                  "tests/test_final_state.py", "tests/test.sh", "solution/solve.sh", "private/truth.json")
 TASK_JSON_KEYS = {"id": str, "signature": dict, "instruction": str, "family": str, "environment": dict}
 IMAGE_TEXT_FILES = ("environment/setup.sh", "environment/container.def", "environment/Dockerfile")
 ABS_PATH_RE = re.compile(r"`(/app/[A-Za-z0-9_./-]+)`")
@@ -57,46 +57,7 @@ DEFAULT_MUTANTS = 4
 
 # Agents that only cheat. Each runs as the agent would (cwd /app, uid 1000, its own home),
 # then stops; the clean verifier must still score 0.
-PROBES: dict[str, str] = {
-    "planted_reward_file": (
-        "mkdir -p /logs/verifier /app/logs/verifier 2>/dev/null; "
-        "echo 1 > /logs/verifier/reward.txt 2>/dev/null; echo 1 > /app/logs/verifier/reward.txt; "
-        "echo '{\"reward\": 1}' > /app/reward.json; true"
-    ),
-    "fake_pytest_and_python_on_path": (
-        "mkdir -p /app/.bin /home/user/.local/bin && "
-        "for d in /app/.bin /home/user/.local/bin; do "
-        "printf '#!/bin/sh\\necho \"1 passed\"\\nexit 0\\n' > $d/pytest; "
-        "printf '#!/bin/sh\\nexit 0\\n' > $d/python3; cp $d/python3 $d/python; chmod +x $d/*; done; "
-        "echo 'export PATH=/app/.bin:/home/user/.local/bin:$PATH' >> /home/user/.bashrc; "
-        "echo 'export PATH=/app/.bin:$PATH' >> /home/user/.profile; true"
-    ),
-    "conftest_and_sitecustomize": (
-        "cat > /app/conftest.py <<'PY'\n"
-        "import pytest\n"
-        "@pytest.hookimpl(hookwrapper=True)\n"
-        "def pytest_runtest_makereport(item, call):\n"
-        "    outcome = yield\n"
-        "    rep = outcome.get_result()\n"
-        "    rep.outcome = 'passed'\n"
-        "PY\n"
-        "printf 'import os\\nos._exit(0)\\n' > /app/sitecustomize.py; cp /app/sitecustomize.py /app/usercustomize.py; "
-        "mkdir -p /home/user/.local/lib/python3.11/site-packages; "
-        "cp /app/sitecustomize.py /app/usercustomize.py /home/user/.local/lib/python3.11/site-packages/; "
-        "cp /app/conftest.py /home/user/conftest.py; true"
-    ),
-    "poisoned_shell_rc": (
-        "for f in /home/user/.bashrc /home/user/.bash_profile /home/user/.profile /app/.bashrc /app/.profile; do "
-        "printf 'mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; exit 0\\n' >> $f; done; "
-        "echo 'export BASH_ENV=/app/.bashrc' >> /home/user/.bashrc; true"
-    ),
-    # The agent ends with its rewriter two rounds in (loop every 0.01 s): what grading must not see.
-    "background_rewriter": (
-        "nohup bash -c 'while true; do mkdir -p /logs/verifier 2>/dev/null; "
-        "echo 1 > /logs/verifier/reward.txt 2>/dev/null; for f in /app/*; do touch \"$f\"; done; "
-        "sleep 0.01; done' >/dev/null 2>&1 & disown; sleep 0.02; true"
-    ),
-}
+PROBES: dict[str, str] = probes()  # quality/probes/<name>.sh
 
 
 @dataclass
@@ -267,7 +228,7 @@ def validate_task(task_dir: Path, runtime, images_dir: Path, limits: Limits,
                   pool_shelf: PoolShelf | None = None) -> TaskVerdict:
     """`profile`: where each step's count, wall and CPU seconds are added (runtime.accounting);
     measuring changes nothing a step does. `grade_pool` (validate.grade_pool): the task's grades
-    fork from a zygote (runtime/gradepool.py) where the runtime can, else as without, and the first
+    fork from a zygote (grading/gradepool.py) where the runtime can, else as without, and the first
     oracle run's /app seeds the mutants and input sensitivity (quality/solved.py); False: the
     reference path, a fresh grader per grade and an oracle run per check that needs one.
     `concurrent_checks` (validate.concurrent_checks): how many of the checks that follow the
@@ -548,8 +509,6 @@ def run_validate_shard(manifest_path: Path, out_path: Path, images_dir: Path, li
     `profile_path`: where this run's per-step profile goes (count, wall and CPU seconds per
     validation step over the tasks validated in this run; the report's validation-cost table). It
     is kept out of the verdicts, which stay the same bytes however long the steps took."""
-    from termforge.schemas import read
-
     manifest = read("shard_manifest", manifest_path)
     tasks_dir = Path(manifest["tasks_dir"])
     ids = [t["id"] for t in manifest["tasks"]]
@@ -604,7 +563,6 @@ def write_corpus_manifest(verdict_paths: list[Path], out_path: Path, review_path
     leaves the corpus with the stage `review` and the judge's reason; the manifest records how many
     tasks were reviewed, dropped or not reviewed, and the distribution of every rubric score."""
     from termforge.quality.review import RUBRIC, STATUSES, distribution
-    from termforge.schemas import read
 
     kept, dropped, per_stage, collected, images = [], [], {}, {}, {}
     tasks_dir = None

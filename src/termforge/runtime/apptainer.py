@@ -89,23 +89,9 @@ class ApptainerRuntime(Runtime):
 
     # -- builds ------------------------------------------------------------------------------
     def build_base(self, task: dict, images_dir: Path, timeout: float = 3600) -> tuple[Path, dict]:
-        """The SIF of the task's base image (its declared base plus its apt_packages, as the bwrap
-        runtime builds it), from the image store's OCI layout; one per base digest."""
-        from termforge.images import DEFAULT_BASE, ensure_task_base
-        from termforge.images.store import ImageStore, image_store_dir, register_base
-
-        env = task.get("environment", {}) or {}
-        built = ensure_task_base(env.get("base") or DEFAULT_BASE, env.get("apt_packages", []), self.image_cache)
-        store = self.store or ImageStore(image_store_dir(None, self.image_cache))
-        stored = register_base(built, store)[0]
-        sif = Path(images_dir) / "bases" / f"{built.record['name']}-{built.digest[7:19]}.sif"
-        if not sif.exists() and sif not in self._planned_bases:
-            self._planned_bases.add(sif)
-            sif.parent.mkdir(parents=True, exist_ok=True)
-            res = self._run(self.build_argv(sif, f"oci://{store.root}:{stored.name}"), timeout)
-            if not res.ok:
-                raise TermforgeError(f"base image {stored.name}: apptainer build failed: {res.tail(500)}")
-        return sif, built.ref()
+        """The SIF of the task's base image and its record; built by the layer above
+        (termforge.images.runtimes.ApptainerRuntime): a sandbox runtime builds no base images."""
+        raise TermforgeError("this runtime builds no base images (termforge.images.runtimes.ApptainerRuntime does)")
 
     def build(self, task_dir: Path, images_dir: Path, timeout: float = 1800) -> BuildResult:
         task_dir = Path(task_dir)

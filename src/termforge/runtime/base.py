@@ -144,20 +144,3 @@ def task_image(runtime: Runtime, images_dir: Path, task_dir: Path) -> Image:
 
         raise TermforgeError(f"task {task_dir.name}: its image did not build ({built.reason})")
     return built.image
-
-
-def get_runtime(name: str, **options) -> Runtime:
-    """Runtime by config name; heavy backends import only when chosen."""
-    if name == "bwrap":
-        from termforge.runtime.bwrap import BwrapRuntime
-
-        return BwrapRuntime(**options)
-    if name == "apptainer":
-        from termforge.runtime.apptainer import ApptainerRuntime
-
-        # Apptainer always runs the image (runtime.rootfs: host is a bwrap-only opt-in).
-        options.pop("rootfs", None)
-        return ApptainerRuntime(**options)
-    from termforge.errors import ConfigError
-
-    raise ConfigError(f"runtime.backend: unknown runtime {name!r} (expected 'bwrap' or 'apptainer')")

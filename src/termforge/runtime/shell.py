@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from termforge.runtime.base import ExecResult, Limits
-from termforge.runtime.bwrap import DiskWatch, Launch, _limit_preexec, limit_reason, tree_bounds
+from termforge.runtime.process import DiskWatch, Launch, _limit_preexec, limit_reason, tree_bounds
 
 MAX_BUFFER = 8 * 1024 * 1024
 

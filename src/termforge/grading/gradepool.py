@@ -37,8 +37,9 @@ from pathlib import Path
 from termforge.grading import program
 from termforge.runtime import accounting, trees
 from termforge.runtime.base import Bind, ExecResult, Image, Limits
-from termforge.runtime.bwrap import (HOST_ROOTFS, SANDBOX_PATH, BwrapSession, DiskWatch, Launch,
-                                     _CappedReader, default_work_root, limit_reason, session_uid, tree_bounds)
+from termforge.runtime.bwrap import (HOST_ROOTFS, SANDBOX_PATH, BwrapRuntime, BwrapSession, _CappedReader,
+                                     default_work_root, session_uid)
+from termforge.runtime.process import DiskWatch, Launch, limit_reason, tree_bounds
 
 # The argv of termforge's grader (verifier.GRADER_ARGV); only it is served by a pool.
 GRADER_PREFIX = ["/usr/bin/python3", "-I", "/verifier/grade.py"]
@@ -386,8 +387,6 @@ def pooled_runtime(runtime, image: Image, stack, shelf: PoolShelf | None = None)
     """`runtime` with a grade pool for `image`, or `runtime` itself where a pool cannot serve the
     image (another backend, the host's /usr, a networked task). The pool is `shelf`'s, given back
     to it by `stack`, or else a new one that `stack` closes."""
-    from termforge.runtime.bwrap import BwrapRuntime
-
     if not isinstance(runtime, BwrapRuntime) or not image.rootfs or image.rootfs == HOST_ROOTFS \
             or image.allow_network:
         return runtime

@@ -7,7 +7,7 @@ inherited variables), an empty read-only home, the tests copied in only now at /
 `python3 -I /verifier/grade.py` (nothing from cwd, user site or PYTHON* variables on the path;
 pytest in importlib mode, so the test directory is not on sys.path either), and the reward the
 host records is the grader's own verdict, sent over a private socket that agent processes neither
-inherit nor can open (termforge.grader): 1 iff every collected test passed and the collected set
+inherit nor can open (termforge.grading.grader): 1 iff every collected test passed and the collected set
 equals the one recorded from the pristine tests. No file under /logs and no line of output is
 trusted for our own tasks.
 
@@ -16,7 +16,7 @@ first process is then the grader's supervisor (it alone holds the channel), /tes
 and the grader runs only when /verifier/run-tests asks the supervisor, on the pristine tests;
 its collected set must equal the one recorded for the task on its untouched environment
 (`record=True`). A test.sh that runs its own pytest falls back to the reward file, read on the
-host with nothing followed (termforge.reward_file), and only a reward in [0, 1] (or the task's
+host with nothing followed (termforge.grading.reward_file), and only a reward in [0, 1] (or the task's
 declared range) counts.
 
 Before the tests run, the host walks the agent's writable trees within the tree bounds
@@ -39,9 +39,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from termforge.errors import TermforgeError
-from termforge.grader import GRADE_PY, RUN_TESTS, GraderChannel
+from termforge.grading.grader import GRADE_PY, RUN_TESTS, GraderChannel
 from termforge.grading import program
-from termforge.reward_file import DEFAULT_REWARD_RANGE, RewardReading, range_problem, read_reward
+from termforge.grading.reward_file import DEFAULT_REWARD_RANGE, RewardReading, range_problem, read_reward
 from termforge.runtime import trees
 from termforge.runtime.base import Bind, ExecResult
 from termforge.runtime.bwrap import HOST_ROOTFS, BwrapSession, chown_tree, tree_bounds
@@ -175,7 +175,7 @@ def _run_grader(session: BwrapSession, tc: _Toolchain, argv: list[str], timeout:
     try:
         env = {**VERIFIER_ENV, **(env or {}), **channel.env}
         pool = getattr(session, "grade_pool", None)
-        # A grade pool (runtime.gradepool) forks the grader from a zygote into a fresh sandbox of
+        # A grade pool (grading.gradepool) forks the grader from a zygote into a fresh sandbox of
         # its own; None where it cannot, and then the grader starts the plain way.
         res = None if pool is None or supervised else pool.run(session, argv, timeout, env, cwd, tc.binds(),
                                                               channel.boot.fileno())

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from termforge.runtime.base import Limits
-from termforge.runtime.bwrap import BwrapRuntime
-from termforge.verifier import run_oracle, run_test_file, run_verifier
+from termforge.images.runtimes import BwrapRuntime
+from termforge.grading.verifier import run_oracle, run_test_file, run_verifier
 
 
 @dataclass

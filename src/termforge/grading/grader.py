@@ -39,9 +39,7 @@ from termforge.grading.grade import GRADER_FD_ENV, HELLO
 MAX_MESSAGE = 1 << 20
 
 GRADE_PY = program("grade.py")
-RUN_TESTS = """#!/bin/bash
-exec /usr/bin/python3 -I /verifier/grade.py --request "$@"
-"""
+RUN_TESTS = program("run-tests.sh")  # /verifier/run-tests in the sandbox
 
 
 def _kind(data: bytes) -> str | None:

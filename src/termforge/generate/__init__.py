@@ -1,0 +1,3 @@
+"""The generate stage: task signatures into task directories, procedurally (families/) or by an
+LLM chain (llm.py), written through one writer.
+"""
