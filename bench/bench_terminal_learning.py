@@ -274,7 +274,7 @@ def train_options(args, objective: str, seed: int, root: Path) -> dict:
 
 def hint_uplift(args, root: Path) -> dict:
     """The untrained policy's hint uplift on the train split (read back when done earlier)."""
-    from termforge.opsd.uplift import run_uplift_cli
+    from termforge.opsd.uplift_run import run_uplift_cli
 
     path = root / "uplift.json"
     if path.exists():

@@ -483,7 +483,7 @@ def cmd_hint_uplift(args) -> int:
     from termforge.cpu_budget import passive_openmp_env
 
     passive_openmp_env()  # before torch loads its OpenMP runtime
-    from termforge.opsd.uplift import run_uplift_cli
+    from termforge.opsd.uplift_run import run_uplift_cli
 
     o = _stage_options(args, "train")
     run_uplift_cli(o["train"], Path(args.out), demos=args.demos, tasks_dir=args.tasks_dir, images_dir=args.images_dir,
