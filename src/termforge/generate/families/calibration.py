@@ -101,6 +101,22 @@ class OneStepFileTask(TaskFamily):
     instruct model solves sometimes (module docstring)."""
 
     name = "one_step_file_task"
+    method = (
+        ('Write the text with one shell command, such as echo with output redirection, quoting the text so the '
+         'shell keeps it as one argument. Print the file with cat afterwards to check that it holds exactly '
+         'the requested text.', '(?m)^# Write a line'),
+        ('Append with output redirection in append mode (>>), never >, which would empty the file. Look at the '
+         'end of the file first (tail -c1 shows whether it ends with a newline) and print the file afterwards '
+         'to check every earlier line is unchanged.', '(?m)^# Append a line'),
+        ('Count matching lines, not matches: grep -c counts lines, and -w keeps only whole words, so longer '
+         'words that merely contain it do not count. Look at a few lines with grep -w to check the matches, '
+         'then write only the number to the output file.', '(?m)^# Count the lines'),
+        ('List the directory with ls -la to see the exact file name, then rename it with mv, quoting a name '
+         'that contains spaces. List the directory again to check that only the new name is left.', '(?m)^# Rename a file'),
+        ('Run the script with bash first and read the error message: it names the line and what the shell '
+         'could not do. Correct only what is wrong, with sed -i or by rewriting the one line, then run the '
+         'script again and compare its output with the expected line.', '(?m)^# Fix '),
+    )
     opt_in = True
     domains = ("file_operations",)
     verifier_kinds = ("exact_text",)
@@ -149,9 +165,6 @@ class OneStepFileTask(TaskFamily):
             test_final=_lines_test("test_file_holds_the_lines", path, lines),
             solve_sh=bash_script("printf '%s\\n' " + " ".join(shlex.quote(x) for x in lines) + f" > {path}"),
             truth={"given": {"path": path, "lines": lines}},
-            method_note=("Write the text with one shell command, such as echo with output redirection, quoting "
-                         "the text so the shell keeps it as one argument. Print the file with cat afterwards to "
-                         "check that it holds exactly the requested text."),
             verifier_kind="exact_text", fixture_kind="text_only", output_paths=[path])
 
     def _append_line(self, sig: dict, rng: random.Random, level: int) -> TaskSpec:
@@ -184,9 +197,6 @@ class OneStepFileTask(TaskFamily):
                 """),
             truth={"given": {"path": path, "line": line}, "lines_before": len(original),
                    "final_newline": level != 3},
-            method_note=("Append with output redirection in append mode (>>), never >, which would empty the "
-                         "file. Look at the end of the file first (tail -c1 shows whether it ends with a "
-                         "newline) and print the file afterwards to check every earlier line is unchanged."),
             verifier_kind="exact_text", fixture_kind="text_only", output_paths=[path],
             fixtures={f"{stem}.txt": text.encode()})
 
@@ -237,9 +247,6 @@ class OneStepFileTask(TaskFamily):
                 """, OUT=out, COUNT=count),
             solve_sh=bash_script(f"grep -c -w -- {word} {src} > {out} || true"),
             truth={"given": {"path": src, "word": word}, "count": count, "lines": total},
-            method_note=("Count matching lines, not matches: grep -c counts lines, and -w keeps only whole "
-                         "words, so longer words that merely contain it do not count. Look at a few lines "
-                         "with grep -w to check the matches, then write only the number to the output file."),
             verifier_kind="exact_text", fixture_kind="text_only", output_paths=[out],
             fixtures={f"{stem}.txt": ("\n".join(lines) + "\n").encode()})
 
@@ -280,9 +287,6 @@ class OneStepFileTask(TaskFamily):
                 """, OLD=f"/app/{old}", NEW=f"/app/{new}", LINES=content),
             solve_sh=bash_script(f"mv -- {shlex.quote('/app/' + old)} /app/{new}"),
             truth={"given": {"old": old, "new": new}, "content_lines": len(content)},
-            method_note=("List the directory with ls -la to see the exact file name, then rename it with mv, "
-                         "quoting a name that contains spaces. List the directory again to check that only "
-                         "the new name is left."),
             verifier_kind="exact_text", fixture_kind="text_only", output_paths=[f"/app/{new}"],
             fixtures={"source.txt": ("\n".join(content) + "\n").encode()})
 
@@ -326,10 +330,6 @@ class OneStepFileTask(TaskFamily):
                 """),
             truth={"given": {"script": path, "message": message, **({"typo": typo} if level == 0 else {})},
                    "defects": ["misspelt command"] + (["unclosed quote"] if level == 3 else [])},
-            method_note=("Run the script with bash first and read the error message: it names the line and "
-                         "what the shell could not do. Correct only what is wrong, with sed -i or by "
-                         "rewriting the one line, then run the script again and compare its output with the "
-                         "expected line."),
             verifier_kind="exact_text", fixture_kind="text_only", output_paths=[path],
             fixtures={f"{stem}.sh": script.encode()})
 
