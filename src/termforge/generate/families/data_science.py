@@ -184,8 +184,8 @@ class HeldoutRegression(TaskFamily):
         ("A column whose values are words is categorical: one-hot encode it rather than treating it as a number.",
          lambda v: bool(_categorical_columns(v))),
         # Whether a relationship is curved is the generator's secret; the check that finds out is not.
-        ("Check the residuals of a straight-line fit against every feature: where they bend, add squared "
-         "(standardised) terms; columns with no relationship can be dropped.", None),
+        ("Check the residuals of a straight-line fit against every feature; where they bend, add a squared term "
+         "for that feature, and drop columns with no relationship to the target.", None),
         ("Impute empty features (train mean plus a missing indicator), and find label outliers from the "
          "residuals of a first fit (median/MAD), drop them and refit.", r"not perfectly clean"),
         ("Hold out part of train to estimate RMSE before writing predictions.", None),
