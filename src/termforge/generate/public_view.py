@@ -23,7 +23,7 @@ from termforge.errors import TermforgeError
 # setup.sh) is never opened.
 PUBLIC_PARTS = ("instruction.md", "environment/fixtures", "task.json#family")
 
-_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
+_WORD = re.compile(r"[A-Za-z]+|\d+(?:\.\d+)?")
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,11 @@ class PublicTaskView:
 
 
 def method_vocabulary(text: str) -> tuple[str, ...]:
-    """The lower-case words of a family's method text: plain method words a hint may use freely."""
-    return tuple(sorted({w.lower().strip("'-") for w in _WORD.findall(text) if len(w.strip("'-")) > 1}))
+    """The lower-case tokens of a family's method text (words, letters, numbers, and each
+    whitespace-separated chunk whole: `%.4f`, `-c`, `4-connected`): what a hint may use freely."""
+    out = {w.lower() for w in _WORD.findall(text)}
+    out |= {c.strip("`'\".,;:()[]{}").lower() for c in text.split()}
+    return tuple(sorted(w for w in out if w))
 
 
 def make_view(family: str, instruction: str, fixtures: Mapping[str, bytes], vocabulary: tuple[str, ...] = ()
