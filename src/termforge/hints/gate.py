@@ -193,7 +193,8 @@ def check_with(hint: str, ctx: GateContext) -> GateReport:
     findings += _literal_findings(told, ctx)
     if ctx.allowed is not None:
         findings += _specific_findings(text, ctx.allowed)
-    tokens = words_of(told)
+    # (The n-gram sets already leave out every n-gram of the instruction.)
+    tokens = words_of(text)
     findings += _ngram_findings(tokens, ctx.n, ctx.truth_ngrams, "truth_ngram", "private/truth.json")
     findings += _ngram_findings(tokens, ctx.n, ctx.oracle_ngrams, "oracle_ngram", "the oracle script")
     findings += _test_findings(text, ctx.instruction)

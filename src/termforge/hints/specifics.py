@@ -40,8 +40,8 @@ from typing import Any, Iterable, Iterator
 from termforge.generate.public_view import PublicTaskView
 
 QUOTE_MIN_WORDS = 4
-# Numbers anyone may use: "one pass", "two halves", "exit status 0".
-FREE_NUMBERS = frozenset({Decimal(0), Decimal(1), Decimal(2)})
+# Numbers anyone may use: "one pass", "two or three inputs", "exit status 0".
+FREE_NUMBERS = frozenset({Decimal(0), Decimal(1), Decimal(2), Decimal(3)})
 _SPELLED_RUN = 3  # this many single characters in a row spell something out
 _FREE_LETTERS = frozenset("ai")
 
@@ -64,8 +64,7 @@ NUMBER_WORDS: dict[str, int] = {
     **{w: i for i, w in enumerate(_UNITS)}, **{w: 10 * (i + 2) for i, w in enumerate(_TENS)},
     **{w: i for i, w in enumerate(_ORDINALS)}, **{w[:-1] + "ieth": 10 * (i + 2) for i, w in enumerate(_TENS)},
     "hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9, "dozen": 12, "hundredth": 100,
-    "thousandth": 1000, "once": 1, "twice": 2, "thrice": 3, "single": 1, "double": 2, "triple": 3,
-    "quadruple": 4, "half": 2, "halves": 2, "third": 3, "thirds": 3, "quarter": 4, "quarters": 4,
+    "thousandth": 1000, "thrice": 3, "triple": 3, "quadruple": 4, "thirds": 3,
 }
 _SCALES = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
 _PY_BUILTINS = frozenset(dir(builtins))
@@ -102,6 +101,8 @@ def _stems(word: str) -> Iterator[str]:
 
 
 def as_decimal(text: str) -> Decimal | None:
+    if len(text) > 40:
+        return None  # a digit run this long is an encoding, not a quantity (it is still a specific)
     t = text.replace(",", "") if re.fullmatch(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text) else text.replace(",", ".")
     try:
         d = Decimal(t)
@@ -194,11 +195,14 @@ def allowed_for(view: PublicTaskView, hidden: Any, test_sources: Iterable[str] =
     stated_words = set(_words_of(instruction))
     stated_numbers = numbers_in(instruction)
     headers = _header_names(view)
+    visible_numbers = numbers_in(public)
     phrases, answer_numbers = set(), set()
     for piece in _answer_pieces(hidden):
         d = as_decimal(piece)
         if d is not None:
-            if _significant(d) >= 2 and d.normalize() not in stated_numbers and abs(d) > 2:
+            # A round number the data shows (a UID_MIN of 1000) is more likely a setting than the answer.
+            if _significant(d) >= 2 and d.normalize() not in stated_numbers and abs(d) > 2 and not (
+                    _round(abs(d)) and d.normalize() in visible_numbers):
                 answer_numbers.add(d.normalize())
             continue
         words = tuple(_words_of(piece))
@@ -222,8 +226,16 @@ def allowed_for(view: PublicTaskView, hidden: Any, test_sources: Iterable[str] =
 
 
 def _significant(d: Decimal) -> int:
-    digits = d.normalize().as_tuple().digits
-    return len(digits) if d != 0 else 1
+    """Digits that carry information: all of an integer's (50 is two), the significant ones of a fraction."""
+    if d == d.to_integral_value():
+        return len(str(abs(int(d))))
+    return len(d.normalize().as_tuple().digits)
+
+
+def _round(d: Decimal) -> bool:
+    """10, 50, 300, 1000: a size of something to try ("fifty random inputs"), not a measured value."""
+    n = d.normalize()
+    return d >= 10 and d == d.to_integral_value() and len(n.as_tuple().digits) == 1
 
 
 def _header_names(view: PublicTaskView) -> set[str]:
@@ -329,10 +341,12 @@ def instruction_quotes(hint: str, instruction_words: tuple[str, ...], n: int = Q
 
 
 def mask(text: str, spans: list[tuple[int, int]]) -> str:
-    """The text with each span blanked out (offsets kept)."""
+    """The text with each span blanked out (offsets kept); a bar in the middle keeps the words on
+    either side from reading as one run."""
     out = list(text)
     for s, e in spans:
         out[s:e] = " " * (e - s)
+        out[(s + e) // 2] = "|"
     return "".join(out)
 
 
@@ -343,13 +357,80 @@ class Specific:
     why: str
 
 
-def _word_ok(word: str, allowed: Allowed) -> bool:
+_CLASS_RANGE = re.compile(r"A-Z|a-z|0-9")  # a regex's character classes name no value
+
+
+def _number_ok(piece: str, allowed: Allowed) -> bool:
+    """A number is justified when the task states it; `2,2` may be a decimal or two numbers."""
+    readings = [as_decimal(piece)]
+    if "," in piece:
+        parts = [as_decimal(x) for x in piece.split(",")]
+        if all(x is not None for x in parts):
+            return all(_number_ok(x, allowed) for x in piece.split(",")) or _number_ok(piece.replace(",", "."), allowed)
+    for d in readings:
+        if d is None or d.normalize() in allowed.numbers or d in FREE_NUMBERS or _round(d):
+            return True
+    return False
+
+
+def _known(word: str, allowed: Allowed) -> bool:
+    return any(s in plain_words() or s in allowed.words or s in tool_words() for s in _stems(word))
+
+
+def _word_ok(word: str, allowed: Allowed, name: bool = False) -> bool:
+    """Whether a word needs no justification. A lower-case word does when English has it: the word
+    list, an inflection, a prefix or a compound of two known words, or, for a rarer word, spelling
+    that reads as English (letter trigrams of the word list). A name (a capitalised word inside a
+    sentence, an all-capitals word) only when the task or the tool list has it, or English has it
+    as an ordinary word."""
     low = word.lower()
     if low in allowed.words or low in tool_words():
         return True
     if len(low) == 1:
-        return low in _FREE_LETTERS or low in allowed.letters
-    return any(s in plain_words() or s in allowed.words or s in tool_words() for s in _stems(low))
+        return True  # one letter says nothing; runs of them are read as spelling (specifics())
+    if _known(low, allowed):
+        return True
+    for prefix in _PREFIXES:
+        if low.startswith(prefix) and len(low) - len(prefix) >= 3 and _known(low[len(prefix):], allowed):
+            return True
+    if any(_known(low[:i], allowed) and _known(low[i:], allowed) for i in range(3, len(low) - 2)):
+        return True
+    if name or len(low) < 5:
+        return False
+    return english_like(low)
+
+
+_PREFIXES = ("sub", "re", "un", "non", "pre", "multi", "over", "under", "de", "co", "mis", "inter", "out", "self",
+             "post", "anti", "semi", "auto", "super", "meta")
+ENGLISH_LIKE = -3.0
+"""Mean log-probability per letter trigram at or above which an unknown lower-case word reads as
+English: about 97% of English words held out from the word list pass, under 1% of base32 strings
+and Caesar-shifted words do (measured when the threshold was set)."""
+
+
+@lru_cache(maxsize=1)
+def _trigrams() -> tuple[dict[tuple[str, str], int], dict[str, int]]:
+    tri: dict[tuple[str, str], int] = {}
+    ctx: dict[str, int] = {}
+    for w in sorted(plain_words()):
+        for c, x in _grams(w):
+            ctx[c] = ctx.get(c, 0) + 1
+            tri[(c, x)] = tri.get((c, x), 0) + 1
+    return tri, ctx
+
+
+def _grams(word: str) -> list[tuple[str, str]]:
+    w = "^^" + word + "$"
+    return [(w[i:i + 2], w[i + 2]) for i in range(len(w) - 2)]
+
+
+def english_like(word: str) -> bool:
+    import math
+
+    tri, ctx = _trigrams()
+    grams = _grams(word)
+    score = sum(math.log((tri.get(g, 0) + 0.1) / (ctx.get(g[0], 0) + 2.7)) for g in grams) / len(grams)
+    return score >= ENGLISH_LIKE
 
 
 def _number_word_values(words: list[str]) -> Iterator[tuple[int, int, Decimal]]:
@@ -394,8 +475,11 @@ def specifics(hint: str, allowed: Allowed) -> list[Specific]:
                 add("unsupported", " ".join(singles), "spells something out one character at a time")
         singles.clear()
 
+    sentence_start = True
     for m in _CHUNK.finditer(text):
+        starts, sentence_start = sentence_start, bool(re.search(r"[.!?:;]['\"”’)]*$", m.group(0)))
         chunk = _CONTRACTION.sub("", m.group(0)).strip("`'\"“”‘’.,;:!?()[]{}<>*_")
+        chunk = _CLASS_RANGE.sub(" ", chunk)
         bare = chunk.strip("-")
         if len(bare) == 1 and (bare.isalnum() or ord(bare) > 127):
             singles.append(bare)
@@ -406,14 +490,14 @@ def specifics(hint: str, allowed: Allowed) -> list[Specific]:
         for p in _PIECE.finditer(chunk):
             piece = p.group(0)
             if piece[0].isdigit():
-                d = as_decimal(piece)
-                if d is not None and d.normalize() not in allowed.numbers and d not in FREE_NUMBERS:
+                if not _number_ok(piece, allowed):
                     add("unsupported", piece, "a number the task does not state")
             elif piece[0].isascii() and piece[0].isalpha():
-                if _word_ok(piece, allowed):
+                name = (piece.isupper() and len(piece) > 1) or (piece[0].isupper() and not (starts and p.start() == 0))
+                if _word_ok(piece, allowed, name=name):
                     continue
                 parts = _CAMEL.findall(piece) if not piece.islower() and not piece.isupper() else []
-                if len(parts) > 1 and all(_word_ok(x, allowed) for x in parts):
+                if len(parts) > 1 and all(_word_ok(x, allowed, name=True) for x in parts):
                     continue
                 if piece.lower() in NUMBER_WORDS:
                     continue  # read below, as a number
@@ -427,7 +511,7 @@ def specifics(hint: str, allowed: Allowed) -> list[Specific]:
 
     words = _words_of(text)
     for i, j, value in _number_word_values(words):
-        if value not in FREE_NUMBERS and value not in allowed.numbers:
+        if value not in FREE_NUMBERS and value not in allowed.numbers and not _round(value):
             add("unsupported", " ".join(words[i:j]), "a number the task does not state")
     found += _answer_side(text, words, allowed, seen)
     return found
@@ -454,7 +538,8 @@ def _answer_side(text: str, words: list[str], allowed: Allowed, seen: set[tuple[
     if codey or len(named) >= 2:
         out.append(Specific("bug_identifier", ", ".join(named), "names identifiers of the planted bugs' code"))
     tests = sorted({w for w in words if w in allowed.test_words})
-    if len(tests) >= 2:
+    # Common words of the cases ("tab", "files") say little alone: three, or an unusual one with another.
+    if sum(1 if w in plain_words() else 2 for w in tests) >= 3:
         out.append(Specific("test_case", ", ".join(tests), "restates the verifier's fixed cases"))
     return [s for s in out if (s.kind, s.text.lower()) not in seen]
 
@@ -466,14 +551,14 @@ _NO_TASK = Allowed(frozenset(), frozenset(), frozenset(), frozenset(), (), froze
 def _same_number(v: Decimal, answer: Decimal) -> bool:
     """The hint's number is the answer, written as it is or rounded (keeping two or more significant
     digits)."""
-    if v == answer:
-        return True
-    exp = v.normalize().as_tuple().exponent
-    if not isinstance(exp, int) or _significant(v) < 2:
-        return False
     try:
+        if v == answer:
+            return True
+        exp = v.normalize().as_tuple().exponent
+        if not isinstance(exp, int) or _significant(v) < 2:
+            return False
         return answer.quantize(Decimal(1).scaleb(exp)) == v
-    except InvalidOperation:
+    except ArithmeticError:
         return False
 
 

@@ -500,7 +500,8 @@ class UploadPathGuard(TaskFamily):
     name = "upload_path_guard"
     method = (
         ('Implement the rules literally and in the stated order; the corpus is built from the classic bypasses '
-         'of ad-hoc filters. Decode in a loop until a fixpoint (double- and triple-encoded dots and slashes), '
+         'of ad-hoc filters. Decode in a loop until a fixpoint (double- and triple-encoded dots and slashes: %2e, %2f, '
+         'and %25 for the percent sign itself), '
          "using a regex over exactly two hex digits rather than urllib's unquote semantics, and only then look "
          'for control or non-ASCII characters. Read lines by splitting on newline only: do not strip spaces or '
          'use splitlines(), which also splits on other control characters. Check segment characters before '
