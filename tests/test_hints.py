@@ -15,7 +15,7 @@ from fake_openai_server import FakeOpenAIServer
 from termforge.generate.families import all_families
 from termforge.generate.procedural import generate_task
 from termforge.hints import check_hint, llm_hint, procedural_hint, run_hints
-from termforge.hints.gate import words_of
+from termforge.hints.gate import LEAK_FINDINGS, words_of
 from termforge.models import SamplingParams, make_model
 
 FAMILIES = all_families()
@@ -342,7 +342,8 @@ def test_named_answers_in_prose_are_caught(tasks):
     hint = (f"Skip the probing of {truth['given']['binary']}: the passphrase is {truth['passphrase']} and it "
             f"prints {truth['token']}.")
     report = check_hint(hint, bin_dir)
-    assert report.kinds() == ["literal_answer"] and len(report.findings) == 2, report.to_dict(redact=False)
+    literal = [f for f in report.findings if f["kind"] == "literal_answer"]
+    assert len(literal) == 2 and set(report.kinds()) <= set(LEAK_FINDINGS), report.to_dict(redact=False)
 
     shop = tasks["sqlite_shop_questions"][0]
     answers = _truth(shop)["answers"]

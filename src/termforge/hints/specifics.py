@@ -25,10 +25,12 @@ are never a leak; `instruction_quotes` gives them so the other detectors skip th
 
 from __future__ import annotations
 
-import ast
 import builtins
+import codecs
+import io
 import keyword
 import re
+import tokenize
 import unicodedata
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -300,16 +302,41 @@ _SHELL_WORDS = frozenset("if then else elif fi for in do done while case esac fu
 
 
 def _case_list_strings(source: str) -> Iterator[str]:
-    """String values inside the list and tuple constants of a test module (its fixed cases)."""
+    """String values inside the list and tuple constants of a test module (its fixed cases).
+
+    Read with the tokenizer rather than the AST: the gate runs in worker threads, and CPython
+    3.11's AST conversion is not safe to run from two of them at once."""
     try:
-        tree = ast.parse(source)
-    except SyntaxError:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
         return
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple)):
-            for sub in ast.walk(node.value):
-                if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value.strip():
-                    yield sub.value
+    depth, inside = 0, False
+    for i, tok in enumerate(tokens):
+        if depth == 0:
+            # NAME = [ ... ] or NAME = ( ... ) at the top level of the module
+            inside = (tok.type == tokenize.OP and tok.string in "[(" and i >= 2 and tokens[i - 1].string == "="
+                      and tokens[i - 2].type == tokenize.NAME and tokens[i - 2].start[1] == 0)
+        if tok.type == tokenize.OP and tok.string in "[({":
+            depth += 1
+        elif tok.type == tokenize.OP and tok.string in "])}":
+            depth = max(0, depth - 1)
+        elif inside and depth and tok.type == tokenize.STRING:
+            value = _unquote(tok.string)
+            if value and value.strip():
+                yield value
+
+
+def _unquote(literal: str) -> str | None:
+    m = re.match(r"(?is)^([rbuf]*)('\'\'|\"\"\"|'|\")(.*)\2$", literal)
+    if not m or "f" in m.group(1).lower():
+        return None
+    body = m.group(3)
+    if "r" in m.group(1).lower():
+        return body
+    try:
+        return codecs.decode(body.encode("latin-1", "backslashreplace"), "unicode_escape")
+    except (UnicodeDecodeError, ValueError):
+        return body
 
 
 # -- reading a hint ------------------------------------------------------------------------------
