@@ -200,7 +200,8 @@ def check_with(hint: str, ctx: GateContext) -> GateReport:
     findings += _test_findings(text, ctx.instruction)
     findings += _path_findings(text, ctx.oracle_paths)
     if ctx.terms is not None and text.strip():
-        findings += mapping_findings(text, ctx.terms)
+        # A hint that quotes the instruction is about its task, however few other words it shares.
+        findings += mapping_findings(text, ctx.terms, quotes_task=bool(told != text))
     order = {k: i for i, k in enumerate(FINDING_KINDS)}
     findings.sort(key=lambda f: (order[f["kind"]], f["detail"], f.get("evidence", "")))
     return GateReport(passed=not findings, findings=findings, words=n_words)

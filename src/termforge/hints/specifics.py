@@ -384,6 +384,7 @@ class Specific:
     why: str
 
 
+_RADIX = re.compile(r"^-?0(?:[xX][0-9a-fA-F_]+|[oO][0-7_]+|[bB][01_]+)$")
 _CLASS_RANGE = re.compile(r"A-Z|a-z|0-9")  # a regex's character classes name no value
 
 
@@ -496,9 +497,11 @@ def specifics(hint: str, allowed: Allowed) -> list[Specific]:
     singles: list[str] = []
 
     def close_run() -> None:
+        # Spelling a word out is a way to state it, not a method: whatever it spells, even a word
+        # of the data, it is a specific unless the instruction itself spells it so.
         if len(singles) >= _SPELLED_RUN:
-            joined = "".join(singles)
-            if joined.lower() not in allowed.words:
+            spelled = " ".join(singles).lower()
+            if spelled not in " ".join(allowed.instruction_words):
                 add("unsupported", " ".join(singles), "spells something out one character at a time")
         singles.clear()
 
@@ -513,6 +516,12 @@ def specifics(hint: str, allowed: Allowed) -> list[Specific]:
         elif chunk:
             close_run()
         if not chunk or chunk.lower() in allowed.words or chunk.lower() in tool_words():
+            continue
+        if _RADIX.match(chunk):
+            # 0x38, 0o70, 0b111000: a number in another base is a number like any other.
+            value = int(chunk.replace("_", ""), 0)
+            if not _number_ok(str(value), allowed):
+                add("unsupported", chunk, "a number the task does not state")
             continue
         for p in _PIECE.finditer(chunk):
             piece = p.group(0)
