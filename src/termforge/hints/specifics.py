@@ -230,7 +230,7 @@ def allowed_for(view: PublicTaskView, hidden: Any, test_sources: Iterable[str] =
 def _significant(d: Decimal) -> int:
     """Digits that carry information: all of an integer's (50 is two), the significant ones of a fraction."""
     if d == d.to_integral_value():
-        return len(str(abs(int(d))))
+        return d.adjusted() + 1 if d != 0 else 1
     return len(d.normalize().as_tuple().digits)
 
 
