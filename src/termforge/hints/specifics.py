@@ -590,8 +590,9 @@ def _same_number(v: Decimal, answer: Decimal) -> bool:
     try:
         if v == answer:
             return True
-        exp = v.normalize().as_tuple().exponent
-        if not isinstance(exp, int) or _significant(v) < 2:
+        # Rounded as written: "56.0" is 56.04 to one decimal; "1000" is 1000, not 1364 to thousands.
+        exp = v.as_tuple().exponent
+        if not isinstance(exp, int) or len(v.as_tuple().digits) < 2 or exp > 0:
             return False
         return answer.quantize(Decimal(1).scaleb(exp)) == v
     except ArithmeticError:
