@@ -70,8 +70,9 @@ def make_view(family: str, instruction: str, fixtures: Mapping[str, bytes], voca
                           vocabulary=tuple(vocabulary))
 
 
-def view_of_task_dir(task_dir: str | Path) -> PublicTaskView:
-    """The public view of a task directory, read from its public parts only (PUBLIC_PARTS)."""
+def view_of_task_dir(task_dir: str | Path, vocabulary: tuple[str, ...] = ()) -> PublicTaskView:
+    """The public view of a task directory, read from its public parts only (PUBLIC_PARTS);
+    `vocabulary` is its family's method vocabulary, which the caller knows (hints.specifics)."""
     task_dir = Path(task_dir)
     try:
         instruction = (task_dir / "instruction.md").read_text(encoding="utf-8")
@@ -88,18 +89,7 @@ def view_of_task_dir(task_dir: str | Path) -> PublicTaskView:
         for p in sorted(root.rglob("*")):
             if p.is_file() and p.name != ".keep":
                 fixtures[str(p.relative_to(root))] = p.read_bytes()
-    return make_view(family, instruction, fixtures, family_vocabulary(family))
-
-
-def family_vocabulary(family: str) -> tuple[str, ...]:
-    """The method vocabulary of a registered family (empty for an unknown one, e.g. an LLM task)."""
-    from termforge.generate.families import family_by_name
-
-    try:
-        fam = family_by_name(family)
-    except KeyError:
-        return ()
-    return method_vocabulary(" ".join(fam.method_texts()))
+    return make_view(family, instruction, fixtures, vocabulary)
 
 
 def render_method(family: object, view: PublicTaskView) -> str:

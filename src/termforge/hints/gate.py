@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from termforge.errors import TermforgeError
-from termforge.generate.public_view import view_of_task_dir
 from termforge.hints.shape import TaskTerms, mapping_findings, task_terms
-from termforge.hints.specifics import Allowed, allowed_for, instruction_quotes, mask, read_tests, specifics
+from termforge.hints.specifics import (Allowed, allowed_for, instruction_quotes, mask, public_view, read_tests,
+                                       specifics)
 from termforge.quality.leaks import SecretSet, find_leaks, task_secrets
 
 DEFAULT_NGRAM = 8
@@ -171,7 +171,7 @@ def load_context(task_dir: str | Path, n: int = DEFAULT_NGRAM, max_words: int = 
         oracle_ngrams=oracle_ngrams,
         oracle_paths=oracle_paths,
         terms=task_terms(task_dir, instruction, _output_paths(task_dir)),
-        allowed=allowed_for(view_of_task_dir(task_dir), hidden, read_tests(task_dir)),
+        allowed=allowed_for(public_view(task_dir), hidden, read_tests(task_dir)),
     )
 
 

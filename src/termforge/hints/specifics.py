@@ -32,20 +32,20 @@ import keyword
 import re
 import tokenize
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from termforge.generate.public_view import PublicTaskView
+from termforge.generate.families import family_by_name
+from termforge.generate.public_view import PublicTaskView, method_vocabulary, view_of_task_dir
 
 QUOTE_MIN_WORDS = 4
 # Numbers anyone may use: "one pass", "two or three inputs", "exit status 0".
 FREE_NUMBERS = frozenset({Decimal(0), Decimal(1), Decimal(2), Decimal(3)})
 _SPELLED_RUN = 3  # this many single characters in a row spell something out
-_FREE_LETTERS = frozenset("ai")
 
 _INVISIBLE = dict.fromkeys([0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, 0x00AD, 0x180E, 0xFE0E, 0xFE0F, 0x20E3])
 _WORD = re.compile(r"[a-z0-9]+")
@@ -139,8 +139,6 @@ class Allowed:
     numbers: frozenset[Decimal]
     chars: frozenset[str]
     """Non-ASCII characters the public side uses."""
-    letters: frozenset[str]
-    """Single letters the public side uses on their own (`x`, `-n`)."""
     instruction_words: tuple[str, ...]
     answer_phrases: frozenset[tuple[str, ...]]
     answer_numbers: frozenset[Decimal]
@@ -192,7 +190,6 @@ def allowed_for(view: PublicTaskView, hidden: Any, test_sources: Iterable[str] =
     numbers = numbers_in(public) | numbers_in(method) | _list_lengths(view.instruction)
     numbers |= {Decimal(v) for w, v in NUMBER_WORDS.items() if re.search(rf"\b{w}\b", public, re.I)}
     chars = {c for c in public if ord(c) > 127}
-    letters = {m.group(1).lower() for m in re.finditer(r"(?<![A-Za-z])([A-Za-z])(?![A-Za-z])", public + " " + method)}
     instruction = fold(view.instruction)
     stated_words = set(_words_of(instruction))
     stated_numbers = numbers_in(instruction)
@@ -222,7 +219,7 @@ def allowed_for(view: PublicTaskView, hidden: Any, test_sources: Iterable[str] =
     test_words -= tokens
     test_words = {w for w in test_words if len(w) >= 3 and not w.isdigit()}
     return Allowed(words=frozenset(tokens), numbers=frozenset(numbers), chars=frozenset(chars),
-                   letters=frozenset(letters), instruction_words=tuple(_words_of(view.instruction)),
+                   instruction_words=tuple(_words_of(view.instruction)),
                    answer_phrases=frozenset(phrases), answer_numbers=frozenset(answer_numbers),
                    bug_identifiers=frozenset(bug_idents), test_words=frozenset(test_words))
 
@@ -580,8 +577,8 @@ def _answer_side(text: str, words: list[str], allowed: Allowed, seen: set[tuple[
     return [s for s in out if (s.kind, s.text.lower()) not in seen]
 
 
-_NO_TASK = Allowed(frozenset(), frozenset(), frozenset(), frozenset(), (), frozenset(), frozenset(), frozenset(),
-                   frozenset())
+_NO_TASK = Allowed(frozenset(), frozenset(), frozenset(), (), frozenset(), frozenset(), frozenset(), frozenset())
+"""An empty allow-list: whether a word reads as English on its own."""
 
 
 def _same_number(v: Decimal, answer: Decimal) -> bool:
@@ -597,6 +594,16 @@ def _same_number(v: Decimal, answer: Decimal) -> bool:
         return answer.quantize(Decimal(1).scaleb(exp)) == v
     except ArithmeticError:
         return False
+
+
+def public_view(task_dir: str | Path) -> PublicTaskView:
+    """The task's public view with its family's method vocabulary (none for a task no family built)."""
+    view = view_of_task_dir(task_dir)
+    try:
+        family = family_by_name(view.family)
+    except KeyError:
+        return view
+    return replace(view, vocabulary=method_vocabulary(" ".join(family.method_texts())))
 
 
 def read_tests(task_dir: Path) -> list[str]:
