@@ -13,6 +13,11 @@ false-positive rate on honest method-level hints with the same surface features.
     .venv/bin/python bench/bench_hint_gate.py            # about two minutes on two cores
     .venv/bin/python bench/bench_hint_gate.py --show-misses
     .venv/bin/python bench/bench_hint_gate.py --split tune   # only the tuning kinds
+    .venv/bin/python bench/bench_hint_gate.py --only-holdout # only the hold-out of unseen kinds
+
+Last, the hold-out (bench/data/hint_corpus/holdout/, bench/make_hint_holdout.py): 30 leaks in disguise
+kinds no detector was written against and 20 honest hints that quote the instruction and name the
+task's files and columns; the targets are >= 27/30 caught and <= 1/20 honest rejected.
     .venv/bin/python bench/bench_hint_gate.py --judge '{"backend": "openai", "model": "m", "base_url": "..."}'
 """
 
@@ -77,6 +82,22 @@ def disguise_report(folder: Path, split: str, show_misses: bool) -> None:
         print("    false positives:", *fp["false_positive_rows"], sep="\n      ")
 
 
+def holdout_report(folder: Path, show_misses: bool) -> None:
+    leaks, honest = load_corpus(folder)
+    with tempfile.TemporaryDirectory() as tmp:
+        tasks = corpus_tasks(tmp, seeds=sorted({r["seed"] for r in leaks + honest}),
+                             families=sorted({r["family"] for r in leaks + honest}))
+        s = score_gate(gate_flags, leaks, [], tasks)
+        fp = score_gate(lambda h, d: not check_hint(h, d, max_words=400).passed, [], honest, tasks)
+    print(f"hold-out (unseen kinds): caught {s['caught']}/{s['leaks']} leaks in {len({r['kind'] for r in leaks})} "
+          f"kinds (recall {s['recall']:.3f}), honest rejected {fp['false_positives']}/{fp['honest']}")
+    print("  " + ", ".join(f"{k} {round(v * sum(1 for r in leaks if r['kind'] == k))}/"
+                           f"{sum(1 for r in leaks if r['kind'] == k)}" for k, v in sorted(s["recall_by_kind"].items())))
+    if show_misses:
+        print("  missed:", *s["missed"], sep="\n    ")
+        print("  honest rejected:", *fp["false_positive_rows"], sep="\n    ")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
@@ -88,9 +109,14 @@ def main() -> None:
                     help="meaning-level corpus folder ('' to skip it)")
     ap.add_argument("--split", choices=("tune", "heldout", "both"), default="both",
                     help="which kinds of the meaning-level corpus to score")
+    ap.add_argument("--holdout", default=str(DEFAULT_CORPUS / "holdout"), help="hold-out folder ('' to skip it)")
+    ap.add_argument("--only-holdout", action="store_true", help="score the hold-out alone")
     args = ap.parse_args()
     existing("--corpus", args.corpus)
     existing("--disguises", args.disguises or None)
+    if args.only_holdout:
+        holdout_report(existing("--holdout", args.holdout), args.show_misses)
+        return
     leaks, honest = load_corpus(args.corpus)
     with tempfile.TemporaryDirectory() as tmp:
         seeds = sorted({r["seed"] for r in leaks + honest})
@@ -108,6 +134,8 @@ def main() -> None:
     print("gate recall by kind: " + ", ".join(f"{k} {v:.2f}" for k, v in gate["recall_by_kind"].items()))
     if args.disguises:
         disguise_report(Path(args.disguises), args.split, args.show_misses)
+    if args.holdout:
+        holdout_report(Path(args.holdout), args.show_misses)
     if args.judge or args.probe:
         from termforge.hints.judge import HintChecker, corpus_recall
         from termforge.models.registry import make_model

@@ -131,12 +131,13 @@ def variants(tmp_path_factory):
 
 
 def test_every_familys_hint_fits_its_variant(variants):
+    from termforge.generate.public_view import view_of_task_dir
     from termforge.hints.fit import TaskFacts, check_sentence
     from termforge.hints.shape import sentences
 
     for family, level, task_dir in variants:
         hint = procedural_hint(task_dir)
-        facts = TaskFacts.of(task_dir)
+        facts = TaskFacts.of(view_of_task_dir(task_dir))
         for sentence in sentences(hint):
             assert not check_sentence(sentence, facts), (family, level, sentence)
         low = hint.lower()
@@ -167,6 +168,7 @@ def test_hint_features_follow_the_fixture(variants, tmp_path):
 
 
 def test_claims_about_folders_need_a_folder(tmp_path):
+    from termforge.generate.public_view import view_of_task_dir
     from termforge.hints.fit import fit_sentences
 
     task = tmp_path / "t"
@@ -175,10 +177,10 @@ def test_claims_about_folders_need_a_folder(tmp_path):
     (task / "instruction.md").write_text("Remove repeated lines from `/app/lines.txt`, keeping the first of each.\n")
     note = ["Walk every folder recursively and expand the globs before you compare files.",
             "Keep a set of the lines already seen and print each line the first time only."]
-    kept, dropped = fit_sentences(note, task)
+    kept, dropped = fit_sentences(note, view_of_task_dir(task))
     assert kept == note[1:] and len(dropped) == 1
     (task / "instruction.md").write_text("Remove repeated lines from every file in the folder `/app/in/`.\n")
-    assert fit_sentences(note, task)[0] == note
+    assert fit_sentences(note, view_of_task_dir(task))[0] == note
 
 
 def test_a_scratch_file_the_hint_suggests_is_not_foreign(tasks):

@@ -3,6 +3,7 @@ backend repairs a leaking draft from the gate's findings (against a real OpenAI-
 refusals are recorded as such, and the stage's outputs are byte-deterministic."""
 
 import json
+import os
 import re
 import shutil
 
@@ -14,7 +15,7 @@ from fake_openai_server import FakeOpenAIServer
 from termforge.generate.families import all_families
 from termforge.generate.procedural import generate_task
 from termforge.hints import check_hint, llm_hint, procedural_hint, run_hints
-from termforge.hints.gate import words_of
+from termforge.hints.gate import LEAK_FINDINGS, words_of
 from termforge.models import SamplingParams
 from termforge.models.registry import make_model
 
@@ -123,31 +124,150 @@ def test_run_hints_procedural_covers_every_task_and_is_deterministic(tasks, tmp_
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
 
-def test_missing_method_note_is_not_attempted_and_a_leaking_note_is_repaired(tasks, tmp_path):
+def _as_llm_task(src, dst, suffix):
+    """A copy of a family task that no family claims: what an LLM-written task looks like to hints."""
+    shutil.copytree(src, dst)
+    meta = json.loads((dst / "task.json").read_text())
+    meta["id"] += suffix
+    meta["family"] = "written-by-a-model"
+    (dst / "task.json").write_text(json.dumps(meta))
+    return meta["id"]
+
+
+def test_an_authored_note_missing_is_not_attempted_and_leaking_is_repaired(tasks, tmp_path):
+    # A task no family built has only its author's note (private/method.md), written with the answer
+    # in view: the gate is what stands between it and a published hint.
     [src, _] = tasks["binary_passphrase_recovery"]
     no_note = tmp_path / "no-note"
-    shutil.copytree(src, no_note)
+    missing_id = _as_llm_task(src, no_note, "-no-note")
     (no_note / "private" / "method.md").unlink()
 
     leaky = tmp_path / "leaky-note"
-    shutil.copytree(src, leaky)
-    meta = json.loads((leaky / "task.json").read_text())
-    meta["id"] += "-leaky"
-    (leaky / "task.json").write_text(json.dumps(meta))
+    leaky_id = _as_llm_task(src, leaky, "-leaky")
     secret = _truth(leaky)["passphrase"]
     note = (leaky / "private" / "method.md").read_text().strip()
     (leaky / "private" / "method.md").write_text(note + f" In this copy it is {secret}, so type that.\n")
 
     cov = run_hints([no_note, leaky], "procedural", tmp_path / "out")
     statuses = {tid: t["status"] for tid, t in cov["tasks"].items()}
-    assert statuses == {meta["id"][: -len("-leaky")]: "not_attempted", meta["id"]: "hinted"}
+    assert statuses == {missing_id: "not_attempted", leaky_id: "hinted"}
     assert cov["repaired"] == 1
     [row] = pq.read_table(tmp_path / "out" / "demos.parquet").to_pylist()
     assert row["rounds"] == 2 and secret not in row["demo"] and note.split(".")[0].split("`")[0] in row["demo"]
     report = json.loads(row["gate_report"])
     assert [r["passed"] for r in report["rounds"]] == [False, True]
-    assert report["rounds"][0]["findings"][0]["kind"] == "literal_answer"
+    assert "literal_answer" in {f["kind"] for f in report["rounds"][0]["findings"]}
     assert secret not in row["gate_report"], "stored findings must not quote the secret"
+
+
+# -- procedural hints cannot see the answer (generate/public_view.py) ------------------------------
+
+
+def _rewrite_answer_key(task_dir):
+    """Change only what the agent is not given: every hidden value of the answer key, the expected
+    outputs and constants of the tests, the oracle, second solutions and the recorded method note."""
+    def scramble(obj):
+        if isinstance(obj, dict):
+            return {k: (v if k == "given" else scramble(v)) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [scramble(v) for v in reversed(obj)] + ["planted-extra"]
+        if isinstance(obj, bool) or obj is None:
+            return obj
+        if isinstance(obj, (int, float)):
+            return obj * 7 + 13
+        return f"zz-{obj[::-1]}-qq"
+
+    truth_path = task_dir / "private" / "truth.json"
+    truth_path.write_text(json.dumps(scramble(json.loads(truth_path.read_text()))))
+    (task_dir / "private" / "method.md").write_text("The answer is 4242 and the bug is in parse_row.\n")
+    for p in sorted((task_dir / "tests").rglob("*")):
+        if p.is_file():
+            p.write_bytes(p.read_bytes() + b"\nEXPECTED_EXTRA = ['north', 4242, 'zz-answer']\n")
+    for p in sorted((task_dir / "solution").rglob("*.sh")):
+        p.write_text(p.read_text() + "\necho north > /app/answer.txt\n")
+
+
+@pytest.mark.parametrize("fam", FAMILIES, ids=lambda f: f.name)
+def test_changing_only_the_answer_key_leaves_every_hint_byte_identical(fam, tasks, tmp_path):
+    for i, src in enumerate(tasks[fam.name]):
+        before = procedural_hint(src)
+        changed = tmp_path / f"changed-{i}"
+        shutil.copytree(src, changed)
+        _rewrite_answer_key(changed)
+        assert procedural_hint(changed) == before, fam.name
+        # Stronger: the hint needs none of the hidden parts at all.
+        bare = tmp_path / f"bare-{i}"
+        shutil.copytree(src, bare)
+        for hidden in ("private", "tests", "solution"):
+            shutil.rmtree(bare / hidden)
+        (bare / "environment" / "setup.sh").unlink()
+        assert procedural_hint(bare) == before, fam.name
+
+
+def test_the_procedural_writer_opens_only_the_public_parts(tasks):
+    import sys
+
+    opened = []
+    watching = [False]
+
+    def hook(event, args):
+        if watching[0] and event == "open" and not isinstance(args[0], int):
+            opened.append(os.fsdecode(args[0]))
+
+    sys.addaudithook(hook)  # audit hooks stay for the process: this one records only while watching
+    for fam in FAMILIES:
+        for task_dir in tasks[fam.name]:
+            opened.clear()
+            watching[0] = True
+            try:
+                procedural_hint(task_dir)
+            finally:
+                watching[0] = False
+            inside = [p for p in opened if p.startswith(str(task_dir) + "/")]
+            assert inside, "the audit hook saw the task's files opened"
+            for p in inside:
+                rel = p[len(str(task_dir)) + 1:]
+                assert rel in ("instruction.md", "task.json") or rel.startswith("environment/fixtures/"), (fam.name, rel)
+
+
+def test_the_writer_can_receive_only_the_public_view():
+    import dataclasses
+    import inspect
+    import typing
+
+    from termforge.generate.base import TaskFamily
+    from termforge.generate.public_view import PublicTaskView
+    from termforge.hints.generate import hint_parts
+
+    # The view has no field that could hold the answer key, the oracle or the tests, and is frozen.
+    assert [f.name for f in dataclasses.fields(PublicTaskView)] == ["family", "instruction", "files", "vocabulary"]
+    view = PublicTaskView("f", "do the thing", (("a.csv", b"x,y\n"),))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        view.instruction = "changed"  # type: ignore[misc]
+    # The writer and every family's method note take the view (and the writer a rendered note) only.
+    assert list(typing.get_type_hints(hint_parts)) == ["view", "method", "return"]
+    assert typing.get_type_hints(hint_parts)["view"] is PublicTaskView
+    for fam in FAMILIES:
+        method = type(fam).method_note
+        params = list(inspect.signature(method).parameters)
+        assert params == ["self", "view"], fam.name
+        assert typing.get_type_hints(TaskFamily.method_note)["view"] is PublicTaskView
+        assert fam.method, f"{fam.name} declares its method steps"
+    # No family builds a method note itself: the generator renders it from the view.
+    for fam in FAMILIES:
+        source = inspect.getsource(type(fam))
+        assert "method_note=" not in source, fam.name
+
+
+def test_a_family_tasks_recorded_note_is_rendered_from_its_view(tasks):
+    from termforge.generate.families import family_by_name
+    from termforge.generate.public_view import render_method, view_of_task_dir
+
+    for fam in FAMILIES:
+        for task_dir in tasks[fam.name]:
+            view = view_of_task_dir(task_dir)
+            note = (task_dir / "private" / "method.md").read_text().strip()
+            assert note == render_method(family_by_name(fam.name), view).strip(), fam.name
 
 
 # -- the gate catches planted leaks ---------------------------------------------------------------
@@ -223,7 +343,8 @@ def test_named_answers_in_prose_are_caught(tasks):
     hint = (f"Skip the probing of {truth['given']['binary']}: the passphrase is {truth['passphrase']} and it "
             f"prints {truth['token']}.")
     report = check_hint(hint, bin_dir)
-    assert report.kinds() == ["literal_answer"] and len(report.findings) == 2, report.to_dict(redact=False)
+    literal = [f for f in report.findings if f["kind"] == "literal_answer"]
+    assert len(literal) == 2 and set(report.kinds()) <= set(LEAK_FINDINGS), report.to_dict(redact=False)
 
     shop = tasks["sqlite_shop_questions"][0]
     answers = _truth(shop)["answers"]

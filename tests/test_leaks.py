@@ -147,7 +147,9 @@ def test_task_secrets_read_tests_and_subtract_the_environment(corpus):
     half_life = tasks[("decay_half_life_fit", 0)]
     t = json.loads((half_life / "private" / "truth.json").read_text())["half_life_s"]
     report = check_hint(f"Fit the counts in /app/data/counts.csv and aim for a half-life near {t:.3e} s.", half_life)
-    assert report.kinds() == ["disguised_answer"]
+    # The detector reads the scientific notation; the allow-list sees a number the task never states,
+    # and the answer key's value.
+    assert report.kinds() == ["answer_value", "disguised_answer", "unsupported_specific"]
     assert str(t) not in json.dumps(report.to_dict())
 
 
@@ -158,7 +160,8 @@ def test_a_verifier_assertion_is_a_secret_even_without_truth(tmp_path):
     (task / "tests" / "test_final_state.py").write_text(
         "EXPECTED = 'e3b0c44298fc1c149afbf4c8996fb924'\n\ndef test_x():\n    assert open('/app/out.txt').read() == EXPECTED\n")
     report = check_hint("Compute sha256 of /app/data.bin and compare with E3B0C44298FC1C149AFBF4C8996FB924.", task)
-    assert report.kinds() == ["test_assertion"]
+    assert "test_assertion" in report.kinds()
+    assert set(report.kinds()) <= {"test_assertion", "unsupported_specific"}
 
 
 def test_pieces_of_one_answer_line_and_code_of_the_fix(corpus):
@@ -166,8 +169,11 @@ def test_pieces_of_one_answer_line_and_code_of_the_fix(corpus):
     revenue = tasks[("regional_revenue_report", 0)]
     truth = json.loads((revenue / "private" / "truth.json").read_text())
     region, orders, _ = truth["expected_rows"][0].split(",")
-    # One region name alone is data the agent is shown; with its order count it describes the row.
-    assert check_hint(f"Group /app/data/orders.csv by region, for example {region}.", revenue, max_words=400).passed
+    # The top region is data the agent is shown, but naming it gives the answer's key away
+    # (hints/specifics.py: answer values); the column it lives in does not.
+    assert check_hint(f"Group /app/data/orders.csv by region, for example {region}.", revenue,
+                      max_words=400).kinds() == ["answer_value"]
+    assert check_hint("Group /app/data/orders.csv by the region column of customers.csv.", revenue).passed
     report = check_hint(f"In /app/report.csv the {region} row has {orders} paid orders.", revenue)
     assert "disguised_answer" in report.kinds(), report.to_dict(redact=False)
     # Restating the fix's code, even a part of it, is a leak; the buggy code is in the fixture.

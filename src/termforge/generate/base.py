@@ -11,7 +11,7 @@ A task directory (README, "What you get")::
     solution/solve.sh        the oracle (runs with cwd /app)
     solution/alternatives/   second solutions, each required to score 1 too (optional)
     private/truth.json       the answer key: host side only
-    private/method.md        the method note (hints are written from it)
+    private/method.md        the method note, rendered from the public view (a record of it)
 
 Inside the sandbox the task layer is /app (writable), tests are bound read-only at /tests only
 when the verifier runs, and the verifier writes /logs/verifier/reward.txt.
@@ -22,7 +22,9 @@ from __future__ import annotations
 import random
 import textwrap
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Callable, ClassVar, Union
+
+from termforge.generate.public_view import PublicTaskView
 
 from termforge.images.declarations import DEFAULT_BASE, declared_packages
 
@@ -52,10 +54,12 @@ class TaskSpec:
     """The oracle: bash run with cwd /app that solves the task."""
     truth: dict
     """The answer key. Never reaches the instruction, the image or a policy-facing export."""
-    method_note: str
-    """How to discover the answer (not the answer): the seed for hints."""
     verifier_kind: str
     fixture_kind: str
+    method_note: str = ""
+    """How to discover the answer (not the answer): the seed for hints. A procedural family never
+    sets it: the generator renders it from the task's public view (TaskFamily.method_note), so it
+    cannot carry what only the family knew while building. An LLM-written task carries its author's."""
     fixtures: dict[str, bytes] = field(default_factory=dict)
     """Relative path under environment/fixtures/ -> bytes."""
     output_paths: list[str] = field(default_factory=list)
@@ -111,8 +115,33 @@ class TaskFamily:
     the tree itself. A verifier strategy that serves the deliverables needs them."""
     """bash_only: a shell pipeline can solve it; bash_code: it needs a program; services: a daemon."""
 
+    method: ClassVar[tuple[tuple[str, "MethodCondition"], ...]] = ()
+    """The family's method note as (sentence, condition) steps: how to discover the answer, never
+    the answer. A condition is None (always), a regex the instruction must match, or a predicate
+    over the public view; nothing else about the task can reach the note."""
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def method_note(self, view: PublicTaskView) -> str:
+        """The method note for the task `view` shows. It receives the public view and nothing else:
+        a note rendered here cannot depend on the answer key, the oracle or the tests."""
+        return " ".join(text for text, when in self.method if holds(when, view))
+
+    def method_texts(self) -> tuple[str, ...]:
+        """Every sentence the family's note may contain: its method vocabulary."""
+        return tuple(text for text, _ in self.method)
+
+
+MethodCondition = Union[None, str, Callable[[PublicTaskView], bool]]
+
+
+def holds(when: MethodCondition, view: PublicTaskView) -> bool:
+    if when is None:
+        return True
+    if isinstance(when, str):
+        return view.states(when)
+    return bool(when(view))
 
 
 def complexity_level(sig: dict) -> int:

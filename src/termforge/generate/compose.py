@@ -88,15 +88,13 @@ def compose(spec: TaskSpec, p: Plan, sig: dict, rng: random.Random) -> TaskSpec:
     level = complexity_level(sig)
     container, strategy = p.container, p.strategy
     params = container.params(rng, level) if container else None
-    setup, before, after, instruction, method = spec.setup_sh, "", "", spec.instruction, spec.method_note
+    setup, before, after, instruction = spec.setup_sh, "", "", spec.instruction
     outputs = list(spec.output_paths)
     test_final, test_data = spec.test_final, spec.test_data
     if container:
         setup = setup.rstrip("\n") + "\n" + setup_step(container, params)
         before = oracle_step(container)
         instruction = instruction.rstrip("\n") + "\n\n" + inputs_section(container, params, level)
-        method = method.rstrip() + (f"\n\nThe inputs arrive as a {container.kind} container: decode it to the "
-                                    "bundle, restore the files under /app from it, then solve the task as usual.")
     if strategy:
         if why := strategy.applies(outputs):
             raise ValueError(f"{strategy.kind}: {why}")
@@ -107,7 +105,6 @@ def compose(spec: TaskSpec, p: Plan, sig: dict, rng: random.Random) -> TaskSpec:
         test_final = test_final.rstrip("\n") + "\n\n" + final.source.strip("\n") + "\n"
         test_data = {**test_data, **final.data}
         outputs.append(strategy.tool)
-        method = method.rstrip() + f"\n\nThe extra deliverable {strategy.tool} is graded as {strategy.kind}."
     # Every solution, the oracle and each second solution alike, meets the same composed task: it
     # unpacks the container first and delivers the strategy's program after the family's work.
     def wrapped(family_sh: str) -> str:
@@ -115,7 +112,7 @@ def compose(spec: TaskSpec, p: Plan, sig: dict, rng: random.Random) -> TaskSpec:
 
     return replace(spec, setup_sh=setup, solve_sh=wrapped(spec.solve_sh),
                    alternatives={name: wrapped(sh) for name, sh in spec.alternatives.items()},
-                   instruction=instruction, method_note=method,
+                   instruction=instruction,
                    test_initial=_initial_test(container, outputs, spec.test_initial), test_final=test_final,
                    test_data=test_data,
                    output_paths=outputs, verifier_kind=p.verifier_kind, fixture_kind=p.fixture_kind)

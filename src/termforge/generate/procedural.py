@@ -8,7 +8,7 @@ failed attempt (family, seed, error) beside the family that built the task.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from termforge.errors import TermforgeError
@@ -17,6 +17,7 @@ from termforge.generate.compose import compose, offered, plan
 from termforge.generate.families import families_for
 from termforge.generate.honour import (SHAPE_AXES, actual_axes, exercised_skills, honest_view, honoured_axes,
                                        mismatch_record)
+from termforge.generate.public_view import make_view, render_method
 from termforge.generate.writer import task_files, write_task_dir
 from termforge.io import seed_from
 
@@ -89,6 +90,10 @@ def build_task(sig: dict, families: list[TaskFamily] | None = None) -> BuiltTask
                 rng = random.Random(seed)
                 own = fam.build(view, rng)
                 spec = compose(own, plan(sig, fam), sig, rng)
+                # The method note is rendered from what the agent is given, never from what the
+                # family knew while building (generate/public_view.py).
+                public = make_view(fam.name, spec.instruction, spec.fixtures)
+                spec = replace(spec, method_note=render_method(fam, public))
             except Exception as exc:  # noqa: BLE001 - any failure of one draw is recorded, then retried
                 failed.append({"family": fam.name, "seed": seed, "error": f"{type(exc).__name__}: {exc}"})
                 continue

@@ -2,8 +2,8 @@
 so each of its sentences is kept only when what it claims about the task holds for this task.
 
 A claim is a feature a sentence mentions (quoted CSV fields, currency symbols, repeated records, a
-refunds file, a file or column name); its evidence is read from the task itself: the instruction,
-the environment's files and their names. Sentences that state how the task was generated (a hidden
+refunds file, a file or column name); its evidence is read from the task's public view: the
+instruction, the agent's files and their names (never the answer key, the oracle or the tests). Sentences that state how the task was generated (a hidden
 mechanism such as the binary's XOR key stream, a hidden parameter such as a curved relationship,
 decoys planted by the generator) are dropped unless the instruction states the same thing.
 """
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from termforge.generate.public_view import PublicTaskView
+
 _DATA_SUFFIXES = (".csv", ".tsv", ".txt", ".log", ".json", ".jsonl", ".sql", ".policy", ".conf")
 
 
@@ -24,34 +26,25 @@ _DATA_SUFFIXES = (".csv", ".tsv", ".txt", ".log", ".json", ".jsonl", ".sql", ".p
 class TaskFacts:
     instruction: str  # lower case
     data: str  # the text of the environment's data files (not its scripts)
-    setup: str  # setup.sh and other scripts
-    names: list[str]  # every file path under environment/fixtures and named in setup.sh
+    setup: str  # the scripts and programs among the agent's files
+    names: list[str]  # every file path under environment/fixtures
     tables: list[list[list[str]]]  # parsed CSV/TSV fixtures
 
     @classmethod
-    def of(cls, task_dir: str | Path) -> "TaskFacts":
-        task_dir = Path(task_dir)
-        env = task_dir / "environment"
-        data, setup, names, tables = [], [], [], []
-        if env.is_dir():
-            for p in sorted(env.rglob("*")):
-                if not p.is_file():
-                    continue
-                rel = str(p.relative_to(env))
-                names.append(rel)
-                try:
-                    text = p.read_text(encoding="utf-8")
-                except (UnicodeDecodeError, OSError):
-                    continue
-                if p.suffix.lower() in _DATA_SUFFIXES:
-                    data.append(text)
-                    if p.suffix.lower() in (".csv", ".tsv"):
-                        delim = "\t" if p.suffix.lower() == ".tsv" else ","
-                        tables.append(list(csv.reader(io.StringIO(text), delimiter=delim)))
-                elif p.name not in ("Dockerfile", "container.def"):
-                    setup.append(text)
-        instruction = (task_dir / "instruction.md").read_text(encoding="utf-8") if (task_dir / "instruction.md").exists() else ""
-        return cls(instruction.lower(), "\n".join(data), "\n".join(setup), names, tables)
+    def of(cls, view: PublicTaskView) -> "TaskFacts":
+        """The evidence a claim is checked against: what the agent is given, nothing more."""
+        data, setup, tables = [], [], []
+        names = [f"fixtures/{name}" for name in view.file_names()]
+        for name, text in view.text_files():
+            suffix = Path(name).suffix.lower()
+            if suffix in _DATA_SUFFIXES:
+                data.append(text)
+                if suffix in (".csv", ".tsv"):
+                    delim = "\t" if suffix == ".tsv" else ","
+                    tables.append(list(csv.reader(io.StringIO(text), delimiter=delim)))
+            else:
+                setup.append(text)
+        return cls(view.instruction.lower(), "\n".join(data), "\n".join(setup), names, tables)
 
     @property
     def everything(self) -> str:
@@ -166,9 +159,9 @@ def check_sentence(sentence: str, facts: TaskFacts) -> list[str]:
     return problems
 
 
-def fit_sentences(sentences: list[str], task_dir: str | Path) -> tuple[list[str], list[tuple[str, list[str]]]]:
-    """(kept, dropped with reasons): the method sentences that hold for this task."""
-    facts = TaskFacts.of(task_dir)
+def fit_sentences(sentences: list[str], view: PublicTaskView) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """(kept, dropped with reasons): the method sentences that hold for the task `view` shows."""
+    facts = TaskFacts.of(view)
     kept, dropped = [], []
     for s in sentences:
         problems = check_sentence(s, facts)

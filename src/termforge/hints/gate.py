@@ -21,6 +21,8 @@ from typing import Any, Iterator
 
 from termforge.errors import TermforgeError
 from termforge.hints.shape import TaskTerms, mapping_findings, task_terms
+from termforge.hints.specifics import (Allowed, allowed_for, instruction_quotes, mask, public_view, read_tests,
+                                       specifics)
 from termforge.quality.leaks import SecretSet, find_leaks, task_secrets
 
 DEFAULT_NGRAM = 8
@@ -39,10 +41,17 @@ FINDING_KINDS = (
     "test_reference",
     "oracle_path",
     "off_task",
+    "unsupported_specific",
+    "answer_value",
+    "bug_identifier",
+    "test_case",
 )
 # Findings that say a secret got out (the others are about form and fit).
 LEAK_FINDINGS = ("literal_answer", "disguised_answer", "bug_name", "bug_pointer", "test_assertion", "truth_ngram", "oracle_ngram",
-                 "test_reference", "oracle_path")
+                 "test_reference", "oracle_path", "unsupported_specific", "answer_value", "bug_identifier", "test_case")
+# Which finding each kind of specific (termforge.hints.specifics) becomes.
+_SPECIFIC_FINDING = {"unsupported": "unsupported_specific", "answer_value": "answer_value",
+                     "bug_identifier": "bug_identifier", "test_case": "test_case"}
 # Which finding a leak of each secret kind (termforge.quality.leaks.KINDS) becomes.
 _LEAK_FINDING = {"answer": "literal_answer", "answer_key": "literal_answer", "bug_name": "bug_name",
                  "assertion": "test_assertion", "pointer": "bug_pointer"}
@@ -105,6 +114,8 @@ class GateContext:
     oracle_ngrams: dict[tuple[str, ...], str]
     oracle_paths: list[str]
     terms: TaskTerms | None = None
+    allowed: Allowed | None = None
+    """The allow-list for specifics (hints/specifics.py); None leaves that check out."""
 
 
 def words_of(text: str) -> list[str]:
@@ -160,6 +171,7 @@ def load_context(task_dir: str | Path, n: int = DEFAULT_NGRAM, max_words: int = 
         oracle_ngrams=oracle_ngrams,
         oracle_paths=oracle_paths,
         terms=task_terms(task_dir, instruction, _output_paths(task_dir)),
+        allowed=allowed_for(public_view(task_dir), hidden, read_tests(task_dir)),
     )
 
 
@@ -176,14 +188,20 @@ def check_with(hint: str, ctx: GateContext) -> GateReport:
     n_words = len(text.split())
 
     findings += _shape_findings(text, n_words, ctx.max_words)
-    findings += _literal_findings(text, ctx)
+    # What the hint quotes from the instruction is what the agent was told: no detector reads it.
+    told = mask(text, instruction_quotes(text, ctx.allowed.instruction_words)) if ctx.allowed else text
+    findings += _literal_findings(told, ctx)
+    if ctx.allowed is not None:
+        findings += _specific_findings(text, ctx.allowed)
+    # (The n-gram sets already leave out every n-gram of the instruction.)
     tokens = words_of(text)
     findings += _ngram_findings(tokens, ctx.n, ctx.truth_ngrams, "truth_ngram", "private/truth.json")
     findings += _ngram_findings(tokens, ctx.n, ctx.oracle_ngrams, "oracle_ngram", "the oracle script")
     findings += _test_findings(text, ctx.instruction)
     findings += _path_findings(text, ctx.oracle_paths)
     if ctx.terms is not None and text.strip():
-        findings += mapping_findings(text, ctx.terms)
+        # A hint that quotes the instruction is about its task, however few other words it shares.
+        findings += mapping_findings(text, ctx.terms, quotes_task=bool(told != text))
     order = {k: i for i, k in enumerate(FINDING_KINDS)}
     findings.sort(key=lambda f: (order[f["kind"]], f["detail"], f.get("evidence", "")))
     return GateReport(passed=not findings, findings=findings, words=n_words)
@@ -225,6 +243,13 @@ def _literal_findings(text: str, ctx: GateContext) -> list[dict[str, str]]:
             kind = "disguised_answer"
         out.append({"kind": kind, "detail": f"contains {leak.describe()}", "evidence": leak.evidence})
     return out
+
+
+def _specific_findings(text: str, allowed: Allowed) -> list[dict[str, str]]:
+    """The allow-list: every specific the task does not give, and answer-side values, as findings
+    whose detail says what kind of specific it is without quoting it."""
+    return [{"kind": _SPECIFIC_FINDING[s.kind], "detail": s.why, "evidence": s.text}
+            for s in specifics(text, allowed)]
 
 
 def _ngram_findings(

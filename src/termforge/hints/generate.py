@@ -2,9 +2,11 @@
 
 Backends:
 
-- ``procedural`` (the embedded default): the family's method note (private/method.md) framed by
-  facts the instruction gives (its input and deliverable paths). Deterministic. A draft that fails
-  the gate is repaired by dropping the sentences that carry the findings.
+- ``procedural`` (the embedded default): the family's method note rendered from the task's public
+  view (instruction and the agent's files only: generate/public_view.py), framed by facts the
+  instruction gives (its input and deliverable paths). Deterministic, and unable to depend on the
+  answer key. A draft that fails the gate is repaired by dropping the sentences that carry the
+  findings.
 - ``llm``: any `ChatModel` writes the hint from instruction, truth and oracle (prompts.py); a draft
   that fails the gate goes back with the findings, up to `max_rounds` repair rounds.
 
@@ -25,6 +27,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from termforge.errors import TermforgeError
+from termforge.generate.families import family_by_name
+from termforge.generate.public_view import PublicTaskView, render_method, view_of_task_dir
 from termforge.hints import prompts
 from termforge.hints.fit import fit_sentences, variant_sentence
 from termforge.hints.judge import HintChecker, corpus_recall
@@ -151,22 +155,53 @@ def _join(items: list[str]) -> str:
 
 
 def procedural_parts(task_dir: str | Path) -> tuple[str, list[str], str]:
-    """The opening sentence, the method sentences and the closing sentence of a procedural hint."""
+    """The opening sentence, the method sentences and the closing sentence of a procedural hint.
+
+    A task built by a registered family gets its hint from the public view alone (what the agent
+    is given: generate/public_view.py), so the answer key cannot reach it. A task no family built
+    (written by an LLM) has only its author's note, private/method.md, written with the answer in
+    view: that note is untrusted and the gate is all that stands between it and a published hint."""
     task_dir = Path(task_dir)
+    view = view_of_task_dir(task_dir)
+    try:
+        family = family_by_name(view.family)
+    except KeyError:
+        return hint_parts(view, authored_note(task_dir))
+    return hint_parts(view, render_method(family, view))
+
+
+def authored_note(task_dir: Path) -> str:
+    """The method note an LLM task's author wrote (no family renders one for it)."""
     method_path = task_dir / "private" / "method.md"
     try:
-        method = _one_line(method_path.read_text(encoding="utf-8"))
+        return method_path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise TermforgeError(f"{method_path}: missing; the procedural hint backend needs a method note") from None
+
+
+def _deliverables(instruction: str) -> list[str]:
+    """The paths the instruction's deliverable sections name (what the agent must produce)."""
+    out: list[str] = []
+    for m in re.finditer(r"^## (?:Deliverables|Also deliver)\s*\n(.*?)(?=^## |\Z)", instruction, re.M | re.S):
+        for item in re.finditer(r"^- `(/[^`\s]+)`", m.group(1), re.M):
+            if item.group(1) not in out:
+                out.append(item.group(1))
+    return out
+
+
+def hint_parts(view: PublicTaskView, method: str) -> tuple[str, list[str], str]:
+    """The hint's parts from the public view and a method note: the writer of procedural hints. It
+    takes the view and the note and nothing else, so it has no way to the answer key."""
+    method = _one_line(method)
     if not method:
-        raise TermforgeError(f"{method_path}: empty; the procedural hint backend needs a method note")
-    instruction = (task_dir / "instruction.md").read_text(encoding="utf-8")
-    meta = _task_meta(task_dir)
+        raise TermforgeError(f"task of family {view.family or '(none)'}: empty method note; the procedural hint "
+                             "backend needs one")
+    instruction = view.instruction
 
     # Only facts the instruction states: deliverables it names, and the other paths it names under
     # /app (a path outside it, such as a URL's `/results/NAME`, is no file to inspect).
     shown = _paths_in(instruction)
-    deliverables = [p for p in meta.get("output_paths") or [] if p in instruction]
+    deliverables = _deliverables(instruction)
     inputs = [
         p for p in shown
         if p.startswith("/app/") and is_task_path(p.rstrip("/")) and p not in deliverables
@@ -176,7 +211,7 @@ def procedural_parts(task_dir: str | Path) -> tuple[str, list[str], str]:
     # The frame says only what is true of every task of the family's protocol: for an explored task,
     # look at what you are given and check what you deliver; for a one-command task, that the first
     # reply is the whole task (a turn spent looking or checking is the turn the task needed).
-    one_command = _episode_protocol(meta) == "one_command"
+    one_command = _episode_protocol(view.family) == "one_command"
     if one_command:
         opening = "Do the whole task with one command, in one fenced bash block, as your first reply."
     elif inputs:
@@ -187,7 +222,7 @@ def procedural_parts(task_dir: str | Path) -> tuple[str, list[str], str]:
         method += "."
     # The variant's own sentence first (so trimming for length never drops it), then the family's
     # note minus what does not hold for this variant.
-    sentences, _ = fit_sentences([s.strip() for s in _SENTENCE_END.split(method) if s.strip()], task_dir)
+    sentences, _ = fit_sentences([s.strip() for s in _SENTENCE_END.split(method) if s.strip()], view)
     own = variant_sentence(instruction)
     if own:
         sentences.insert(0, own)
@@ -201,13 +236,11 @@ def procedural_parts(task_dir: str | Path) -> tuple[str, list[str], str]:
     return opening, sentences, closing
 
 
-def _episode_protocol(meta: dict[str, Any]) -> str:
+def _episode_protocol(family: str | None) -> str:
     """The task family's declared episode protocol (TaskFamily.episode_protocol); explore for tasks
     of no known family (LLM-made, imported)."""
-    from termforge.generate.families import family_by_name
-
     try:
-        return family_by_name(str(meta.get("family") or "")).episode_protocol
+        return family_by_name(str(family or "")).episode_protocol
     except KeyError:
         return "explore"
 

@@ -244,8 +244,10 @@ def variant_findings(hint: str, terms: TaskTerms) -> list[str]:
     return out
 
 
-def mapping_findings(hint: str, terms: TaskTerms, min_words: int = 3) -> list[dict[str, str]]:
-    """Is this hint about this task? Findings of kind `off_task` (details never quote the hint)."""
+def mapping_findings(hint: str, terms: TaskTerms, min_words: int = 3, quotes_task: bool = False
+                     ) -> list[dict[str, str]]:
+    """Is this hint about this task? Findings of kind `off_task` (details never quote the hint).
+    `quotes_task`: the hint quotes the task's instruction, which ties it to its task by itself."""
     names = _hint_names(hint)
     # Only absolute paths can be foreign: a bare file name may be a scratch file the hint suggests.
     foreign = sorted(
@@ -261,7 +263,7 @@ def mapping_findings(hint: str, terms: TaskTerms, min_words: int = 3) -> list[di
                     "evidence": ", ".join(foreign[:5])})
     for detail in dict.fromkeys(variant_findings(hint, terms)):
         out.append({"kind": "off_task", "detail": detail, "evidence": ""})
-    if not shared_names and len(shared_words) < min_words:
+    if not shared_names and len(shared_words) < min_words and not quotes_task:
         out.append({"kind": "off_task",
                     "detail": f"shares no file name or path and {len(shared_words)} distinctive word(s) with its task",
                     "evidence": ", ".join(sorted(shared_words))})

@@ -121,6 +121,13 @@ class OneStepFileTask(TaskFamily):
     instruct model solves sometimes (module docstring)."""
 
     name = "one_step_file_task"
+    method = (
+        (METHOD_NOTES["write_line"], '(?m)^# Write a line'),
+        (METHOD_NOTES["append_line"], '(?m)^# Append a line'),
+        (METHOD_NOTES["count_word"], '(?m)^# Count the lines'),
+        (METHOD_NOTES["rename_file"], '(?m)^# Rename a file'),
+        (METHOD_NOTES["fix_script"], '(?m)^# Fix '),
+    )
     opt_in = True
     domains = ("file_operations",)
     verifier_kinds = ("exact_text",)
@@ -170,7 +177,6 @@ class OneStepFileTask(TaskFamily):
             test_final=_lines_test("test_file_holds_the_lines", path, lines),
             solve_sh=bash_script("printf '%s\\n' " + " ".join(shlex.quote(x) for x in lines) + f" > {path}"),
             truth={"given": {"path": path, "lines": lines}},
-            method_note=METHOD_NOTES["write_line"],
             verifier_kind="exact_text", fixture_kind="text_only", output_paths=[path])
 
     def _append_line(self, sig: dict, rng: random.Random, level: int) -> TaskSpec:
@@ -203,7 +209,6 @@ class OneStepFileTask(TaskFamily):
                 """),
             truth={"given": {"path": path, "line": line}, "lines_before": len(original),
                    "final_newline": level != 3},
-            method_note=METHOD_NOTES["append_line"],
             verifier_kind="exact_text", fixture_kind="text_only", output_paths=[path],
             fixtures={f"{stem}.txt": text.encode()})
 
@@ -254,7 +259,6 @@ class OneStepFileTask(TaskFamily):
                 """, OUT=out, COUNT=count),
             solve_sh=bash_script(f"grep -c -w -- {word} {src} > {out} || true"),
             truth={"given": {"path": src, "word": word}, "count": count, "lines": total},
-            method_note=METHOD_NOTES["count_word"],
             verifier_kind="exact_text", fixture_kind="text_only", output_paths=[out],
             fixtures={f"{stem}.txt": ("\n".join(lines) + "\n").encode()})
 
@@ -295,7 +299,6 @@ class OneStepFileTask(TaskFamily):
                 """, OLD=f"/app/{old}", NEW=f"/app/{new}", LINES=content),
             solve_sh=bash_script(f"mv -- {shlex.quote('/app/' + old)} /app/{new}"),
             truth={"given": {"old": old, "new": new}, "content_lines": len(content)},
-            method_note=METHOD_NOTES["rename_file"],
             verifier_kind="exact_text", fixture_kind="text_only", output_paths=[f"/app/{new}"],
             fixtures={"source.txt": ("\n".join(content) + "\n").encode()})
 
@@ -339,7 +342,6 @@ class OneStepFileTask(TaskFamily):
                 """),
             truth={"given": {"script": path, "message": message, **({"typo": typo} if level == 0 else {})},
                    "defects": ["misspelt command"] + (["unclosed quote"] if level == 3 else [])},
-            method_note=METHOD_NOTES["fix_script"],
             verifier_kind="exact_text", fixture_kind="text_only", output_paths=[path],
             fixtures={f"{stem}.sh": script.encode()})
 

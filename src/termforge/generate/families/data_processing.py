@@ -34,6 +34,13 @@ class RegionalRevenue(TaskFamily):
     """Join orders to customers and report paid revenue per region, following stated cleaning rules."""
 
     name = "regional_revenue_report"
+    method = (
+        ('Parse the files with a real CSV parser (quoted fields contain commas). Normalise keys before '
+         'comparing (trim, lower-case), resolve repeated orders to their newest version before filtering on '
+         'status, convert amounts to integer cents (strip currency symbols and separators) so sums are exact, '
+         'join orders to customers with a default region for missing customers, then aggregate, sort and '
+         'format. Cross-check the grand total.', None),
+    )
     domains = ("data_processing",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
@@ -211,13 +218,6 @@ class RegionalRevenue(TaskFamily):
             truth={"given": {"rules": rules, "header": expected[0]},
                    "expected_rows": expected[1:],
                    "total_paid_revenue": _money(sum(c for _, c in totals.values()))},
-            method_note=(
-                "Parse the files with a real CSV parser (quoted fields contain commas). Normalise keys "
-                "before comparing (trim, lower-case), resolve repeated orders to their newest version "
-                "before filtering on status, convert amounts to integer cents (strip currency symbols "
-                "and separators) so sums are exact, join orders to customers with a default region for "
-                "missing customers, then aggregate, sort and format. Cross-check the grand total."
-            ),
             verifier_kind="exact_text",
             fixture_kind="text_only",
             fixtures=fixtures,
@@ -439,6 +439,13 @@ class StreamTransform(TaskFamily):
     """Write a line-streaming transform (window sums, sessionizing, throttling); fuzzed against a reference."""
 
     name = "stream_transform_program"
+    method = (
+        ('Keep per-key state in a dictionary and process one line at a time. Pin down the boundary cases '
+         'before coding: what happens exactly at the stated limit, the first event of a key, blank lines and '
+         'trailing whitespace, and empty input. Then build your own generator of random inputs (including '
+         'values landing exactly on the boundary) and compare against a slow, obviously-correct version, and '
+         'against the sample files.', None),
+    )
     domains = ("data_processing",)
     verifier_kinds = ("fuzz_equivalence",)
     fixture_kinds = ("text_only",)
@@ -527,13 +534,6 @@ class StreamTransform(TaskFamily):
             solve_sh=solve,
             truth={"given": {"variant": variant, **{k.lower(): v for k, v in params.items()}},
                    "fuzz_seed": fuzz_seed, "fuzz_cases": n_cases, "reference_source": textwrap.dedent(source).strip()},
-            method_note=(
-                "Keep per-key state in a dictionary and process one line at a time. Pin down the "
-                "boundary cases before coding: what happens exactly at the stated limit, the first "
-                "event of a key, blank lines and trailing whitespace, and empty input. Then build your "
-                "own generator of random inputs (including values landing exactly on the boundary) "
-                "and compare against a slow, obviously-correct version, and against the sample files."
-            ),
             verifier_kind="fuzz_equivalence",
             fixture_kind="text_only",
             fixtures={"samples/input.txt": "".join(x + "\n" for x in sample_in).encode(),

@@ -49,6 +49,15 @@ class SqliteShopQuestions(TaskFamily):
     """Answer reporting questions over a SQLite shop database (joins, grouping, NOT EXISTS)."""
 
     name = "sqlite_shop_questions"
+    method = (
+        ("Start with `.schema` (or sqlite_master) to see how orders, order lines, products and customers link. "
+         "Revenue comes from the order lines' charged price, not the product list price.", None),
+        ("Normalise the status text before comparing it (trim and lowercase: it was typed by hand); month "
+         "filters must tolerate a time suffix on the date.", r"typed by hand"),
+        ("Normalise the status text before comparing it.", lambda v: not v.states(r"typed by hand")),
+        ("For 'never' questions use NOT EXISTS or a LEFT JOIN, for rankings ORDER BY the aggregate with the "
+         "stated tie-break, and cross-check each number with a second query.", None),
+    )
     domains = ("data_querying",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
@@ -186,13 +195,6 @@ class SqliteShopQuestions(TaskFamily):
             solve_sh=solve,
             truth={"given": {"questions": {q["qid"]: q["text"] for q in chosen}}, "answers": expected,
                    "queries": {q["qid"]: q["sql"] for q in chosen}},
-            method_note="Start with `.schema` (or sqlite_master) to see how orders, order lines, products and "
-                        "customers link. Revenue comes from the order lines' charged price, not the product "
-                        "list price. Normalise the status text before comparing it"
-                        + (" (trim and lowercase: it was typed by hand); month filters must tolerate a time "
-                           "suffix on the date." if messy else ".")
-                        + " For 'never' questions use NOT EXISTS or a LEFT JOIN, for rankings ORDER BY the "
-                          "aggregate with the stated tie-break, and cross-check each number with a second query.",
             verifier_kind="exact_text",
             fixture_kind="text_only",
             fixtures={"shop.sql": sql.encode()},
@@ -520,6 +522,13 @@ class CsvGroupByTool(TaskFamily):
     """Write a group-by query CLI over quirky CSV files; graded by fuzzing against a reference."""
 
     name = "csv_groupby_tool"
+    method = (
+        ("Parse with a real CSV parser (csv module with newline=''), never by splitting lines on commas: "
+         'fields hold quoted commas, quotes and newlines. Look columns up by header name. Decide the empty-'
+         'value and key-normalisation rules before aggregating, sort with an explicit key, and build small '
+         'adversarial files (empty, header only, CRLF, quoted newlines, unknown column) to compare against the '
+         'worked example.', None),
+    )
     domains = ("data_querying",)
     verifier_kinds = ("fuzz_equivalence",)
     fixture_kinds = ("text_only",)
@@ -668,11 +677,6 @@ class CsvGroupByTool(TaskFamily):
             truth={"given": {"theme": theme_name, "rules": {k: spec[k] for k in ("normalize", "empty", "order",
                                                                                   "sep", "where", "top")}},
                    "fuzz_seed": fuzz_seed, "fuzz_cases": n_cases},
-            method_note="Parse with a real CSV parser (csv module with newline=''), never by splitting lines on "
-                        "commas: fields hold quoted commas, quotes and newlines. Look columns up by header name. "
-                        "Decide the empty-value and key-normalisation rules before aggregating, sort with an "
-                        "explicit key, and build small adversarial files (empty, header only, CRLF, quoted "
-                        "newlines, unknown column) to compare against the worked example.",
             verifier_kind="fuzz_equivalence",
             fixture_kind="text_only",
             fixtures={"sample.csv": text.encode("utf-8")},

@@ -179,6 +179,17 @@ class HeldoutRegression(TaskFamily):
     one-hot categories (and, where needed, imputation and outlier removal) reaches, plus slack."""
 
     name = "heldout_regression"
+    method = (
+        ("Load both CSVs and look at each feature against the target (scatter or binned means).", None),
+        ("A column whose values are words is categorical: one-hot encode it rather than treating it as a number.",
+         lambda v: bool(_categorical_columns(v))),
+        # Whether a relationship is curved is the generator's secret; the check that finds out is not.
+        ("Check the residuals of a straight-line fit against every feature; where they bend, add a squared term "
+         "for that feature, and drop columns with no relationship to the target.", None),
+        ("Impute empty features (train mean plus a missing indicator), and find label outliers from the "
+         "residuals of a first fit (median/MAD), drop them and refit.", r"not perfectly clean"),
+        ("Hold out part of train to estimate RMSE before writing predictions.", None),
+    )
     domains = ("data_science",)
     verifier_kinds = ("metric_threshold",)
     fixture_kinds = ("text_only",)
@@ -304,16 +315,6 @@ class HeldoutRegression(TaskFamily):
             {indent_block(REGRESSION_ORACLE.strip().replace("__SPEC__", repr(oracle_spec)), 12)}
             PY
         """)
-        hints = ["Load both CSVs and look at each feature against the target (scatter or binned means)."]
-        if use_cat:
-            hints.append(f"`{cat_name}` is categorical: one-hot encode it rather than treating it as a number.")
-        if curved:
-            hints.append("Some relationship is not a straight line: add squared (standardised) terms and "
-                         "check residuals against every feature; columns with no relationship can be dropped.")
-        if robust:
-            hints.append("Impute empty features (train mean plus a missing indicator), and find label outliers "
-                         "from the residuals of a first fit (median/MAD), drop them and refit.")
-        hints.append("Hold out part of train to estimate RMSE before writing predictions.")
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("mkdir -p /app/data && cp /tmp/env/fixtures/train.csv /tmp/env/fixtures/test.csv /app/data/"),
@@ -325,7 +326,6 @@ class HeldoutRegression(TaskFamily):
                              "curved_feature": curved, "curvature": model["c"], "noise_sd": model["sd"]},
                    "irrelevant_feature": irrelevant, "feature_with_missing_values": maybe_missing,
                    "oracle_rmse": round(oracle_rmse, 4), "constant_guess_rmse": round(baseline_rmse, 4)},
-            method_note=" ".join(hints),
             verifier_kind="metric_threshold",
             fixture_kind="text_only",
             fixtures={"train.csv": train_csv.encode(), "test.csv": test_csv.encode()},
@@ -497,6 +497,14 @@ class PngShapeCensus(TaskFamily):
     to ignore and a non-uniform background."""
 
     name = "png_shape_census"
+    method = (
+        ("Decode the PNG with Pillow (or NumPy on top of it), build a mask per listed colour with exact RGB "
+         "equality, and label 4-connected components with a BFS/flood fill; count components and sum their "
+         "pixel counts per colour.", None),
+        (f"Drop components below {MIN_BLOB} pixels before counting.", r"scanner specks"),
+        ("Track each component's pixel count and min/max x and y to report the largest one.", r"`largest "),
+        ("Check the total of all listed-colour pixels against the sum of the reported areas.", None),
+    )
     domains = ("data_science",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("image",)
@@ -642,14 +650,6 @@ class PngShapeCensus(TaskFamily):
             {indent_block(oracle_src, 12)}
             PY
         """)
-        method = ("Decode the PNG with Pillow (or NumPy on top of it), build a mask per listed colour with exact "
-                  "RGB equality, and label 4-connected components with a BFS/flood fill; count components "
-                  "and sum their pixel counts per colour.")
-        if noisy:
-            method += f" Drop components below {MIN_BLOB} pixels before counting."
-        if want_largest:
-            method += " Track each component's pixel count and min/max x and y to report the largest one."
-        method += " Check the total of all listed-colour pixels against the sum of the reported areas."
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("cp /tmp/env/fixtures/scan.png /app/scan.png"),
@@ -659,7 +659,6 @@ class PngShapeCensus(TaskFamily):
             truth={"given": {"colours": colours, "min_region_pixels": MIN_BLOB if noisy else 1},
                    "census": {c: census[c] for c in colours}, "largest": largest, "noise_specks": len(specks),
                    "shape_count": len(shapes)},
-            method_note=method,
             verifier_kind="exact_text",
             fixture_kind="image",
             fixtures={"scan.png": png},
@@ -828,6 +827,15 @@ class ClassifierReport(TaskFamily):
     an alias map, re-exported ids, missing predictions and an abstention threshold."""
 
     name = "classifier_report"
+    method = (
+        ("Read the CSVs with a CSV parser; normalise every label (trim, lower-case, then the alias map) before "
+         "comparing; keep the last row per id before dropping missing predictions; then count, per class, true "
+         "positives, predictions and support. Keep precision, recall, F1 and the averages as exact fractions "
+         "(fractions.Fraction) and round once at the end with decimal's ROUND_HALF_EVEN; float round() and "
+         "'%.4f' can round ties the other way. Check that supports add up to the counted rows.", None),
+        ("Compare scores as decimals so a score equal to the threshold is not an abstention.",
+         r"model abstains when"),
+    )
     domains = ("data_science",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
@@ -924,14 +932,6 @@ class ClassifierReport(TaskFamily):
                 assert len(got) == len(EXPECTED), f"{len(got)} lines, expected {len(EXPECTED)}"
             """, OUT=out, EXPECTED=expected)
         solve = python_oracle(py_source(CLASSIFIER_ORACLE, THRESHOLD=t_text))
-        method = ("Read the CSVs with a CSV parser; normalise every label (trim, lower-case, then the alias map) "
-                  "before comparing; keep the last row per id before dropping missing predictions; then count, per "
-                  "class, true positives, predictions and support. Keep precision, recall, F1 and the averages as "
-                  "exact fractions (fractions.Fraction) and round once at the end with decimal's ROUND_HALF_EVEN; "
-                  "float round() and '%.4f' can round ties the other way. Check that supports add up to the "
-                  "counted rows.")
-        if threshold is not None:
-            method += " Compare scores as decimals so a score equal to the threshold is not an abstention."
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("mkdir -p /app/data && cp /tmp/env/fixtures/*.csv /app/data/"),
@@ -940,7 +940,6 @@ class ClassifierReport(TaskFamily):
             solve_sh=solve,
             truth={"given": {"rules": rules, "header": REPORT_HEADER, "threshold": t_text},
                    "expected_rows": expected[1:], "export_rows": len(rows)},
-            method_note=method,
             verifier_kind="exact_text",
             fixture_kind="text_only",
             fixtures=fixtures,
@@ -1005,3 +1004,26 @@ class ClassifierReport(TaskFamily):
 
 
 FAMILIES = [HeldoutRegression, PngShapeCensus, ClassifierReport]
+
+
+def _categorical_columns(view) -> list[str]:
+    """Columns of the visible train.csv whose values are not numbers (read from the public view)."""
+    import csv
+    import io
+
+    text = dict(view.text_files()).get("train.csv", "")
+    rows = list(csv.reader(io.StringIO(text)))
+    if len(rows) < 2:
+        return []
+
+    def numeric(x: str) -> bool:
+        try:
+            float(x)
+        except ValueError:
+            return x.strip() == ""
+        return True
+
+    # The first column is the row id, whatever its spelling.
+    return [name for i, name in enumerate(rows[0])
+            if i > 0 and any(len(r) > i and not numeric(r[i]) for r in rows[1:])]
+

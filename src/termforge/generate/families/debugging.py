@@ -532,6 +532,12 @@ class PythonEdgeCaseFix(TaskFamily):
     fixes it in place and is graded by comparing it with a reference on many generated inputs."""
 
     name = "python_edge_case_fix"
+    method = (
+        ('Read the specification line by line against the code and list every input class it names (empty '
+         'input, blank and comment lines, ties, repeated keys, boundaries). Build a tiny file for each, run '
+         'the tool, and compare with what the specification says; fix the root cause in the code (no special-'
+         'casing of test inputs), then rerun all the small files.', None),
+    )
     domains = ("debugging",)
     verifier_kinds = ("fuzz_equivalence",)
     fixture_kinds = ("text_only",)
@@ -632,10 +638,6 @@ class PythonEdgeCaseFix(TaskFamily):
                     _check(tmp_path, f"random{{i}}", text, args)
         """)
         test_final = head + helpers.strip() + "\n\n\n" + body
-        method = ("Read the specification line by line against the code and list every input class it names "
-                  "(empty input, blank and comment lines, ties, repeated keys, boundaries). Build a tiny file "
-                  "for each, run the tool, and compare with what the specification says; fix the root cause in "
-                  "the code (no special-casing of test inputs), then rerun all the small files.")
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script(f"""
@@ -648,7 +650,6 @@ class PythonEdgeCaseFix(TaskFamily):
             solve_sh=_patch_oracle(path, planted, sites),
             truth=_truth(planted, sites, {"program": prog["file"], "parameters": prog["P"]})
             | {"fuzz_seed": fuzz_seed},
-            method_note=method,
             verifier_kind="fuzz_equivalence",
             fixture_kind="text_only",
             fixtures={prog["file"]: source.encode(), "input.txt": example_text.encode("utf-8")},
@@ -937,6 +938,13 @@ class ShellScriptFix(TaskFamily):
     graded on fixed scenarios (files with spaces, empty folders, collisions...) with exact output."""
 
     name = "shell_script_fix"
+    method = (
+        ('Read the script against the specification and test it on a scratch folder built to break it: names '
+         'with spaces and several dots, a directory with a matching name, an empty folder, a file without a '
+         'final newline, collisions, lines with spaces, backslashes or a lone `-n`. Run it from another '
+         'directory. Quote every expansion, loop over globs rather than `ls` output, keep state out of '
+         'pipeline subshells, and print with printf.', None),
+    )
     domains = ("debugging",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
@@ -1042,11 +1050,6 @@ class ShellScriptFix(TaskFamily):
                 if sc["listing"] is not None:
                     assert _listing(data) == sc["listing"], f"{{where}}: folder left as {{_listing(data)!r}}"
         """)
-        method = ("Read the script against the specification and test it on a scratch folder built to break it: "
-                  "names with spaces and several dots, a directory with a matching name, an empty folder, a "
-                  "file without a final newline, collisions, lines with spaces, backslashes or a lone `-n`. Run "
-                  "it from another directory. Quote every expansion, loop over globs rather than `ls` output, "
-                  "keep state out of pipeline subshells, and print with printf.")
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script(f"cp /tmp/env/fixtures/{script['file']} {path}"),
@@ -1054,7 +1057,6 @@ class ShellScriptFix(TaskFamily):
             test_final=test_final,
             solve_sh=_patch_oracle(path, planted, sites),
             truth=_truth(planted, sites, {"script": script["file"], "parameters": script["P"]}),
-            method_note=method,
             verifier_kind="exact_text",
             fixture_kind="text_only",
             fixtures={script["file"]: source.encode()},

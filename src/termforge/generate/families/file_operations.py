@@ -17,6 +17,10 @@ class LogLevelFilter(TaskFamily):
     """Extract the ERROR lines of one service from rotated logs, in time order."""
 
     name = "log_level_filter"
+    method = (
+        ('Concatenate the rotated files, filter on the service and level fields (not on substrings of the '
+         'message), then sort numerically on the timestamp.', None),
+    )
     domains = ("file_operations",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
@@ -108,8 +112,6 @@ class LogLevelFilter(TaskFamily):
             test_final=test_final,
             solve_sh=solve,
             truth={"given": {"service": service}, "expected_lines": expected},
-            method_note="Concatenate the rotated files, filter on the service and level fields "
-                        "(not on substrings of the message), then sort numerically on the timestamp.",
             verifier_kind="exact_text",
             fixture_kind="text_only",
             fixtures=fixtures,
@@ -132,6 +134,13 @@ class DuplicateFilePruner(TaskFamily):
     """Remove byte-identical duplicate files, keeping the first path in byte order, and report each removal."""
 
     name = "duplicate_file_pruner"
+    method = (
+        ('Group files by a content hash (sha256sum), never by name or size, and confirm that empty files form '
+         'a group too. Within each group sort the relative paths with LC_ALL=C sort, keep the first and delete '
+         'the rest, quoting every path (names contain spaces and may start with a dash, so use -- or ./ '
+         'prefixes). Write the report before deleting or from the same listing, then re-hash the tree to check '
+         'nothing unique was lost.', None),
+    )
     domains = ("file_operations",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
@@ -280,13 +289,6 @@ class DuplicateFilePruner(TaskFamily):
             solve_sh=solve,
             truth={"given": {}, "report_lines": report_lines, "kept_files": len(remaining),
                    "deleted_files": len(report_lines)},
-            method_note=(
-                "Group files by a content hash (sha256sum), never by name or size, and confirm that "
-                "empty files form a group too. Within each group sort the relative paths with "
-                "LC_ALL=C sort, keep the first and delete the rest, quoting every path (names contain "
-                "spaces and may start with a dash, so use -- or ./ prefixes). Write the report before "
-                "deleting or from the same listing, then re-hash the tree to check nothing unique was lost."
-            ),
             verifier_kind="exact_text",
             fixture_kind="text_only",
             fixtures={f"library/{rel}": data for rel, data in files.items()},

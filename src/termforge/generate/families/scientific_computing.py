@@ -87,6 +87,13 @@ class ToneInventory(TaskFamily):
     """Find the frequencies of the steady tones buried in a noisy mono WAV recording."""
 
     name = "tone_inventory"
+    method = (
+        ('Read the PCM samples, remove the mean (DC), apply a window (Hann) and take a zero-padded real FFT. '
+         "Pick spectral peaks inside the stated band, strongest first, suppressing each peak's main lobe "
+         'before looking for the next, and stop when a peak falls below the stated fraction of the strongest. '
+         "Refine each peak's frequency by interpolating between neighbouring bins (e.g. a parabola through log "
+         'magnitudes).', None),
+    )
     domains = ("scientific_computing",)
     verifier_kinds = ("metric_threshold",)
     fixture_kinds = ("audio",)
@@ -235,13 +242,6 @@ class ToneInventory(TaskFamily):
                 "noise_relative_std": noise_rel,
                 "dc_offset_relative": dc_rel,
             },
-            method_note=(
-                "Read the PCM samples, remove the mean (DC), apply a window (Hann) and take a "
-                "zero-padded real FFT. Pick spectral peaks inside the stated band, strongest first, "
-                "suppressing each peak's main lobe before looking for the next, and stop when a peak "
-                "falls below the stated fraction of the strongest. Refine each peak's frequency by "
-                "interpolating between neighbouring bins (e.g. a parabola through log magnitudes)."
-            ),
             verifier_kind="metric_threshold",
             fixture_kind="audio",
             fixtures={"recording.wav": wav},
@@ -254,6 +254,14 @@ class DecayHalfLife(TaskFamily):
     """Fit N0 * 2^(-t/T) + B to noisy detector counts and report the half-life and background."""
 
     name = "decay_half_life_fit"
+    method = (
+        ('Clean the table first: skip notes and unreadable rows, drop repeated readings, and convert the time '
+         'column to seconds using the unit in its header. The model is linear in N0 and B once the decay '
+         'constant is fixed, so scan the decay constant over a wide logarithmic grid, solve the 2-parameter '
+         'linear least squares at each value (weighting by 1/sqrt(count) for counting noise), refine around '
+         'the best value, and convert the decay constant to a half-life with ln 2. Check the fit by looking at '
+         'the residuals.', None),
+    )
     domains = ("scientific_computing",)
     verifier_kinds = ("metric_threshold",)
     fixture_kinds = ("text_only",)
@@ -424,14 +432,6 @@ class DecayHalfLife(TaskFamily):
                 "background": background,
                 "n0": n0,
             },
-            method_note=(
-                "Clean the table first: skip notes and unreadable rows, drop repeated readings, and "
-                "convert the time column to seconds using the unit in its header. The model is linear "
-                "in N0 and B once the decay constant is fixed, so scan the decay constant over a wide "
-                "logarithmic grid, solve the 2-parameter linear least squares at each value (weighting "
-                "by 1/sqrt(count) for counting noise), refine around the best value, and convert the "
-                "decay constant to a half-life with ln 2. Check the fit by looking at the residuals."
-            ),
             verifier_kind="metric_threshold",
             fixture_kind="text_only",
             fixtures={"counts.csv": csv_text.encode()},
@@ -493,6 +493,14 @@ class CalibratedMeasurements(TaskFamily):
     """Reduce instrument runs to calibrated per-sample means under a lab SOP, in exact arithmetic."""
 
     name = "calibrated_measurement_reduction"
+    method = (
+        ('Read the runs and the calibration table with a CSV reader and keep every number as a decimal, never '
+         'binary floating point. Convert to the base unit, find the calibration version whose inclusive date '
+         "range holds the run's date, apply gain and offset, then the row exclusions. Decide each run from its "
+         'reference-standard mean before using its samples. Per sample, apply the outlier rule if stated '
+         '(exact median and MAD), take the exact mean and round it once, half to even. Check by hand any mean '
+         'that ends exactly in 5 beyond the last decimal.', None),
+    )
     domains = ("scientific_computing",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
@@ -793,14 +801,6 @@ class CalibratedMeasurements(TaskFamily):
                    "expected_rows": expected[1:],
                    "rejected_runs": rejected,
                    "half_even_ties": ties},
-            method_note=(
-                "Read the runs and the calibration table with a CSV reader and keep every number as a decimal, "
-                "never binary floating point. Convert to the base unit, find the calibration version whose "
-                "inclusive date range holds the run's date, apply gain and offset, then the row exclusions. "
-                "Decide each run from its reference-standard mean before using its samples. Per sample, apply "
-                "the outlier rule if stated (exact median and MAD), take the exact mean and round it once, half "
-                "to even. Check by hand any mean that ends exactly in 5 beyond the last decimal."
-            ),
             verifier_kind="exact_text",
             fixture_kind="text_only",
             fixtures=fixtures,

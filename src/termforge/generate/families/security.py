@@ -111,6 +111,16 @@ class BinaryPassphraseRecovery(TaskFamily):
     """A stripped vendor binary guards an unlock token behind a lost passphrase; recover both."""
 
     name = "binary_passphrase_recovery"
+    method = (
+        ('Treat the binary as a black box first and as a disassembly second. `strings` shows candidate '
+         'passphrases, but they belong to a revoked list and must be tried before being believed. Run the '
+         'binary on a few wrong guesses and record every observable, including the exit status (`echo $?`), '
+         'not just stdout: compare the status for guesses that differ only in their first character. If the '
+         'status moves with how much of the guess is right, grow the passphrase one character at a time over '
+         'the stated alphabet with a small script. Alternatively, objdump -d shows the comparison loop, an XOR '
+         'against a per-position key stream over a byte array in .rodata, which can be decoded by hand. '
+         'Finally run the binary with the recovered passphrase and copy its output line verbatim.', None),
+    )
     domains = ("security",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("stripped_binary",)
@@ -266,17 +276,6 @@ class BinaryPassphraseRecovery(TaskFamily):
                 "revoked_decoys": decoys,
                 "exit_status_base": status_base,
             },
-            method_note=(
-                "Treat the binary as a black box first and as a disassembly second. `strings` shows "
-                "candidate passphrases, but they belong to a revoked list and must be tried before being "
-                "believed. Run the binary on a few wrong guesses and record every observable, including "
-                "the exit status (`echo $?`), not just stdout: compare the status for guesses that differ "
-                "only in their first character. If the status moves with how much of the guess is right, "
-                "grow the passphrase one character at a time over the stated alphabet with a small script. "
-                "Alternatively, objdump -d shows the comparison loop, an XOR against a per-position key "
-                "stream over a byte array in .rodata, which can be decoded by hand. Finally run the binary "
-                "with the recovered passphrase and copy its output line verbatim."
-            ),
             verifier_kind="exact_text",
             fixture_kind="stripped_binary",
             fixtures={binary: elf},
@@ -499,6 +498,17 @@ class UploadPathGuard(TaskFamily):
     """Write an upload-path guard to a precise policy; graded on a hidden corpus of bypass attempts."""
 
     name = "upload_path_guard"
+    method = (
+        ('Implement the rules literally and in the stated order; the corpus is built from the classic bypasses '
+         'of ad-hoc filters. Decode in a loop until a fixpoint (double- and triple-encoded dots and slashes: %2e, %2f, '
+         'and %25 for the percent sign itself), '
+         "using a regex over exactly two hex digits rather than urllib's unquote semantics, and only then look "
+         'for control or non-ASCII characters. Read lines by splitting on newline only: do not strip spaces or '
+         'use splitlines(), which also splits on other control characters. Check segment characters before '
+         'resolving `..` removes them, treat `...` and names starting with a dot as hidden, take the extension '
+         'after the last dot only, and count directories after normalization. Test the program against '
+         '/app/samples.tsv and against your own adversarial cases for each rule.', None),
+    )
     domains = ("security",)
     verifier_kinds = ("adversarial_corpus",)
     fixture_kinds = ("text_only",)
@@ -645,17 +655,6 @@ class UploadPathGuard(TaskFamily):
                           "parent_policy": policy, "max_directories": max_dirs},
                 "corpus": [[p, e] for p, e in zip(corpus, expected)],
             },
-            method_note=(
-                "Implement the rules literally and in the stated order; the corpus is built from the "
-                "classic bypasses of ad-hoc filters. Decode in a loop until a fixpoint (double- and "
-                "triple-encoded dots and slashes), using a regex over exactly two hex digits rather than "
-                "urllib's unquote semantics, and only then look for control or non-ASCII characters. "
-                "Read lines by splitting on newline only: do not strip spaces or use splitlines(), which "
-                "also splits on other control characters. Check segment characters before resolving "
-                "`..` removes them, treat `...` and names starting with a dot as hidden, take the "
-                "extension after the last dot only, and count directories after normalization. Test the "
-                "program against /app/samples.tsv and against your own adversarial cases for each rule."
-            ),
             verifier_kind="adversarial_corpus",
             fixture_kind="text_only",
             fixtures={"samples.tsv": sample_text.encode()},
@@ -763,6 +762,15 @@ class SshBruteForceLogins(TaskFamily):
     """Find the sshd logins that followed a burst of failed passwords from the same address."""
 
     name = "ssh_bruteforce_logins"
+    method = (
+        ('Read the rotated files oldest first (highest number first, decompressing .gz ones), give every line '
+         'a full date by carrying the year forward and bumping it when the month goes backwards, and keep only '
+         'sshd lines. Match the Failed and Accepted messages by their structure and take the address after '
+         '`from`, not any IP-looking text: PAM lines repeat the address as rhost=, and substring matching '
+         "confuses addresses that share a prefix. Expand rsyslog's `message repeated K times` into K attempts. "
+         "For each Accepted line count that address's failures inside the inclusive window ending at the "
+         'login, and test the edges (an attempt exactly on the boundary, one a second outside).', None),
+    )
     domains = ("security",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
@@ -972,16 +980,6 @@ class SshBruteForceLogins(TaskFamily):
             solve_sh=solve,
             truth={"given": {"host": log.host, "window_minutes": window, "threshold": threshold, "first_year": year},
                    "expected_lines": expected, "log_lines": len(records)},
-            method_note=(
-                "Read the rotated files oldest first (highest number first, decompressing .gz ones), give "
-                "every line a full date by carrying the year forward and bumping it when the month goes "
-                "backwards, and keep only sshd lines. Match the Failed and Accepted messages by their "
-                "structure and take the address after `from`, not any IP-looking text: PAM lines repeat the "
-                "address as rhost=, and substring matching confuses addresses that share a prefix. Expand "
-                "rsyslog's `message repeated K times` into K attempts. For each Accepted line count that "
-                "address's failures inside the inclusive window ending at the login, and test the edges "
-                "(an attempt exactly on the boundary, one a second outside)."
-            ),
             verifier_kind="exact_text",
             fixture_kind="text_only",
             fixtures=fixtures,

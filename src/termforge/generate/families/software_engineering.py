@@ -377,6 +377,15 @@ class VendoredSemverFix(TaskFamily):
     """A resolver picks wrong versions; the planted defects are in its vendored SemVer library."""
 
     name = "vendored_semver_fix"
+    method = (
+        ('Reproduce first: run the resolver and diff it against known_good.txt, then shrink each disagreeing '
+         'requirement to the smallest compare() or satisfies() call that contradicts the README. Turn every '
+         'README rule into a one-line check in a scratch script (numeric vs text pre-release identifiers, '
+         'release vs pre-release, prefix pre-release lists, build metadata, multi-digit core numbers, caret on '
+         '0.x and 0.0.x, tilde, inclusive bounds) and run them all, because more than one rule can be broken '
+         'and the known-good list need not show every one. Fix the faulty expressions without changing '
+         'signatures, then rerun the checks and the resolver.', None),
+    )
     domains = ("software_engineering",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("vendored_package",)
@@ -573,15 +582,6 @@ class VendoredSemverFix(TaskFamily):
                                   "right": BUGS[b][1].strip()} for b in planted],
                 "expected_resolution": expected_resolution,
             },
-            method_note=(
-                "Reproduce first: run the resolver and diff it against known_good.txt, then shrink each "
-                "disagreeing requirement to the smallest compare() or satisfies() call that contradicts the "
-                "README. Turn every README rule into a one-line check in a scratch script (numeric vs text "
-                "pre-release identifiers, release vs pre-release, prefix pre-release lists, build metadata, "
-                "multi-digit core numbers, caret on 0.x and 0.0.x, tilde, inclusive bounds) and run them all, "
-                "because more than one rule can be broken and the known-good list need not show every one. "
-                "Fix the faulty expressions without changing signatures, then rerun the checks and the resolver."
-            ),
             verifier_kind="exact_text",
             fixture_kind="vendored_package",
             fixtures=fixtures,
@@ -936,6 +936,15 @@ class LegacyAwkPort(TaskFamily):
     """Port a legacy awk formatter to Python; graded against a reference on fuzzed inputs."""
 
     name = "legacy_awk_port"
+    method = (
+        ('Read the awk script line by line and mirror its semantics, not its intent: awk numbers are doubles, '
+         'so parse with float() and divide in floating point in the same order; printf-style formatting (%d, '
+         "%.Nf) in Python rounds exactly like awk's; the regex decides what counts as malformed before any "
+         'conversion; sub() trims only what its pattern matches; read lines by splitting on newline only. Then '
+         'build a differential test: generate many inputs around unit boundaries, rounding carries (values '
+         'just below a power of the base), signs, zero, leading zeros and junk, run both programs and diff '
+         'until there is no difference.', None),
+    )
     domains = ("software_engineering",)
     verifier_kinds = ("fuzz_equivalence",)
     fixture_kinds = ("text_only",)
@@ -1045,15 +1054,6 @@ def test_port_matches_reference(index):
                 "fuzz_seed": seed,
                 "edge_expectations": [e for e in edges if not any(len(x) >= 6 and x in instruction for x in e)],
             },
-            method_note=(
-                "Read the awk script line by line and mirror its semantics, not its intent: awk numbers "
-                "are doubles, so parse with float() and divide in floating point in the same order; "
-                "printf-style formatting (%d, %.Nf) in Python rounds exactly like awk's; the regex decides "
-                "what counts as malformed before any conversion; sub() trims only what its pattern matches; "
-                "read lines by splitting on newline only. Then build a differential test: generate many "
-                "inputs around unit boundaries, rounding carries (values just below a power of the base), "
-                "signs, zero, leading zeros and junk, run both programs and diff until there is no difference."
-            ),
             verifier_kind="fuzz_equivalence",
             fixture_kind="text_only",
             fixtures={f"{tool}.awk": awk_src.encode()},
@@ -1149,6 +1149,26 @@ class MonorepoReleasePlan(TaskFamily):
     """Derive each package's next semantic version from conventional commits and internal dependencies."""
 
     name = "monorepo_release_plan"
+    method = (
+        ("Read every package.toml with a TOML parser and keep the name, the version and the [dependencies] keys "
+         "that name workspace packages.", None),
+        ("Split the log into commits at the `commit <sha>` header lines and strip the four-space indent from "
+         "the message.", None),
+        ("Walk the commits newest first so that a revert is settled before the commit it names, and skip "
+         "cancelled ones.", r"This reverts commit"),
+        ("Take each package's own change from the scopes of conventional subjects and from breaking-change "
+         "footers.", r"BREAKING CHANGE:"),
+        ("Take each package's own change from the scopes of conventional subjects.",
+         lambda v: not v.states(r"BREAKING CHANGE:")),
+        ("Then visit packages in build-level order so a dependency is final before its dependents inherit a "
+         "patch change.", r"build level"),
+        ("Do the version arithmetic last and try it by hand on a 0.x and a pre-release version before trusting "
+         "it.", r"A pre-release version `X"),
+        ("Do the version arithmetic last and try it by hand on a 0.x version before trusting it.",
+         lambda v: v.states(r"For `0\.Y\.Z` versions") and not v.states(r"A pre-release version `X")),
+        ("Do the version arithmetic last and try it by hand on a major change before trusting it.",
+         lambda v: not v.states(r"For `0\.Y\.Z` versions")),
+    )
     domains = ("software_engineering",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
@@ -1329,21 +1349,6 @@ class MonorepoReleasePlan(TaskFamily):
             test_final=test_final,
             solve_sh=solve,
             truth={"given": {"packages": len(packages), "commits": len(commits)}, "expected_lines": expected},
-            method_note=" ".join(note for note, shown in (
-                ("Read every package.toml with a TOML parser and keep the name, the version and the "
-                 "[dependencies] keys that name workspace packages.", True),
-                ("Split the log into commits at the `commit <sha>` header lines and strip the four-space "
-                 "indent from the message.", True),
-                ("Walk the commits newest first so that a revert is settled before the commit it names, and "
-                 "skip cancelled ones.", lvl >= 2),
-                ("Take each package's own change from the scopes of conventional subjects"
-                 + (" and from breaking-change footers" if lvl else "") + ".", True),
-                ("Then visit packages in build-level order so a dependency is final before its dependents "
-                 "inherit a patch change.", lvl >= 1),
-                ("Do the version arithmetic last and try it by hand on "
-                 + ("a 0.x and a pre-release version" if lvl == 3 else "a 0.x version" if lvl == 2
-                    else "a major change") + " before trusting it.", True),
-            ) if shown),
             verifier_kind="exact_text",
             fixture_kind="text_only",
             fixtures=fixtures,

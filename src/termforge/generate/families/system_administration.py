@@ -31,6 +31,14 @@ class AccountAudit(TaskFamily):
     """Report the active interactive accounts of one group from passwd/group/shadow/shells/login.defs."""
 
     name = "account_audit"
+    method = (
+        ('Parse each file by its colon-separated fields rather than grepping lines (group names and user names '
+         "are prefixes of one another, and a name can appear in another group's member list). Read "
+         'UID_MIN/UID_MAX from login.defs, ignoring commented-out keys. Build lookup tables (shadow by name, '
+         'group by name and by GID, the shells set), then test every passwd entry against each condition, '
+         'remembering primary-group membership via the passwd GID and the case where the shadow entry is '
+         'missing.', None),
+    )
     domains = ("system_administration",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
@@ -253,14 +261,6 @@ class AccountAudit(TaskFamily):
                    "expected_lines": expected_lines,
                    "uid_range": f"{uid_min}-{uid_max}",
                    "decoy_group": f"{target}-old"},
-            method_note=(
-                "Parse each file by its colon-separated fields rather than grepping lines (group names "
-                "and user names are prefixes of one another, and a name can appear in another group's "
-                "member list). Read UID_MIN/UID_MAX from login.defs, ignoring commented-out keys. Build "
-                "lookup tables (shadow by name, group by name and by GID, the shells set), then test "
-                "every passwd entry against each condition, remembering primary-group membership via "
-                "the passwd GID and the case where the shadow entry is missing."
-            ),
             verifier_kind="exact_text",
             fixture_kind="text_only",
             fixtures=fixtures,
@@ -311,6 +311,13 @@ class PermissionPolicy(TaskFamily):
     """Apply a first-match-wins glob permission policy to the regular files of a tree, sparing symlinks."""
 
     name = "permission_policy"
+    method = (
+        ('Walk the tree listing regular files only (find -type f skips symlinks), compute each path relative '
+         'to /app/srv, and test the policy rules in file order, stopping at the first match; glob matching '
+         "where * crosses slashes is what bash's [[ $path == $glob ]] and Python's fnmatch do. Watch for rules "
+         'that are shadowed by an earlier, broader rule, for dotfiles, and for links (chmod follows them). '
+         "Verify with stat -c '%a %n'.", None),
+    )
     domains = ("system_administration",)
     verifier_kinds = ("exact_text",)
     fixture_kinds = ("text_only",)
@@ -476,13 +483,6 @@ class PermissionPolicy(TaskFamily):
                    "files_to_change": [f"{rel} {initial[rel]:04o}->{expected[rel]:04o}" for rel in files
                                        if initial[rel] != expected[rel]],
                    "symlinks": [f"{name} -> {target}" for name, target in sorted(links.items())]},
-            method_note=(
-                "Walk the tree listing regular files only (find -type f skips symlinks), compute each "
-                "path relative to /app/srv, and test the policy rules in file order, stopping at the first "
-                "match; glob matching where * crosses slashes is what bash's [[ $path == $glob ]] and "
-                "Python's fnmatch do. Watch for rules that are shadowed by an earlier, broader rule, for "
-                "dotfiles, and for links (chmod follows them). Verify with stat -c '%a %n'."
-            ),
             verifier_kind="exact_text",
             fixture_kind="text_only",
             fixtures=fixtures,
