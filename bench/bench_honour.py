@@ -1,0 +1,191 @@
+"""Does a task mean what its signature says? Per family and overall, over a sample of a run's
+signatures:
+
+- intrinsic verifier kind: of the tasks that request a kind other than exact_text, the share whose
+  requested kind grades the family's OWN deliverable, rather than a program a strategy adds beside
+  the task (compose.py). Behavioural check (--behavioural K, real bwrap sandboxes, K tasks spread
+  over the families): the task is built, the oracle runs, and the final test cut down to the
+  requested kind's tests alone must give 1; then every deliverable of the family is truncated to
+  nothing and the same kind-only test runs again. The kind grades the family's work only if that
+  verdict drops to 0. Without --behavioural only the cheap proxy is printed (the built task's kind
+  is the requested one and no strategy was added).
+- anchor involvement: of the tasks that request an anchor, the share where the anchor changes what
+  grades the task. The task is generated twice from the same signature and seeds, once with the
+  anchor and once with it removed; if the fixtures, setup, tests, truth and oracle come out byte
+  for byte the same, no verdict can depend on the anchor (only the instruction's words changed).
+
+    .venv/bin/python bench/bench_honour.py --n 300                 # proxy + anchors, seconds
+    .venv/bin/python bench/bench_honour.py --n 300 --behavioural 24  # + sandboxed check, minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+from termforge.axes.sampler import sample_signatures
+from termforge.axes.taxonomy import load_taxonomy
+from termforge.config import load_overlays
+from termforge.generate.compose import compose, plan
+from termforge.generate.honour import honest_view
+from termforge.generate.procedural import build_task, write_task
+
+ROOT = Path(__file__).resolve().parents[1]
+GRADING_PARTS = ("setup_sh", "test_initial", "test_final", "solve_sh", "truth", "fixtures", "test_data")
+
+
+def sample(config: Path, n: int) -> list[dict]:
+    """n signatures spread evenly over the run's whole corpus (its kinds depend on the full size)."""
+    cfg = load_overlays([config])
+    corpus = cfg["corpus"]
+    total = int(corpus["n_tasks"])
+    sigs = sample_signatures(total, cfg["seed"], corpus["mix"], load_taxonomy(corpus.get("taxonomy")),
+                             domains=corpus.get("domains") or None, anchor_prob=corpus["anchor_prob"])
+    step = max(1, total // n)
+    return sigs[::step][:n]
+
+
+def kind_only_spec(sig: dict, built) -> "object":
+    """The built task with its final test cut down to the requested kind's tests: the strategy's
+    tests where a strategy added the kind, else the family's own test (the family grades it)."""
+    fam = built.family
+    p = plan(sig, fam)
+    if p.strategy is None:
+        return built.spec
+    rng = random.Random(built.seed)
+    own = fam.build(honest_view(sig, fam), rng)
+    return compose(replace(own, test_final=""), p, sig, rng)
+
+
+def family_outputs(sig: dict, built) -> list[str]:
+    """The family's own deliverables (without a strategy's program)."""
+    p = plan(sig, built.family)
+    tool = p.strategy.tool if p.strategy else None
+    return [o for o in built.spec.output_paths if o != tool]
+
+
+def anchor_involved(sig: dict) -> bool:
+    with_anchor = build_task(sig).spec
+    without = build_task({**sig, "anchor": None}, families=[build_task(sig).family]).spec
+    return any(getattr(with_anchor, part) != getattr(without, part) for part in GRADING_PARTS)
+
+
+def behavioural(sig: dict, built, work: Path, runtime, limits) -> tuple[bool | None, str]:
+    """(True: breaking the family's deliverable fails the kind's tests; False: they still pass;
+    None: not measurable here, with why)."""
+    from termforge.quality.solved import solve_in
+    from termforge.verifier import run_verifier
+
+    outputs = family_outputs(sig, built)
+    if not outputs:
+        return None, "the family has no deliverable files"
+    task_dir, _ = write_task(sig, work / "tasks", families=[built.family])
+    kind_dir = work / "kind-only" / task_dir.name
+    shutil.copytree(task_dir, kind_dir)
+    (kind_dir / "tests" / "test_final_state.py").write_text(kind_only_spec(sig, built).test_final)
+    build = runtime.build(kind_dir, work / "images")
+    if not build.ok:
+        return None, f"build failed: {build.reason}"[:200]
+    verdicts = []
+    for broken in (False, True):
+        session, res = solve_in(runtime.start(build.image, limits), runtime, build.image, limits, kind_dir)
+        try:
+            if res is not None and not res.ok:
+                return None, "the oracle failed"
+            if broken:
+                for path in outputs:
+                    host = session._host_path(path)
+                    if host.is_file():
+                        host.write_bytes(b"")
+            verdicts.append(run_verifier(session, kind_dir, timeout=limits.wall_sec).reward)
+        finally:
+            session.stop()
+    if verdicts[0] != 1.0:
+        return None, f"the oracle scores {verdicts[0]} on the kind's tests alone"
+    return verdicts[1] == 0.0, f"broken deliverable scores {verdicts[1]}"
+
+
+def pct(a: int, b: int) -> str:
+    return f"{a}/{b} ({100 * a / b:.1f}%)" if b else "-"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", type=Path, default=ROOT / "configs" / "tmax15k.yaml")
+    ap.add_argument("--n", type=int, default=300, help="signatures sampled from the run")
+    ap.add_argument("--behavioural", type=int, default=0, metavar="K",
+                    help="run the sandboxed check on K non-exact_text tasks (round-robin over families)")
+    args = ap.parse_args()
+    sigs = sample(args.config, args.n)
+    rows: dict[str, Counter] = defaultdict(Counter)
+    requested_vs_built: Counter = Counter()
+    picked: dict[str, list] = defaultdict(list)
+    start = time.perf_counter()
+    built_all = []
+    for sig in sigs:
+        built = build_task(sig)
+        built_all.append((sig, built))
+    gen_ms = 1000 * (time.perf_counter() - start) / max(1, len(sigs))
+    for sig, built in built_all:
+        fam = built.family.name
+        want = sig["verifier_kind"]
+        if want != "exact_text":
+            intrinsic = built.spec.verifier_kind == want and plan(sig, built.family).strategy is None
+            rows[fam]["kind_requested"] += 1
+            rows[fam]["kind_intrinsic"] += intrinsic
+            requested_vs_built[(want, built.spec.verifier_kind if intrinsic else
+                                ("strategy:" + want if plan(sig, built.family).strategy else
+                                 built.spec.verifier_kind))] += 1
+            picked[fam].append((sig, built))
+        if sig.get("anchor"):
+            rows[fam]["anchor_requested"] += 1
+            rows[fam]["anchor_involved"] += anchor_involved(sig)
+    if args.behavioural:
+        from termforge.runtime.base import Limits
+        from termforge.runtime.bwrap import BwrapRuntime
+
+        runtime, limits = BwrapRuntime(), Limits(wall_sec=120, cpu_sec=120, memory_mb=4096)
+        queue = [q for q in picked.values() if q]
+        chosen = []
+        while len(chosen) < args.behavioural and any(queue):
+            for q in queue:
+                if q and len(chosen) < args.behavioural:
+                    chosen.append(q.pop(0))
+        with tempfile.TemporaryDirectory() as tmp:
+            for sig, built in chosen:
+                ok, why = behavioural(sig, built, Path(tmp), runtime, limits)
+                fam = built.family.name
+                if ok is None:
+                    rows[fam]["behaviour_unmeasured"] += 1
+                    print(f"  unmeasured {sig['id']} {fam} {sig['verifier_kind']}: {why}")
+                else:
+                    rows[fam]["behaviour_checked"] += 1
+                    rows[fam]["behaviour_intrinsic"] += ok
+    total: Counter = Counter()
+    head = f"{'family':36} {'kind intrinsic (proxy)':>24} {'behavioural':>16} {'anchor involved':>18}"
+    print(head)
+    for fam in sorted(rows):
+        r = rows[fam]
+        total.update(r)
+        print(f"{fam:36} {pct(r['kind_intrinsic'], r['kind_requested']):>24} "
+              f"{pct(r['behaviour_intrinsic'], r['behaviour_checked']):>16} "
+              f"{pct(r['anchor_involved'], r['anchor_requested']):>18}")
+    print(f"{'OVERALL':36} {pct(total['kind_intrinsic'], total['kind_requested']):>24} "
+          f"{pct(total['behaviour_intrinsic'], total['behaviour_checked']):>16} "
+          f"{pct(total['anchor_involved'], total['anchor_requested']):>18}")
+    print("requested kind -> what grades it:")
+    for (want, got), c in sorted(requested_vs_built.items()):
+        print(f"  {want:20} -> {got:30} {c}")
+    print(f"signatures {len(sigs)} from {args.config.name}; generation {gen_ms:.1f} ms per task (in memory)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
