@@ -34,6 +34,7 @@ from termforge.axes.sampler import sample_signatures
 from termforge.axes.taxonomy import load_taxonomy
 from termforge.config import load_overlays
 from termforge.generate.compose import compose, plan
+from termforge.generate.families import intrinsic_verifier_kinds_by_domain
 from termforge.generate.honour import honest_view
 from termforge.generate.procedural import build_task, write_task
 
@@ -41,13 +42,16 @@ ROOT = Path(__file__).resolve().parents[1]
 GRADING_PARTS = ("setup_sh", "test_initial", "test_final", "solve_sh", "truth", "fixtures", "test_data")
 
 
-def sample(config: Path, n: int) -> list[dict]:
-    """n signatures spread evenly over the run's whole corpus (its kinds depend on the full size)."""
+def sample(config: Path, n: int, unrestricted: bool) -> list[dict]:
+    """n signatures spread evenly over the run's whole corpus (its kinds depend on the full size),
+    drawn as the sample_axes stage draws them (or, `unrestricted`, with the corpus weights alone)."""
     cfg = load_overlays([config])
     corpus = cfg["corpus"]
     total = int(corpus["n_tasks"])
     sigs = sample_signatures(total, cfg["seed"], corpus["mix"], load_taxonomy(corpus.get("taxonomy")),
-                             domains=corpus.get("domains") or None, anchor_prob=corpus["anchor_prob"])
+                             domains=corpus.get("domains") or None, anchor_prob=corpus["anchor_prob"],
+                             new_bucket_weight=corpus["sft_v2_new_bucket_weight"],
+                             verifier_kinds_by_domain=None if unrestricted else intrinsic_verifier_kinds_by_domain())
     step = max(1, total // n)
     return sigs[::step][:n]
 
@@ -121,9 +125,11 @@ def main() -> int:
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "tmax15k.yaml")
     ap.add_argument("--n", type=int, default=300, help="signatures sampled from the run")
     ap.add_argument("--behavioural", type=int, default=0, metavar="K",
-                    help="run the sandboxed check on K non-exact_text tasks (round-robin over families)")
+                    help="run the sandboxed check on K non-exact_text tasks (a seeded random sample)")
+    ap.add_argument("--unrestricted", action="store_true",
+                    help="verifier kinds by the corpus weights alone, every domain asked for every kind (the old draw)")
     args = ap.parse_args()
-    sigs = sample(args.config, args.n)
+    sigs = sample(args.config, args.n, args.unrestricted)
     rows: dict[str, Counter] = defaultdict(Counter)
     requested_vs_built: Counter = Counter()
     picked: dict[str, list] = defaultdict(list)
@@ -152,12 +158,8 @@ def main() -> int:
         from termforge.runtime.bwrap import BwrapRuntime
 
         runtime, limits = BwrapRuntime(), Limits(wall_sec=120, cpu_sec=120, memory_mb=4096)
-        queue = [q for q in picked.values() if q]
-        chosen = []
-        while len(chosen) < args.behavioural and any(queue):
-            for q in queue:
-                if q and len(chosen) < args.behavioural:
-                    chosen.append(q.pop(0))
+        pool = [t for fam in sorted(picked) for t in picked[fam]]
+        chosen = random.Random(0).sample(pool, min(args.behavioural, len(pool)))
         with tempfile.TemporaryDirectory() as tmp:
             for sig, built in chosen:
                 ok, why = behavioural(sig, built, Path(tmp), runtime, limits)

@@ -21,8 +21,9 @@ from conftest import make_signature, needs_bwrap
 from termforge.axes.vocab import DOMAINS, FIXTURE_KINDS, VERIFIER_KINDS
 from termforge.generate.bundles import CONTAINERS
 from termforge.generate.compose import plan
-from termforge.generate.families import all_families, default_families, family_by_name
-from termforge.generate.honour import SHAPE_AXES, actual_axes
+from termforge.generate.families import (all_families, default_families, family_by_name,
+                                        intrinsic_verifier_kinds_by_domain)
+from termforge.generate.honour import ADDED_PROGRAM, actual_axes
 from termforge.generate.procedural import build_task, generate_task, shape_mismatches
 from termforge.io import read_json
 from termforge.runtime.base import Limits
@@ -52,16 +53,32 @@ def _task(tmp_path, name, fixture_kind, verifier_kind, complexity):
     return generate_task(_sig(fam, fixture_kind, verifier_kind, complexity), tmp_path / "tasks", families=[fam])
 
 
-def test_every_domain_offers_every_verifier_kind_with_every_container():
+def test_every_domain_can_compose_every_verifier_kind_but_only_its_own_count_as_honoured():
     families = all_families()
+    own = intrinsic_verifier_kinds_by_domain(families)
     for domain in DOMAINS:
         for vk in VERIFIER_KINDS:
             for fk in FIXTURE_KINDS:
                 if fk == "text_only" and vk != "exact_text":
                     continue  # the decoder strategies need a container; native families cover the rest
                 sig = {"id": f"tf-{domain}-{vk}-{fk}", "domain": domain, "verifier_kind": vk, "fixture_kind": fk}
-                best = min(len(shape_mismatches(sig, f)) for f in families if domain in f.domains)
-                assert best == 0, (domain, vk, fk)
+                in_domain = [f for f in families if domain in f.domains]
+                # A strategy can still add the kind (for a domain no family of which grades it) ...
+                assert any(plan(sig, f).verifier_kind == vk for f in in_domain), (domain, vk, fk)
+                # ... but the shape match (what family choice and task.json call honoured) is the
+                # family's own final test grading that kind.
+                honoured = any("verifier_kind" not in shape_mismatches(sig, f) for f in in_domain)
+                assert honoured == (vk in own[domain]), (domain, vk, fk)
+
+
+def test_the_family_choice_prefers_the_family_that_grades_the_kind_itself():
+    # debugging: shell_script_fix grades exact text, python_edge_case_fix fuzz equivalence; with a
+    # container either could take fuzz_equivalence, but only one grades its own program that way.
+    for i in range(40):
+        sig = make_signature(i, "debugging", "fuzz_equivalence", "image")
+        built = build_task(sig, default_families())
+        assert built.family.name == "python_edge_case_fix", i
+        assert plan(sig, built.family).strategy is None
 
 
 def test_a_kind_no_strategy_can_give_stays_the_familys_and_is_recorded():
@@ -80,7 +97,10 @@ def test_composed_tasks_record_what_they_are(tmp_path):
     task_dir = _task(tmp_path, "log_level_filter", "video", "multi_protocol", "moderate")
     task = read_json(task_dir / "task.json")
     assert task["actual"]["fixture_kind"] == "video" and task["actual"]["verifier_kind"] == "multi_protocol"
-    assert all(task["honoured"][a] for a in SHAPE_AXES[1:])
+    # The container is the family's inputs, honoured; the kind grades only the added program.
+    assert task["honoured"]["fixture_kind"] and not task["honoured"]["verifier_kind"]
+    assert {"axis": "verifier_kind", "requested": "multi_protocol", "actual": "multi_protocol",
+            "graded_by": ADDED_PROGRAM} in task["mismatch"]
     assert "/app/bin/serve-results" in task["output_paths"]
     instruction = (task_dir / "instruction.md").read_text()
     assert "bundle.y4m" in instruction and "serve-results" in instruction

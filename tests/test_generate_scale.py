@@ -16,7 +16,7 @@ from termforge.axes.taxonomy import load_taxonomy
 from termforge.errors import TermforgeError
 from termforge.export import harbor_task_toml, policy_row
 from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
-from termforge.generate.families import all_families, family_by_name
+from termforge.generate.families import all_families, family_by_name, intrinsic_verifier_kinds_by_domain
 from termforge.generate.honour import AXES
 from termforge.generate.procedural import attempt_seeds, build_task, generate_task, task_json
 
@@ -37,8 +37,10 @@ def _config(*overlays: str) -> dict:
 def _signatures(*overlays: str) -> tuple:
     cfg = _config(*overlays)
     c = cfg["corpus"]
+    # As the sample_axes stage draws them: each domain asked only for kinds its families grade.
     return tuple(sample_signatures(c["n_tasks"], cfg["seed"], c["mix"], load_taxonomy(), domains=c["domains"] or None,
-                                   anchor_prob=c["anchor_prob"], new_bucket_weight=c["sft_v2_new_bucket_weight"]))
+                                   anchor_prob=c["anchor_prob"], new_bucket_weight=c["sft_v2_new_bucket_weight"],
+                                   verifier_kinds_by_domain=intrinsic_verifier_kinds_by_domain()))
 
 
 def _tmax15k_slice() -> list[dict]:

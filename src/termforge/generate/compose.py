@@ -50,10 +50,17 @@ def plan(sig: dict, fam: TaskFamily) -> Plan:
 
 
 def offered(sig: dict, fam: TaskFamily) -> dict[str, bool]:
-    """Shape axis -> whether the family's (composed) task honours the signature on it."""
+    """Shape axis -> whether the family's (composed) task honours the signature on it. A verifier
+    kind is honoured only by the family's own final test (intrinsic_kind): a strategy's program
+    beside the task grades the agent's extra program, not the family's deliverable."""
     p = plan(sig, fam)
-    return {"domain": sig.get("domain") in fam.domains, "verifier_kind": p.verifier_kind == sig.get("verifier_kind"),
+    return {"domain": sig.get("domain") in fam.domains, "verifier_kind": intrinsic_kind(sig, fam),
             "fixture_kind": p.fixture_kind == sig.get("fixture_kind")}
+
+
+def intrinsic_kind(sig: dict, fam: TaskFamily) -> bool:
+    """Whether the requested verifier kind grades the family's own deliverable (its own final test)."""
+    return sig.get("verifier_kind") in fam.verifier_kinds
 
 
 def _family_solve(solve_sh: str) -> str:

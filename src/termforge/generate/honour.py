@@ -19,6 +19,8 @@ AXES = ("domain", "skill_type", "skills", "anchor", "language", "command_complex
 SHAPE_AXES = ("domain", "verifier_kind", "fixture_kind")
 # Kinds whose tasks (termforge.generate.compose) make the agent run or write an HTTP service.
 SERVICE_KINDS = {"multi_service_compose", "multi_protocol"}
+# What grades a verifier kind the family's own final test does not: the agent's extra program.
+ADDED_PROGRAM = "a program added beside the task"
 
 
 def exercised_skills(sig: dict, fam: TaskFamily) -> list[str]:
@@ -74,5 +76,15 @@ def honoured_axes(sig: dict, actual: dict) -> dict[str, bool]:
 
 
 def mismatch_record(sig: dict, actual: dict, honoured: dict[str, bool]) -> list[dict]:
-    """One entry per axis not honoured: what was requested, what the task is."""
-    return [{"axis": a, "requested": sig.get(a), "actual": actual[a]} for a in AXES if not honoured[a]]
+    """One entry per axis not honoured: what was requested, what the task is. A verifier kind the
+    task has only through a program added beside it (generate.compose) is not honoured: the
+    entry says so, since requested and actual then read the same."""
+    out = []
+    for a in AXES:
+        if honoured[a]:
+            continue
+        entry = {"axis": a, "requested": sig.get(a), "actual": actual[a]}
+        if actual[a] == sig.get(a):
+            entry["graded_by"] = ADDED_PROGRAM
+        out.append(entry)
+    return out
