@@ -16,9 +16,9 @@ A signature fixes every axis of one task . Two rules shape this module:
             from the opt-in calibration family, whose difficulty knob is the complexity)
 * A domain is only asked for verifier kinds some family there grades on its own deliverable
   (`verifier_kinds_by_domain`, from generate.families.intrinsic_verifier_kinds_by_domain): the
-  kind is drawn with the corpus kind's weights, and a kind the domain cannot honour is replaced
-  by a draw from the same uniform number over the kinds it can (weights renormalised), so RNG
-  consumption stays fixed. Where the domain can honour none of the corpus kind's kinds (rl_v2 in
+  kind is drawn with the corpus kind's weights; a kind the domain honours stands, and one it
+  cannot is replaced by a draw over the kinds it can (weights renormalised) from where the same
+  uniform number fell inside the replaced kind's bucket, so RNG consumption stays fixed. Where the domain can honour none of the corpus kind's kinds (rl_v2 in
   a domain whose families all grade exact text) the weighted draw stands and a strategy adds the
   kind (generate.compose); the stats count it as not honoured by the family.
 """
@@ -99,6 +99,19 @@ def _pick_at(u: float, values: tuple | list, cum: list[float]):
     """The weighted choice for the uniform number u. bisect_right returns the first entry whose
     cumulative weight exceeds the draw, which a zero-weight entry never is."""
     return values[bisect.bisect_right(cum, u * cum[-1])]
+
+
+def _has_weight(cum: list[float], i: int) -> bool:
+    return cum[i] > (cum[i - 1] if i else 0.0)
+
+
+def _within_bucket(u: float, cum: list[float]) -> float:
+    """Where u fell inside the bucket it picked, rescaled to [0, 1): uniform and independent of
+    which bucket it was, so a redirected draw needs no second random number."""
+    x = u * cum[-1]
+    i = bisect.bisect_right(cum, x)
+    lo = cum[i - 1] if i else 0.0
+    return min((x - lo) / (cum[i] - lo), 0.999999999)
 
 
 def _check_mix(corpus_mix: dict) -> dict[str, Fraction]:
@@ -206,7 +219,10 @@ def _sample_one(seed: int, index: int, corpus_kind: str, t: _Tables, anchor_prob
     command_complexity = COMMAND_COMPLEXITIES[rng.randrange(len(COMMAND_COMPLEXITIES))]
     u = rng.random()
     requested = _pick_at(u, VERIFIER_KINDS, kind_t["verifier_kind"])
+    verifier_kind = requested
     honourable = t.honoured_verifier_cum.get((corpus_kind, t.domains[d]))
+    if honourable and not _has_weight(honourable, VERIFIER_KINDS.index(requested)):
+        verifier_kind = _pick_at(_within_bucket(u, kind_t["verifier_kind"]), VERIFIER_KINDS, honourable)
     sig = {
         "corpus_kind": corpus_kind,
         "domain": t.domains[d],
@@ -217,7 +233,7 @@ def _sample_one(seed: int, index: int, corpus_kind: str, t: _Tables, anchor_prob
         "anchor": anchor,
         "task_complexity": task_complexity,
         "command_complexity": command_complexity,
-        "verifier_kind": _pick_at(u, VERIFIER_KINDS, honourable) if honourable else requested,
+        "verifier_kind": verifier_kind,
         "fixture_kind": _pick(rng, FIXTURE_KINDS, kind_t["fixture_kind"]),
     }
     return {"id": make_task_id(seed, index, sig), "index": index, **sig}, requested
