@@ -13,6 +13,7 @@ signatures:
   grades the task. The task is generated twice from the same signature and seeds, once with the
   anchor and once with it removed; if the fixtures, setup, tests, truth and oracle come out byte
   for byte the same, no verdict can depend on the anchor (only the instruction's words changed).
+  Beside it, for comparison, the metadata's view: the family declares the anchor (honour.py).
 
     .venv/bin/python bench/bench_honour.py --n 300                 # proxy + anchors, seconds
     .venv/bin/python bench/bench_honour.py --n 300 --behavioural 24  # + sandboxed check, minutes
@@ -30,30 +31,22 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 from pathlib import Path
 
-from termforge.axes.sampler import sample_signatures
-from termforge.axes.taxonomy import load_taxonomy
-from termforge.config import load_overlays
 from termforge.generate.compose import compose, plan
-from termforge.generate.families import intrinsic_verifier_kinds_by_domain
 from termforge.generate.honour import honest_view
 from termforge.generate.procedural import build_task, write_task
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_generate import overlay_signatures  # noqa: E402
+
 GRADING_PARTS = ("setup_sh", "test_initial", "test_final", "solve_sh", "truth", "fixtures", "test_data")
 
 
 def sample(config: Path, n: int, unrestricted: bool) -> list[dict]:
-    """n signatures spread evenly over the run's whole corpus (its kinds depend on the full size),
-    drawn as the sample_axes stage draws them (or, `unrestricted`, with the corpus weights alone)."""
-    cfg = load_overlays([config])
-    corpus = cfg["corpus"]
-    total = int(corpus["n_tasks"])
-    sigs = sample_signatures(total, cfg["seed"], corpus["mix"], load_taxonomy(corpus.get("taxonomy")),
-                             domains=corpus.get("domains") or None, anchor_prob=corpus["anchor_prob"],
-                             new_bucket_weight=corpus["sft_v2_new_bucket_weight"],
-                             verifier_kinds_by_domain=None if unrestricted else intrinsic_verifier_kinds_by_domain())
-    step = max(1, total // n)
-    return sigs[::step][:n]
+    """n signatures spread evenly over the run's whole corpus (its kinds depend on the full size)."""
+    sigs = overlay_signatures(str(config), unrestricted)
+    return sigs[::max(1, len(sigs) // n)][:n]
 
 
 def kind_only_spec(sig: dict, built) -> "object":
@@ -122,7 +115,7 @@ def pct(a: int, b: int) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", type=Path, default=ROOT / "configs" / "tmax15k.yaml")
+    ap.add_argument("--config", default="configs/tmax15k.yaml", help="overlay, relative to the repository")
     ap.add_argument("--n", type=int, default=300, help="signatures sampled from the run")
     ap.add_argument("--behavioural", type=int, default=0, metavar="K",
                     help="run the sandboxed check on K non-exact_text tasks (a seeded random sample)")
@@ -153,6 +146,7 @@ def main() -> int:
         if sig.get("anchor"):
             rows[fam]["anchor_requested"] += 1
             rows[fam]["anchor_involved"] += anchor_involved(sig)
+            rows[fam]["anchor_declared"] += sig["anchor"] in built.family.anchors
     if args.behavioural:
         from termforge.runtime.base import Limits
         from termforge.runtime.bwrap import BwrapRuntime
@@ -170,22 +164,28 @@ def main() -> int:
                 else:
                     rows[fam]["behaviour_checked"] += 1
                     rows[fam]["behaviour_intrinsic"] += ok
+                    proxy = built.spec.verifier_kind == sig["verifier_kind"] and plan(sig, built.family).strategy is None
+                    if ok != proxy:
+                        print(f"  proxy disagrees {sig['id']} {fam} {sig['verifier_kind']}: proxy {proxy}, {why}")
     total: Counter = Counter()
-    head = f"{'family':36} {'kind intrinsic (proxy)':>24} {'behavioural':>16} {'anchor involved':>18}"
+    head = (f"{'family':36} {'kind intrinsic (proxy)':>24} {'behavioural':>16} {'anchor involved':>18} "
+            f"{'anchor declared':>18}")
     print(head)
     for fam in sorted(rows):
         r = rows[fam]
         total.update(r)
         print(f"{fam:36} {pct(r['kind_intrinsic'], r['kind_requested']):>24} "
               f"{pct(r['behaviour_intrinsic'], r['behaviour_checked']):>16} "
-              f"{pct(r['anchor_involved'], r['anchor_requested']):>18}")
+              f"{pct(r['anchor_involved'], r['anchor_requested']):>18} "
+              f"{pct(r['anchor_declared'], r['anchor_requested']):>18}")
     print(f"{'OVERALL':36} {pct(total['kind_intrinsic'], total['kind_requested']):>24} "
           f"{pct(total['behaviour_intrinsic'], total['behaviour_checked']):>16} "
-          f"{pct(total['anchor_involved'], total['anchor_requested']):>18}")
+          f"{pct(total['anchor_involved'], total['anchor_requested']):>18} "
+          f"{pct(total['anchor_declared'], total['anchor_requested']):>18}")
     print("requested kind -> what grades it:")
     for (want, got), c in sorted(requested_vs_built.items()):
         print(f"  {want:20} -> {got:30} {c}")
-    print(f"signatures {len(sigs)} from {args.config.name}; generation {gen_ms:.1f} ms per task (in memory)")
+    print(f"signatures {len(sigs)} from {args.config}{' (unrestricted draw)' if args.unrestricted else ''}; generation {gen_ms:.1f} ms per task (in memory)")
     return 0
 
 

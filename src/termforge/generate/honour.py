@@ -60,9 +60,11 @@ def actual_axes(sig: dict, fam: TaskFamily, verifier_kind: str, fixture_kind: st
     }
 
 
-def honoured_axes(sig: dict, actual: dict) -> dict[str, bool]:
+def honoured_axes(sig: dict, actual: dict, fam: TaskFamily | None = None) -> dict[str, bool]:
     """Axis -> whether the task has the requested value. skills: every requested skill is
-    exercised; anchor: none was requested, or the task involves the requested one."""
+    exercised; anchor: none was requested, or the task involves the requested one; verifier_kind
+    (given the family): the family's own final test is that kind, since a kind met only by a
+    strategy's program (generate.compose) grades that program, not what the family asked for."""
     out = {}
     for axis in AXES:
         want = sig.get(axis)
@@ -70,6 +72,8 @@ def honoured_axes(sig: dict, actual: dict) -> dict[str, bool]:
             out[axis] = set(want or []) <= set(actual["skills"])
         elif axis == "anchor":
             out[axis] = want is None or actual["anchor"] == want
+        elif axis == "verifier_kind" and fam is not None:
+            out[axis] = actual[axis] == want and want in fam.verifier_kinds
         else:
             out[axis] = actual[axis] == want
     return out

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from termforge.errors import TermforgeError
 from termforge.generate.base import TaskFamily, TaskSpec
-from termforge.generate.compose import compose, intrinsic_kind, offered, plan
+from termforge.generate.compose import compose, offered, plan
 from termforge.generate.families import families_for
 from termforge.generate.honour import (SHAPE_AXES, actual_axes, exercised_skills, honest_view, honoured_axes,
                                        mismatch_record)
@@ -106,9 +106,7 @@ def build_spec(sig: dict, families: list[TaskFamily] | None = None) -> tuple[Tas
 def task_json(sig: dict, built: BuiltTask, provenance: dict) -> dict:
     fam, spec = built.family, built.spec
     actual = actual_axes(sig, fam, spec.verifier_kind, spec.fixture_kind)
-    honoured = honoured_axes(sig, actual)
-    # A kind met only by a strategy's program grades that program, not what the family asked for.
-    honoured["verifier_kind"] = honoured["verifier_kind"] and intrinsic_kind(sig, fam)
+    honoured = honoured_axes(sig, actual, fam)
     return {
         "id": sig["id"],
         "signature": sig,
