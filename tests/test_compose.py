@@ -14,6 +14,7 @@ import json
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +25,7 @@ from termforge.generate.compose import plan
 from termforge.generate.families import (all_families, default_families, family_by_name,
                                         intrinsic_verifier_kinds_by_domain)
 from termforge.generate.honour import ADDED_PROGRAM, actual_axes
-from termforge.generate.procedural import build_task, generate_task, shape_mismatches
+from termforge.generate.procedural import build_task, generate_task, shape_mismatches, task_json
 from termforge.io import read_json
 from termforge.runtime.base import Limits
 from termforge.runtime.bwrap import BwrapRuntime
@@ -181,6 +182,7 @@ open(sys.argv[2], "wb").write(pixels[4:4 + n])
     # Trusting the vendored reader, which drops the last frame from the complex level on.
     "fuzz_equivalence:vendored_package": ("/app/bin/decode-bundle", """#!/usr/bin/env python3
 import sys
+from pathlib import Path
 sys.path.insert(0, "/app/vendor")
 from bundlefmt import read_bundle
 open(sys.argv[2], "wb").write(read_bundle(sys.argv[1]))
@@ -188,6 +190,7 @@ open(sys.argv[2], "wb").write(read_bundle(sys.argv[1]))
     # Serving a stale copy instead of the deliverable.
     "multi_protocol": ("/app/bin/serve-results", """#!/usr/bin/env python3
 import sys
+from pathlib import Path
 if sys.argv[1] == "--print":
     sys.stdout.write("stale\\n")
 """),
@@ -326,3 +329,29 @@ def test_without_the_made_ahead_file_the_test_encodes_each_container_itself(tmp_
         assert run_oracle(session, task_dir).ok
         verdict = run_verifier(session, task_dir)
     assert verdict.reward == 1.0, verdict.output[-2000:]
+
+
+def test_the_sample_axes_stage_asks_each_domain_only_for_kinds_its_families_grade(tmp_path):
+    from termforge import cli
+
+    root = Path(__file__).resolve().parents[1]
+    overlay = tmp_path / "rl.yaml"
+    overlay.write_text("corpus: {n_tasks: 400, mix: {legacy: 0, rl_v2: 1}}\n")
+    out, stats_path = tmp_path / "signatures.jsonl", tmp_path / "stats.json"
+    assert cli.main(["sample-axes", "--configfile", str(root / "config.yaml"), str(overlay), "--out", str(out),
+                     "--stats", str(stats_path)]) == 0
+    sigs = [json.loads(line) for line in out.read_text().splitlines()]
+    own = intrinsic_verifier_kinds_by_domain()
+    families = default_families()
+    for sig in sigs:
+        built = build_task(sig, families)
+        graded_itself = sig["verifier_kind"] in own[sig["domain"]]
+        # rl_v2 never asks exact_text: only the domains whose families all grade it are left to a strategy
+        assert graded_itself or own[sig["domain"]] == ("exact_text",), sig["id"]
+        by_family = sig["verifier_kind"] in built.family.verifier_kinds and plan(sig, built.family).strategy is None
+        assert by_family == graded_itself, sig["id"]
+        assert task_json(sig, built, {})["honoured"]["verifier_kind"] == graded_itself, sig["id"]
+    honour = json.loads(stats_path.read_text())["verifier_kind_honour"]
+    assert honour["restricted"] and sum(honour["asked"].values()) == len(sigs)
+    assert sum(honour["honoured_by_family"].values()) == sum(s["verifier_kind"] in own[s["domain"]] for s in sigs)
+    assert sum(honour["redirected"].values()) > 0
