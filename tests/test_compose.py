@@ -158,6 +158,25 @@ def test_composed_task_is_sound(name, fixture_kind, verifier_kind, complexity, t
     assert report.ok, f"{report.failed_check}: {report.reason}\n{report.evidence}"
 
 
+# What the restricted draw mostly builds now: a family graded by its own kind, its inputs in a container.
+OWN_KIND_SLICE = [
+    ("upload_path_guard", "audio", "adversarial_corpus", "moderate"),
+    ("decay_half_life_fit", "image", "metric_threshold", "complex"),
+]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("name,fixture_kind,verifier_kind,complexity", OWN_KIND_SLICE, ids=lambda v: str(v))
+def test_a_family_graded_by_its_own_kind_in_a_container_is_sound(name, fixture_kind, verifier_kind, complexity,
+                                                                 tmp_path):
+    task_dir = _task(tmp_path, name, fixture_kind, verifier_kind, complexity)
+    task = read_json(task_dir / "task.json")
+    assert task["honoured"]["verifier_kind"] and task["honoured"]["fixture_kind"]
+    assert task["graded_as"] == [verifier_kind] and not any(p.startswith("/app/bin/") for p in task["output_paths"])
+    report = check_soundness(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS)
+    assert report.ok, f"{report.failed_check}: {report.reason}\n{report.evidence}"
+
+
 # Plausible wrong programs, each put in place of the oracle's after it solved the task.
 NAIVE = {
     # Extracting with tar follows the archive wherever it points.
