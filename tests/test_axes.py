@@ -342,6 +342,7 @@ def test_the_restriction_moves_only_the_verifier_kind(tax):
     everything = S.sample_signatures(2000, 8, EVEN_MIX, tax,
                                      verifier_kinds_by_domain={d: VERIFIER_KINDS for d in DOMAINS})
     assert everything == free  # allowing every kind is the unrestricted draw, byte for byte
+    assert limited == S.sample_signatures(2000, 8, EVEN_MIX, tax, verifier_kinds_by_domain=dict(HONOURS))
     moved = 0
     for a, b in zip(free, limited):
         strip = lambda s: {k: v for k, v in s.items() if k not in ("id", "verifier_kind")}  # noqa: E731

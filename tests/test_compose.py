@@ -72,6 +72,15 @@ def test_every_domain_can_compose_every_verifier_kind_but_only_its_own_count_as_
                 assert honoured == (vk in own[domain]), (domain, vk, fk)
 
 
+def test_what_a_family_declares_it_grades_is_what_its_own_task_reports():
+    # The sampler trusts these declarations (intrinsic_verifier_kinds_by_domain): each family's own
+    # spec, for every kind it declares, must say it is graded as that kind.
+    for fam in all_families():
+        for i, vk in enumerate(fam.verifier_kinds):
+            sig = make_signature(i, fam.domains[0], vk, fam.fixture_kinds[0])
+            assert fam.build(sig, random.Random(i)).verifier_kind == vk, (fam.name, vk)
+
+
 def test_the_family_choice_prefers_the_family_that_grades_the_kind_itself():
     # debugging: shell_script_fix grades exact text, python_edge_case_fix fuzz equivalence; with a
     # container either could take fuzz_equivalence, but only one grades its own program that way.
