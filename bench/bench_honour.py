@@ -68,6 +68,11 @@ def family_outputs(sig: dict, built) -> list[str]:
     return [o for o in built.spec.output_paths if o != tool]
 
 
+def intrinsic_proxy(sig: dict, built) -> bool:
+    """The cheap view: the built task's kind is the requested one and no strategy added it."""
+    return built.spec.verifier_kind == sig["verifier_kind"] and plan(sig, built.family).strategy is None
+
+
 def anchor_involved(sig: dict) -> bool:
     with_anchor = build_task(sig).spec
     without = build_task({**sig, "anchor": None}, families=[build_task(sig).family]).spec
@@ -127,21 +132,17 @@ def main() -> int:
     requested_vs_built: Counter = Counter()
     picked: dict[str, list] = defaultdict(list)
     start = time.perf_counter()
-    built_all = []
-    for sig in sigs:
-        built = build_task(sig)
-        built_all.append((sig, built))
+    built_all = [(sig, build_task(sig)) for sig in sigs]
     gen_ms = 1000 * (time.perf_counter() - start) / max(1, len(sigs))
     for sig, built in built_all:
         fam = built.family.name
         want = sig["verifier_kind"]
         if want != "exact_text":
-            intrinsic = built.spec.verifier_kind == want and plan(sig, built.family).strategy is None
+            intrinsic = intrinsic_proxy(sig, built)
             rows[fam]["kind_requested"] += 1
             rows[fam]["kind_intrinsic"] += intrinsic
-            requested_vs_built[(want, built.spec.verifier_kind if intrinsic else
-                                ("strategy:" + want if plan(sig, built.family).strategy else
-                                 built.spec.verifier_kind))] += 1
+            added = not intrinsic and plan(sig, built.family).strategy is not None
+            requested_vs_built[(want, f"strategy:{want}" if added else built.spec.verifier_kind)] += 1
             picked[fam].append((sig, built))
         if sig.get("anchor"):
             rows[fam]["anchor_requested"] += 1
@@ -164,28 +165,23 @@ def main() -> int:
                 else:
                     rows[fam]["behaviour_checked"] += 1
                     rows[fam]["behaviour_intrinsic"] += ok
-                    proxy = built.spec.verifier_kind == sig["verifier_kind"] and plan(sig, built.family).strategy is None
-                    if ok != proxy:
-                        print(f"  proxy disagrees {sig['id']} {fam} {sig['verifier_kind']}: proxy {proxy}, {why}")
+                    if ok != intrinsic_proxy(sig, built):
+                        print(f"  proxy disagrees {sig['id']} {fam} {sig['verifier_kind']}: {why}")
+    print(f"{'family':36} {'kind intrinsic (proxy)':>24} {'behavioural':>16} {'anchor involved':>18} "
+          f"{'anchor declared':>18}")
     total: Counter = Counter()
-    head = (f"{'family':36} {'kind intrinsic (proxy)':>24} {'behavioural':>16} {'anchor involved':>18} "
-            f"{'anchor declared':>18}")
-    print(head)
     for fam in sorted(rows):
-        r = rows[fam]
-        total.update(r)
-        print(f"{fam:36} {pct(r['kind_intrinsic'], r['kind_requested']):>24} "
+        total.update(rows[fam])
+    for name, r in [*sorted(rows.items()), ("OVERALL", total)]:
+        print(f"{name:36} {pct(r['kind_intrinsic'], r['kind_requested']):>24} "
               f"{pct(r['behaviour_intrinsic'], r['behaviour_checked']):>16} "
               f"{pct(r['anchor_involved'], r['anchor_requested']):>18} "
               f"{pct(r['anchor_declared'], r['anchor_requested']):>18}")
-    print(f"{'OVERALL':36} {pct(total['kind_intrinsic'], total['kind_requested']):>24} "
-          f"{pct(total['behaviour_intrinsic'], total['behaviour_checked']):>16} "
-          f"{pct(total['anchor_involved'], total['anchor_requested']):>18} "
-          f"{pct(total['anchor_declared'], total['anchor_requested']):>18}")
     print("requested kind -> what grades it:")
     for (want, got), c in sorted(requested_vs_built.items()):
         print(f"  {want:20} -> {got:30} {c}")
-    print(f"signatures {len(sigs)} from {args.config}{' (unrestricted draw)' if args.unrestricted else ''}; generation {gen_ms:.1f} ms per task (in memory)")
+    draw = " (unrestricted draw)" if args.unrestricted else ""
+    print(f"signatures {len(sigs)} from {args.config}{draw}; generation {gen_ms:.1f} ms per task (in memory)")
     return 0
 
 

@@ -18,9 +18,10 @@ A signature fixes every axis of one task . Two rules shape this module:
   (`verifier_kinds_by_domain`, from generate.families.intrinsic_verifier_kinds_by_domain): the
   kind is drawn with the corpus kind's weights; a kind the domain honours stands, and one it
   cannot is replaced by a draw over the kinds it can (weights renormalised) from where the same
-  uniform number fell inside the replaced kind's bucket, so RNG consumption stays fixed. Where the domain can honour none of the corpus kind's kinds (rl_v2 in
-  a domain whose families all grade exact text) the weighted draw stands and a strategy adds the
-  kind (generate.compose); the stats count it as not honoured by the family.
+  uniform number fell inside the replaced kind's bucket, so RNG consumption stays fixed. Where
+  the domain can honour none of the corpus kind's kinds (rl_v2 in a domain whose families all
+  grade exact text) the weighted draw stands and a strategy adds the kind (generate.compose);
+  the stats (verifier_kind_honour) count it as not honoured by the family.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ import bisect
 import math
 import random
 from collections import Counter
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from termforge.axes.vocab import (
@@ -111,6 +112,7 @@ def _within_bucket(u: float, cum: list[float]) -> float:
     x = u * cum[-1]
     i = bisect.bisect_right(cum, x)
     lo = cum[i - 1] if i else 0.0
+    # Rounding can give exactly 1.0, which would pick past the last kind of the next table.
     return min((x - lo) / (cum[i] - lo), 0.999999999)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from termforge.generate.base import TaskFamily, TaskSpec, bash_script, complexity_level, pytest_module
 from termforge.generate.bundles import CONTAINERS, Container, inputs_section, oracle_step, setup_step
+from termforge.generate.honour import intrinsic_kind
 from termforge.generate.verifier_kinds import STRATEGIES, VerifierStrategy
 
 
@@ -56,11 +57,6 @@ def offered(sig: dict, fam: TaskFamily) -> dict[str, bool]:
     p = plan(sig, fam)
     return {"domain": sig.get("domain") in fam.domains, "verifier_kind": intrinsic_kind(sig, fam),
             "fixture_kind": p.fixture_kind == sig.get("fixture_kind")}
-
-
-def intrinsic_kind(sig: dict, fam: TaskFamily) -> bool:
-    """Whether the requested verifier kind grades the family's own deliverable (its own final test)."""
-    return sig.get("verifier_kind") in fam.verifier_kinds
 
 
 def _family_solve(solve_sh: str) -> str:

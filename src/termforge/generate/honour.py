@@ -60,6 +60,11 @@ def actual_axes(sig: dict, fam: TaskFamily, verifier_kind: str, fixture_kind: st
     }
 
 
+def intrinsic_kind(sig: dict, fam: TaskFamily) -> bool:
+    """Whether the requested verifier kind grades the family's own deliverable (its own final test)."""
+    return sig.get("verifier_kind") in fam.verifier_kinds
+
+
 def honoured_axes(sig: dict, actual: dict, fam: TaskFamily | None = None) -> dict[str, bool]:
     """Axis -> whether the task has the requested value. skills: every requested skill is
     exercised; anchor: none was requested, or the task involves the requested one; verifier_kind
@@ -73,7 +78,7 @@ def honoured_axes(sig: dict, actual: dict, fam: TaskFamily | None = None) -> dic
         elif axis == "anchor":
             out[axis] = want is None or actual["anchor"] == want
         elif axis == "verifier_kind" and fam is not None:
-            out[axis] = actual[axis] == want and want in fam.verifier_kinds
+            out[axis] = actual[axis] == want and intrinsic_kind(sig, fam)
         else:
             out[axis] = actual[axis] == want
     return out
