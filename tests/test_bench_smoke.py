@@ -44,8 +44,8 @@ SMOKE = {
     "bench_validate.py": ["--families", "log_level_filter", "--tasks", "1", "--mutants", "1"],
 }
 NEEDS_SANDBOX = {"bench_attacks.py", "bench_compose.py", "bench_generate.py", "bench_harness.py", "bench_honour.py",
-                 "bench_images.py", "bench_mutation.py", "bench_scale.py", "bench_terminal_cpu.py", "bench_terminal_learning.py",
-                 "bench_validate.py"}
+                 "bench_images.py", "bench_mutation.py", "bench_scale.py", "bench_terminal_cpu.py",
+                 "bench_terminal_learning.py", "bench_validate.py"}
 
 
 def test_every_bench_script_has_a_smoke_run():
