@@ -3,8 +3,8 @@ signatures:
 
 - intrinsic verifier kind: of the tasks that request a kind other than exact_text, the share whose
   requested kind grades the family's OWN deliverable, rather than a program a strategy adds beside
-  the task (compose.py). Behavioural check (--behavioural K, real bwrap sandboxes, K tasks spread
-  over the families): the task is built, the oracle runs, and the final test cut down to the
+  the task (compose.py). Behavioural check (--behavioural K, real bwrap sandboxes, a seeded random
+  sample of K such tasks): the task is built, the oracle runs, and the final test cut down to the
   requested kind's tests alone must give 1; then every deliverable of the family is truncated to
   nothing and the same kind-only test runs again. The kind grades the family's work only if that
   verdict drops to 0. Without --behavioural only the cheap proxy is printed (the built task's kind
@@ -31,6 +31,7 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 from pathlib import Path
 
+from termforge.generate.base import TaskSpec
 from termforge.generate.compose import compose, plan
 from termforge.generate.honour import honest_view
 from termforge.generate.procedural import build_task, write_task
@@ -49,7 +50,7 @@ def sample(config: Path, n: int, unrestricted: bool) -> list[dict]:
     return sigs[::max(1, len(sigs) // n)][:n]
 
 
-def kind_only_spec(sig: dict, built) -> "object":
+def kind_only_spec(sig: dict, built) -> TaskSpec:
     """The built task with its final test cut down to the requested kind's tests: the strategy's
     tests where a strategy added the kind, else the family's own test (the family grades it)."""
     fam = built.family
@@ -73,10 +74,11 @@ def intrinsic_proxy(sig: dict, built) -> bool:
     return built.spec.verifier_kind == sig["verifier_kind"] and plan(sig, built.family).strategy is None
 
 
-def anchor_involved(sig: dict) -> bool:
-    with_anchor = build_task(sig).spec
-    without = build_task({**sig, "anchor": None}, families=[build_task(sig).family]).spec
-    return any(getattr(with_anchor, part) != getattr(without, part) for part in GRADING_PARTS)
+def anchor_involved(sig: dict, built) -> bool:
+    """Whether removing the anchor (same signature otherwise, same family and seeds) changes any
+    file that decides a verdict."""
+    without = build_task({**sig, "anchor": None}, families=[built.family]).spec
+    return any(getattr(built.spec, part) != getattr(without, part) for part in GRADING_PARTS)
 
 
 def behavioural(sig: dict, built, work: Path, runtime, limits) -> tuple[bool | None, str]:
@@ -146,7 +148,7 @@ def main() -> int:
             picked[fam].append((sig, built))
         if sig.get("anchor"):
             rows[fam]["anchor_requested"] += 1
-            rows[fam]["anchor_involved"] += anchor_involved(sig)
+            rows[fam]["anchor_involved"] += anchor_involved(sig, built)
             rows[fam]["anchor_declared"] += sig["anchor"] in built.family.anchors
     if args.behavioural:
         from termforge.runtime.base import Limits
