@@ -227,3 +227,28 @@ def test_tmax15k_overlay_plans_75_shards_per_stage(tmp_path):
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout, flags=re.M))
     assert {rule: counts.get(rule) for rule in ("generate", "build_images", "validate", "solve")} == \
         {"generate": "75", "build_images": "75", "validate": "75", "solve": "75"}
+
+
+class _AnchorShaped(_Flaky):
+    """Writes its input in the anchor's format when one is given (an anchor that is load-bearing)."""
+
+    anchors = ("SQLite",)
+
+    def build(self, sig, rng):
+        spec = super().build(sig, rng)
+        fixture = b"SQLite format 3\0" if sig.get("anchor") else b"id,name\n"
+        return TaskSpec(**{**spec.__dict__, "fixtures": {"input": fixture}})
+
+
+def test_the_audit_tells_a_load_bearing_anchor_from_a_named_one():
+    import sys as _sys
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from bench_honour import anchor_involved
+
+    sig = make_signature(9, "debugging", "exact_text", "text_only", anchor="SQLite")
+    named, shaped = _Flaky(), _AnchorShaped()
+    named.anchors = ("SQLite",)  # declared, and named in the instruction, but shaping nothing
+    built = build_task(sig, [named])
+    assert "SQLite" in built.spec.instruction and not anchor_involved(sig, built)
+    assert anchor_involved(sig, build_task(sig, [shaped]))
