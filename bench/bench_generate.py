@@ -43,7 +43,9 @@ def bench_generate(n: int) -> None:
           f"-> {n / max(cpu, 1e-9):.1f} tasks/s/core")
 
 
-def overlay_signatures(overlay: str) -> list[dict]:
+def overlay_signatures(overlay: str, unrestricted: bool = False) -> list[dict]:
+    """The overlay's signatures as the sample_axes stage draws them: each domain asked only for the
+    verifier kinds its families grade themselves (`unrestricted`: the corpus weights alone)."""
     import yaml
 
     root = Path(__file__).resolve().parents[1]
@@ -51,8 +53,14 @@ def overlay_signatures(overlay: str) -> list[dict]:
     for key, value in (yaml.safe_load((root / overlay).read_text()) or {}).items():
         cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
     c = cfg["corpus"]
+    restriction = {}
+    if not unrestricted:  # (imported here: the unrestricted draw also runs against older checkouts)
+        from termforge.generate.families import intrinsic_verifier_kinds_by_domain
+
+        restriction["verifier_kinds_by_domain"] = intrinsic_verifier_kinds_by_domain()
     return sample_signatures(c["n_tasks"], cfg["seed"], c["mix"], load_taxonomy(), domains=c["domains"] or None,
-                             anchor_prob=c["anchor_prob"], new_bucket_weight=c["sft_v2_new_bucket_weight"])
+                             anchor_prob=c["anchor_prob"], new_bucket_weight=c["sft_v2_new_bucket_weight"],
+                             **restriction)
 
 
 def bench_signatures(overlay: str, limit: int = 0) -> None:
@@ -66,7 +74,7 @@ def bench_signatures(overlay: str, limit: int = 0) -> None:
     for sig in sigs:
         built = build_task(sig)  # the signature's corpus kind picks the families, as generate does
         spec = built.spec
-        ok = honoured_axes(sig, actual_axes(sig, built.family, spec.verifier_kind, spec.fixture_kind))
+        ok = honoured_axes(sig, actual_axes(sig, built.family, spec.verifier_kind, spec.fixture_kind), built.family)
         for a in AXES:
             honoured[a] += ok[a]
         shape += all(ok[a] for a in SHAPE_AXES)

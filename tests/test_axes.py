@@ -307,3 +307,60 @@ def test_sampling_15000_is_fast(tax, capsys):
     assert Counter(s["corpus_kind"] for s in sigs) == {"legacy": 3000, "sft_v2": 7500, "rl_v2": 4500}
     with capsys.disabled():
         print(f"\n[axes] sampled 15,000 signatures in {elapsed:.2f} s")
+
+
+# --- verifier kinds a domain can honour (generate.families.intrinsic_verifier_kinds_by_domain) ---
+
+# Invented restrictions, not the families': one domain with a single new kind, one with two, one
+# with only the legacy kind (rl_v2 can ask it nothing), one not listed at all.
+HONOURS = {"security": ("adversarial_corpus",), "debugging": ("exact_text", "fuzz_equivalence", "multi_protocol"),
+           "file_operations": ("exact_text",)}
+
+
+def test_a_domain_is_asked_only_for_kinds_it_honours(tax):
+    draw = S.draw_signatures(3000, 21, EVEN_MIX, tax, verifier_kinds_by_domain=HONOURS)
+    for sig, requested in zip(draw.signatures, draw.requested_verifier_kinds):
+        allowed = [k for k in HONOURS.get(sig["domain"], ())
+                   if S.corpus_axis_weights(sig["corpus_kind"])["verifier_kind"][k] > 0]
+        if allowed:
+            assert sig["verifier_kind"] in allowed, sig
+            # a request the domain honours is never moved
+            assert requested not in allowed or sig["verifier_kind"] == requested, sig
+        else:  # nothing it could honour for this corpus kind: the weighted draw stands
+            assert sig["verifier_kind"] == requested, sig
+    rl_sec = [s for s in draw.signatures if s["corpus_kind"] == "rl_v2" and s["domain"] == "security"]
+    assert rl_sec and {s["verifier_kind"] for s in rl_sec} == {"adversarial_corpus"}
+    # debugging under sft_v2 keeps both its new kinds at their relative weights (one draw, renormalised)
+    sft_dbg = Counter(s["verifier_kind"] for s in draw.signatures
+                      if s["corpus_kind"] == "sft_v2" and s["domain"] == "debugging")
+    assert set(sft_dbg) == {"exact_text", "fuzz_equivalence", "multi_protocol"}
+
+
+def test_the_restriction_moves_only_the_verifier_kind(tax):
+    free = S.sample_signatures(2000, 8, EVEN_MIX, tax)
+    limited = S.sample_signatures(2000, 8, EVEN_MIX, tax, verifier_kinds_by_domain=HONOURS)
+    everything = S.sample_signatures(2000, 8, EVEN_MIX, tax,
+                                     verifier_kinds_by_domain={d: VERIFIER_KINDS for d in DOMAINS})
+    assert everything == free  # allowing every kind is the unrestricted draw, byte for byte
+    assert limited == S.sample_signatures(2000, 8, EVEN_MIX, tax, verifier_kinds_by_domain=dict(HONOURS))
+    moved = 0
+    for a, b in zip(free, limited):
+        strip = lambda s: {k: v for k, v in s.items() if k not in ("id", "verifier_kind")}  # noqa: E731
+        assert strip(a) == strip(b)
+        moved += a["verifier_kind"] != b["verifier_kind"]
+    assert moved > 100
+
+
+def test_the_stats_say_what_was_requested_asked_and_honoured(tax):
+    draw = S.draw_signatures(1500, 3, {"rl_v2": 1}, tax, verifier_kinds_by_domain=HONOURS)
+    free = S.sample_signatures(1500, 3, {"rl_v2": 1}, tax)
+    got = S.verifier_kind_honour(draw)
+    assert got["requested"] == dict(Counter(s["verifier_kind"] for s in free))
+    assert got["asked"] == dict(Counter(s["verifier_kind"] for s in draw.signatures))
+    honoured = [s for s in draw.signatures if s["verifier_kind"] in HONOURS.get(s["domain"], ())]
+    assert sum(got["honoured_by_family"].values()) == len(honoured)
+    # rl_v2 never asks exact_text, so file_operations and the unlisted domains honour nothing here
+    assert not any(s["domain"] not in ("security", "debugging") for s in honoured)
+    assert got["honoured_share"] == round(len(honoured) / 1500, 6)
+    assert sum(got["redirected"].values()) == sum(a["verifier_kind"] != b["verifier_kind"]
+                                                  for a, b in zip(free, draw.signatures))

@@ -25,6 +25,7 @@ SMOKE = {
     "bench_decontam.py": ["--tasks", "200", "--refs", "5", "--plants", "1", "--repeat", "1", "--shard-size", "100"],
     "bench_generate.py": ["--tasks", "3", "--reps", "2"],
     "bench_harness.py": ["--tasks", "1", "--delay", "0.05", "--concurrency", "1,2"],
+    "bench_honour.py": ["--n", "20", "--behavioural", "1"],
     "bench_hint_gate.py": ["--split", "heldout"],
     "bench_images.py": ["--tasks", "1", "--starts", "2"],
     "bench_input_checks.py": ["--tasks", "20", "--k", "2", "--repeat", "1"],
@@ -43,9 +44,9 @@ SMOKE = {
                                "--steps", "1"],
     "bench_validate.py": ["--families", "log_level_filter", "--tasks", "1", "--mutants", "1"],
 }
-NEEDS_SANDBOX = {"bench_attacks.py", "bench_compose.py", "bench_generate.py", "bench_harness.py", "bench_images.py",
-                 "bench_input_sensitivity.py", "bench_mutation.py", "bench_scale.py", "bench_terminal_cpu.py", "bench_terminal_learning.py",
-                 "bench_validate.py"}
+NEEDS_SANDBOX = {"bench_attacks.py", "bench_compose.py", "bench_generate.py", "bench_harness.py", "bench_honour.py",
+                 "bench_images.py", "bench_input_sensitivity.py", "bench_mutation.py", "bench_scale.py",
+                 "bench_terminal_cpu.py", "bench_terminal_learning.py", "bench_validate.py"}
 
 
 def test_every_bench_script_has_a_smoke_run():

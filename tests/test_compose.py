@@ -14,6 +14,7 @@ import json
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,9 +22,10 @@ from conftest import make_signature, needs_bwrap
 from termforge.axes.vocab import DOMAINS, FIXTURE_KINDS, VERIFIER_KINDS
 from termforge.generate.bundles import CONTAINERS
 from termforge.generate.compose import plan
-from termforge.generate.families import all_families, default_families, family_by_name
-from termforge.generate.honour import SHAPE_AXES, actual_axes
-from termforge.generate.procedural import build_task, generate_task, shape_mismatches
+from termforge.generate.families import (all_families, default_families, family_by_name,
+                                        intrinsic_verifier_kinds_by_domain)
+from termforge.generate.honour import ADDED_PROGRAM, actual_axes
+from termforge.generate.procedural import build_task, generate_task, shape_mismatches, task_json
 from termforge.io import read_json
 from termforge.runtime.base import Limits
 from termforge.images.runtimes import BwrapRuntime
@@ -52,16 +54,41 @@ def _task(tmp_path, name, fixture_kind, verifier_kind, complexity):
     return generate_task(_sig(fam, fixture_kind, verifier_kind, complexity), tmp_path / "tasks", families=[fam])
 
 
-def test_every_domain_offers_every_verifier_kind_with_every_container():
+def test_every_domain_can_compose_every_verifier_kind_but_only_its_own_count_as_honoured():
     families = all_families()
+    own = intrinsic_verifier_kinds_by_domain(families)
     for domain in DOMAINS:
         for vk in VERIFIER_KINDS:
             for fk in FIXTURE_KINDS:
                 if fk == "text_only" and vk != "exact_text":
                     continue  # the decoder strategies need a container; native families cover the rest
                 sig = {"id": f"tf-{domain}-{vk}-{fk}", "domain": domain, "verifier_kind": vk, "fixture_kind": fk}
-                best = min(len(shape_mismatches(sig, f)) for f in families if domain in f.domains)
-                assert best == 0, (domain, vk, fk)
+                in_domain = [f for f in families if domain in f.domains]
+                # A strategy can still add the kind (for a domain no family of which grades it) ...
+                assert any(plan(sig, f).verifier_kind == vk for f in in_domain), (domain, vk, fk)
+                # ... but the shape match (what family choice and task.json call honoured) is the
+                # family's own final test grading that kind.
+                honoured = any("verifier_kind" not in shape_mismatches(sig, f) for f in in_domain)
+                assert honoured == (vk in own[domain]), (domain, vk, fk)
+
+
+def test_what_a_family_declares_it_grades_is_what_its_own_task_reports():
+    # The sampler trusts these declarations (intrinsic_verifier_kinds_by_domain): each family's own
+    # spec, for every kind it declares, must say it is graded as that kind.
+    for fam in all_families():
+        for i, vk in enumerate(fam.verifier_kinds):
+            sig = make_signature(i, fam.domains[0], vk, fam.fixture_kinds[0])
+            assert fam.build(sig, random.Random(i)).verifier_kind == vk, (fam.name, vk)
+
+
+def test_the_family_choice_prefers_the_family_that_grades_the_kind_itself():
+    # debugging: shell_script_fix grades exact text, python_edge_case_fix fuzz equivalence; with a
+    # container either could take fuzz_equivalence, but only one grades its own program that way.
+    for i in range(40):
+        sig = make_signature(i, "debugging", "fuzz_equivalence", "image")
+        built = build_task(sig, default_families())
+        assert built.family.name == "python_edge_case_fix", i
+        assert plan(sig, built.family).strategy is None
 
 
 def test_a_kind_no_strategy_can_give_stays_the_familys_and_is_recorded():
@@ -80,7 +107,10 @@ def test_composed_tasks_record_what_they_are(tmp_path):
     task_dir = _task(tmp_path, "log_level_filter", "video", "multi_protocol", "moderate")
     task = read_json(task_dir / "task.json")
     assert task["actual"]["fixture_kind"] == "video" and task["actual"]["verifier_kind"] == "multi_protocol"
-    assert all(task["honoured"][a] for a in SHAPE_AXES[1:])
+    # The container is the family's inputs, honoured; the kind grades only the added program.
+    assert task["honoured"]["fixture_kind"] and not task["honoured"]["verifier_kind"]
+    assert {"axis": "verifier_kind", "requested": "multi_protocol", "actual": "multi_protocol",
+            "graded_by": ADDED_PROGRAM} in task["mismatch"]
     assert "/app/bin/serve-results" in task["output_paths"]
     instruction = (task_dir / "instruction.md").read_text()
     assert "bundle.y4m" in instruction and "serve-results" in instruction
@@ -114,14 +144,44 @@ def test_tmax15k_slice_is_honoured_on_the_shape_axes():
 
     sigs = _signatures("configs/tmax15k.yaml")[::25]  # 600 of the 15,000, spread over every shard
     families = default_families()
-    honoured = sum(not shape_mismatches(s, build_task(s, families).family) for s in sigs)
+    built = [(s, build_task(s, families)) for s in sigs]
+    honoured = sum(not shape_mismatches(s, b.family) for s, b in built)
     assert honoured / len(sigs) >= 0.9, honoured / len(sigs)
+    # Every kind the sampler asked a domain for is graded by the chosen family's own final test,
+    # with no program added beside it; only where a domain honours no kind the corpus kind allows
+    # (rl_v2 in a domain of exact-text families) does a strategy still add one.
+    own = intrinsic_verifier_kinds_by_domain(families)
+    for s, b in built:
+        intrinsic = s["verifier_kind"] in b.family.verifier_kinds and plan(s, b.family).strategy is None
+        assert intrinsic == (s["verifier_kind"] in own[s["domain"]]), s["id"]
+    non_exact = [(s, b) for s, b in built if s["verifier_kind"] != "exact_text"]
+    share = sum(s["verifier_kind"] in b.family.verifier_kinds for s, b in non_exact) / len(non_exact)
+    assert share >= 0.75, share
 
 
 @needs_bwrap
 @pytest.mark.parametrize("name,fixture_kind,verifier_kind,complexity", SLICE, ids=lambda v: str(v))
 def test_composed_task_is_sound(name, fixture_kind, verifier_kind, complexity, tmp_path):
     task_dir = _task(tmp_path, name, fixture_kind, verifier_kind, complexity)
+    report = check_soundness(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS)
+    assert report.ok, f"{report.failed_check}: {report.reason}\n{report.evidence}"
+
+
+# What the restricted draw mostly builds now: a family graded by its own kind, its inputs in a container.
+OWN_KIND_SLICE = [
+    ("upload_path_guard", "audio", "adversarial_corpus", "moderate"),
+    ("decay_half_life_fit", "image", "metric_threshold", "complex"),
+]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("name,fixture_kind,verifier_kind,complexity", OWN_KIND_SLICE, ids=lambda v: str(v))
+def test_a_family_graded_by_its_own_kind_in_a_container_is_sound(name, fixture_kind, verifier_kind, complexity,
+                                                                 tmp_path):
+    task_dir = _task(tmp_path, name, fixture_kind, verifier_kind, complexity)
+    task = read_json(task_dir / "task.json")
+    assert task["honoured"]["verifier_kind"] and task["honoured"]["fixture_kind"]
+    assert task["graded_as"] == [verifier_kind] and not any(p.startswith("/app/bin/") for p in task["output_paths"])
     report = check_soundness(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS)
     assert report.ok, f"{report.failed_check}: {report.reason}\n{report.evidence}"
 
@@ -150,6 +210,7 @@ open(sys.argv[2], "wb").write(pixels[4:4 + n])
     # Trusting the vendored reader, which drops the last frame from the complex level on.
     "fuzz_equivalence:vendored_package": ("/app/bin/decode-bundle", """#!/usr/bin/env python3
 import sys
+from pathlib import Path
 sys.path.insert(0, "/app/vendor")
 from bundlefmt import read_bundle
 open(sys.argv[2], "wb").write(read_bundle(sys.argv[1]))
@@ -157,6 +218,7 @@ open(sys.argv[2], "wb").write(read_bundle(sys.argv[1]))
     # Serving a stale copy instead of the deliverable.
     "multi_protocol": ("/app/bin/serve-results", """#!/usr/bin/env python3
 import sys
+from pathlib import Path
 if sys.argv[1] == "--print":
     sys.stdout.write("stale\\n")
 """),
@@ -295,3 +357,29 @@ def test_without_the_made_ahead_file_the_test_encodes_each_container_itself(tmp_
         assert run_oracle(session, task_dir).ok
         verdict = run_verifier(session, task_dir)
     assert verdict.reward == 1.0, verdict.output[-2000:]
+
+
+def test_the_sample_axes_stage_asks_each_domain_only_for_kinds_its_families_grade(tmp_path):
+    from termforge import cli
+
+    root = Path(__file__).resolve().parents[1]
+    overlay = tmp_path / "rl.yaml"
+    overlay.write_text("corpus: {n_tasks: 400, mix: {legacy: 0, rl_v2: 1}}\n")
+    out, stats_path = tmp_path / "signatures.jsonl", tmp_path / "stats.json"
+    assert cli.main(["sample-axes", "--configfile", str(root / "config.yaml"), str(overlay), "--out", str(out),
+                     "--stats", str(stats_path)]) == 0
+    sigs = [json.loads(line) for line in out.read_text().splitlines()]
+    own = intrinsic_verifier_kinds_by_domain()
+    families = default_families()
+    for sig in sigs:
+        built = build_task(sig, families)
+        graded_itself = sig["verifier_kind"] in own[sig["domain"]]
+        # rl_v2 never asks exact_text: only the domains whose families all grade it are left to a strategy
+        assert graded_itself or own[sig["domain"]] == ("exact_text",), sig["id"]
+        by_family = sig["verifier_kind"] in built.family.verifier_kinds and plan(sig, built.family).strategy is None
+        assert by_family == graded_itself, sig["id"]
+        assert task_json(sig, built, {})["honoured"]["verifier_kind"] == graded_itself, sig["id"]
+    honour = json.loads(stats_path.read_text())["verifier_kind_honour"]
+    assert honour["restricted"] and sum(honour["asked"].values()) == len(sigs)
+    assert sum(honour["honoured_by_family"].values()) == sum(s["verifier_kind"] in own[s["domain"]] for s in sigs)
+    assert sum(honour["redirected"].values()) > 0

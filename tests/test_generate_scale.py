@@ -16,7 +16,7 @@ from termforge.axes.taxonomy import load_taxonomy
 from termforge.errors import TermforgeError
 from termforge.export import harbor_task_toml, policy_row
 from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
-from termforge.generate.families import all_families, family_by_name
+from termforge.generate.families import all_families, family_by_name, intrinsic_verifier_kinds_by_domain
 from termforge.generate.honour import AXES
 from termforge.generate.procedural import attempt_seeds, build_task, generate_task, task_json
 
@@ -34,11 +34,15 @@ def _config(*overlays: str) -> dict:
 
 
 @lru_cache(maxsize=None)
-def _signatures(*overlays: str) -> tuple:
+def _signatures(*overlays: str, every_kind_everywhere: bool = False) -> tuple:
     cfg = _config(*overlays)
     c = cfg["corpus"]
+    # As the sample_axes stage draws them: each domain asked only for kinds its families grade
+    # (`every_kind_everywhere`: the draw before that restriction, which some reported failures came from).
+    by_domain = None if every_kind_everywhere else intrinsic_verifier_kinds_by_domain()
     return tuple(sample_signatures(c["n_tasks"], cfg["seed"], c["mix"], load_taxonomy(), domains=c["domains"] or None,
-                                   anchor_prob=c["anchor_prob"], new_bucket_weight=c["sft_v2_new_bucket_weight"]))
+                                   anchor_prob=c["anchor_prob"], new_bucket_weight=c["sft_v2_new_bucket_weight"],
+                                   verifier_kinds_by_domain=by_domain))
 
 
 def _tmax15k_slice() -> list[dict]:
@@ -118,7 +122,7 @@ def test_a_clean_draw_keeps_the_task_seed():
 
 def test_tmax15k_shard_38_generates_and_records_the_retry():
     """The reported failure: shard 38 stopped on vendored_semver_fix's numeric_identifiers_as_text."""
-    sigs = _signatures("configs/tmax15k.yaml")[38 * 200:39 * 200]
+    sigs = _signatures("configs/tmax15k.yaml", every_kind_everywhere=True)[38 * 200:39 * 200]
     retried = []
     for sig in sigs:
         built = build_task(sig, FAMILIES)
@@ -223,3 +227,28 @@ def test_tmax15k_overlay_plans_75_shards_per_stage(tmp_path):
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout, flags=re.M))
     assert {rule: counts.get(rule) for rule in ("generate", "build_images", "validate", "solve")} == \
         {"generate": "75", "build_images": "75", "validate": "75", "solve": "75"}
+
+
+class _AnchorShaped(_Flaky):
+    """Writes its input in the anchor's format when one is given (an anchor that is load-bearing)."""
+
+    anchors = ("SQLite",)
+
+    def build(self, sig, rng):
+        spec = super().build(sig, rng)
+        fixture = b"SQLite format 3\0" if sig.get("anchor") else b"id,name\n"
+        return TaskSpec(**{**spec.__dict__, "fixtures": {"input": fixture}})
+
+
+def test_the_audit_tells_a_load_bearing_anchor_from_a_named_one():
+    import sys as _sys
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from bench_honour import anchor_involved
+
+    sig = make_signature(9, "debugging", "exact_text", "text_only", anchor="SQLite")
+    named, shaped = _Flaky(), _AnchorShaped()
+    named.anchors = ("SQLite",)  # declared, and named in the instruction, but shaping nothing
+    built = build_task(sig, [named])
+    assert "SQLite" in built.spec.instruction and not anchor_involved(sig, built)
+    assert anchor_involved(sig, build_task(sig, [shaped]))

@@ -14,6 +14,14 @@ A signature fixes every axis of one task . Two rules shape this module:
     rl_v2   intricate with probability 3/4; never a legacy verifier or fixture bucket
     calibration  the legacy verifier and fixture buckets, every complexity alike (its tasks come
             from the opt-in calibration family, whose difficulty knob is the complexity)
+* A domain is only asked for verifier kinds some family there grades on its own deliverable
+  (`verifier_kinds_by_domain`, from generate.families.intrinsic_verifier_kinds_by_domain): the
+  kind is drawn with the corpus kind's weights; a kind the domain honours stands, and one it
+  cannot is replaced by a draw over the kinds it can (weights renormalised) from where the same
+  uniform number fell inside the replaced kind's bucket, so RNG consumption stays fixed. Where
+  the domain can honour none of the corpus kind's kinds (rl_v2 in a domain whose families all
+  grade exact text) the weighted draw stands and a strategy adds the kind (generate.compose);
+  the stats (verifier_kind_honour) count it as not honoured by the family.
 """
 
 from __future__ import annotations
@@ -22,9 +30,10 @@ import bisect
 import math
 import random
 from collections import Counter
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from termforge.axes.vocab import (
     COMMAND_COMPLEXITIES, CORPUS_KINDS, DOMAINS, FIXTURE_KINDS, LEGACY_BUCKETS, TASK_COMPLEXITIES,
@@ -83,9 +92,28 @@ def _cumulative(probs: Iterable[float]) -> list[float]:
 
 def _pick(rng: random.Random, values: tuple | list, cum: list[float]):
     """One weighted choice using exactly one rng.random() call, so RNG consumption (and therefore
-    every later draw) is the same whatever the weights are. bisect_right returns the first entry
-    whose cumulative weight exceeds the draw, which a zero-weight entry never is."""
-    return values[bisect.bisect_right(cum, rng.random() * cum[-1])]
+    every later draw) is the same whatever the weights are."""
+    return _pick_at(rng.random(), values, cum)
+
+
+def _pick_at(u: float, values: tuple | list, cum: list[float]):
+    """The weighted choice for the uniform number u. bisect_right returns the first entry whose
+    cumulative weight exceeds the draw, which a zero-weight entry never is."""
+    return values[bisect.bisect_right(cum, u * cum[-1])]
+
+
+def _has_weight(cum: list[float], i: int) -> bool:
+    return cum[i] > (cum[i - 1] if i else 0.0)
+
+
+def _within_bucket(u: float, cum: list[float]) -> float:
+    """Where u fell inside the bucket it picked, rescaled to [0, 1): uniform and independent of
+    which bucket it was, so a redirected draw needs no second random number."""
+    x = u * cum[-1]
+    i = bisect.bisect_right(cum, x)
+    lo = cum[i - 1] if i else 0.0
+    # Rounding can give exactly 1.0, which would pick past the last kind of the next table.
+    return min((x - lo) / (cum[i] - lo), 0.999999999)
 
 
 def _check_mix(corpus_mix: dict) -> dict[str, Fraction]:
@@ -146,7 +174,8 @@ def _resolve_domains(taxonomy: dict, domains: list[str] | None) -> list[str]:
 class _Tables:
     """Everything per-signature sampling needs, precomputed once per call."""
 
-    def __init__(self, taxonomy: dict, domains: list[str], new_bucket_weight: float, rl_intricate_prob: float):
+    def __init__(self, taxonomy: dict, domains: list[str], new_bucket_weight: float, rl_intricate_prob: float,
+                 verifier_kinds_by_domain: Mapping[str, Iterable[str]] | None = None):
         self.domains = domains
         self.domain_bodies = [taxonomy["domains"][d] for d in domains]
         self.skill_types = [list(b["skill_types"].items()) for b in self.domain_bodies]
@@ -158,9 +187,21 @@ class _Tables:
             weights = corpus_axis_weights(kind, new_bucket_weight, rl_intricate_prob)
             self.kind_tables[kind] = {axis: _cumulative(weights[axis][v] for v in REWEIGHTED_AXES[axis])
                                       for axis in REWEIGHTED_AXES}
+        # (corpus kind, domain) -> cumulative weights over the kinds the domain honours; absent
+        # where no restriction is given or the domain honours none of the corpus kind's kinds.
+        self.honoured_verifier_cum: dict[tuple[str, str], list[float]] = {}
+        for domain in domains if verifier_kinds_by_domain is not None else ():
+            allowed = set(verifier_kinds_by_domain.get(domain, ()))
+            for kind in CORPUS_KINDS:
+                w = corpus_axis_weights(kind, new_bucket_weight, rl_intricate_prob)["verifier_kind"]
+                cum = _cumulative(w[v] if v in allowed else 0.0 for v in VERIFIER_KINDS)
+                if cum[-1] > 0:
+                    self.honoured_verifier_cum[(kind, domain)] = cum
 
 
-def _sample_one(seed: int, index: int, corpus_kind: str, t: _Tables, anchor_prob: float) -> dict:
+def _sample_one(seed: int, index: int, corpus_kind: str, t: _Tables, anchor_prob: float) -> tuple[dict, str]:
+    """The signature, and the verifier kind the corpus kind's weights drew before the domain's
+    restriction (the request the stats compare with what the signature asks)."""
     # Fixed draw order and fixed RNG consumption per draw (see the module docstring).
     rng = random.Random(seed_from("signature", seed, index))
     d = rng.randrange(len(t.domains))
@@ -176,6 +217,14 @@ def _sample_one(seed: int, index: int, corpus_kind: str, t: _Tables, anchor_prob
     anchor_i = rng.randrange(len(anchors)) if anchors else None
     anchor = anchors[anchor_i] if anchored and anchors else None
     kind_t = t.kind_tables[corpus_kind]
+    task_complexity = _pick(rng, TASK_COMPLEXITIES, kind_t["task_complexity"])
+    command_complexity = COMMAND_COMPLEXITIES[rng.randrange(len(COMMAND_COMPLEXITIES))]
+    u = rng.random()
+    requested = _pick_at(u, VERIFIER_KINDS, kind_t["verifier_kind"])
+    verifier_kind = requested
+    honourable = t.honoured_verifier_cum.get((corpus_kind, t.domains[d]))
+    if honourable and not _has_weight(honourable, VERIFIER_KINDS.index(requested)):
+        verifier_kind = _pick_at(_within_bucket(u, kind_t["verifier_kind"]), VERIFIER_KINDS, honourable)
     sig = {
         "corpus_kind": corpus_kind,
         "domain": t.domains[d],
@@ -184,20 +233,41 @@ def _sample_one(seed: int, index: int, corpus_kind: str, t: _Tables, anchor_prob
         "persona": persona,
         "language": language,
         "anchor": anchor,
-        "task_complexity": _pick(rng, TASK_COMPLEXITIES, kind_t["task_complexity"]),
-        "command_complexity": COMMAND_COMPLEXITIES[rng.randrange(len(COMMAND_COMPLEXITIES))],
-        "verifier_kind": _pick(rng, VERIFIER_KINDS, kind_t["verifier_kind"]),
+        "task_complexity": task_complexity,
+        "command_complexity": command_complexity,
+        "verifier_kind": verifier_kind,
         "fixture_kind": _pick(rng, FIXTURE_KINDS, kind_t["fixture_kind"]),
     }
-    return {"id": make_task_id(seed, index, sig), "index": index, **sig}
+    return {"id": make_task_id(seed, index, sig), "index": index, **sig}, requested
+
+
+@dataclass(frozen=True)
+class Draw:
+    signatures: list[dict]
+    requested_verifier_kinds: list[str]
+    """Per signature, the verifier kind the corpus kind's weights drew (before the domain's restriction)."""
+    verifier_kinds_by_domain: dict[str, tuple[str, ...]] | None
 
 
 def sample_signatures(n: int, seed: int, corpus_mix: dict[str, float], taxonomy: dict,
                       domains: list[str] | None = None, anchor_prob: float = 0.35, *,
                       new_bucket_weight: float = DEFAULT_NEW_BUCKET_WEIGHT,
-                      rl_intricate_prob: float = DEFAULT_RL_INTRICATE_PROB) -> list[dict]:
+                      rl_intricate_prob: float = DEFAULT_RL_INTRICATE_PROB,
+                      verifier_kinds_by_domain: Mapping[str, Iterable[str]] | None = None) -> list[dict]:
     """n signatures for corpus seed `seed`. Corpus kinds follow corpus_mix in exact proportions;
-    domains are uniform over `domains` (default: every domain the taxonomy defines)."""
+    domains are uniform over `domains` (default: every domain the taxonomy defines);
+    `verifier_kinds_by_domain` limits each domain's verifier kinds (module docstring)."""
+    return draw_signatures(n, seed, corpus_mix, taxonomy, domains, anchor_prob, new_bucket_weight=new_bucket_weight,
+                           rl_intricate_prob=rl_intricate_prob,
+                           verifier_kinds_by_domain=verifier_kinds_by_domain).signatures
+
+
+def draw_signatures(n: int, seed: int, corpus_mix: dict[str, float], taxonomy: dict,
+                    domains: list[str] | None = None, anchor_prob: float = 0.35, *,
+                    new_bucket_weight: float = DEFAULT_NEW_BUCKET_WEIGHT,
+                    rl_intricate_prob: float = DEFAULT_RL_INTRICATE_PROB,
+                    verifier_kinds_by_domain: Mapping[str, Iterable[str]] | None = None) -> Draw:
+    """sample_signatures, with what each signature's verifier kind was before the restriction."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ConfigError(f"n: expected a whole number >= 0, got {n!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -212,8 +282,13 @@ def sample_signatures(n: int, seed: int, corpus_mix: dict[str, float], taxonomy:
         raise ConfigError(f"rl_intricate_prob: expected a probability in (0, 1], got {rl_intricate_prob!r}")
     chosen = _resolve_domains(taxonomy, domains)
     kinds = assign_corpus_kinds(n, seed, corpus_mix)
-    tables = _Tables(taxonomy, chosen, new_bucket_weight, rl_intricate_prob)
-    return [_sample_one(seed, i, kinds[i], tables, anchor_prob) for i in range(n)]
+    by_domain = None
+    if verifier_kinds_by_domain is not None:
+        by_domain = {d: tuple(v for v in VERIFIER_KINDS if v in set(verifier_kinds_by_domain.get(d, ())))
+                     for d in chosen}
+    tables = _Tables(taxonomy, chosen, new_bucket_weight, rl_intricate_prob, by_domain)
+    drawn = [_sample_one(seed, i, kinds[i], tables, anchor_prob) for i in range(n)]
+    return Draw([sig for sig, _ in drawn], [req for _, req in drawn], by_domain)
 
 
 def write_signatures(path: str | Path, sigs: list[dict]) -> None:
@@ -317,6 +392,26 @@ def axis_balance(sigs: list[dict], taxonomy: dict, domains: list[str] | None = N
         "by_corpus_kind": by_kind,
     }
     return {"axes": dict(sorted(axes.items())), "totals": totals}
+
+
+def verifier_kind_honour(draw: Draw) -> dict:
+    """Requested (the corpus kinds' weights) against asked (after each domain's restriction) and
+    honoured by a family's own final test: what the run's verifier-kind diversity really is."""
+    by_domain = draw.verifier_kinds_by_domain
+    requested = Counter(draw.requested_verifier_kinds)
+    asked = Counter(s["verifier_kind"] for s in draw.signatures)
+    moved = Counter(f"{r} -> {s['verifier_kind']}" for s, r in zip(draw.signatures, draw.requested_verifier_kinds)
+                    if r != s["verifier_kind"])
+    honoured = Counter(s["verifier_kind"] for s in draw.signatures
+                       if by_domain is None or s["verifier_kind"] in by_domain.get(s["domain"], ()))
+    n = len(draw.signatures)
+    return {"restricted": by_domain is not None,
+            "honourable_by_domain": {d: list(v) for d, v in (by_domain or {}).items()},
+            "requested": {v: requested[v] for v in VERIFIER_KINDS if requested[v]},
+            "asked": {v: asked[v] for v in VERIFIER_KINDS if asked[v]},
+            "redirected": dict(sorted(moved.items())),
+            "honoured_by_family": {v: honoured[v] for v in VERIFIER_KINDS if honoured[v]},
+            "honoured_share": round(sum(honoured.values()) / n, 6) if n and by_domain is not None else None}
 
 
 def write_stats(path: str | Path, stats: dict) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from termforge.generate.base import TaskFamily, TaskSpec, bash_script, complexity_level, pytest_module
 from termforge.generate.bundles import CONTAINERS, Container, inputs_section, oracle_step, setup_step
+from termforge.generate.honour import intrinsic_kind
 from termforge.generate.verifier_kinds import STRATEGIES, VerifierStrategy
 
 
@@ -50,9 +51,11 @@ def plan(sig: dict, fam: TaskFamily) -> Plan:
 
 
 def offered(sig: dict, fam: TaskFamily) -> dict[str, bool]:
-    """Shape axis -> whether the family's (composed) task honours the signature on it."""
+    """Shape axis -> whether the family's (composed) task honours the signature on it. A verifier
+    kind is honoured only by the family's own final test (intrinsic_kind): a strategy's program
+    beside the task grades the agent's extra program, not the family's deliverable."""
     p = plan(sig, fam)
-    return {"domain": sig.get("domain") in fam.domains, "verifier_kind": p.verifier_kind == sig.get("verifier_kind"),
+    return {"domain": sig.get("domain") in fam.domains, "verifier_kind": intrinsic_kind(sig, fam),
             "fixture_kind": p.fixture_kind == sig.get("fixture_kind")}
 
 

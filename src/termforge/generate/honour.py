@@ -19,6 +19,8 @@ AXES = ("domain", "skill_type", "skills", "anchor", "language", "command_complex
 SHAPE_AXES = ("domain", "verifier_kind", "fixture_kind")
 # Kinds whose tasks (termforge.generate.compose) make the agent run or write an HTTP service.
 SERVICE_KINDS = {"multi_service_compose", "multi_protocol"}
+# What grades a verifier kind the family's own final test does not: the agent's extra program.
+ADDED_PROGRAM = "a program added beside the task"
 
 
 def exercised_skills(sig: dict, fam: TaskFamily) -> list[str]:
@@ -58,9 +60,16 @@ def actual_axes(sig: dict, fam: TaskFamily, verifier_kind: str, fixture_kind: st
     }
 
 
-def honoured_axes(sig: dict, actual: dict) -> dict[str, bool]:
+def intrinsic_kind(sig: dict, fam: TaskFamily) -> bool:
+    """Whether the requested verifier kind grades the family's own deliverable (its own final test)."""
+    return sig.get("verifier_kind") in fam.verifier_kinds
+
+
+def honoured_axes(sig: dict, actual: dict, fam: TaskFamily | None = None) -> dict[str, bool]:
     """Axis -> whether the task has the requested value. skills: every requested skill is
-    exercised; anchor: none was requested, or the task involves the requested one."""
+    exercised; anchor: none was requested, or the task involves the requested one; verifier_kind
+    (given the family): the family's own final test is that kind, since a kind met only by a
+    strategy's program (generate.compose) grades that program, not what the family asked for."""
     out = {}
     for axis in AXES:
         want = sig.get(axis)
@@ -68,11 +77,23 @@ def honoured_axes(sig: dict, actual: dict) -> dict[str, bool]:
             out[axis] = set(want or []) <= set(actual["skills"])
         elif axis == "anchor":
             out[axis] = want is None or actual["anchor"] == want
+        elif axis == "verifier_kind" and fam is not None:
+            out[axis] = actual[axis] == want and intrinsic_kind(sig, fam)
         else:
             out[axis] = actual[axis] == want
     return out
 
 
 def mismatch_record(sig: dict, actual: dict, honoured: dict[str, bool]) -> list[dict]:
-    """One entry per axis not honoured: what was requested, what the task is."""
-    return [{"axis": a, "requested": sig.get(a), "actual": actual[a]} for a in AXES if not honoured[a]]
+    """One entry per axis not honoured: what was requested, what the task is. A verifier kind the
+    task has only through a program added beside it (generate.compose) is not honoured: the
+    entry says so, since requested and actual then read the same."""
+    out = []
+    for a in AXES:
+        if honoured[a]:
+            continue
+        entry = {"axis": a, "requested": sig.get(a), "actual": actual[a]}
+        if actual[a] == sig.get(a):
+            entry["graded_by"] = ADDED_PROGRAM
+        out.append(entry)
+    return out

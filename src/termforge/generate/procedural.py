@@ -111,7 +111,7 @@ def build_spec(sig: dict, families: list[TaskFamily] | None = None) -> tuple[Tas
 def task_json(sig: dict, built: BuiltTask, provenance: dict) -> dict:
     fam, spec = built.family, built.spec
     actual = actual_axes(sig, fam, spec.verifier_kind, spec.fixture_kind)
-    honoured = honoured_axes(sig, actual)
+    honoured = honoured_axes(sig, actual, fam)
     return {
         "id": sig["id"],
         "signature": sig,

@@ -48,3 +48,15 @@ def family_by_name(name: str) -> TaskFamily:
         if fam.name == name:
             return fam
     raise KeyError(name)
+
+
+def intrinsic_verifier_kinds_by_domain(families: list[TaskFamily] | None = None) -> dict[str, tuple[str, ...]]:
+    """Domain -> the verifier kinds some family there grades on its own deliverable (the kinds its
+    own final test is, TaskFamily.verifier_kinds). The signature sampler asks a domain only for
+    these (axes.sampler); a kind outside them would be met by a program added beside the task."""
+    out: dict[str, list[str]] = {}
+    for fam in default_families() if families is None else families:
+        for domain in fam.domains:
+            kinds = out.setdefault(domain, [])
+            kinds += [k for k in fam.verifier_kinds if k not in kinds]
+    return {d: tuple(k) for d, k in out.items()}
