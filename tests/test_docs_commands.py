@@ -28,7 +28,8 @@ SKIP_MARK = re.compile(r"^<!-- docs-test: skip: (.+?) -->$")
 # Python as a script, YAML as a config overlay (validated over config.yaml), JSON parsed.
 RUN_LANGS = ("", "bash", "sh", "shell", "console", "python", "yaml", "json")
 # Not code: diagrams and examples of text the reader writes.
-NOT_CODE = {"mermaid": "a diagram", "markdown": "an example of a document the reader writes"}
+NOT_CODE = {"mermaid": "a diagram", "markdown": "an example of a document the reader writes",
+            "text": "a plain-text map or table (the README's architecture map)"}
 
 
 @dataclass

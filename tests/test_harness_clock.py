@@ -26,7 +26,7 @@ class SlowShell:
     def run(self, command, timeout):
         self.timeouts.append(timeout)
         self.clock.now += 2.0
-        return SimpleNamespace(stdout="ok\n", exit_code=0, timed_out=False)
+        return SimpleNamespace(stdout="ok\n", exit_code=0, timed_out=False, limit_hit=None)
 
 
 def _episode(monkeypatch, task_clock):

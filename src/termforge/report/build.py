@@ -125,6 +125,7 @@ class _Builder:
         self.plots: dict[str, bytes] = {}
         self.sections: list[Section] = []
         self.facts: dict[str, Any] = {}
+        self.uplift: dict[str, Any] | None = None  # results/hints/uplift.json once loaded (load)
 
     # -- helpers -------------------------------------------------------------------------------
     def add_table(self, sec: Section, t: Table, html_id: str | None = None, collapsed: str | None = None) -> None:
