@@ -36,3 +36,34 @@ def existing(option: str, path: str | Path | None) -> Path | None:
     if not Path(path).exists():
         fail(f"{option}: {path} does not exist")
     return Path(path)
+
+
+def one_of(option: str, given: str | None, known: Iterable[str]) -> str | None:
+    """given, when it is one of `known` (None stays None)."""
+    known = list(known)
+    if given is not None and given not in known:
+        fail(f"{option}: unknown name {given!r} (known: {', '.join(known) or 'none'})")
+    return given
+
+
+def prefixes(option: str, given: str | None, known: Iterable[str]) -> tuple[str, ...]:
+    """The comma-separated prefixes given to `option`, each the start of one of `known` or a known
+    name followed by more (`kind@path`); () when none is given."""
+    known = list(known)
+    names = tuple(dict.fromkeys(n.strip() for n in (given or "").split(",") if n.strip()))
+    for name in names:
+        if not any(k.startswith(name) or name.startswith(k + "@") for k in known):
+            fail(f"{option}: {name!r} starts no known name (known: {', '.join(known)})")
+    return names
+
+
+def numbers(option: str, given: str | None, kind: type = float) -> list:
+    """The comma-separated numbers given to `option`, each parsed as `kind` ([] when none is given)."""
+    out = []
+    for part in (given or "").split(","):
+        if part.strip():
+            try:
+                out.append(kind(part.strip()))
+            except ValueError:
+                fail(f"{option}: {part.strip()!r} is not {'an integer' if kind is int else 'a number'}")
+    return out

@@ -41,15 +41,19 @@ def main() -> int:
     ap.add_argument("--families", default="", help="comma-separated family names (default: every family)")
     ap.add_argument("--attacks", default="", help="comma-separated attack names (default: every attack)")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--escapes", default="", help="build escapes to run (default: all)")
-    ap.add_argument("--builds-only", action="store_true", help="only the Dockerfile-build escapes")
-    ap.add_argument("--no-builds", action="store_true", help="no Dockerfile-build escapes")
+    ap.add_argument("--escapes", default="", help="comma-separated build escapes (default: every escape)")
+    builds = ap.add_mutually_exclusive_group()
+    builds.add_argument("--builds-only", action="store_true", help="only the Dockerfile-build escapes")
+    builds.add_argument("--no-builds", action="store_true", help="no Dockerfile-build escapes")
     ap.add_argument("--no-sandbox", action="store_true", help="skip the sandbox attacks after the matrix")
     args = ap.parse_args()
     from build_attacks import ESCAPES
 
+    # Every name checked before any work, whichever part runs.
+    families = chosen("--families", args.families, [f.name for f in all_families()])
+    attacks = chosen("--attacks", args.attacks, sorted(ATTACKS))
     escapes = chosen("--escapes", args.escapes, list(ESCAPES))
-    forged = 0 if args.builds_only else grade_attacks(args)
+    forged = 0 if args.builds_only else grade_attacks(families, attacks, args.seed, not args.no_sandbox)
     escaped = 0 if args.no_builds else build_escapes(escapes)
     return 1 if forged or escaped else 0
 
@@ -88,18 +92,17 @@ def build_escapes(names: list[str]) -> int:
     return escaped
 
 
-def grade_attacks(args) -> int:
-    """Every family x attack on the solve path's grading; the number of forged grades."""
-    names = chosen("--families", args.families, [f.name for f in all_families()])
+def grade_attacks(names: list[str], attacks: list[str], seed: int, sandbox: bool) -> int:
+    """Every family x attack on the solve path's grading, then (`sandbox`) the sandbox's own
+    attacks; the number of forged grades and broken sandbox attacks."""
     fams = [f for f in all_families() if f.name in names]
-    attacks = chosen("--attacks", args.attacks, sorted(ATTACKS))
     with tempfile.TemporaryDirectory(prefix="tf-bench-attacks-") as tmp:
         root = Path(tmp)
         rt = BwrapRuntime()
         rows, forged, t0, first_image = [], 0, time.monotonic(), None
         for i, fam in enumerate(fams):
             # Distinct indexes: families of one domain would otherwise share a task id.
-            sig = make_signature(args.seed * 100 + i, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
+            sig = make_signature(seed * 100 + i, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0])
             task = generate_task(sig, root / "tasks", families=[fam])
             built = rt.build(task, root / "images")
             if not built.ok:
@@ -118,7 +121,7 @@ def grade_attacks(args) -> int:
         print(f"\n{len(fams)} families x {len(attacks)} attacks in {time.monotonic() - t0:.0f}s; "
               f"forged grades: {forged} (H = the grader recorded evidence)")
         failed = 0
-        if not args.no_sandbox and first_image is not None:
+        if sandbox and first_image is not None:
             print()
             for name, path, held, detail in sandbox_attacks(rt, first_image, root):
                 failed += not held

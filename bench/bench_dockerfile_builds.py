@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_args import existing, one_of
+
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_ONCE = r"""
 import secrets, shutil, sys, time
@@ -48,7 +50,10 @@ def main() -> int:
     ap.add_argument("--task", default="log-error-summary", help="a task of benchmarks/tb-mini")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    task = ROOT / "benchmarks" / "tb-mini" / args.task
+    existing("--baseline-src", args.baseline_src)
+    tasks = ROOT / "benchmarks" / "tb-mini"
+    one_of("--task", args.task, sorted(p.name for p in tasks.iterdir() if (p / "environment" / "Dockerfile").is_file()))
+    task = tasks / args.task
     times: dict[str, list[float]] = {"baseline": [], "this tree": []}
     for _ in range(args.rounds):
         for name, src in (("baseline", args.baseline_src), ("this tree", str(ROOT / "src"))):

@@ -114,8 +114,11 @@ def main() -> None:
     args = ap.parse_args()
     existing("--corpus", args.corpus)
     existing("--disguises", args.disguises or None)
+    existing("--holdout", args.holdout or None)
     if args.only_holdout:
-        holdout_report(existing("--holdout", args.holdout), args.show_misses)
+        if not args.holdout:
+            ap.error("--only-holdout needs a --holdout folder")
+        holdout_report(Path(args.holdout), args.show_misses)
         return
     leaks, honest = load_corpus(args.corpus)
     with tempfile.TemporaryDirectory() as tmp:

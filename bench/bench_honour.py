@@ -39,6 +39,7 @@ from termforge.generate.procedural import build_task, write_task
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench_args import existing  # noqa: E402
 from bench_generate import overlay_signatures  # noqa: E402
 
 GRADING_PARTS = ("setup_sh", "test_initial", "test_final", "solve_sh", "truth", "fixtures", "test_data")
@@ -85,7 +86,7 @@ def behavioural(sig: dict, built, work: Path, runtime, limits) -> tuple[bool | N
     """(True: breaking the family's deliverable fails the kind's tests; False: they still pass;
     None: not measurable here, with why)."""
     from termforge.quality.solved import solve_in
-    from termforge.verifier import run_verifier
+    from termforge.grading.verifier import run_verifier
 
     outputs = family_outputs(sig, built)
     if not outputs:
@@ -129,6 +130,7 @@ def main() -> int:
     ap.add_argument("--unrestricted", action="store_true",
                     help="verifier kinds by the corpus weights alone, every domain asked for every kind (the old draw)")
     args = ap.parse_args()
+    existing("--config", ROOT / args.config)
     sigs = sample(args.config, args.n, args.unrestricted)
     rows: dict[str, Counter] = defaultdict(Counter)
     requested_vs_built: Counter = Counter()
@@ -152,7 +154,7 @@ def main() -> int:
             rows[fam]["anchor_declared"] += sig["anchor"] in built.family.anchors
     if args.behavioural:
         from termforge.runtime.base import Limits
-        from termforge.runtime.bwrap import BwrapRuntime
+        from termforge.images.runtimes import BwrapRuntime
 
         runtime, limits = BwrapRuntime(), Limits(wall_sec=120, cpu_sec=120, memory_mb=4096)
         pool = [t for fam in sorted(picked) for t in picked[fam]]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from bench_args import chosen  # noqa: E402
 from conftest import make_signature  # noqa: E402
 from termforge.generate.families import all_families  # noqa: E402
 from termforge.generate.procedural import generate_task  # noqa: E402
@@ -33,10 +34,11 @@ def _runs(report) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--families", default="")
+    ap.add_argument("--families", default="", help="comma-separated family names (default: every family)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    fams = [f for f in all_families() if not args.families or f.name in args.families.split(",")]
+    names = chosen("--families", args.families, [f.name for f in all_families()])
+    fams = [f for f in all_families() if f.name in names]
     rt, limits = BwrapRuntime(), Limits(wall_sec=60, cpu_sec=60, memory_mb=4096)
     totals = {"inputs": 0, "moved": 0, "ignored": 0, "unjudged": 0, "runs": 0, "base_runs": 0, "s": 0.0,
               "base_s": 0.0, "dropped": 0}

@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from bench_args import chosen  # noqa: E402
+from bench_args import chosen, prefixes  # noqa: E402
 from conftest import make_signature  # noqa: E402
 from termforge.generate.families import all_families  # noqa: E402
 from termforge.generate.procedural import generate_task  # noqa: E402
-from termforge.quality.mutation import EXCHANGE_KINDS, kill_rate, run_mutants  # noqa: E402
+from termforge.quality.mutation import EXCHANGE_KINDS, PROBE_ORDER, kill_rate, run_mutants  # noqa: E402
 from termforge.runtime.base import Limits  # noqa: E402
 from termforge.images.runtimes import BwrapRuntime  # noqa: E402
 
@@ -32,7 +32,8 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--names", default="", help="only mutants whose name starts with one of these (comma-separated)")
     args = ap.parse_args()
-    kinds = tuple(n for n in args.names.split(",") if n) or None
+    # Every mutant kind (termforge.quality.mutation): the probe's order holds all but the exchange ones.
+    kinds = prefixes("--names", args.names, dict.fromkeys(PROBE_ORDER + EXCHANGE_KINDS)) or None
     names = chosen("--families", args.families, [f.name for f in all_families()])
     fams = [f for f in all_families() if f.name in names]
     with tempfile.TemporaryDirectory(prefix="tf-bench-mutation-") as tmp:

@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_args import chosen
+
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {"spin": ({}, 0), "passive": ({"OMP_WAIT_POLICY": "PASSIVE"}, 0), "one": ({"OMP_WAIT_POLICY": "PASSIVE"}, 1)}
 
@@ -45,19 +47,22 @@ def step_seconds(args, env_extra: dict, threads: int, out: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--model", default="smollm2-135m-instruct",
+                        help="the model bench_terminal_step.py loads (an embedded name, a local model or a Hub id)")
     parser.add_argument("--burners", type=int, default=2)
     parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=8)
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--settings", default="spin,passive,one")
+    parser.add_argument("--settings", default="spin,passive,one",
+                        help=f"comma-separated thread settings ({', '.join(SETTINGS)})")
     parser.add_argument("--tiny", action="store_true", help="the step bench's tiny random model (cheap, but its "
                         "step is mostly Python overhead, so threads matter less than with a real model)")
     args = parser.parse_args()
+    settings = chosen("--settings", args.settings, SETTINGS)
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; burners: {args.burners}")
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-shared-node-") as tmp:
-        for name in args.settings.split(","):
+        for name in settings:
             env_extra, threads = SETTINGS[name]
             quiet = step_seconds(args, env_extra, threads, Path(tmp) / f"{name}-quiet.json")
             burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.burners)]

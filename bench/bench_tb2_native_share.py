@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench_args import existing, fail, one_of
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -60,6 +62,19 @@ def classify(path: str, registry: str | None, dataset: str | None, pull: bool) -
     return out
 
 
+def registry_datasets(registry: str) -> list[str]:
+    """The datasets a registry file lists, as --dataset may name them: NAME@VERSION, and NAME
+    alone where one version is listed."""
+    try:
+        rows = json.loads(Path(registry).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        fail(f"--registry: {registry} is unreadable ({exc})")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        fail(f"--registry: {registry} is not a JSON list of datasets")
+    versions = collections.Counter(r.get("name") for r in rows)
+    return [f"{r.get('name')}@{r.get('version')}" for r in rows] + [n for n, c in versions.items() if c == 1]
+
+
 def _run(src: Path, args, pull: bool) -> dict:
     argv = [sys.executable, __file__, args.path, "--worker"] + (["--pull"] if pull else [])
     if args.registry:
@@ -73,16 +88,22 @@ def _run(src: Path, args, pull: bool) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("path")
-    ap.add_argument("--registry")
-    ap.add_argument("--dataset")
+    ap.add_argument("path", help="a dataset folder, or with --registry the checkout of its task repository")
+    ap.add_argument("--registry", help="a Harbor registry.json")
+    ap.add_argument("--dataset", help="NAME@VERSION (or NAME, when one version is listed) of a --registry dataset")
     ap.add_argument("--baseline-src", help="src/ of the baseline checkout (e.g. main's)")
-    ap.add_argument("--json")
+    ap.add_argument("--json", help="also write the shares and reasons here")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--pull", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.registry and not args.dataset:
         ap.error("--registry needs --dataset NAME@VERSION")
+    if args.dataset and not args.registry:
+        ap.error("--dataset names a dataset of --registry, which is missing")
+    existing("path", args.path)
+    existing("--baseline-src", args.baseline_src)
+    if existing("--registry", args.registry):
+        one_of("--dataset", args.dataset, registry_datasets(args.registry))
     if args.worker:
         print(json.dumps(classify(args.path, args.registry, args.dataset, args.pull)))
         return 0

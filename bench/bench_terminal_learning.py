@@ -51,7 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from bench_args import chosen  # noqa: E402
+from bench_args import chosen, numbers  # noqa: E402
 from termforge.axes.vocab import TASK_COMPLEXITIES  # noqa: E402
 from termforge.io import atomic_write_json, read_json, seed_from  # noqa: E402
 from termforge.opsd.config import OPSDConfig  # noqa: E402
@@ -525,6 +525,10 @@ def main(argv: list[str] | None = None) -> int:
     # Names checked before any work (an unknown level would otherwise sample signatures forever).
     args.levels = tuple(chosen("--levels", args.levels, TASK_COMPLEXITIES))
     args.objectives = chosen("--objectives", args.objectives, OBJECTIVES)
+    numbers("--temperatures", args.temperatures)
+    numbers("--turn-caps", args.turn_caps, int)
+    numbers("--token-caps", args.token_caps, int)
+    numbers("--lrs", args.lrs)
     from termforge.cpu_budget import passive_openmp_env
 
     passive_openmp_env()  # before torch loads its OpenMP runtime

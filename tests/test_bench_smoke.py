@@ -20,8 +20,10 @@ BENCH = ROOT / "bench"
 
 # bench script -> its smallest run. make_hint_corpus.py is not a benchmark: it rewrites committed data.
 SMOKE = {
-    "bench_attacks.py": ["--families", "log_level_filter", "--attacks", "forged_proof_line"],
+    # (the grade matrix, the sandbox attacks and one build escape of the eight)
+    "bench_attacks.py": ["--families", "log_level_filter", "--attacks", "forged_proof_line", "--escapes", "proc1_root"],
     "bench_compose.py": ["--families", "log_level_filter", "--fixtures", "image"],
+    "bench_dockerfile_builds.py": ["--baseline-src", "src", "--rounds", "1"],
     "bench_decontam.py": ["--tasks", "200", "--refs", "5", "--plants", "1", "--repeat", "1", "--shard-size", "100"],
     "bench_generate.py": ["--tasks", "3", "--reps", "2"],
     "bench_harness.py": ["--tasks", "1", "--delay", "0.05", "--concurrency", "1,2"],
@@ -37,6 +39,8 @@ SMOKE = {
                            "--micro-batch", "2"],
     "bench_plan.py": ["--skip-baseline"],
     "bench_scale.py": ["--tasks", "4", "--shard-size", "2"],
+    "bench_shared_node.py": ["--tiny", "--settings", "one", "--burners", "1"],
+    "bench_tb2_native_share.py": ["tests/data/tb2_format", "--baseline-src", "src"],
     "bench_terminal_cpu.py": ["--tasks", "1", "--episodes", "1", "--batch", "1", "--max-new-tokens", "4",
                               "--turn-cap", "1"],
     "bench_terminal_learning.py": ["--quick", "--threads", "1"],
@@ -46,11 +50,16 @@ SMOKE = {
 }
 NEEDS_SANDBOX = {"bench_attacks.py", "bench_compose.py", "bench_generate.py", "bench_harness.py", "bench_honour.py",
                  "bench_images.py", "bench_input_sensitivity.py", "bench_mutation.py", "bench_scale.py",
-                 "bench_terminal_cpu.py", "bench_terminal_learning.py", "bench_validate.py"}
+                 "bench_terminal_cpu.py", "bench_terminal_learning.py", "bench_validate.py",
+                 "bench_dockerfile_builds.py"}
+# Benches that build a Dockerfile (buildah, the RUN step in bwrap).
+NEEDS_BUILDAH = {"bench_attacks.py", "bench_dockerfile_builds.py"}
+# Modules of bench/ the scripts import, not benchmarks of their own.
+HELPERS = {"bench_args.py"}
 
 
 def test_every_bench_script_has_a_smoke_run():
-    scripts = {p.name for p in BENCH.glob("bench_*.py")}
+    scripts = {p.name for p in BENCH.glob("bench_*.py")} - HELPERS
     assert scripts == set(SMOKE), f"give these a smoke run in SMOKE: {sorted(scripts ^ set(SMOKE))}"
 
 
@@ -61,7 +70,7 @@ DEDICATED = {"bench_terminal_learning.py": "tests/test_bench_learning.py"}
 # Smoke runs past ten seconds (a model, a corpus, an image build to set up) run in make test-all;
 # what they measure is tested in the gate by the tests of the code they drive.
 SLOW_SMOKE = {"bench_hint_gate.py", "bench_scale.py", "bench_images.py", "bench_opsd_step.py", "bench_terminal_step.py",
-              "bench_terminal_cpu.py", "bench_opsd_loss.py"}
+              "bench_terminal_cpu.py", "bench_opsd_loss.py", "bench_dockerfile_builds.py", "bench_shared_node.py"}
 
 
 @pytest.mark.slow
@@ -70,6 +79,8 @@ SLOW_SMOKE = {"bench_hint_gate.py", "bench_scale.py", "bench_images.py", "bench_
 def test_bench_runs_and_cleans_up(script, tmp_path):
     if script in NEEDS_SANDBOX and shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")
+    if script in NEEDS_BUILDAH and shutil.which("buildah") is None:
+        pytest.skip("buildah is not installed")
     # A fresh temporary directory the sandboxes' own user can reach, as /tmp is (pytest's are private).
     tmp = Path(tempfile.mkdtemp(prefix="bench-smoke-", dir="/tmp"))
     tmp.chmod(0o1777)

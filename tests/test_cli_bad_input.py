@@ -1301,6 +1301,29 @@ BENCH_BAD_NAMES = {
     "generate-signatures": ("bench_generate.py", ["--signatures", "nosuch.yaml"], "--signatures"),
     "hint-gate-corpus": ("bench_hint_gate.py", ["--corpus", "nosuch"], "--corpus"),
     "hint-gate-disguises": ("bench_hint_gate.py", ["--disguises", "nosuch"], "--disguises"),
+    "hint-gate-holdout": ("bench_hint_gate.py", ["--holdout", "nosuch"], "--holdout"),
+    "attacks-escapes": ("bench_attacks.py", ["--escapes", "proc1_root,nosuch"], "--escapes"),
+    "attacks-builds-only-families": ("bench_attacks.py", ["--builds-only", "--families", "nosuch"], "--families"),
+    "dockerfile-builds-baseline-src": ("bench_dockerfile_builds.py", ["--baseline-src", "nosuch"], "--baseline-src"),
+    "dockerfile-builds-task": ("bench_dockerfile_builds.py", ["--baseline-src", str(ROOT / "src"), "--task", "nosuch"],
+                               "--task"),
+    "honour-config": ("bench_honour.py", ["--config", "configs/nosuch.yaml"], "--config"),
+    "input-sensitivity-families": ("bench_input_sensitivity.py", ["--families", "log_level_filter,nosuch"],
+                                   "--families"),
+    "mutation-names": ("bench_mutation.py", ["--names", "values_swapped,nosuch"], "--names"),
+    "shared-node-settings": ("bench_shared_node.py", ["--settings", "spin,nosuch"], "--settings"),
+    "tb2-share-path": ("bench_tb2_native_share.py", ["nosuch"], "path"),
+    "tb2-share-baseline-src": ("bench_tb2_native_share.py", [str(ROOT / "benchmarks" / "tb-mini"), "--baseline-src",
+                                                             "nosuch"], "--baseline-src"),
+    "tb2-share-registry": ("bench_tb2_native_share.py", [str(ROOT / "benchmarks" / "tb-mini"), "--registry",
+                                                         "nosuch.json", "--dataset", "tb@2.0"], "--registry"),
+    # (registry.json: the one-dataset registry the test writes into the run's folder)
+    "tb2-share-dataset": ("bench_tb2_native_share.py", [str(ROOT / "benchmarks" / "tb-mini"), "--registry",
+                                                        "registry.json", "--dataset", "nosuch@2.0"], "--dataset"),
+    "terminal-learning-lrs": ("bench_terminal_learning.py", ["--lrs", "2e-3,nosuch"], "--lrs"),
+    "terminal-learning-temperatures": ("bench_terminal_learning.py", ["--temperatures", "nosuch"], "--temperatures"),
+    "terminal-learning-turn-caps": ("bench_terminal_learning.py", ["--turn-caps", "1,nosuch"], "--turn-caps"),
+    "terminal-learning-token-caps": ("bench_terminal_learning.py", ["--token-caps", "nosuch"], "--token-caps"),
 }
 # Bench options that name nothing to check: numbers, files the script writes, free text, internal.
 BENCH_FREE_OPTIONS = {
@@ -1309,10 +1332,11 @@ BENCH_FREE_OPTIONS = {
     "bench_hint_gate.py --probe": "a model spec (JSON)", "bench_hint_gate.py --split": "argparse choices",
     "bench_opsd_loss.py --worker": "internal (argparse choices)", "bench_opsd_loss.py --out": "internal: written",
     "bench_opsd_step.py --variant": "internal: one of --variants, checked there",
-    "bench_terminal_learning.py --out": "written", "bench_terminal_learning.py --temperatures": "numbers",
-    "bench_terminal_learning.py --turn-caps": "numbers", "bench_terminal_learning.py --token-caps": "numbers",
-    "bench_terminal_learning.py --select": "argparse choices",
+    "bench_terminal_learning.py --out": "written", "bench_terminal_learning.py --select": "argparse choices",
     "bench_terminal_step.py --model": "a Hub id or a local model (the loader names it)",
+    "bench_shared_node.py --model": "passed to bench_terminal_step.py --model (the loader names it)",
+    "bench_terminal_step.py --device": "a torch device (torch names it)", "bench_terminal_step.py --json": "written",
+    "bench_tb2_native_share.py --json": "written",
     "bench_validate.py --baseline": "a git revision (git names it)", "stress_suite.py --out": "written",
     "stress_suite.py pytest_args": "passed to pytest", "validate_at_commit.py sample": "internal (bench_validate)",
     "validate_at_commit.py --limits": "internal (bench_validate)",
@@ -1342,6 +1366,7 @@ def test_every_bench_name_option_is_checked():
 @pytest.mark.parametrize("case", sorted(BENCH_BAD_NAMES))
 def test_a_bench_script_refuses_an_unknown_name(case, tmp_path):
     script, args, option = BENCH_BAD_NAMES[case]
+    (tmp_path / "registry.json").write_text(json.dumps([{"name": "tb", "version": "2.0", "tasks": []}]))
     # (before the fix an unknown level sampled signatures forever: the timeout bounds that)
     res = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=tmp_path, capture_output=True,
                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
