@@ -297,3 +297,41 @@ def test_transformers_engine_reply_depends_on_its_own_seed_only(tiny_student):
         assert alone.logprobs == pytest.approx(together[i].logprobs, abs=1e-5)
     other_seed = engine.generate([prompts[1]], [16], seeds=[99])[0]
     assert other_seed.token_ids != together[1].token_ids
+
+
+@needs_bwrap
+def test_a_batch_larger_than_the_work_root_admits_runs_in_rounds_that_fit(tokenizer, corpus):
+    """Every episode of a round keeps its session open, and each session reserves its disk_mb on
+    the work root: four episodes on a root with room for two must run two at a time, not wait on
+    their own reservations (before: the batch of four waited, then was refused, as infra)."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs work root needs root")
+    import tempfile
+    from pathlib import Path
+
+    root, tasks = corpus
+    work = Path(tempfile.mkdtemp(prefix="tf-test-work-root-"))  # /tmp: the sandbox's uid can enter it
+    work.chmod(0o711)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200m,mode=0711", "tmpfs", str(work)], check=True)
+    try:
+        from termforge.runtime import workspace
+
+        limits = Limits(wall_sec=60, cpu_sec=60, memory_mb=4096, disk_mb=64)  # 72 MiB reserved each
+        assert workspace.room_for(work, workspace.session_bytes(limits.disk_mb)) == 2
+        old_wait, workspace.WAIT_SEC = workspace.WAIT_SEC, 2.0
+        try:
+            engine = ScriptedEngine(tokenizer, look_then_submit)
+            specs = [EpisodeSpec(t.name, r, "grpo") for t in tasks for r in range(2)]
+            episodes, stats = _run(engine, tokenizer, root, specs, runtime=BwrapRuntime(work_root=work),
+                                   limits=limits)
+        finally:
+            workspace.WAIT_SEC = old_wait
+        assert [e.status for e in episodes] == ["graded"] * 4 and stats["infra_failed"] == 0, episodes[0].infra_attempts
+        assert stats["infra_retries"] == 0  # no session was refused for want of space
+        assert max(engine.calls) == 2 and sum(engine.calls) == 8  # two rounds of two, two turns each
+    finally:
+        subprocess.run(["umount", "-l", str(work)], check=False)
+        os.rmdir(work)

@@ -31,6 +31,7 @@ that still fails is reported as infra_failed with reward None: it is never score
 
 from __future__ import annotations
 
+import tempfile
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +43,9 @@ from termforge.errors import TermforgeError
 from termforge.harness import EpisodeDriver, HarnessConfig
 from termforge.io import seed_from
 from termforge.opsd.rollout import _encode, _render, prompt_token_ids
+from termforge.runtime import workspace
 from termforge.runtime.base import Limits, task_image
+from termforge.runtime.bwrap import default_work_root
 
 __all__ = [
     "EpisodeSpec",
@@ -374,16 +377,31 @@ def run_terminal_episodes(engine: RolloutEngine, tokenizer: Any, specs: Sequence
                 break
             if attempt:
                 stats["infra_retries"] += len(pending)
-            failed = _run_round(engine, tokenizer, [episodes[i] for i in pending], attempt, pool, stats,
-                                tasks_dir=Path(tasks_dir), images_dir=Path(images_dir), runtime=runtime,
-                                harness=harness, limits=limits, seed=seed, max_new_tokens=max_new_tokens,
-                                max_episode_tokens=max_episode_tokens, thinking=thinking, expected=expected or {},
-                                opening=opening)
+            failed: set = set()
+            # Every episode of a round keeps its session open until the round ends (one batched
+            # generate per turn), and each session reserves its disk_mb on the work root: a round
+            # never holds more sessions than the root can admit, or it would wait on itself.
+            todo = list(pending)
+            while todo:
+                fit = _episodes_that_fit(runtime, limits)
+                chunk, todo = todo[:fit], todo[fit:]
+                failed |= _run_round(engine, tokenizer, [episodes[i] for i in chunk], attempt, pool, stats,
+                                     tasks_dir=Path(tasks_dir), images_dir=Path(images_dir), runtime=runtime,
+                                     harness=harness, limits=limits, seed=seed, max_new_tokens=max_new_tokens,
+                                     max_episode_tokens=max_episode_tokens, thinking=thinking,
+                                     expected=expected or {}, opening=opening)
             pending = [i for i in pending if episodes[i] in failed]
     for i in pending:
         episodes[i].status, episodes[i].reward = "infra_failed", None
     stats["infra_failed"] = len(pending)
     return episodes, stats
+
+
+def _episodes_that_fit(runtime: Any, limits: Limits) -> int:
+    """How many episodes' sessions the runtime's work root admits at once now (at least one: a
+    single session that does not fit waits for space, then is refused, as any session)."""
+    root = getattr(runtime, "work_root", None) or default_work_root() or Path(tempfile.gettempdir())
+    return max(1, workspace.room_for(root, workspace.session_bytes(limits.disk_mb)))
 
 
 def _infra(episode: TerminalEpisode, attempt: int, exc: BaseException) -> None:

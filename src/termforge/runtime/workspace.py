@@ -135,4 +135,14 @@ def reserve(root: str | os.PathLike, nbytes: int, what: str = "a session", wait:
         time.sleep(POLL_SEC)
 
 
-__all__ = ["Reservation", "reserve", "registry", "session_bytes", "WAIT_SEC"]
+def room_for(root: str | os.PathLike, nbytes: int) -> int:
+    """How many reservations of `nbytes` the work root `root` could admit now (free space less
+    what live sessions hold): what a caller that keeps many sessions open at once (a batch of
+    episodes) may start together without waiting on its own sessions."""
+    root = Path(root)
+    d = registry(root)
+    vfs = os.statvfs(root)
+    return max(0, (vfs.f_bavail * vfs.f_frsize - _reserved_by_others(d)) // max(1, nbytes))
+
+
+__all__ = ["Reservation", "reserve", "registry", "room_for", "session_bytes", "WAIT_SEC"]
