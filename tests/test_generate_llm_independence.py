@@ -16,6 +16,7 @@ from pathlib import Path
 
 from conftest import make_signature, needs_bwrap
 from fake_openai_server import FakeOpenAIServer
+from test_generate_llm_data import initial_reply  # the same two-input log task's initial test
 from termforge.generate import llm_prompts as P
 from termforge.generate.llm import generate_task_llm
 from termforge.io import read_json
@@ -101,14 +102,6 @@ def task_reply(root: str, repair: bool) -> str:
         "method_note": "Read both files, keep level ERROR, count per service, sort by name.",
     }
     return f"```json task\n{json.dumps(task, indent=1)}\n```\n\n```bash solve.sh\n{solve}```\n"
-
-
-def initial_reply(prompt: str) -> str:
-    fixtures = json.loads({b.name: b.body for b in P.fenced_blocks(prompt) if b.name}["fixtures"])
-    checks = "\n".join(f"    assert hashlib.sha256(open({f['install_to']!r}, 'rb').read()).hexdigest() == {f['sha256']!r}"
-                       for f in fixtures)
-    return (f"```python test_initial_state.py\nimport hashlib\nimport os\n\n\ndef test_inputs():\n{checks}\n\n\n"
-            "def test_no_output_yet():\n    assert not os.path.exists('/app/out/errors.txt')\n```")
 
 
 def final_reply(root: str, solve_sh: str, repair: bool) -> str:
