@@ -17,7 +17,7 @@ from conftest import gate_slice, make_signature, needs_bwrap
 from termforge.axes.sampler import corpus_axis_weights, sample_signatures
 from termforge.axes.taxonomy import load_taxonomy
 from termforge.generate.families import default_families, families_for, family_by_name
-from termforge.generate.families.calibration import KINDS, OneStepFileTask
+from termforge.generate.families.calibration.one_step_file_task import KINDS, OneStepFileTask
 from termforge.generate.procedural import build_task, generate_task
 from termforge.quality.validate import validate_task
 from termforge.runtime.base import Limits

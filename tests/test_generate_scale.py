@@ -15,7 +15,7 @@ from termforge.axes.sampler import sample_signatures
 from termforge.axes.taxonomy import load_taxonomy
 from termforge.errors import TermforgeError
 from termforge.export import harbor_task_toml, policy_row
-from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
+from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
 from termforge.generate.families import all_families, family_by_name, intrinsic_verifier_kinds_by_domain
 from termforge.generate.honour import AXES
 from termforge.generate.procedural import attempt_seeds, build_task, generate_task, task_json
@@ -58,11 +58,8 @@ def _tmax15k_slice() -> list[dict]:
 class _Flaky(TaskFamily):
     """Fails on every seed in `bad`, otherwise builds a trivial task."""
 
-    name = "flaky"
-    domains = ("debugging",)
-    verifier_kinds = ("exact_text",)
-    fixture_kinds = ("text_only",)
-    skills = ("find an off-by-one error at a boundary",)
+    axes = FamilyAxes(name="flaky", domains=("debugging",), verifier_kinds=("exact_text",), fixture_kinds=("text_only",),
+                      skills=("find an off-by-one error at a boundary",))
 
     def __init__(self, bad=(), name="flaky"):
         self.bad = set(bad)

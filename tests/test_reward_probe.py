@@ -85,7 +85,7 @@ def corpus(tmp_path_factory):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from termforge.generate.families.calibration import OneStepFileTask
+    from termforge.generate.families.calibration.one_step_file_task import OneStepFileTask
     from termforge.generate.procedural import generate_task
     from termforge.images.runtimes import BwrapRuntime
 

@@ -57,7 +57,7 @@ FAMILY_CASES = [(f.name, None) for f in all_families() if f.name != "one_step_fi
 
 
 def _calibration_task(tmp_path, kind, seed):
-    from termforge.generate.families.calibration import OneStepFileTask
+    from termforge.generate.families.calibration.one_step_file_task import OneStepFileTask
 
     fam = family_by_name("one_step_file_task")
     sig = make_signature(seed, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0],

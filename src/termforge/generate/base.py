@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable, ClassVar, Union
 
 from termforge.generate.public_view import PublicTaskView
@@ -79,46 +79,72 @@ class TaskSpec:
 TASK_COMPLEXITIES = ("short", "moderate", "complex", "intricate")
 
 
+@dataclass(frozen=True)
+class FamilyAxes:
+    """What a family's tasks really exercise, declared once per family (TaskFamily.axes). These
+    decide which signature axes a task honours (termforge.generate.honour) and what its instruction
+    may claim: skills and the anchor reach the instruction only when declared here."""
+
+    name: str
+    domains: tuple[str, ...]
+    verifier_kinds: tuple[str, ...]
+    fixture_kinds: tuple[str, ...]
+    summary: str = ""
+    skill_types: tuple[str, ...] = ()
+    """Skill types (of the family's domain in the taxonomy) whose skills the task practises."""
+    skills: tuple[str, ...] = ()
+    """Primitive skills, verbatim from the taxonomy, that solving the task really needs."""
+    languages: tuple[str, ...] = ("bash", "python")
+    """Languages a solution naturally uses (the first is the family's main one)."""
+    anchors: tuple[str, ...] = ()
+    """Real software (taxonomy anchors) the task is set around; none for most families."""
+    task_complexities: tuple[str, ...] = TASK_COMPLEXITIES
+    """Levels that change the task's difficulty (fixture size, rules, noise, planted defects)."""
+    command_complexities: tuple[str, ...] = ("bash_only", "bash_code")
+    """bash_only: a shell pipeline can solve it; bash_code: it needs a program; services: a daemon."""
+    episode_protocol: str = "explore"
+    """How an episode of the family's tasks goes, which a hint must fit: explore (look at the
+    inputs, act, check the result, over several turns) or one_command (the whole task is one
+    command in the first reply; the calibration family, trained with a two-turn cap)."""
+    opt_in: bool = False
+    """An opt-in family (the calibration family) builds tasks only for signatures of its corpus kind
+    (`calibration` in corpus.mix); the default mixes never draw it (families.families_for)."""
+    output_files: bool = True
+    """Whether the task's deliverables are files (output_paths); False when the final test inspects
+    the tree itself. A verifier strategy that serves the deliverables needs them."""
+
+
 class TaskFamily:
-    """A small generator of one kind of task. Subclasses set the class attributes and build().
+    """A small generator of one kind of task. A subclass declares `axes` (one FamilyAxes) and
+    build(); each axis is also readable as a class attribute (fam.name, fam.domains...), which is
+    how the sampler, honour and validation read them."""
 
-    The class attributes declare what the family's tasks really exercise; they decide which
-    signature axes a task honours (termforge.generate.honour) and what its instruction may claim:
-    skills and the anchor reach the instruction only when declared here.
-    """
-
+    axes: ClassVar[FamilyAxes]
     name: ClassVar[str]
     domains: ClassVar[tuple[str, ...]]
     verifier_kinds: ClassVar[tuple[str, ...]]
     fixture_kinds: ClassVar[tuple[str, ...]]
-    summary: ClassVar[str] = ""
-    skill_types: ClassVar[tuple[str, ...]] = ()
-    """Skill types (of the family's domain in the taxonomy) whose skills the task practises."""
-    skills: ClassVar[tuple[str, ...]] = ()
-    """Primitive skills, verbatim from the taxonomy, that solving the task really needs."""
-    languages: ClassVar[tuple[str, ...]] = ("bash", "python")
-    """Languages a solution naturally uses (the first is the family's main one)."""
-    anchors: ClassVar[tuple[str, ...]] = ()
-    """Real software (taxonomy anchors) the task is set around; none for most families."""
-    task_complexities: ClassVar[tuple[str, ...]] = TASK_COMPLEXITIES
-    """Levels that change the task's difficulty (fixture size, rules, noise, planted defects)."""
-    episode_protocol: ClassVar[str] = "explore"
-    """How an episode of the family's tasks goes, which a hint must fit: explore (look at the
-    inputs, act, check the result, over several turns) or one_command (the whole task is one
-    command in the first reply; the calibration family, trained with a two-turn cap)."""
-    command_complexities: ClassVar[tuple[str, ...]] = ("bash_only", "bash_code")
-    opt_in: ClassVar[bool] = False
-    """An opt-in family (the calibration family) builds tasks only for signatures of its corpus kind
-    (`calibration` in corpus.mix); the default mixes never draw it (families.families_for)."""
-    output_files: ClassVar[bool] = True
-    """Whether the task's deliverables are files (output_paths); False when the final test inspects
-    the tree itself. A verifier strategy that serves the deliverables needs them."""
-    """bash_only: a shell pipeline can solve it; bash_code: it needs a program; services: a daemon."""
+    summary: ClassVar[str]
+    skill_types: ClassVar[tuple[str, ...]]
+    skills: ClassVar[tuple[str, ...]]
+    languages: ClassVar[tuple[str, ...]]
+    anchors: ClassVar[tuple[str, ...]]
+    task_complexities: ClassVar[tuple[str, ...]]
+    command_complexities: ClassVar[tuple[str, ...]]
+    episode_protocol: ClassVar[str]
+    opt_in: ClassVar[bool]
+    output_files: ClassVar[bool]
 
     method: ClassVar[tuple[tuple[str, "MethodCondition"], ...]] = ()
     """The family's method note as (sentence, condition) steps: how to discover the answer, never
     the answer. A condition is None (always), a regex the instruction must match, or a predicate
     over the public view; nothing else about the task can reach the note."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "axes" in cls.__dict__:
+            for axis in fields(FamilyAxes):
+                setattr(cls, axis.name, getattr(cls.axes, axis.name))
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:  # pragma: no cover - interface
         raise NotImplementedError

@@ -352,7 +352,7 @@ int main(int argc, char **argv)
 
 @functools.lru_cache(maxsize=1)
 def export_stub() -> bytes:
-    from termforge.generate.families.security import compile_c
+    from termforge.generate.families.security.binary_passphrase_recovery import compile_c
 
     return compile_c(STUB_C, "bundle-export", "stripped_binary bundle")
 

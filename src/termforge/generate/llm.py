@@ -40,9 +40,9 @@ from tqdm import tqdm
 from termforge.errors import TermforgeError
 from termforge.generate import llm_prompts as P
 from termforge.generate.base import BASE_APT_PACKAGES, TaskSpec, bash_script, instruction_frame
-from termforge.generate.families.data_science import PALETTE, png_rgb
-from termforge.generate.families.scientific_computing import _spaced_values, _wav_bytes
-from termforge.generate.families.security import compile_c
+from termforge.generate.families.data_science.png_shape_census import PALETTE, png_rgb
+from termforge.generate.families.scientific_computing.tone_inventory import _spaced_values, _wav_bytes
+from termforge.generate.families.security.binary_passphrase_recovery import compile_c
 from termforge.generate.stage import check_kept_task_dirs, shard_signatures
 from termforge.generate.writer import task_files, write_task_dir
 from termforge.io import atomic_write_json, clean_stale_staging, read_json, seed_from, stable_hash

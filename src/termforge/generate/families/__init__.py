@@ -1,5 +1,7 @@
-"""The procedural task families, collected from one module per domain, plus the opt-in calibration
-family (calibration.py), which only the `calibration` corpus kind draws."""
+"""The procedural task families: one module per family, grouped by domain
+(<domain>/<family>.py, each ending `FAMILY = <its class>`), plus the opt-in calibration family
+(calibration/one_step_file_task.py), which only the `calibration` corpus kind draws. A family is
+drawn only once it is listed here; tests/test_families.py fails on a family module that is not."""
 
 from __future__ import annotations
 
@@ -7,28 +9,30 @@ import importlib
 
 from termforge.generate.base import TaskFamily
 
-DOMAIN_MODULES = (
-    "security", "software_engineering", "file_operations", "data_querying", "data_science",
-    "debugging", "scientific_computing", "data_processing", "system_administration",
+# The order is part of every draw: procedural.rank_families breaks ties by a seeded pick over this
+# list, so moving an entry changes which family builds some tasks. A new family goes at the end.
+FAMILY_MODULES = (
+    "security.binary_passphrase_recovery", "security.upload_path_guard", "security.ssh_bruteforce_logins",
+    "software_engineering.vendored_semver_fix", "software_engineering.legacy_awk_port",
+    "software_engineering.monorepo_release_plan",
+    "file_operations.log_level_filter", "file_operations.duplicate_file_pruner",
+    "data_querying.sqlite_shop_questions", "data_querying.csv_groupby_tool",
+    "data_science.heldout_regression", "data_science.png_shape_census", "data_science.classifier_report",
+    "debugging.python_edge_case_fix", "debugging.shell_script_fix",
+    "scientific_computing.tone_inventory", "scientific_computing.decay_half_life_fit",
+    "scientific_computing.calibrated_measurement_reduction",
+    "data_processing.regional_revenue_report", "data_processing.stream_transform_program",
+    "system_administration.account_audit", "system_administration.permission_policy",
 )
-OPT_IN_MODULES = ("calibration",)
+OPT_IN_MODULES = ("calibration.one_step_file_task",)
 CALIBRATION_KIND = "calibration"
 """The corpus kind whose signatures are built by the opt-in families, and only by them."""
 
 
 def all_families() -> list[TaskFamily]:
-    """Every registered family, in a fixed order (module order, then definition order); the
-    opt-in families come last. Validation and family tests cover all of them."""
-    families: list[TaskFamily] = []
-    for mod_name in DOMAIN_MODULES + OPT_IN_MODULES:
-        try:
-            mod = importlib.import_module(f"termforge.generate.families.{mod_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"termforge.generate.families.{mod_name}":
-                continue
-            raise
-        families.extend(cls() for cls in mod.FAMILIES)
-    return families
+    """Every registered family, in FAMILY_MODULES order; the opt-in families come last. Validation
+    and family tests cover all of them."""
+    return [importlib.import_module(f"{__name__}.{module}").FAMILY() for module in FAMILY_MODULES + OPT_IN_MODULES]
 
 
 def default_families() -> list[TaskFamily]:

@@ -24,8 +24,9 @@ from __future__ import annotations
 import random
 import shlex
 
-from termforge.generate.base import TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
-from termforge.generate.families.scientific_computing import py_source
+from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.families.sources import py_source
+
 
 KINDS = ("write_line", "append_line", "count_word", "rename_file", "fix_script")
 
@@ -120,7 +121,13 @@ class OneStepFileTask(TaskFamily):
     """One shell command's worth of file work, with a difficulty knob that spans what a 135M
     instruct model solves sometimes (module docstring)."""
 
-    name = "one_step_file_task"
+    axes = FamilyAxes(name="one_step_file_task", domains=("file_operations",), verifier_kinds=("exact_text",),
+                      fixture_kinds=("text_only",),
+                      summary="calibration (opt-in): one-step file tasks (write, append, count a word's lines, "
+                              "rename, fix a one-line script); the level sets how much of the command the "
+                              "instruction gives", skill_types=("bulk_transformation", "search_and_selection"),
+                      skills=(), languages=("bash",), command_complexities=("bash_only",),
+                      episode_protocol="one_command", opt_in=True)
     method = (
         (METHOD_NOTES["write_line"], '(?m)^# Write a line'),
         (METHOD_NOTES["append_line"], '(?m)^# Append a line'),
@@ -128,17 +135,6 @@ class OneStepFileTask(TaskFamily):
         (METHOD_NOTES["rename_file"], '(?m)^# Rename a file'),
         (METHOD_NOTES["fix_script"], '(?m)^# Fix '),
     )
-    opt_in = True
-    domains = ("file_operations",)
-    verifier_kinds = ("exact_text",)
-    fixture_kinds = ("text_only",)
-    summary = ("calibration (opt-in): one-step file tasks (write, append, count a word's lines, rename, fix a "
-               "one-line script); the level sets how much of the command the instruction gives")
-    skill_types = ("bulk_transformation", "search_and_selection")
-    skills = ()
-    languages = ("bash",)
-    command_complexities = ("bash_only",)
-    episode_protocol = "one_command"
 
     def __init__(self, kinds: tuple[str, ...] = KINDS):
         unknown = sorted(set(kinds) - set(KINDS))
@@ -346,4 +342,4 @@ class OneStepFileTask(TaskFamily):
             fixtures={f"{stem}.sh": script.encode()})
 
 
-FAMILIES = [OneStepFileTask]
+FAMILY = OneStepFileTask

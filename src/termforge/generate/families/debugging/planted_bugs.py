@@ -1,0 +1,111 @@
+"""Planted bugs, shared by the debugging families.
+
+Both are built from a program template with *bug sites*: each site has the correct code and one or
+more buggy variants. A task plants buggy variants at some sites (more with higher complexity); the
+oracle patches exactly those sites back; the tests exercise behaviour through subprocess only, on
+inputs that trigger every site's bug (whether planted or not, so the tests reveal nothing) plus
+random ones (Python) or fixed scenarios (shell)."""
+
+from __future__ import annotations
+
+import random
+import textwrap
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+from termforge.generate.base import bash_script
+
+
+@dataclass(frozen=True)
+class BugSite:
+    key: str
+    fixed: str
+    buggy: tuple[str, ...]
+    effect: str
+    """What goes wrong (private: truth and method note, never the instruction)."""
+    report: str
+    """How a user would describe the symptom (may be quoted in the instruction)."""
+
+
+def plant(template: str, sites: list[BugSite], planted: dict[str, str]) -> str:
+    """Render a template: planted sites get their chosen buggy code, the rest the fixed code.
+    Every buggy snippet must occur exactly once, or the oracle's patch would be ambiguous."""
+    out = template
+    for site in sites:
+        out = out.replace(f"@@{site.key}@@", planted.get(site.key, site.fixed))
+    if "@@" in out:
+        raise ValueError(f"unfilled bug site in template: {out[out.index('@@'):][:40]!r}")
+    for key, buggy in planted.items():
+        if out.count(buggy) != 1:
+            raise ValueError(f"buggy code for site {key!r} is not unique in the rendered program")
+    return out
+
+
+class PlantedProgram(NamedTuple):
+    program: dict
+    """What the program's builder returned: file, template, sites, spec, parameters P and the
+    family's own grading material."""
+    sites: list[BugSite]
+    planted: dict[str, str]
+    source: str
+    """The program as the task ships it, with the planted bugs in."""
+    path: str
+
+
+def draw_planted_program(rng: random.Random, programs: dict[str, Callable[[random.Random], dict]],
+                         level: int) -> PlantedProgram:
+    """Draw one program of a family's registry (name -> builder) and plant bugs at the level."""
+    program = programs[rng.choice(sorted(programs))](rng)
+    sites = program["sites"]
+    planted = choose_bugs(rng, sites, level)
+    return PlantedProgram(program, sites, planted, plant(program["template"], sites, planted), f"/app/{program['file']}")
+
+
+def reported_symptoms(rng: random.Random, sites: list[BugSite], planted: dict[str, str], level: int) -> tuple[str, str]:
+    """The users' reports the instruction quotes (a markdown quote block) and the line that says
+    more problems exist: easier tasks quote every planted bug's report, harder ones only one, and
+    the rest must be found."""
+    by_key = {s.key: s for s in sites}
+    reports = [by_key[k].report for k in sorted(planted)]
+    rng.shuffle(reports)
+    shown = reports if level <= 1 else reports[:1]
+    more = "" if level <= 1 else "There are more problems than the one reported."
+    return "\n".join(f"> {r}" for r in shown), more
+
+
+def choose_bugs(rng: random.Random, sites: list[BugSite], level: int) -> dict[str, str]:
+    n = min(len(sites), (1, 2, 3, len(sites))[level])
+    chosen = rng.sample(sites, n)
+    return {s.key: rng.choice(s.buggy) for s in sorted(chosen, key=lambda s: s.key)}
+
+
+def patch_oracle(path: str, planted: dict[str, str], sites: list[BugSite]) -> str:
+    fixed = {s.key: s.fixed for s in sites}
+    patches = [(planted[k], fixed[k]) for k in sorted(planted)]
+    return bash_script(f"""
+        python3 - <<'PY'
+        PATCHES = {patches!r}
+        with open("{path}", encoding="utf-8") as fh:
+            src = fh.read()
+        # Locate every faulty snippet in the original first, then splice: a fix never gets re-patched.
+        spots = []
+        for bad, good in PATCHES:
+            assert src.count(bad) == 1, bad
+            spots.append((src.index(bad), bad, good))
+        for start, bad, good in sorted(spots, reverse=True):
+            src = src[:start] + good + src[start + len(bad):]
+        with open("{path}", "w", encoding="utf-8") as fh:
+            fh.write(src)
+        PY
+    """)
+
+
+def planted_truth(planted: dict[str, str], sites: list[BugSite], given: dict) -> dict:
+    by_key = {s.key: s for s in sites}
+    return {"given": given,
+            "planted_bugs": {k: {"buggy": v, "fixed": by_key[k].fixed, "effect": by_key[k].effect}
+                             for k, v in sorted(planted.items())}}
+
+
+def dedent_program(text: str) -> str:
+    return textwrap.dedent(text).strip()

@@ -1,0 +1,198 @@
+"""A nonlinear least-squares fit of an exponential decay with background, from a messy CSV."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.families.sources import py_source, python_oracle
+
+
+class DecayHalfLife(TaskFamily):
+    """Fit N0 * 2^(-t/T) + B to noisy detector counts and report the half-life and background."""
+
+    axes = FamilyAxes(name="decay_half_life_fit", domains=("scientific_computing",),
+                      verifier_kinds=("metric_threshold",), fixture_kinds=("text_only",),
+                      summary="nonlinear least-squares fit of an exponential decay with background from a messy CSV",
+                      skill_types=("linear_algebra", "scientific_data_handling"),
+                      skills=("fit a model by least squares", "carry physical units through a calculation"),
+                      languages=("python",), anchors=("NumPy",), command_complexities=("bash_code",))
+    method = (
+        ('Clean the table first: skip notes and unreadable rows, drop repeated readings, and convert the time '
+         'column to seconds using the unit in its header. The model is linear in N0 and B once the decay '
+         'constant is fixed, so scan the decay constant over a wide logarithmic grid, solve the 2-parameter '
+         'linear least squares at each value (weighting by 1/sqrt(count) for counting noise), refine around '
+         'the best value, and convert the decay constant to a half-life with ln 2. Check the fit by looking at '
+         'the residuals.', None),
+    )
+
+    HALF_LIFE_REL_TOL = 0.03
+    BACKGROUND_ABS_TOL = 5.0
+    BACKGROUND_REL_TOL = 0.1
+
+    def build(self, sig: dict, rng: random.Random) -> TaskSpec:
+        lvl = complexity_level(sig)
+        half_life = round(rng.uniform(4.0, 90.0), 2)
+        n0 = rng.randint(2000, 9000)
+        background = rng.randint(30, 150)
+        n_points = (70, 100, 140, 200)[lvl]
+        span = half_life * rng.uniform(12.0, 16.0)
+        step = span / n_points
+        in_ms = lvl >= 2 and rng.random() < 0.5
+        time_col = "t_ms" if in_ms else "t_s"
+        counts_first = lvl == 3 and rng.random() < 0.5
+        header = ["counts", time_col] if counts_first else [time_col, "counts"]
+
+        rows: list[list[str]] = []
+        for i in range(n_points):
+            t = i * step
+            expected = n0 * 2 ** (-t / half_life) + background
+            count = max(0, round(expected + rng.gauss(0.0, math.sqrt(expected))))
+            t_text = f"{t * 1000:.0f}" if in_ms else f"{t:.3f}"
+            rows.append([str(count), t_text] if counts_first else [t_text, str(count)])
+        lines = [",".join(r) for r in rows]
+        if lvl >= 2:
+            # Re-sent readings, unreadable readings and operator notes, as a real logger leaves them.
+            for _ in range(n_points // 12):
+                lines.insert(rng.randrange(len(lines)), rng.choice(lines))
+            for _ in range(max(2, n_points // 25)):
+                t_text = f"{rng.uniform(0, span) * (1000 if in_ms else 1):.3f}"
+                bad = ["NA", t_text] if counts_first else [t_text, rng.choice(("NA", "", "overflow"))]
+                lines.insert(rng.randrange(len(lines)), ",".join(bad))
+            for note in ("# detector gain check", "# operator: shutter reopened"):
+                lines.insert(rng.randrange(len(lines)), note)
+            lines.insert(rng.randrange(len(lines)), "")
+        if lvl == 3:
+            rng.shuffle(lines)
+        csv_text = ",".join(header) + "\n" + "\n".join(lines) + "\n"
+
+        out = "/app/fit.json"
+        messy = ""
+        if lvl >= 2:
+            messy = ("The logger is not tidy: some readings were re-sent (identical rows: count them "
+                     "once), some are unreadable (skip any row whose count is not an integer), and "
+                     "lines starting with `#` are operator notes. The time column's name gives its "
+                     "unit (`t_s` is seconds, `t_ms` milliseconds).")
+        body = f"""
+            `/app/data/counts.csv` holds counts from a detector watching a decaying source. The
+            expected count at time t is N0 * 2^(-t / T) + B, where T is the half-life and B a
+            constant background; readings carry counting noise. The first line of the file names
+            the columns. {messy}
+
+            Estimate T (in seconds) and B. Grading is numeric: T must be within
+            {self.HALF_LIFE_REL_TOL:.0%} (relative) of the source's true half-life, and B within
+            max({self.BACKGROUND_ABS_TOL:g}, {self.BACKGROUND_REL_TOL:.0%} of B) counts of the true
+            background.
+            """
+        instruction = instruction_frame(
+            sig, "Half-life of a decaying source", body,
+            [f'`{out}`: a JSON object `{{"half_life_s": <number>, "background": <number>}}`.'],
+        )
+        test_initial = py_source("""
+            import os
+
+            __CONSTANTS__
+
+            def test_data_present():
+                with open("/app/data/counts.csv") as fh:
+                    header = fh.readline().strip().split(",")
+                assert sorted(header) == sorted(["counts", TIME_COL])
+
+            def test_no_answer_yet():
+                assert not os.path.exists(OUT)
+            """, TIME_COL=time_col, OUT=out)
+        test_final = py_source("""
+            import json
+            import math
+
+            __CONSTANTS__
+
+            def _answer():
+                with open(OUT) as fh:
+                    answer = json.load(fh)
+                values = {k: float(answer[k]) for k in ("half_life_s", "background")}
+                assert all(math.isfinite(v) for v in values.values())
+                return values
+
+            def test_half_life_within_tolerance():
+                rel_error = abs(_answer()["half_life_s"] - HALF_LIFE) / HALF_LIFE
+                print(f"half-life relative error: {rel_error:.4f} (threshold {HALF_LIFE_REL_TOL})")
+                assert rel_error <= HALF_LIFE_REL_TOL
+
+            def test_background_within_tolerance():
+                abs_error = abs(_answer()["background"] - BACKGROUND)
+                limit = max(BACKGROUND_ABS_TOL, BACKGROUND_REL_TOL * BACKGROUND)
+                print(f"background absolute error: {abs_error:.3f} (threshold {limit})")
+                assert abs_error <= limit
+            """, OUT=out, HALF_LIFE=half_life, BACKGROUND=background, HALF_LIFE_REL_TOL=self.HALF_LIFE_REL_TOL,
+                         BACKGROUND_ABS_TOL=self.BACKGROUND_ABS_TOL, BACKGROUND_REL_TOL=self.BACKGROUND_REL_TOL)
+        solve = python_oracle(py_source("""
+            import json
+
+            import numpy as np
+
+            with open("/app/data/counts.csv") as fh:
+                header = fh.readline().strip().split(",")
+                body = fh.read().splitlines()
+            time_col = "t_ms" if "t_ms" in header else "t_s"
+            ti, ci = header.index(time_col), header.index("counts")
+            seen = set()
+            for line in body:
+                if not line.strip() or line.startswith("#") or line in seen:
+                    continue
+                fields = line.split(",")
+                try:
+                    float(fields[ti]), int(fields[ci])
+                except (ValueError, IndexError):
+                    continue
+                seen.add(line)
+            pairs = sorted((float(f.split(",")[ti]), int(f.split(",")[ci])) for f in seen)
+            t = np.array([p[0] for p in pairs]) / (1000.0 if time_col == "t_ms" else 1.0)
+            y = np.array([p[1] for p in pairs], dtype=float)
+            weights = 1.0 / np.sqrt(np.maximum(y, 1.0))
+
+            def residual(tau):
+                # For a fixed decay constant the model is linear in (N0, B): solve that exactly.
+                design = np.column_stack([np.exp(-t / tau), np.ones_like(t)]) * weights[:, None]
+                coef, *_ = np.linalg.lstsq(design, y * weights, rcond=None)
+                return float(np.sum((design @ coef - y * weights) ** 2)), coef
+
+            span = t.max() - t.min()
+            grid = np.geomspace(span / 500, span * 5, 600)
+            k = int(np.argmin([residual(tau)[0] for tau in grid]))
+            lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
+            golden = (np.sqrt(5) - 1) / 2
+            for _ in range(80):
+                a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
+                if residual(a)[0] < residual(b)[0]:
+                    hi = b
+                else:
+                    lo = a
+            tau = (lo + hi) / 2
+            _, (amplitude, background) = residual(tau)
+            with open("/app/fit.json", "w") as fh:
+                json.dump({"half_life_s": tau * np.log(2), "background": background}, fh)
+            """))
+        return TaskSpec(
+            instruction=instruction,
+            setup_sh=bash_script("mkdir -p /app/data && cp /tmp/env/fixtures/counts.csv /app/data/counts.csv"),
+            test_initial=test_initial,
+            test_final=test_final,
+            solve_sh=solve,
+            truth={
+                "given": {"half_life_rel_tol": self.HALF_LIFE_REL_TOL, "background_abs_tol": self.BACKGROUND_ABS_TOL,
+                          "background_rel_tol": self.BACKGROUND_REL_TOL, "time_column": time_col},
+                "half_life_s": half_life,
+                "background": background,
+                "n0": n0,
+            },
+            verifier_kind="metric_threshold",
+            fixture_kind="text_only",
+            fixtures={"counts.csv": csv_text.encode()},
+            output_paths=[out],
+            apt_packages=("python3-numpy",),
+        )
+
+
+FAMILY = DecayHalfLife

@@ -1,0 +1,199 @@
+"""The significant sine tones of a noisy WAV recording, found by spectral analysis."""
+
+from __future__ import annotations
+
+import io
+import math
+import random
+import struct
+import wave
+
+from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.families.sources import py_source, python_oracle
+
+
+def _wav_bytes(samples: list[int], rate: int) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(struct.pack(f"<{len(samples)}h", *samples))
+    return buf.getvalue()
+
+
+def _spaced_values(rng: random.Random, count: int, low: float, high: float, min_gap: float,
+                   avoid: list[float] = ()) -> list[float]:
+    """`count` values in [low, high], two decimals, all at least min_gap from each other and from `avoid`."""
+    chosen: list[float] = []
+    while len(chosen) < count:
+        v = round(rng.uniform(low, high), 2)
+        if all(abs(v - c) >= min_gap for c in [*chosen, *avoid]):
+            chosen.append(v)
+    return chosen
+
+
+class ToneInventory(TaskFamily):
+    """Find the frequencies of the steady tones buried in a noisy mono WAV recording."""
+
+    axes = FamilyAxes(name="tone_inventory", domains=("scientific_computing",), verifier_kinds=("metric_threshold",),
+                      fixture_kinds=("audio",),
+                      summary="estimate the frequencies of the significant sine tones in a noisy WAV file (FFT peak "
+                              "picking)", skill_types=("signal_processing",),
+                      skills=("compute a spectrum with a proper window", "detect peaks in a noisy signal"),
+                      languages=("python",), anchors=("NumPy",), command_complexities=("bash_code",))
+    method = (
+        ('Read the PCM samples, remove the mean (DC), apply a window (Hann) and take a zero-padded real FFT. '
+         "Pick spectral peaks inside the stated band, strongest first, suppressing each peak's main lobe "
+         'before looking for the next, and stop when a peak falls below the stated fraction of the strongest. '
+         "Refine each peak's frequency by interpolating between neighbouring bins (e.g. a parabola through log "
+         'magnitudes).', None),
+    )
+
+    BAND = (100.0, 3500.0)
+    RELATIVE_THRESHOLD = 0.1
+    TOLERANCE_HZ = 1.0
+
+    def build(self, sig: dict, rng: random.Random) -> TaskSpec:
+        lvl = complexity_level(sig)
+        rate = rng.choice((8000, 11025, 16000))
+        duration = round(rng.uniform(1.5, 2.5), 2)
+        n = int(rate * duration)
+        n_tones = (rng.randint(1, 2), rng.randint(2, 3), rng.randint(3, 4), rng.randint(4, 5))[lvl]
+        min_gap = 30.0 if lvl == 3 else 60.0
+        tones = _spaced_values(rng, n_tones, 150.0, 3300.0, min_gap)
+        # Relative amplitudes stay far from the 10% cut (>= 0.25 or a decoy <= 0.035), so a sound
+        # method never sits on the edge of the rule.
+        rel_amps = [1.0] + [round(rng.uniform(0.25, 1.0), 3) for _ in tones[1:]]
+        rng.shuffle(rel_amps)
+        decoys = _spaced_values(rng, 1, 150.0, 3300.0, 80.0, tones) if lvl >= 2 else []
+        decoy_amps = [round(rng.uniform(0.02, 0.035), 3) for _ in decoys]
+        noise_rel = (0.05, 0.1, 0.2, 0.3)[lvl]
+        dc_rel = round(rng.uniform(0.3, 0.6), 3) if lvl == 3 else 0.0
+        headroom = sum(rel_amps) + sum(decoy_amps) + 4 * noise_rel + dc_rel
+        scale = 0.9 * 32767 / headroom
+        components = [(f, a, rng.uniform(0, 2 * math.pi)) for f, a in zip([*tones, *decoys], [*rel_amps, *decoy_amps])]
+        samples = []
+        for i in range(n):
+            t = i / rate
+            v = dc_rel + sum(a * math.sin(2 * math.pi * f * t + ph) for f, a, ph in components)
+            v += rng.gauss(0.0, noise_rel)
+            samples.append(max(-32768, min(32767, round(v * scale))))
+        wav = _wav_bytes(samples, rate)
+
+        out = "/app/tones.txt"
+        low, high = self.BAND
+        body = f"""
+            The lab's test rig recorded `/app/recording.wav` (mono, 16-bit PCM). It contains a few
+            steady sine tones, all between {low:.0f} Hz and {high:.0f} Hz and lasting the whole
+            recording, on top of broadband noise{" and a constant DC offset" if dc_rel else ""}.
+            I need the frequency of every tone whose amplitude is at least
+            {self.RELATIVE_THRESHOLD:.0%} of the strongest tone's amplitude; fainter tones (if any)
+            must not be listed.
+
+            Grading is numeric: your list must have exactly as many entries as there are such tones,
+            and after sorting, the largest difference between a reported and a true frequency must
+            be at most {self.TOLERANCE_HZ} Hz.
+            """
+        instruction = instruction_frame(
+            sig, "Identify the tones in a test recording", body,
+            [f"`{out}`: one frequency in Hz per line (a decimal number, e.g. `1234.5`), ascending, "
+             "nothing else."],
+        )
+        test_initial = py_source("""
+            import os
+            import wave
+
+            __CONSTANTS__
+
+            def test_recording_present():
+                with wave.open("/app/recording.wav") as w:
+                    assert w.getnchannels() == 1
+                    assert w.getsampwidth() == 2
+                    assert w.getframerate() == RATE
+                    assert w.getnframes() == FRAMES
+
+            def test_no_answer_yet():
+                assert not os.path.exists(OUT)
+            """, RATE=rate, FRAMES=n, OUT=out)
+        test_final = py_source("""
+            __CONSTANTS__
+
+            def _reported():
+                import math
+
+                with open(OUT) as fh:
+                    values = [float(line) for line in fh if line.strip()]
+                # nan compares false with everything: it would slip through the tolerance check.
+                assert all(math.isfinite(v) for v in values), "non-finite frequency reported"
+                assert values == sorted(values), "frequencies are not in ascending order"
+                return values
+
+            def test_tone_count():
+                got = _reported()
+                assert len(got) == len(EXPECTED_HZ), f"reported {len(got)} tones, expected {len(EXPECTED_HZ)}"
+
+            def test_max_frequency_error_within_tolerance():
+                got = _reported()
+                assert len(got) == len(EXPECTED_HZ)
+                max_error = max(abs(g - e) for g, e in zip(got, EXPECTED_HZ))
+                print(f"max frequency error: {max_error:.4f} Hz (threshold {TOLERANCE_HZ} Hz)")
+                assert max_error <= TOLERANCE_HZ
+            """, OUT=out, EXPECTED_HZ=sorted(tones), TOLERANCE_HZ=self.TOLERANCE_HZ)
+        solve = python_oracle(py_source("""
+            import wave
+
+            import numpy as np
+
+            __CONSTANTS__
+
+            with wave.open("/app/recording.wav") as w:
+                rate, channels = w.getframerate(), w.getnchannels()
+                raw = w.readframes(w.getnframes())
+            x = np.frombuffer(raw, dtype="<i2").astype(float).reshape(-1, channels).mean(axis=1)
+            x -= x.mean()
+            # Zero padding gives a fine frequency grid; the Hann window keeps leakage below the cut.
+            pad = 8
+            spectrum = np.abs(np.fft.rfft(x * np.hanning(len(x)), n=pad * len(x)))
+            freqs = np.fft.rfftfreq(pad * len(x), 1.0 / rate)
+            spectrum[(freqs < LOW - 20) | (freqs > HIGH + 20)] = 0.0
+            strongest = spectrum.max()
+            remaining = spectrum.copy()
+            lobe = 3 * pad
+            found = []
+            while True:
+                k = int(remaining.argmax())
+                if remaining[k] < CUT * strongest:
+                    break
+                a, b, c = np.log(spectrum[k - 1:k + 2])
+                offset = 0.5 * (a - c) / (a - 2 * b + c)
+                found.append((k + offset) * rate / (pad * len(x)))
+                remaining[max(0, k - lobe):k + lobe + 1] = 0.0
+            with open("/app/tones.txt", "w") as fh:
+                fh.writelines(f"{f:.2f}\\n" for f in sorted(found))
+            """, LOW=low, HIGH=high, CUT=self.RELATIVE_THRESHOLD))
+        return TaskSpec(
+            instruction=instruction,
+            setup_sh=bash_script("cp /tmp/env/fixtures/recording.wav /app/recording.wav"),
+            test_initial=test_initial,
+            test_final=test_final,
+            solve_sh=solve,
+            truth={
+                "given": {"band_hz": [low, high], "relative_threshold": self.RELATIVE_THRESHOLD,
+                          "tolerance_hz": self.TOLERANCE_HZ},
+                "tones_hz": sorted(tones),
+                "relative_amplitudes": [a for _, a in sorted(zip(tones, rel_amps))],
+                "decoy_tones_hz": decoys,
+                "sample_rate": rate,
+                "noise_relative_std": noise_rel,
+                "dc_offset_relative": dc_rel,
+            },
+            verifier_kind="metric_threshold",
+            fixture_kind="audio",
+            fixtures={"recording.wav": wav},
+            output_paths=[out],
+            apt_packages=("python3-numpy",),
+        )
+
+
+FAMILY = ToneInventory

@@ -1,0 +1,144 @@
+"""The family package's layout: one module per family, each declaring its axes once and listed in
+the registry, and the sandbox programs each family ships as package files (loaded by name,
+installed with the package, and valid programs once a family fills them)."""
+
+import ast
+import glob
+import importlib
+import inspect
+import pkgutil
+import random
+import re
+import shutil
+import string
+import subprocess
+import textwrap
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+import termforge.generate.families as families_pkg
+from termforge.generate.base import FamilyAxes, TaskFamily
+from termforge.generate.families import FAMILY_MODULES, OPT_IN_MODULES, all_families
+from termforge.generate.families.debugging.planted_bugs import plant
+from termforge.generate.families.debugging.python_edge_case_fix import PYTHON_PROGRAMS
+from termforge.generate.families.debugging.shell_script_fix import SHELL_SCRIPTS
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE_ROOT = REPO / "src" / "termforge"
+FAMILIES_DIR = Path(families_pkg.__file__).parent
+TEMPLATE_FILES = sorted(FAMILIES_DIR.glob("*/templates/*/*"))
+LOAD_CALL = re.compile(r'family_template\(__name__, "([^"]+)"\)')
+
+
+def _family_classes(module) -> list[type]:
+    return list(dict.fromkeys(obj for _, obj in inspect.getmembers(module, inspect.isclass)
+                              if issubclass(obj, TaskFamily) and obj.__module__ == module.__name__))
+
+
+def _all_family_modules() -> dict[str, object]:
+    """Every module under the families package that defines a TaskFamily subclass."""
+    found = {}
+    for info in pkgutil.walk_packages(families_pkg.__path__, prefix=f"{families_pkg.__name__}."):
+        module = importlib.import_module(info.name)
+        if _family_classes(module):
+            found[info.name.removeprefix(f"{families_pkg.__name__}.")] = module
+    return found
+
+
+def test_every_family_module_is_registered_and_holds_one_family():
+    registered = FAMILY_MODULES + OPT_IN_MODULES
+    assert len(set(registered)) == len(registered)
+    found = _all_family_modules()
+    assert sorted(found) == sorted(registered), "a family module is missing from families.FAMILY_MODULES"
+    for name, module in found.items():
+        assert _family_classes(module) == [module.FAMILY], f"{name}: one family per module, exported as FAMILY"
+        assert name.rsplit(".", 1)[1] == module.FAMILY.name, f"{name}: the module is named after its family"
+    assert [type(f) for f in all_families()] == [found[m].FAMILY for m in registered]
+
+
+@pytest.mark.parametrize("module_name", FAMILY_MODULES + OPT_IN_MODULES)
+def test_each_family_declares_its_axes_once(module_name):
+    module = importlib.import_module(f"{families_pkg.__name__}.{module_name}")
+    tree = ast.parse(Path(module.__file__).read_text())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "FamilyAxes"]
+    assert len(calls) == 1, f"{module_name}: declare the axes in one FamilyAxes(...)"
+    cls_node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == module.FAMILY.__name__)
+    assigned = {t.id for s in cls_node.body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
+    axis_names = {f.name for f in fields(FamilyAxes)}
+    assert assigned & axis_names == set(), f"{module_name}: an axis set beside FamilyAxes: {assigned & axis_names}"
+    assert "axes" in assigned and isinstance(module.FAMILY.axes, FamilyAxes)
+    for axis in axis_names:
+        assert getattr(module.FAMILY, axis) == getattr(module.FAMILY.axes, axis), axis
+
+
+def _template_loads() -> dict[Path, list[str]]:
+    """Family module file -> the template names its source loads."""
+    return {Path(importlib.import_module(f"{families_pkg.__name__}.{m}").__file__):
+            LOAD_CALL.findall(Path(importlib.import_module(f"{families_pkg.__name__}.{m}").__file__).read_text())
+            for m in FAMILY_MODULES + OPT_IN_MODULES}
+
+
+def test_every_template_is_loaded_by_its_family_and_every_load_exists():
+    loaded = set()
+    for module_file, names in _template_loads().items():
+        folder = module_file.parent / "templates" / module_file.stem
+        for name in names:
+            assert (folder / name).is_file(), f"{module_file.name} loads {name}, which is not in {folder}"
+            loaded.add(folder / name)
+    assert TEMPLATE_FILES, "the families ship their sandbox programs as files"
+    assert set(TEMPLATE_FILES) == loaded, f"template files no family loads: {sorted(set(TEMPLATE_FILES) - loaded)}"
+
+
+def test_the_build_installs_every_template():
+    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["termforge"]
+    shipped = {PACKAGE_ROOT / p for g in globs for p in glob.glob(g, root_dir=PACKAGE_ROOT, recursive=True)}
+    assert set(TEMPLATE_FILES) <= shipped, f"not in package-data: {sorted(set(TEMPLATE_FILES) - shipped)}"
+
+
+class _Filled(dict):
+    """Any format field filled with a name (a package name, a repr'd value: both parse)."""
+
+    def __missing__(self, key):
+        return "filled"
+
+
+@pytest.mark.parametrize("path", [p for p in TEMPLATE_FILES if p.name.endswith(".py.txt") and "@@" not in p.read_text()],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_python_templates_are_python(path):
+    """A Python template parses as it is (after py_source's dedent: `__CONSTANTS__` and `__SPEC__`
+    are names), or, when the family fills it with str.format, once every field is filled."""
+    text = textwrap.dedent(path.read_text())
+    try:
+        ast.parse(text)
+    except SyntaxError:
+        assert any(field for _, field, _, _ in string.Formatter().parse(text)), f"{path.name} does not parse"
+        ast.parse(text.format_map(_Filled()))
+
+
+def _rendered(builder, seed: int) -> list[tuple[str, str]]:
+    """The program a builder makes, with every site fixed and then with each buggy variant alone."""
+    prog = builder(random.Random(seed))
+    out = [("fixed", plant(prog["template"], prog["sites"], {}))]
+    for site in prog["sites"]:
+        out += [(f"{site.key}:{i}", plant(prog["template"], prog["sites"], {site.key: bad}))
+                for i, bad in enumerate(site.buggy)]
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(PYTHON_PROGRAMS))
+def test_python_bug_templates_render_to_programs(name):
+    for seed in range(4):
+        for variant, source in _rendered(PYTHON_PROGRAMS[name], seed):
+            compile(source, f"{name}[{variant}]", "exec")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("name", sorted(SHELL_SCRIPTS))
+def test_shell_bug_templates_render_to_scripts(name):
+    for seed in range(4):
+        for variant, source in _rendered(SHELL_SCRIPTS[name], seed):
+            res = subprocess.run(["bash", "-n"], input=source, capture_output=True, text=True)
+            assert res.returncode == 0, f"{name}[{variant}]: {res.stderr}"
