@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.families.package_files import family_template
 from termforge.generate.families.sources import csv_inputs_initial_test, csv_text, py_source, python_oracle
 
 
@@ -17,6 +18,10 @@ STATUSES = ("paid", "pending", "cancelled", "failed")
 
 def _money(cents: int) -> str:
     return f"{cents // 100}.{cents % 100:02d}"
+
+
+FINAL_TEST_SOURCE = family_template(__name__, "test_final_state.py.txt")
+ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 class RegionalRevenue(TaskFamily):
@@ -145,55 +150,8 @@ class RegionalRevenue(TaskFamily):
                                         [f"`{out}`: the report described above, with `\\n` line endings."])
         test_initial = csv_inputs_initial_test({"customers.csv": len(customers), "orders.csv": len(order_rows),
                                                 **({"refunds.csv": len(refunds)} if lvl == 3 else {})}, out)
-        test_final = py_source("""
-            __CONSTANTS__
-
-            def test_report_matches():
-                with open(OUT, newline="") as fh:
-                    got = fh.read().split("\\n")
-                # Trailing blank lines are not rows (the instruction allows them); blank lines inside are.
-                while got and got[-1] == "":
-                    got.pop()
-                assert got[:1] == EXPECTED[:1], "header line differs"
-                assert got == EXPECTED
-            """, OUT=out, EXPECTED=expected)
-        solve = python_oracle(py_source("""
-            import csv
-            import os
-            from decimal import Decimal
-
-            def rows(name):
-                path = f"/app/data/{name}"
-                if not os.path.exists(path):
-                    return []
-                with open(path, newline="") as fh:
-                    return list(csv.DictReader(fh))
-
-            def cents(text):
-                return int(Decimal(text.strip().lstrip("$").replace(",", "")) * 100)
-
-            region_of = {r["customer_id"].strip(): r["region"].strip().lower() for r in rows("customers.csv")}
-            latest = {}
-            for r in rows("orders.csv"):
-                oid = r["order_id"].strip()
-                stamp = r.get("updated_at") or ""
-                if oid not in latest or stamp > latest[oid][0]:
-                    latest[oid] = (stamp, r)
-            refunded = {}
-            for r in rows("refunds.csv"):
-                refunded[r["order_id"].strip()] = refunded.get(r["order_id"].strip(), 0) + cents(r["amount"])
-            totals = {}
-            for oid, (_, r) in latest.items():
-                if r["status"].strip().lower() != "paid":
-                    continue
-                region = region_of.get(r["customer_id"].strip(), "unknown")
-                count, total = totals.get(region, (0, 0))
-                totals[region] = (count + 1, total + cents(r["amount"]) - refunded.get(oid, 0))
-            with open("/app/report.csv", "w") as fh:
-                fh.write("region,paid_orders,revenue\\n")
-                for region, (count, total) in sorted(totals.items(), key=lambda kv: (-kv[1][1], kv[0])):
-                    fh.write(f"{region},{count},{total // 100}.{total % 100:02d}\\n")
-            """))
+        test_final = py_source(FINAL_TEST_SOURCE, OUT=out, EXPECTED=expected)
+        solve = python_oracle(py_source(ORACLE_SOURCE))
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("mkdir -p /app/data && cp /tmp/env/fixtures/*.csv /app/data/"),

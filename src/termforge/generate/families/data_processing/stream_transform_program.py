@@ -22,6 +22,9 @@ STREAM_ORACLES = {variant: family_template(__name__, f"{variant}_oracle.py.txt")
 _FUZZ_HARNESS = family_template(__name__, "fuzz_harness.py.txt")
 
 
+INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
+
+
 class StreamTransform(TaskFamily):
     """Write a line-streaming transform (window sums, sessionizing, throttling); fuzzed against a reference."""
 
@@ -93,17 +96,7 @@ class StreamTransform(TaskFamily):
         )
         instruction = instruction_frame(sig, "A streaming transform", body,
                                         [f"`{out}`: the program (Python 3 standard library only)."])
-        test_initial = py_source("""
-            import os
-
-            def test_samples_present():
-                with open("/app/samples/input.txt") as fh:
-                    assert fh.read().strip()
-                assert os.path.exists("/app/samples/expected.txt")
-
-            def test_no_program_yet():
-                assert not os.path.exists("/app/transform.py")
-            """)
+        test_initial = py_source(INITIAL_TEST_SOURCE)
         test_final = (py_source("__CONSTANTS__", **params, FUZZ_SEED=fuzz_seed, CASES=n_cases)
                       + "\n" + source.strip() + "\n\n" + _FUZZ_HARNESS.strip() + "\n")
         oracle_code = py_source("__CONSTANTS__", **params) + STREAM_ORACLES[variant].lstrip("\n")

@@ -80,6 +80,9 @@ def _classification_report(rows: list[list[str]], aliases: dict[str, str], thres
 CLASSIFIER_ORACLE = family_template(__name__, "oracle.py.txt")
 
 
+FINAL_TEST_SOURCE = family_template(__name__, "test_final_state.py.txt")
+
+
 class ClassifierReport(TaskFamily):
     """Evaluate a classifier from its exported predictions: a per-class precision/recall/F1/support
     table with macro and weighted averages, exact rounding, and (as complexity grows) messy labels,
@@ -167,26 +170,7 @@ class ClassifierReport(TaskFamily):
             fixtures["labels.csv"] = csv_text(["alias", "label"], sorted(aliases.items())).encode()
         row_counts = {"predictions.csv": len(rows), **({"labels.csv": len(aliases)} if aliases else {})}
         test_initial = csv_inputs_initial_test(row_counts, out)
-        test_final = py_source("""
-            __CONSTANTS__
-
-            def _lines():
-                with open(OUT, newline="") as fh:
-                    got = fh.read().split("\\n")
-                # Trailing blank lines are not rows (a final newline is expected anyway); blank lines inside are.
-                while got and got[-1] == "":
-                    got.pop()
-                return got
-
-            def test_header():
-                assert _lines()[:1] == EXPECTED[:1], "header line differs"
-
-            def test_report_matches():
-                got = _lines()
-                for i, (g, want) in enumerate(zip(got, EXPECTED)):
-                    assert g == want, f"line {i + 1}: got {g!r}"
-                assert len(got) == len(EXPECTED), f"{len(got)} lines, expected {len(EXPECTED)}"
-            """, OUT=out, EXPECTED=expected)
+        test_final = py_source(FINAL_TEST_SOURCE, OUT=out, EXPECTED=expected)
         solve = python_oracle(py_source(CLASSIFIER_ORACLE, THRESHOLD=t_text))
         return TaskSpec(
             instruction=instruction,

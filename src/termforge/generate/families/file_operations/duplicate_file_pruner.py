@@ -6,6 +6,7 @@ import hashlib
 import random
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.families.package_files import family_template
 from termforge.generate.families.sources import py_source, python_oracle
 
 
@@ -15,6 +16,11 @@ LIBRARY_NAMES = ("IMG_0412.jpg", "IMG_0413.jpg", "scan 3.png", "report final.pdf
                  "song.mp3", "README", "todo.md", "invoice-2291.pdf", "contacts.vcf", "draft (1).txt",
                  "holiday.mov", "letter.docx", "keys.txt", "photo.heic")
 WORDS = ("alpha", "ledger", "quarter", "meeting", "draft", "review", "invoice", "holiday", "river", "budget")
+
+
+FINAL_TEST_SOURCE = family_template(__name__, "test_final_state.py.txt")
+INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
+ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 class DuplicateFilePruner(TaskFamily):
@@ -106,65 +112,10 @@ class DuplicateFilePruner(TaskFamily):
              "`/app/library`, tab-separated), sorted by the deleted path in byte order.",
              "The duplicates are gone from `/app/library`; every kept file is unchanged."],
         )
-        test_initial = py_source("""
-            import os
-
-            __CONSTANTS__
-
-            def test_library_populated():
-                found = sum(len(names) for _, _, names in os.walk("/app/library"))
-                assert found == FILE_COUNT
-
-            def test_no_report_yet():
-                assert not os.path.exists(OUT)
-            """, FILE_COUNT=len(files), OUT=out)
-        test_final = py_source("""
-            import hashlib
-            import os
-
-            __CONSTANTS__
-
-            def _tree():
-                found = {}
-                for root, _, names in os.walk("/app/library"):
-                    for name in names:
-                        path = os.path.join(root, name)
-                        with open(path, "rb") as fh:
-                            found[os.path.relpath(path, "/app/library")] = hashlib.sha256(fh.read()).hexdigest()
-                return found
-
-            def test_exactly_the_canonical_copies_remain():
-                tree = _tree()
-                assert sorted(set(tree) - set(REMAINING)) == [], "duplicates still present"
-                assert sorted(set(REMAINING) - set(tree)) == [], "files that had to be kept are missing"
-                assert tree == REMAINING, "a kept file's content changed"
-
-            def test_report_matches():
-                with open(OUT, encoding="utf-8") as fh:
-                    got = [line.rstrip("\\n") for line in fh if line.strip()]
-                assert got == REPORT
-            """, REMAINING=dict(sorted(remaining.items())), REPORT=report_lines, OUT=out)
-        solve = python_oracle(py_source("""
-            import hashlib
-            import os
-
-            groups = {}
-            for root, _, names in os.walk("/app/library"):
-                for name in names:
-                    path = os.path.join(root, name)
-                    with open(path, "rb") as fh:
-                        digest = hashlib.sha256(fh.read()).hexdigest()
-                    groups.setdefault(digest, []).append(os.path.relpath(path, "/app/library"))
-            removed = []
-            for paths in groups.values():
-                # Byte order, as LC_ALL=C sort: compare the UTF-8 encodings.
-                keep, *drop = sorted(paths, key=lambda p: p.encode())
-                for rel in drop:
-                    os.remove(os.path.join("/app/library", rel))
-                    removed.append((rel.encode(), rel, keep))
-            with open("/app/dedupe_report.tsv", "w", encoding="utf-8") as fh:
-                fh.writelines(f"{rel}\\t{keep}\\n" for _, rel, keep in sorted(removed))
-            """))
+        test_initial = py_source(INITIAL_TEST_SOURCE, FILE_COUNT=len(files), OUT=out)
+        test_final = py_source(FINAL_TEST_SOURCE, REMAINING=dict(sorted(remaining.items())), REPORT=report_lines,
+                               OUT=out)
+        solve = python_oracle(py_source(ORACLE_SOURCE))
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("cp -r /tmp/env/fixtures/library /app/library"),

@@ -8,6 +8,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.families.package_files import family_template
 from termforge.generate.families.sources import py_source, python_oracle
 
 
@@ -58,6 +59,11 @@ def _even_tie(value: Fraction, decimals: int) -> bool:
     """Exactly halfway between two roundings whose lower one ends in an even digit: half-up differs."""
     scaled = value * 10 ** decimals
     return scaled.denominator == 2 and (scaled.numerator // 2) % 2 == 0
+
+
+FINAL_TEST_SOURCE = family_template(__name__, "test_final_state.py.txt")
+INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
+ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 class CalibratedMeasurements(TaskFamily):
@@ -268,94 +274,13 @@ class CalibratedMeasurements(TaskFamily):
         )
         instruction = instruction_frame(sig, f"Calibrated {kind} per sample", body,
                                         [f"`{out}`: the report described above, with `\\n` line endings."])
-        test_initial = py_source("""
-            import glob
-            import os
-
-            __CONSTANTS__
-
-            def test_inputs_present():
-                assert sorted(os.path.basename(p) for p in glob.glob("/app/data/runs/*.csv")) == RUN_FILES
-                with open("/app/data/calibration.csv", encoding="utf-8") as fh:
-                    assert sum(1 for _ in fh) == CALIBRATION_LINES
-
-            def test_no_report_yet():
-                assert not os.path.exists(OUT)
-            """, RUN_FILES=sorted(f.split("/", 1)[1] for f in fixtures if f.startswith("runs/")),
-                                 CALIBRATION_LINES=len(cals) + 1, OUT=out)
-        test_final = py_source("""
-            __CONSTANTS__
-
-            def test_report_matches():
-                with open(OUT, newline="", encoding="utf-8") as fh:
-                    got = fh.read().split("\\n")
-                # Trailing blank lines are not rows; blank lines inside are.
-                while got and got[-1] == "":
-                    got.pop()
-                assert got[:1] == EXPECTED[:1], "header line differs"
-                assert got == EXPECTED
-            """, OUT=out, EXPECTED=expected)
+        run_files = sorted(f.split("/", 1)[1] for f in fixtures if f.startswith("runs/"))
+        test_initial = py_source(INITIAL_TEST_SOURCE, RUN_FILES=run_files, CALIBRATION_LINES=len(cals) + 1, OUT=out)
+        test_final = py_source(FINAL_TEST_SOURCE, OUT=out, EXPECTED=expected)
         all_units = {**q["units"], **({alias: q["units"][aliased]} if lvl == 3 else {})}
-        solve = python_oracle(py_source("""
-            import csv
-            import glob
-            from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation, getcontext
-
-            getcontext().prec = 60
-            __CONSTANTS__
-            UNITS = {u: (Decimal(f), Decimal(s)) for u, (f, s) in UNITS.items()}
-            LO, HI, CERT, TOL = (Decimal(x) for x in (LO, HI, CERT, TOL))
-
-            cals = []
-            with open("/app/data/calibration.csv", newline="", encoding="utf-8") as fh:
-                for c in csv.DictReader(fh):
-                    gain, offset = Decimal(c["gain"]), Decimal(c["offset"])
-                    cals.append((c["instrument"], c["valid_from"], c["valid_to"], gain, offset))
-
-            def calibrated(r):
-                if r.get("qc", "ok") != "ok":
-                    return None
-                try:
-                    x = Decimal(r["reading"])
-                except InvalidOperation:
-                    return None
-                factor, shift = UNITS[r["unit"]]
-                for inst, first, last, gain, offset in cals:
-                    if inst == r["instrument"] and first <= r["date"] <= last:
-                        v = (x * factor + shift) * gain + offset
-                        return v if LO <= v <= HI else None
-                return None
-
-            def median(xs):
-                xs = sorted(xs)
-                mid = len(xs) // 2
-                return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
-
-            samples, values = set(), {}
-            for path in sorted(glob.glob("/app/data/runs/*.csv")):
-                with open(path, newline="", encoding="utf-8") as fh:
-                    rows = [(r, calibrated(r)) for r in csv.DictReader(fh)]
-                crm = [v for r, v in rows if r["sample"] == "CRM" and v is not None]
-                accepted = bool(crm) and abs(sum(crm) / len(crm) - CERT) <= TOL
-                for r, v in rows:
-                    if r["sample"] != "CRM":
-                        samples.add(r["sample"])
-                        if accepted and v is not None:
-                            values.setdefault(r["sample"], []).append(v)
-            with open("/app/results.csv", "w", encoding="utf-8") as out:
-                out.write(HEADER + "\\n")
-                for s in sorted(samples):
-                    xs = values.get(s, [])
-                    if K is not None and len(xs) >= 3:
-                        m = median(xs)
-                        mad = median([abs(x - m) for x in xs])
-                        if mad:
-                            xs = [x for x in xs if abs(x - m) <= K * mad]
-                    if xs:
-                        mean = (sum(xs) / len(xs)).quantize(Decimal(1).scaleb(-N), ROUND_HALF_EVEN)
-                    out.write(f"{s},{len(xs)},{format(mean, 'f') if xs else 'NA'}\\n")
-            """, UNITS=all_units, LO=q["range"][0], HI=q["range"][1], CERT=q["reference"][0], TOL=q["reference"][1],
-                                         K=int(k) if k is not None else None, N=out_decimals, HEADER=expected[0]))
+        solve = python_oracle(py_source(ORACLE_SOURCE, UNITS=all_units, LO=q["range"][0], HI=q["range"][1],
+                                        CERT=q["reference"][0], TOL=q["reference"][1],
+                                        K=int(k) if k is not None else None, N=out_decimals, HEADER=expected[0]))
         ties = [s for s, (n, mean) in sorted(results.items()) if n and _even_tie(mean, out_decimals)]
         return TaskSpec(
             instruction=instruction,

@@ -6,7 +6,13 @@ import math
 import random
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.families.package_files import family_template
 from termforge.generate.families.sources import py_source, python_oracle
+
+
+FINAL_TEST_SOURCE = family_template(__name__, "test_final_state.py.txt")
+INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
+ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 class DecayHalfLife(TaskFamily):
@@ -89,91 +95,11 @@ class DecayHalfLife(TaskFamily):
             sig, "Half-life of a decaying source", body,
             [f'`{out}`: a JSON object `{{"half_life_s": <number>, "background": <number>}}`.'],
         )
-        test_initial = py_source("""
-            import os
-
-            __CONSTANTS__
-
-            def test_data_present():
-                with open("/app/data/counts.csv") as fh:
-                    header = fh.readline().strip().split(",")
-                assert sorted(header) == sorted(["counts", TIME_COL])
-
-            def test_no_answer_yet():
-                assert not os.path.exists(OUT)
-            """, TIME_COL=time_col, OUT=out)
-        test_final = py_source("""
-            import json
-            import math
-
-            __CONSTANTS__
-
-            def _answer():
-                with open(OUT) as fh:
-                    answer = json.load(fh)
-                values = {k: float(answer[k]) for k in ("half_life_s", "background")}
-                assert all(math.isfinite(v) for v in values.values())
-                return values
-
-            def test_half_life_within_tolerance():
-                rel_error = abs(_answer()["half_life_s"] - HALF_LIFE) / HALF_LIFE
-                print(f"half-life relative error: {rel_error:.4f} (threshold {HALF_LIFE_REL_TOL})")
-                assert rel_error <= HALF_LIFE_REL_TOL
-
-            def test_background_within_tolerance():
-                abs_error = abs(_answer()["background"] - BACKGROUND)
-                limit = max(BACKGROUND_ABS_TOL, BACKGROUND_REL_TOL * BACKGROUND)
-                print(f"background absolute error: {abs_error:.3f} (threshold {limit})")
-                assert abs_error <= limit
-            """, OUT=out, HALF_LIFE=half_life, BACKGROUND=background, HALF_LIFE_REL_TOL=self.HALF_LIFE_REL_TOL,
-                         BACKGROUND_ABS_TOL=self.BACKGROUND_ABS_TOL, BACKGROUND_REL_TOL=self.BACKGROUND_REL_TOL)
-        solve = python_oracle(py_source("""
-            import json
-
-            import numpy as np
-
-            with open("/app/data/counts.csv") as fh:
-                header = fh.readline().strip().split(",")
-                body = fh.read().splitlines()
-            time_col = "t_ms" if "t_ms" in header else "t_s"
-            ti, ci = header.index(time_col), header.index("counts")
-            seen = set()
-            for line in body:
-                if not line.strip() or line.startswith("#") or line in seen:
-                    continue
-                fields = line.split(",")
-                try:
-                    float(fields[ti]), int(fields[ci])
-                except (ValueError, IndexError):
-                    continue
-                seen.add(line)
-            pairs = sorted((float(f.split(",")[ti]), int(f.split(",")[ci])) for f in seen)
-            t = np.array([p[0] for p in pairs]) / (1000.0 if time_col == "t_ms" else 1.0)
-            y = np.array([p[1] for p in pairs], dtype=float)
-            weights = 1.0 / np.sqrt(np.maximum(y, 1.0))
-
-            def residual(tau):
-                # For a fixed decay constant the model is linear in (N0, B): solve that exactly.
-                design = np.column_stack([np.exp(-t / tau), np.ones_like(t)]) * weights[:, None]
-                coef, *_ = np.linalg.lstsq(design, y * weights, rcond=None)
-                return float(np.sum((design @ coef - y * weights) ** 2)), coef
-
-            span = t.max() - t.min()
-            grid = np.geomspace(span / 500, span * 5, 600)
-            k = int(np.argmin([residual(tau)[0] for tau in grid]))
-            lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
-            golden = (np.sqrt(5) - 1) / 2
-            for _ in range(80):
-                a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
-                if residual(a)[0] < residual(b)[0]:
-                    hi = b
-                else:
-                    lo = a
-            tau = (lo + hi) / 2
-            _, (amplitude, background) = residual(tau)
-            with open("/app/fit.json", "w") as fh:
-                json.dump({"half_life_s": tau * np.log(2), "background": background}, fh)
-            """))
+        test_initial = py_source(INITIAL_TEST_SOURCE, TIME_COL=time_col, OUT=out)
+        test_final = py_source(FINAL_TEST_SOURCE, OUT=out, HALF_LIFE=half_life, BACKGROUND=background,
+                               HALF_LIFE_REL_TOL=self.HALF_LIFE_REL_TOL, BACKGROUND_ABS_TOL=self.BACKGROUND_ABS_TOL,
+                               BACKGROUND_REL_TOL=self.BACKGROUND_REL_TOL)
+        solve = python_oracle(py_source(ORACLE_SOURCE))
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("mkdir -p /app/data && cp /tmp/env/fixtures/counts.csv /app/data/counts.csv"),

@@ -9,6 +9,7 @@ import struct
 import wave
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.families.package_files import family_template
 from termforge.generate.families.sources import py_source, python_oracle
 
 
@@ -31,6 +32,11 @@ def _spaced_values(rng: random.Random, count: int, low: float, high: float, min_
         if all(abs(v - c) >= min_gap for c in [*chosen, *avoid]):
             chosen.append(v)
     return chosen
+
+
+FINAL_TEST_SOURCE = family_template(__name__, "test_final_state.py.txt")
+INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
+ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 class ToneInventory(TaskFamily):
@@ -100,78 +106,9 @@ class ToneInventory(TaskFamily):
             [f"`{out}`: one frequency in Hz per line (a decimal number, e.g. `1234.5`), ascending, "
              "nothing else."],
         )
-        test_initial = py_source("""
-            import os
-            import wave
-
-            __CONSTANTS__
-
-            def test_recording_present():
-                with wave.open("/app/recording.wav") as w:
-                    assert w.getnchannels() == 1
-                    assert w.getsampwidth() == 2
-                    assert w.getframerate() == RATE
-                    assert w.getnframes() == FRAMES
-
-            def test_no_answer_yet():
-                assert not os.path.exists(OUT)
-            """, RATE=rate, FRAMES=n, OUT=out)
-        test_final = py_source("""
-            __CONSTANTS__
-
-            def _reported():
-                import math
-
-                with open(OUT) as fh:
-                    values = [float(line) for line in fh if line.strip()]
-                # nan compares false with everything: it would slip through the tolerance check.
-                assert all(math.isfinite(v) for v in values), "non-finite frequency reported"
-                assert values == sorted(values), "frequencies are not in ascending order"
-                return values
-
-            def test_tone_count():
-                got = _reported()
-                assert len(got) == len(EXPECTED_HZ), f"reported {len(got)} tones, expected {len(EXPECTED_HZ)}"
-
-            def test_max_frequency_error_within_tolerance():
-                got = _reported()
-                assert len(got) == len(EXPECTED_HZ)
-                max_error = max(abs(g - e) for g, e in zip(got, EXPECTED_HZ))
-                print(f"max frequency error: {max_error:.4f} Hz (threshold {TOLERANCE_HZ} Hz)")
-                assert max_error <= TOLERANCE_HZ
-            """, OUT=out, EXPECTED_HZ=sorted(tones), TOLERANCE_HZ=self.TOLERANCE_HZ)
-        solve = python_oracle(py_source("""
-            import wave
-
-            import numpy as np
-
-            __CONSTANTS__
-
-            with wave.open("/app/recording.wav") as w:
-                rate, channels = w.getframerate(), w.getnchannels()
-                raw = w.readframes(w.getnframes())
-            x = np.frombuffer(raw, dtype="<i2").astype(float).reshape(-1, channels).mean(axis=1)
-            x -= x.mean()
-            # Zero padding gives a fine frequency grid; the Hann window keeps leakage below the cut.
-            pad = 8
-            spectrum = np.abs(np.fft.rfft(x * np.hanning(len(x)), n=pad * len(x)))
-            freqs = np.fft.rfftfreq(pad * len(x), 1.0 / rate)
-            spectrum[(freqs < LOW - 20) | (freqs > HIGH + 20)] = 0.0
-            strongest = spectrum.max()
-            remaining = spectrum.copy()
-            lobe = 3 * pad
-            found = []
-            while True:
-                k = int(remaining.argmax())
-                if remaining[k] < CUT * strongest:
-                    break
-                a, b, c = np.log(spectrum[k - 1:k + 2])
-                offset = 0.5 * (a - c) / (a - 2 * b + c)
-                found.append((k + offset) * rate / (pad * len(x)))
-                remaining[max(0, k - lobe):k + lobe + 1] = 0.0
-            with open("/app/tones.txt", "w") as fh:
-                fh.writelines(f"{f:.2f}\\n" for f in sorted(found))
-            """, LOW=low, HIGH=high, CUT=self.RELATIVE_THRESHOLD))
+        test_initial = py_source(INITIAL_TEST_SOURCE, RATE=rate, FRAMES=n, OUT=out)
+        test_final = py_source(FINAL_TEST_SOURCE, OUT=out, EXPECTED_HZ=sorted(tones), TOLERANCE_HZ=self.TOLERANCE_HZ)
+        solve = python_oracle(py_source(ORACLE_SOURCE, LOW=low, HIGH=high, CUT=self.RELATIVE_THRESHOLD))
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("cp /tmp/env/fixtures/recording.wav /app/recording.wav"),

@@ -7,6 +7,7 @@ import random
 from datetime import datetime, timedelta
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.families.package_files import family_template
 from termforge.generate.families.sources import lines_final_test, py_source, python_oracle
 
 
@@ -99,6 +100,10 @@ def bruteforce_findings(records: list[tuple], window_min: int, threshold: int) -
                 found.append((t, fact[1], fact[2], f"{fact[1]} {fact[2]} {min(counted):%Y-%m-%dT%H:%M:%S} "
                                                    f"{t:%Y-%m-%dT%H:%M:%S} {len(counted)}"))
     return [line for *_, line in sorted(found)]
+
+
+INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
+ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 class SshBruteForceLogins(TaskFamily):
@@ -254,65 +259,9 @@ class SshBruteForceLogins(TaskFamily):
         )
         instruction = instruction_frame(sig, "Which SSH logins followed a brute-force burst?", body,
                                         [f"`{out}`: one line per finding, sorted as described."])
-        test_initial = py_source("""
-            import os
-
-            __CONSTANTS__
-
-            def test_logs_present():
-                assert sorted(os.listdir("/app/logs")) == NAMES
-
-            def test_no_report_yet():
-                assert not os.path.exists(OUT)
-            """, NAMES=sorted(n.split("/", 1)[1] for n in fixtures), OUT=out)
+        test_initial = py_source(INITIAL_TEST_SOURCE, NAMES=sorted(n.split("/", 1)[1] for n in fixtures), OUT=out)
         test_final = lines_final_test("test_findings_match", out, expected)
-        solve = python_oracle(py_source("""
-            import glob
-            import gzip
-            import re
-            from datetime import datetime, timedelta
-
-            __CONSTANTS__
-            MONTHS = {m: i + 1 for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split())}
-            LINE = re.compile(r"^(\\w{3}) +(\\d+) (\\d\\d):(\\d\\d):(\\d\\d) \\S+ ([^\\[:]+)(?:\\[\\d+\\])?: (.*)$")
-            FAILED = re.compile(r"^Failed \\S+ for (?:invalid user )?\\S+ from (\\S+) port \\d+")
-            ACCEPTED = re.compile(r"^Accepted \\S+ for (\\S+) from (\\S+) port \\d+")
-            REPEATED = re.compile(r"^message repeated (\\d+) times: \\[ (.*)\\]$")
-
-            def age(path):
-                m = re.search(r"auth\\.log(?:\\.(\\d+))?(?:\\.gz)?$", path)
-                return int(m.group(1) or 0)
-
-            year, last_month, fails, found = YEAR, None, {}, []
-            for path in sorted(glob.glob("/app/logs/auth.log*"), key=age, reverse=True):
-                with (gzip.open if path.endswith(".gz") else open)(path, "rt") as fh:
-                    for line in fh:
-                        m = LINE.match(line.rstrip("\\n"))
-                        if not m:
-                            continue
-                        month = MONTHS[m[1]]
-                        if last_month is not None and month < last_month:
-                            year += 1
-                        last_month = month
-                        t = datetime(year, month, int(m[2]), int(m[3]), int(m[4]), int(m[5]))
-                        if m[6] != "sshd":
-                            continue
-                        msg, times = m[7], 1
-                        r = REPEATED.match(msg)
-                        if r:
-                            msg, times = r[2], int(r[1])
-                        f, a = FAILED.match(msg), ACCEPTED.match(msg)
-                        if f:
-                            fails.setdefault(f[1], []).extend([t] * times)
-                        elif a:
-                            counted = [x for x in fails.get(a[2], []) if t - timedelta(minutes=WINDOW) <= x <= t]
-                            if len(counted) >= THRESHOLD:
-                                iso = "%Y-%m-%dT%H:%M:%S"
-                                found.append((t, a[2], a[1], f"{a[2]} {a[1]} {min(counted):{iso}} {t:{iso}} "
-                                                             f"{len(counted)}"))
-            with open(OUT, "w") as fh:
-                fh.writelines(line + "\\n" for *_, line in sorted(found))
-            """, YEAR=year, WINDOW=window, THRESHOLD=threshold, OUT=out))
+        solve = python_oracle(py_source(ORACLE_SOURCE, YEAR=year, WINDOW=window, THRESHOLD=threshold, OUT=out))
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("mkdir -p /app/logs && cp /tmp/env/fixtures/logs/* /app/logs/"),

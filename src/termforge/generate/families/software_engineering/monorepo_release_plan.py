@@ -91,6 +91,9 @@ def _git_log(commits: list[dict]) -> str:
     return "\n".join(out)
 
 
+INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
+
+
 class MonorepoReleasePlan(TaskFamily):
     """Derive each package's next semantic version from conventional commits and internal dependencies."""
 
@@ -271,18 +274,7 @@ class MonorepoReleasePlan(TaskFamily):
         )
         deliverable = f"`{out}`: one line per package that gets a new version, sorted as described."
         instruction = instruction_frame(sig, "Plan the next monorepo release", body, [deliverable])
-        test_initial = py_source("""
-            import os
-
-            __CONSTANTS__
-
-            def test_repository_present():
-                assert sorted(os.listdir("/app/repo/packages")) == DIRS
-                assert os.path.getsize("/app/repo/commits.log") > 0
-
-            def test_no_plan_yet():
-                assert not os.path.exists(OUT)
-            """, DIRS=sorted(dirs.values()), OUT=out)
+        test_initial = py_source(INITIAL_TEST_SOURCE, DIRS=sorted(dirs.values()), OUT=out)
         test_final = lines_final_test("test_release_plan_matches", out, expected)
         solve = python_oracle(py_source(ORACLE_SOURCE, OUT=out))
         return TaskSpec(

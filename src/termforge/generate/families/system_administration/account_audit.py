@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.families.package_files import family_template
 from termforge.generate.families.sources import lines_final_test, py_source, python_oracle
 
 
@@ -22,6 +23,10 @@ SYSTEM_USERS = (("root", 0, 0, "/root", "/bin/bash"), ("daemon", 1, 1, "/usr/sbi
                 ("nobody", 65534, 65534, "/nonexistent", "/usr/sbin/nologin"))
 VALID_SHELLS = ("/bin/sh", "/bin/bash", "/usr/bin/bash", "/bin/zsh", "/usr/bin/zsh", "/bin/dash")
 INVALID_SHELLS = ("/usr/sbin/nologin", "/bin/false", "/usr/bin/fish", "/bin/tcsh")
+
+
+INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
+ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 class AccountAudit(TaskFamily):
@@ -191,59 +196,10 @@ class AccountAudit(TaskFamily):
         )
         instruction = instruction_frame(sig, "Who can log in as a team member?", body,
                                         [f"`{out}`: the matching accounts, one per line, sorted by UID."])
-        test_initial = py_source("""
-            import os
-
-            __CONSTANTS__
-
-            def test_account_files_present():
-                for name, lines in LINE_COUNTS.items():
-                    with open(f"/app/etc/{name}") as fh:
-                        assert len(fh.read().splitlines()) == lines
-
-            def test_no_report_yet():
-                assert not os.path.exists(OUT)
-            """, LINE_COUNTS={"passwd": len(passwd_lines), "group": len(group_lines), "shadow": len(shadow_lines)},
-            OUT=out)
+        line_counts = {"passwd": len(passwd_lines), "group": len(group_lines), "shadow": len(shadow_lines)}
+        test_initial = py_source(INITIAL_TEST_SOURCE, LINE_COUNTS=line_counts, OUT=out)
         test_final = lines_final_test("test_audit_matches", out, expected_lines)
-        solve = python_oracle(py_source("""
-            __CONSTANTS__
-
-            def entries(name):
-                with open(f"/app/etc/{name}") as fh:
-                    return [line.rstrip("\\n").split(":") for line in fh
-                            if line.strip() and not line.startswith("#")]
-
-            settings = {}
-            with open("/app/etc/login.defs") as fh:
-                for line in fh:
-                    parts = line.split()
-                    if len(parts) == 2 and not line.startswith("#"):
-                        settings[parts[0]] = parts[1]
-            uid_min, uid_max = int(settings["UID_MIN"]), int(settings["UID_MAX"])
-            with open("/app/etc/shells") as fh:
-                shells = {line.strip() for line in fh if line.strip() and not line.startswith("#")}
-            shadow = {f[0]: f for f in entries("shadow")}
-            groups = entries("group")
-            gid_name = {int(g[2]): g[0] for g in groups}
-            target = next(g for g in groups if g[0] == GROUP)
-            target_members = set(filter(None, target[3].split(",")))
-            rows = []
-            for name, _pw, uid, gid, _gecos, _home, shell in entries("passwd"):
-                uid, gid = int(uid), int(gid)
-                sh = shadow.get(name)
-                if not (uid_min <= uid <= uid_max) or shell not in shells:
-                    continue
-                if sh is None or sh[1].startswith(("!", "*")):
-                    continue
-                if TODAY is not None and sh[7] and int(sh[7]) <= TODAY:
-                    continue
-                if gid != int(target[2]) and name not in target_members:
-                    continue
-                rows.append((uid, f"{name}:{uid}:{gid_name.get(gid, gid)}"))
-            with open("/app/audit.txt", "w") as fh:
-                fh.writelines(line + "\\n" for _, line in sorted(rows))
-            """, GROUP=target, TODAY=today if lvl == 3 else None))
+        solve = python_oracle(py_source(ORACLE_SOURCE, GROUP=target, TODAY=today if lvl == 3 else None))
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("mkdir -p /app/etc && cp /tmp/env/fixtures/etc/* /app/etc/"),

@@ -7,6 +7,7 @@ import posixpath
 import random
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.families.package_files import family_template
 from termforge.generate.families.sources import py_source, python_oracle
 
 
@@ -47,6 +48,11 @@ LINK_PLANS = (
     ("www/assets/bundle.py", ("scripts/seed_db.py", "data/export.csv")),
 )
 INITIAL_MODES = (0o644, 0o664, 0o666, 0o755, 0o777, 0o600, 0o700, 0o640, 0o775)
+
+
+FINAL_TEST_SOURCE = family_template(__name__, "test_final_state.py.txt")
+INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
+ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 class PermissionPolicy(TaskFamily):
@@ -140,75 +146,9 @@ class PermissionPolicy(TaskFamily):
         )
         instruction = instruction_frame(sig, "Re-apply the permission policy", body,
                                         ["Every regular file under `/app/srv` carries the mode the policy gives it."])
-        test_initial = py_source("""
-            import os
-            import stat
-
-            __CONSTANTS__
-
-            def test_tree_in_initial_state():
-                for rel, mode in INITIAL.items():
-                    st = os.lstat(f"/app/srv/{rel}")
-                    assert stat.S_ISREG(st.st_mode), rel
-                    assert stat.S_IMODE(st.st_mode) == mode, rel
-                for rel, target in LINKS.items():
-                    assert os.readlink(f"/app/srv/{rel}") == target
-            """, INITIAL=initial, LINKS=links)
-        test_final = py_source("""
-            import os
-            import stat
-
-            __CONSTANTS__
-
-            def test_links_untouched():
-                for rel, target in LINKS.items():
-                    assert os.path.islink(f"/app/srv/{rel}"), f"{rel} is no longer a symlink"
-                    assert os.readlink(f"/app/srv/{rel}") == target
-
-            def test_modes_follow_policy():
-                wrong = []
-                for rel, mode in EXPECTED.items():
-                    st = os.lstat(f"/app/srv/{rel}")
-                    assert stat.S_ISREG(st.st_mode), f"{rel} is not a regular file any more"
-                    if stat.S_IMODE(st.st_mode) != mode:
-                        wrong.append(f"{rel}: {stat.S_IMODE(st.st_mode):04o} (expected {mode:04o})")
-                assert not wrong, "wrong modes: " + "; ".join(wrong)
-
-            def test_directories_untouched():
-                wrong = [f"{d}: {stat.S_IMODE(os.lstat('/app/srv/' + d).st_mode):04o} (expected {mode:04o})"
-                         for d, mode in DIR_MODES.items()
-                         if stat.S_IMODE(os.lstat('/app/srv/' + d).st_mode) != mode]
-                assert not wrong, "directory modes changed: " + "; ".join(wrong)
-
-            def test_nothing_added_or_removed():
-                found = set()
-                for root, dirs, names in os.walk("/app/srv"):
-                    for name in names:
-                        found.add(os.path.relpath(os.path.join(root, name), "/app/srv"))
-                assert found == set(EXPECTED) | set(LINKS)
-            """, EXPECTED=expected, LINKS=links, DIR_MODES=dir_modes)
-        solve = python_oracle(py_source("""
-            import fnmatch
-            import os
-
-            rules = []
-            with open("/app/perms.policy") as fh:
-                for line in fh:
-                    line = line.split("#", 1)[0].strip()
-                    if line:
-                        pattern, mode = line.split()
-                        rules.append((pattern, int(mode, 8)))
-            for root, dirs, names in os.walk("/app/srv"):
-                for name in names:
-                    path = os.path.join(root, name)
-                    if os.path.islink(path) or not os.path.isfile(path):
-                        continue
-                    rel = os.path.relpath(path, "/app/srv")
-                    for pattern, mode in rules:
-                        if fnmatch.fnmatchcase(rel, pattern):
-                            os.chmod(path, mode)
-                            break
-            """))
+        test_initial = py_source(INITIAL_TEST_SOURCE, INITIAL=initial, LINKS=links)
+        test_final = py_source(FINAL_TEST_SOURCE, EXPECTED=expected, LINKS=links, DIR_MODES=dir_modes)
+        solve = python_oracle(py_source(ORACLE_SOURCE))
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("\n".join(setup_lines)),
