@@ -76,7 +76,8 @@ def test_each_family_declares_its_axes_once(module_name):
 
 
 # Run in a fresh interpreter: the loader is wrapped before any family module binds it, and this
-# session's family classes stay the ones every other test holds.
+# session's family classes stay the ones every other test holds. A family loads some files when
+# imported and the rest when it builds, so each builds its gallery example too.
 _RECORD_LOADS = """
 import json, sys
 import termforge.generate.families.package_files as package_files
@@ -86,13 +87,16 @@ def recording(module, name):
     return load(module, name)
 package_files.family_template = recording
 from termforge.generate.families import all_families
-all_families()
+from termforge.generate.gallery import example_signature
+from termforge.generate.procedural import build_task
+for family in all_families():
+    build_task(example_signature(family), [family])
 json.dump(loads, sys.stdout)
 """
 
 
 def _template_loads() -> set[Path]:
-    """The template files the family modules load when imported."""
+    """The template files the family modules load when imported and when each builds a task."""
     res = subprocess.run([sys.executable, "-c", _RECORD_LOADS], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT.parent)})
     out = set()

@@ -1,5 +1,5 @@
-"""The task sources several families build alike: pytest modules with baked constants, python
-oracles, CSV fixture text."""
+"""The task sources several families build alike: pytest modules with baked constants (written
+here or shipped as a family's package file), python oracles, CSV fixture text."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import io
 import textwrap
 
 from termforge.generate.base import bash_script
+from termforge.generate.families.package_files import family_template
 
 
 def py_source(body: str, **constants) -> str:
@@ -15,6 +16,12 @@ def py_source(body: str, **constants) -> str:
     so baked values never pass through f-string brace escaping."""
     consts = "".join(f"{name} = {value!r}\n" for name, value in constants.items())
     return textwrap.dedent(body).strip().replace("__CONSTANTS__", consts.rstrip("\n")) + "\n"
+
+
+def packaged_source(family_module: str, file_name: str, **constants) -> str:
+    """py_source over one of the family's package files (package_files.family_template): a test or
+    oracle whose text is fixed and whose task values arrive as constants."""
+    return py_source(family_template(family_module, file_name), **constants)
 
 
 def lines_final_test(test_name: str, out: str, expected: list[str]) -> str:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import random
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
-from termforge.generate.families.package_files import family_template
-from termforge.generate.families.sources import csv_inputs_initial_test, csv_text, py_source, python_oracle
+from termforge.generate.families.sources import csv_inputs_initial_test, csv_text, packaged_source, python_oracle
 
 
 REGIONS = ("north", "south", "east", "west", "central", "coastal", "highlands", "metro", "harbor", "valley")
@@ -18,10 +17,6 @@ STATUSES = ("paid", "pending", "cancelled", "failed")
 
 def _money(cents: int) -> str:
     return f"{cents // 100}.{cents % 100:02d}"
-
-
-FINAL_TEST_SOURCE = family_template(__name__, "test_final_state.py.txt")
-ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 class RegionalRevenue(TaskFamily):
@@ -150,8 +145,8 @@ class RegionalRevenue(TaskFamily):
                                         [f"`{out}`: the report described above, with `\\n` line endings."])
         test_initial = csv_inputs_initial_test({"customers.csv": len(customers), "orders.csv": len(order_rows),
                                                 **({"refunds.csv": len(refunds)} if lvl == 3 else {})}, out)
-        test_final = py_source(FINAL_TEST_SOURCE, OUT=out, EXPECTED=expected)
-        solve = python_oracle(py_source(ORACLE_SOURCE))
+        test_final = packaged_source(__name__, "test_final_state.py.txt", OUT=out, EXPECTED=expected)
+        solve = python_oracle(packaged_source(__name__, "oracle.py.txt"))
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("mkdir -p /app/data && cp /tmp/env/fixtures/*.csv /app/data/"),

@@ -7,7 +7,7 @@ import textwrap
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
 from termforge.generate.families.package_files import family_template
-from termforge.generate.families.sources import py_source
+from termforge.generate.families.sources import packaged_source, py_source
 
 
 # Each streaming variant: the reference semantics and a random stream generator, as source text.
@@ -20,9 +20,6 @@ STREAM_ORACLES = {variant: family_template(__name__, f"{variant}_oracle.py.txt")
                   for variant in ("window_sum", "sessionize", "throttle")}
 
 _FUZZ_HARNESS = family_template(__name__, "fuzz_harness.py.txt")
-
-
-INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
 
 
 class StreamTransform(TaskFamily):
@@ -96,7 +93,7 @@ class StreamTransform(TaskFamily):
         )
         instruction = instruction_frame(sig, "A streaming transform", body,
                                         [f"`{out}`: the program (Python 3 standard library only)."])
-        test_initial = py_source(INITIAL_TEST_SOURCE)
+        test_initial = packaged_source(__name__, "test_initial_state.py.txt")
         test_final = (py_source("__CONSTANTS__", **params, FUZZ_SEED=fuzz_seed, CASES=n_cases)
                       + "\n" + source.strip() + "\n\n" + _FUZZ_HARNESS.strip() + "\n")
         oracle_code = py_source("__CONSTANTS__", **params) + STREAM_ORACLES[variant].lstrip("\n")

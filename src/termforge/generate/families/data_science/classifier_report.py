@@ -8,7 +8,8 @@ from fractions import Fraction
 from termforge.generate.base import (FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, indent_block,
                                      instruction_frame)
 from termforge.generate.families.package_files import family_template
-from termforge.generate.families.sources import csv_inputs_initial_test, csv_text, py_source, python_oracle
+from termforge.generate.families.sources import (csv_inputs_initial_test, csv_text, packaged_source, py_source,
+                                                 python_oracle)
 
 
 # theme -> (what made the predictions, what one row is, id prefix, class -> other spellings of it)
@@ -78,9 +79,6 @@ def _classification_report(rows: list[list[str]], aliases: dict[str, str], thres
 
 
 CLASSIFIER_ORACLE = family_template(__name__, "oracle.py.txt")
-
-
-FINAL_TEST_SOURCE = family_template(__name__, "test_final_state.py.txt")
 
 
 class ClassifierReport(TaskFamily):
@@ -170,7 +168,7 @@ class ClassifierReport(TaskFamily):
             fixtures["labels.csv"] = csv_text(["alias", "label"], sorted(aliases.items())).encode()
         row_counts = {"predictions.csv": len(rows), **({"labels.csv": len(aliases)} if aliases else {})}
         test_initial = csv_inputs_initial_test(row_counts, out)
-        test_final = py_source(FINAL_TEST_SOURCE, OUT=out, EXPECTED=expected)
+        test_final = packaged_source(__name__, "test_final_state.py.txt", OUT=out, EXPECTED=expected)
         solve = python_oracle(py_source(CLASSIFIER_ORACLE, THRESHOLD=t_text))
         return TaskSpec(
             instruction=instruction,

@@ -6,8 +6,7 @@ import hashlib
 import random
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
-from termforge.generate.families.package_files import family_template
-from termforge.generate.families.sources import py_source, python_oracle
+from termforge.generate.families.sources import packaged_source, python_oracle
 
 
 LIBRARY_DIRS = ("inbox", "docs", "docs/old drafts", "photos/2023", "photos/2024", "backup", "backup/phone",
@@ -16,11 +15,6 @@ LIBRARY_NAMES = ("IMG_0412.jpg", "IMG_0413.jpg", "scan 3.png", "report final.pdf
                  "song.mp3", "README", "todo.md", "invoice-2291.pdf", "contacts.vcf", "draft (1).txt",
                  "holiday.mov", "letter.docx", "keys.txt", "photo.heic")
 WORDS = ("alpha", "ledger", "quarter", "meeting", "draft", "review", "invoice", "holiday", "river", "budget")
-
-
-FINAL_TEST_SOURCE = family_template(__name__, "test_final_state.py.txt")
-INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
-ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 class DuplicateFilePruner(TaskFamily):
@@ -112,10 +106,10 @@ class DuplicateFilePruner(TaskFamily):
              "`/app/library`, tab-separated), sorted by the deleted path in byte order.",
              "The duplicates are gone from `/app/library`; every kept file is unchanged."],
         )
-        test_initial = py_source(INITIAL_TEST_SOURCE, FILE_COUNT=len(files), OUT=out)
-        test_final = py_source(FINAL_TEST_SOURCE, REMAINING=dict(sorted(remaining.items())), REPORT=report_lines,
-                               OUT=out)
-        solve = python_oracle(py_source(ORACLE_SOURCE))
+        test_initial = packaged_source(__name__, "test_initial_state.py.txt", FILE_COUNT=len(files), OUT=out)
+        test_final = packaged_source(__name__, "test_final_state.py.txt", REMAINING=dict(sorted(remaining.items())),
+                                     REPORT=report_lines, OUT=out)
+        solve = python_oracle(packaged_source(__name__, "oracle.py.txt"))
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("cp -r /tmp/env/fixtures/library /app/library"),

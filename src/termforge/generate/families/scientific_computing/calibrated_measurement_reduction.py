@@ -8,8 +8,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
-from termforge.generate.families.package_files import family_template
-from termforge.generate.families.sources import py_source, python_oracle
+from termforge.generate.families.sources import packaged_source, python_oracle
 
 
 # Per quantity: the base unit and each unit as (factor, shift) with base = reading * factor + shift,
@@ -59,11 +58,6 @@ def _even_tie(value: Fraction, decimals: int) -> bool:
     """Exactly halfway between two roundings whose lower one ends in an even digit: half-up differs."""
     scaled = value * 10 ** decimals
     return scaled.denominator == 2 and (scaled.numerator // 2) % 2 == 0
-
-
-FINAL_TEST_SOURCE = family_template(__name__, "test_final_state.py.txt")
-INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
-ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 class CalibratedMeasurements(TaskFamily):
@@ -275,12 +269,14 @@ class CalibratedMeasurements(TaskFamily):
         instruction = instruction_frame(sig, f"Calibrated {kind} per sample", body,
                                         [f"`{out}`: the report described above, with `\\n` line endings."])
         run_files = sorted(f.split("/", 1)[1] for f in fixtures if f.startswith("runs/"))
-        test_initial = py_source(INITIAL_TEST_SOURCE, RUN_FILES=run_files, CALIBRATION_LINES=len(cals) + 1, OUT=out)
-        test_final = py_source(FINAL_TEST_SOURCE, OUT=out, EXPECTED=expected)
+        test_initial = packaged_source(__name__, "test_initial_state.py.txt", RUN_FILES=run_files,
+                                       CALIBRATION_LINES=len(cals) + 1, OUT=out)
+        test_final = packaged_source(__name__, "test_final_state.py.txt", OUT=out, EXPECTED=expected)
         all_units = {**q["units"], **({alias: q["units"][aliased]} if lvl == 3 else {})}
-        solve = python_oracle(py_source(ORACLE_SOURCE, UNITS=all_units, LO=q["range"][0], HI=q["range"][1],
-                                        CERT=q["reference"][0], TOL=q["reference"][1],
-                                        K=int(k) if k is not None else None, N=out_decimals, HEADER=expected[0]))
+        solve = python_oracle(packaged_source(__name__, "oracle.py.txt", UNITS=all_units, LO=q["range"][0],
+                                              HI=q["range"][1], CERT=q["reference"][0], TOL=q["reference"][1],
+                                              K=int(k) if k is not None else None, N=out_decimals,
+                                              HEADER=expected[0]))
         ties = [s for s, (n, mean) in sorted(results.items()) if n and _even_tie(mean, out_decimals)]
         return TaskSpec(
             instruction=instruction,

@@ -6,13 +6,7 @@ import math
 import random
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
-from termforge.generate.families.package_files import family_template
-from termforge.generate.families.sources import py_source, python_oracle
-
-
-FINAL_TEST_SOURCE = family_template(__name__, "test_final_state.py.txt")
-INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
-ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
+from termforge.generate.families.sources import packaged_source, python_oracle
 
 
 class DecayHalfLife(TaskFamily):
@@ -95,11 +89,12 @@ class DecayHalfLife(TaskFamily):
             sig, "Half-life of a decaying source", body,
             [f'`{out}`: a JSON object `{{"half_life_s": <number>, "background": <number>}}`.'],
         )
-        test_initial = py_source(INITIAL_TEST_SOURCE, TIME_COL=time_col, OUT=out)
-        test_final = py_source(FINAL_TEST_SOURCE, OUT=out, HALF_LIFE=half_life, BACKGROUND=background,
-                               HALF_LIFE_REL_TOL=self.HALF_LIFE_REL_TOL, BACKGROUND_ABS_TOL=self.BACKGROUND_ABS_TOL,
-                               BACKGROUND_REL_TOL=self.BACKGROUND_REL_TOL)
-        solve = python_oracle(py_source(ORACLE_SOURCE))
+        test_initial = packaged_source(__name__, "test_initial_state.py.txt", TIME_COL=time_col, OUT=out)
+        test_final = packaged_source(__name__, "test_final_state.py.txt", OUT=out, HALF_LIFE=half_life,
+                                     BACKGROUND=background, HALF_LIFE_REL_TOL=self.HALF_LIFE_REL_TOL,
+                                     BACKGROUND_ABS_TOL=self.BACKGROUND_ABS_TOL,
+                                     BACKGROUND_REL_TOL=self.BACKGROUND_REL_TOL)
+        solve = python_oracle(packaged_source(__name__, "oracle.py.txt"))
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("mkdir -p /app/data && cp /tmp/env/fixtures/counts.csv /app/data/counts.csv"),

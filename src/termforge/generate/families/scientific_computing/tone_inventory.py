@@ -9,8 +9,7 @@ import struct
 import wave
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
-from termforge.generate.families.package_files import family_template
-from termforge.generate.families.sources import py_source, python_oracle
+from termforge.generate.families.sources import packaged_source, python_oracle
 
 
 def _wav_bytes(samples: list[int], rate: int) -> bytes:
@@ -32,11 +31,6 @@ def _spaced_values(rng: random.Random, count: int, low: float, high: float, min_
         if all(abs(v - c) >= min_gap for c in [*chosen, *avoid]):
             chosen.append(v)
     return chosen
-
-
-FINAL_TEST_SOURCE = family_template(__name__, "test_final_state.py.txt")
-INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
-ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 class ToneInventory(TaskFamily):
@@ -106,9 +100,11 @@ class ToneInventory(TaskFamily):
             [f"`{out}`: one frequency in Hz per line (a decimal number, e.g. `1234.5`), ascending, "
              "nothing else."],
         )
-        test_initial = py_source(INITIAL_TEST_SOURCE, RATE=rate, FRAMES=n, OUT=out)
-        test_final = py_source(FINAL_TEST_SOURCE, OUT=out, EXPECTED_HZ=sorted(tones), TOLERANCE_HZ=self.TOLERANCE_HZ)
-        solve = python_oracle(py_source(ORACLE_SOURCE, LOW=low, HIGH=high, CUT=self.RELATIVE_THRESHOLD))
+        test_initial = packaged_source(__name__, "test_initial_state.py.txt", RATE=rate, FRAMES=n, OUT=out)
+        test_final = packaged_source(__name__, "test_final_state.py.txt", OUT=out, EXPECTED_HZ=sorted(tones),
+                                     TOLERANCE_HZ=self.TOLERANCE_HZ)
+        solve = python_oracle(packaged_source(__name__, "oracle.py.txt", LOW=low, HIGH=high,
+                                              CUT=self.RELATIVE_THRESHOLD))
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("cp /tmp/env/fixtures/recording.wav /app/recording.wav"),

@@ -7,8 +7,7 @@ import random
 from datetime import datetime, timedelta
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
-from termforge.generate.families.package_files import family_template
-from termforge.generate.families.sources import lines_final_test, py_source, python_oracle
+from termforge.generate.families.sources import lines_final_test, packaged_source, python_oracle
 
 
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -100,10 +99,6 @@ def bruteforce_findings(records: list[tuple], window_min: int, threshold: int) -
                 found.append((t, fact[1], fact[2], f"{fact[1]} {fact[2]} {min(counted):%Y-%m-%dT%H:%M:%S} "
                                                    f"{t:%Y-%m-%dT%H:%M:%S} {len(counted)}"))
     return [line for *_, line in sorted(found)]
-
-
-INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
-ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 class SshBruteForceLogins(TaskFamily):
@@ -259,9 +254,11 @@ class SshBruteForceLogins(TaskFamily):
         )
         instruction = instruction_frame(sig, "Which SSH logins followed a brute-force burst?", body,
                                         [f"`{out}`: one line per finding, sorted as described."])
-        test_initial = py_source(INITIAL_TEST_SOURCE, NAMES=sorted(n.split("/", 1)[1] for n in fixtures), OUT=out)
+        test_initial = packaged_source(__name__, "test_initial_state.py.txt",
+                                       NAMES=sorted(n.split("/", 1)[1] for n in fixtures), OUT=out)
         test_final = lines_final_test("test_findings_match", out, expected)
-        solve = python_oracle(py_source(ORACLE_SOURCE, YEAR=year, WINDOW=window, THRESHOLD=threshold, OUT=out))
+        solve = python_oracle(packaged_source(__name__, "oracle.py.txt", YEAR=year, WINDOW=window,
+                                              THRESHOLD=threshold, OUT=out))
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("mkdir -p /app/logs && cp /tmp/env/fixtures/logs/* /app/logs/"),

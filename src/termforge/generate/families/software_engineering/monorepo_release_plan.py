@@ -7,8 +7,7 @@ from datetime import datetime, timedelta
 
 from termforge.errors import TermforgeError
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
-from termforge.generate.families.package_files import family_template
-from termforge.generate.families.sources import lines_final_test, py_source, python_oracle
+from termforge.generate.families.sources import lines_final_test, packaged_source, python_oracle
 
 
 RELEASE_PACKAGES = ("core", "util", "http", "cli", "config", "auth", "storage", "metrics", "schema", "cache",
@@ -89,9 +88,6 @@ def _git_log(commits: list[dict]) -> str:
         out += [f"    {ln}" if ln else "" for ln in [c["subject"], *c["body"]]]
         out.append("")
     return "\n".join(out)
-
-
-INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
 
 
 class MonorepoReleasePlan(TaskFamily):
@@ -274,9 +270,9 @@ class MonorepoReleasePlan(TaskFamily):
         )
         deliverable = f"`{out}`: one line per package that gets a new version, sorted as described."
         instruction = instruction_frame(sig, "Plan the next monorepo release", body, [deliverable])
-        test_initial = py_source(INITIAL_TEST_SOURCE, DIRS=sorted(dirs.values()), OUT=out)
+        test_initial = packaged_source(__name__, "test_initial_state.py.txt", DIRS=sorted(dirs.values()), OUT=out)
         test_final = lines_final_test("test_release_plan_matches", out, expected)
-        solve = python_oracle(py_source(ORACLE_SOURCE, OUT=out))
+        solve = python_oracle(packaged_source(__name__, "oracle.py.txt", OUT=out))
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("mkdir -p /app/repo && cp -r /tmp/env/fixtures/repo/. /app/repo/"),
@@ -291,7 +287,6 @@ class MonorepoReleasePlan(TaskFamily):
         )
 
 
-ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 FAMILY = MonorepoReleasePlan

@@ -5,8 +5,7 @@ from __future__ import annotations
 import random
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
-from termforge.generate.families.package_files import family_template
-from termforge.generate.families.sources import lines_final_test, py_source, python_oracle
+from termforge.generate.families.sources import lines_final_test, packaged_source, python_oracle
 
 
 PEOPLE = ("ana", "anabel", "bruno", "chen", "dara", "eli", "elif", "farah", "goran", "hana", "ivo", "jin",
@@ -23,10 +22,6 @@ SYSTEM_USERS = (("root", 0, 0, "/root", "/bin/bash"), ("daemon", 1, 1, "/usr/sbi
                 ("nobody", 65534, 65534, "/nonexistent", "/usr/sbin/nologin"))
 VALID_SHELLS = ("/bin/sh", "/bin/bash", "/usr/bin/bash", "/bin/zsh", "/usr/bin/zsh", "/bin/dash")
 INVALID_SHELLS = ("/usr/sbin/nologin", "/bin/false", "/usr/bin/fish", "/bin/tcsh")
-
-
-INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
-ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 class AccountAudit(TaskFamily):
@@ -197,9 +192,10 @@ class AccountAudit(TaskFamily):
         instruction = instruction_frame(sig, "Who can log in as a team member?", body,
                                         [f"`{out}`: the matching accounts, one per line, sorted by UID."])
         line_counts = {"passwd": len(passwd_lines), "group": len(group_lines), "shadow": len(shadow_lines)}
-        test_initial = py_source(INITIAL_TEST_SOURCE, LINE_COUNTS=line_counts, OUT=out)
+        test_initial = packaged_source(__name__, "test_initial_state.py.txt", LINE_COUNTS=line_counts, OUT=out)
         test_final = lines_final_test("test_audit_matches", out, expected_lines)
-        solve = python_oracle(py_source(ORACLE_SOURCE, GROUP=target, TODAY=today if lvl == 3 else None))
+        solve = python_oracle(packaged_source(__name__, "oracle.py.txt", GROUP=target,
+                                              TODAY=today if lvl == 3 else None))
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("mkdir -p /app/etc && cp /tmp/env/fixtures/etc/* /app/etc/"),

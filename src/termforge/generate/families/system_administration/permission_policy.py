@@ -7,8 +7,7 @@ import posixpath
 import random
 
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
-from termforge.generate.families.package_files import family_template
-from termforge.generate.families.sources import py_source, python_oracle
+from termforge.generate.families.sources import packaged_source, python_oracle
 
 
 SRV_LAYOUT = {
@@ -48,11 +47,6 @@ LINK_PLANS = (
     ("www/assets/bundle.py", ("scripts/seed_db.py", "data/export.csv")),
 )
 INITIAL_MODES = (0o644, 0o664, 0o666, 0o755, 0o777, 0o600, 0o700, 0o640, 0o775)
-
-
-FINAL_TEST_SOURCE = family_template(__name__, "test_final_state.py.txt")
-INITIAL_TEST_SOURCE = family_template(__name__, "test_initial_state.py.txt")
-ORACLE_SOURCE = family_template(__name__, "oracle.py.txt")
 
 
 class PermissionPolicy(TaskFamily):
@@ -146,9 +140,10 @@ class PermissionPolicy(TaskFamily):
         )
         instruction = instruction_frame(sig, "Re-apply the permission policy", body,
                                         ["Every regular file under `/app/srv` carries the mode the policy gives it."])
-        test_initial = py_source(INITIAL_TEST_SOURCE, INITIAL=initial, LINKS=links)
-        test_final = py_source(FINAL_TEST_SOURCE, EXPECTED=expected, LINKS=links, DIR_MODES=dir_modes)
-        solve = python_oracle(py_source(ORACLE_SOURCE))
+        test_initial = packaged_source(__name__, "test_initial_state.py.txt", INITIAL=initial, LINKS=links)
+        test_final = packaged_source(__name__, "test_final_state.py.txt", EXPECTED=expected, LINKS=links,
+                                     DIR_MODES=dir_modes)
+        solve = python_oracle(packaged_source(__name__, "oracle.py.txt"))
         return TaskSpec(
             instruction=instruction,
             setup_sh=bash_script("\n".join(setup_lines)),
