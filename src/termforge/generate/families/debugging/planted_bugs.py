@@ -58,19 +58,23 @@ def draw_planted_program(rng: random.Random, programs: dict[str, Callable[[rando
     program = programs[rng.choice(sorted(programs))](rng)
     sites = program["sites"]
     planted = choose_bugs(rng, sites, level)
-    return PlantedProgram(program, sites, planted, plant(program["template"], sites, planted), f"/app/{program['file']}")
+    source = plant(program["template"], sites, planted)
+    return PlantedProgram(program, sites, planted, source, f"/app/{program['file']}")
 
 
-def reported_symptoms(rng: random.Random, sites: list[BugSite], planted: dict[str, str], level: int) -> tuple[str, str]:
-    """The users' reports the instruction quotes (a markdown quote block) and the line that says
-    more problems exist: easier tasks quote every planted bug's report, harder ones only one, and
-    the rest must be found."""
-    by_key = {s.key: s for s in sites}
-    reports = [by_key[k].report for k in sorted(planted)]
+def program_and_symptoms(rng: random.Random, drawn: PlantedProgram, level: int, what: str) -> str:
+    """The instruction's opening: the program (a `what`: tool, script), its specification, and the
+    users' reports of its planted bugs. Easier tasks quote every planted bug's report, harder ones
+    only one and say there are more, which must be found."""
+    by_key = {s.key: s for s in drawn.sites}
+    reports = [by_key[k].report for k in sorted(drawn.planted)]
     rng.shuffle(reports)
     shown = reports if level <= 1 else reports[:1]
     more = "" if level <= 1 else "There are more problems than the one reported."
-    return "\n".join(f"> {r}" for r in shown), more
+    quoted = "\n".join(f"> {r}" for r in shown)
+    spec = textwrap.dedent(drawn.program["spec"]).strip()
+    return (f"`{drawn.path}` is a small {what} our team relies on. It is supposed to behave like this:\n\n"
+            f"{spec}\n\nUsers have reported problems:\n\n{quoted}\n\n{more}")
 
 
 def choose_bugs(rng: random.Random, sites: list[BugSite], level: int) -> dict[str, str]:
@@ -105,7 +109,3 @@ def planted_truth(planted: dict[str, str], sites: list[BugSite], given: dict) ->
     return {"given": given,
             "planted_bugs": {k: {"buggy": v, "fixed": by_key[k].fixed, "effect": by_key[k].effect}
                              for k, v in sorted(planted.items())}}
-
-
-def dedent_program(text: str) -> str:
-    return textwrap.dedent(text).strip()

@@ -8,8 +8,8 @@ import random
 
 from termforge.generate.base import (FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, indent_block,
                                      instruction_frame, pytest_module)
-from termforge.generate.families.debugging.planted_bugs import (BugSite, dedent_program, draw_planted_program,
-                                                                patch_oracle, planted_truth, reported_symptoms)
+from termforge.generate.families.debugging.planted_bugs import (BugSite, draw_planted_program, patch_oracle,
+                                                                planted_truth, program_and_symptoms)
 from termforge.generate.families.package_files import family_template
 
 
@@ -330,7 +330,8 @@ class PythonEdgeCaseFix(TaskFamily):
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)
-        prog, sites, planted, source, path = draw_planted_program(rng, PYTHON_PROGRAMS, level)
+        drawn = draw_planted_program(rng, PYTHON_PROGRAMS, level)
+        prog, sites, planted, source, path = drawn
         fuzz_seed = rng.randrange(10**8, 10**9)
         n_random = (10, 12, 16, 20)[level]
         ref, case = prog["ref"], prog["case"]
@@ -339,20 +340,12 @@ class PythonEdgeCaseFix(TaskFamily):
         while example_text.count("\n") < 3:
             example_text, example_args = case(random.Random(rng.randrange(2**32)), prog["P"])
         example_out = ref(example_text, example_args, prog["P"])
-        report_md, more = reported_symptoms(rng, sites, planted, level)
+        opening = program_and_symptoms(rng, drawn, level, "tool")
         arg_str = " ".join(example_args)
         instruction = instruction_frame(
             sig, f"Fix {prog['file']}",
             f"""
-            `{path}` is a small tool our team relies on. It is supposed to behave like this:
-
-            {indent_block(dedent_program(prog["spec"]), 12)}
-
-            Users have reported problems:
-
-            {indent_block(report_md, 12)}
-
-            {more}
+            {indent_block(opening, 12)}
 
             For example, with `/app/examples/input.txt` (already there),
             `python3 {path} /app/examples/input.txt{(" " + arg_str) if arg_str else ""}` must print:

@@ -7,8 +7,8 @@ import random
 
 from termforge.generate.base import (FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, indent_block,
                                      instruction_frame, pytest_module)
-from termforge.generate.families.debugging.planted_bugs import (BugSite, dedent_program, draw_planted_program,
-                                                                patch_oracle, planted_truth, reported_symptoms)
+from termforge.generate.families.debugging.planted_bugs import (BugSite, draw_planted_program, patch_oracle,
+                                                                planted_truth, program_and_symptoms)
 from termforge.generate.families.package_files import family_template
 
 
@@ -254,7 +254,8 @@ class ShellScriptFix(TaskFamily):
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)
-        script, sites, planted, source, path = draw_planted_program(rng, SHELL_SCRIPTS, level)
+        drawn = draw_planted_program(rng, SHELL_SCRIPTS, level)
+        script, sites, planted, source, path = drawn
 
         file_sets = list(script["edges"])
         for _ in range((3, 5, 7, 9)[level]):
@@ -265,19 +266,11 @@ class ShellScriptFix(TaskFamily):
             scenarios.append({"files": files, "args": script["args"], "stdout": stdout,
                               "listing": listing if script["check_listing"] else None})
 
-        report_md, more = reported_symptoms(rng, sites, planted, level)
+        opening = program_and_symptoms(rng, drawn, level, "script")
         instruction = instruction_frame(
             sig, f"Fix {script['file']}",
             f"""
-            `{path}` is a small script our team relies on. It is supposed to behave like this:
-
-            {indent_block(dedent_program(script["spec"]), 12)}
-
-            Users have reported problems:
-
-            {indent_block(report_md, 12)}
-
-            {more}
+            {indent_block(opening, 12)}
 
             Fix the script in place (keep its name and arguments; bash and coreutils only) so that it
             meets the specification for any folder or file contents. It will be run as
