@@ -1,7 +1,8 @@
 """The procedural task families: one module per family, grouped by domain
 (<domain>/<family>.py, each ending `FAMILY = <its class>`), plus the opt-in calibration family
 (calibration/one_step_file_task.py), which only the `calibration` corpus kind draws. A family is
-drawn only once it is listed here; tests/test_families.py fails on a family module that is not."""
+drawn only once it is listed here; tests/test_family_modules.py fails on a family module that is
+not."""
 
 from __future__ import annotations
 
