@@ -122,12 +122,12 @@ class OneStepFileTask(TaskFamily):
     instruct model solves sometimes (module docstring)."""
 
     axes = FamilyAxes(name="one_step_file_task", domains=("file_operations",), verifier_kinds=("exact_text",),
-                      fixture_kinds=("text_only",),
+                      fixture_kinds=("text_only",), skill_types=("bulk_transformation", "search_and_selection"),
+                      skills=(), languages=("bash",), command_complexities=("bash_only",),
+                      episode_protocol="one_command", opt_in=True,
                       summary="calibration (opt-in): one-step file tasks (write, append, count a word's lines, "
                               "rename, fix a one-line script); the level sets how much of the command the "
-                              "instruction gives", skill_types=("bulk_transformation", "search_and_selection"),
-                      skills=(), languages=("bash",), command_complexities=("bash_only",),
-                      episode_protocol="one_command", opt_in=True)
+                              "instruction gives")
     method = (
         (METHOD_NOTES["write_line"], '(?m)^# Write a line'),
         (METHOD_NOTES["append_line"], '(?m)^# Append a line'),

@@ -23,10 +23,11 @@ class RegionalRevenue(TaskFamily):
     """Join orders to customers and report paid revenue per region, following stated cleaning rules."""
 
     axes = FamilyAxes(name="regional_revenue_report", domains=("data_processing",), verifier_kinds=("exact_text",),
-                      fixture_kinds=("text_only",),
-                      summary="clean, deduplicate and join two or three CSV files, then aggregate revenue per region",
-                      skill_types=("cleaning_and_validation",), skills=("normalise dates, numbers and units",),
-                      languages=("python", "bash", "awk"), command_complexities=("bash_only", "bash_code"))
+                      fixture_kinds=("text_only",), skill_types=("cleaning_and_validation",),
+                      skills=("normalise dates, numbers and units",), languages=("python", "bash", "awk"),
+                      command_complexities=("bash_only", "bash_code"),
+                      summary="clean, deduplicate and join two or three CSV files, then aggregate revenue per "
+                              "region")
     method = (
         ('Parse the files with a real CSV parser (quoted fields contain commas). Normalise keys before '
          'comparing (trim, lower-case), resolve repeated orders to their newest version before filtering on '

@@ -27,9 +27,9 @@ class StreamTransform(TaskFamily):
 
     axes = FamilyAxes(name="stream_transform_program", domains=("data_processing",),
                       verifier_kinds=("fuzz_equivalence",), fixture_kinds=("text_only",),
-                      summary="write a stdin-to-stdout streaming transform with stateful per-key rules, fuzz-tested",
                       skill_types=("parsing_and_extraction",), skills=("parse fixed-width and delimited records",),
-                      languages=("python",), command_complexities=("bash_code",))
+                      languages=("python",), command_complexities=("bash_code",),
+                      summary="write a stdin-to-stdout streaming transform with stateful per-key rules, fuzz-tested")
     method = (
         ('Keep per-key state in a dictionary and process one line at a time. Pin down the boundary cases '
          'before coding: what happens exactly at the stated limit, the first event of a key, blank lines and '

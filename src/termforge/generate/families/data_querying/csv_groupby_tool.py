@@ -129,11 +129,11 @@ class CsvGroupByTool(TaskFamily):
     """Write a group-by query CLI over quirky CSV files; graded by fuzzing against a reference."""
 
     axes = FamilyAxes(name="csv_groupby_tool", domains=("data_querying",), verifier_kinds=("fuzz_equivalence",),
-                      fixture_kinds=("text_only",),
-                      summary="implement a CSV group-by/aggregate query tool, checked on randomly generated CSV "
-                              "files", skill_types=("semi_structured_queries", "relational_aggregation"),
+                      fixture_kinds=("text_only",), skill_types=("semi_structured_queries", "relational_aggregation"),
                       skills=("query CSV files by column name", "group rows and compute aggregates per group"),
-                      languages=("python",), command_complexities=("bash_code",))
+                      languages=("python",), command_complexities=("bash_code",),
+                      summary="implement a CSV group-by/aggregate query tool, checked on randomly generated CSV "
+                              "files")
     method = (
         ("Parse with a real CSV parser (csv module with newline=''), never by splitting lines on commas: "
          'fields hold quoted commas, quotes and newlines. Look columns up by header name. Decide the empty-'

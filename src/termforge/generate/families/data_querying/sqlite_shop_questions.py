@@ -42,11 +42,11 @@ class SqliteShopQuestions(TaskFamily):
     """Answer reporting questions over a SQLite shop database (joins, grouping, NOT EXISTS)."""
 
     axes = FamilyAxes(name="sqlite_shop_questions", domains=("data_querying",), verifier_kinds=("exact_text",),
-                      fixture_kinds=("text_only",),
-                      summary="answer parameterised reporting questions over a SQLite database built from a SQL dump",
-                      skill_types=("relational_aggregation",),
+                      fixture_kinds=("text_only",), skill_types=("relational_aggregation",),
                       skills=("group rows and compute aggregates per group",), languages=("sql", "python", "bash"),
-                      anchors=("SQLite",), command_complexities=("bash_only", "bash_code"))
+                      anchors=("SQLite",), command_complexities=("bash_only", "bash_code"),
+                      summary="answer parameterised reporting questions over a SQLite database built from a SQL "
+                              "dump")
     method = (
         ("Start with `.schema` (or sqlite_master) to see how orders, order lines, products and customers link. "
          "Revenue comes from the order lines' charged price, not the product list price.", None),

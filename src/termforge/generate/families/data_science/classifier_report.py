@@ -87,11 +87,11 @@ class ClassifierReport(TaskFamily):
     an alias map, re-exported ids, missing predictions and an abstention threshold."""
 
     axes = FamilyAxes(name="classifier_report", domains=("data_science",), verifier_kinds=("exact_text",),
-                      fixture_kinds=("text_only",),
-                      summary="per-class precision, recall, F1 and support with macro/weighted averages from a "
-                              "predictions CSV", skill_types=("model_training_and_evaluation", "reporting"),
+                      fixture_kinds=("text_only",), skill_types=("model_training_and_evaluation", "reporting"),
                       skills=("report metrics suited to imbalanced classes", "export tidy result tables"),
-                      languages=("python",), command_complexities=("bash_code",))
+                      languages=("python",), command_complexities=("bash_code",),
+                      summary="per-class precision, recall, F1 and support with macro/weighted averages from a "
+                              "predictions CSV")
     method = (
         ("Read the CSVs with a CSV parser; normalise every label (trim, lower-case, then the alias map) before "
          "comparing; keep the last row per id before dropping missing predictions; then count, per class, true "

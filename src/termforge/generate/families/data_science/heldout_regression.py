@@ -120,10 +120,10 @@ class HeldoutRegression(TaskFamily):
 
     axes = FamilyAxes(name="heldout_regression", domains=("data_science",), verifier_kinds=("metric_threshold",),
                       fixture_kinds=("text_only",),
-                      summary="predict a numeric target for held-out rows; graded by RMSE against hidden labels",
                       skill_types=("feature_engineering", "model_training_and_evaluation"),
                       skills=("encode categorical variables", "train a baseline model and a stronger one"),
-                      languages=("python",), anchors=("NumPy",), command_complexities=("bash_code",))
+                      languages=("python",), anchors=("NumPy",), command_complexities=("bash_code",),
+                      summary="predict a numeric target for held-out rows; graded by RMSE against hidden labels")
     method = (
         ("Load both CSVs and look at each feature against the target (scatter or binned means).", None),
         ("A column whose values are words is categorical: one-hot encode it rather than treating it as a number.",

@@ -73,10 +73,9 @@ class PngShapeCensus(TaskFamily):
     to ignore and a non-uniform background."""
 
     axes = FamilyAxes(name="png_shape_census", domains=("data_science",), verifier_kinds=("exact_text",),
-                      fixture_kinds=("image",),
-                      summary="count shapes and measure their areas per colour in a generated PNG image",
-                      skill_types=(), skills=(), languages=("python",), anchors=("NumPy",),
-                      command_complexities=("bash_code",))
+                      fixture_kinds=("image",), skill_types=(), skills=(), languages=("python",), anchors=("NumPy",),
+                      command_complexities=("bash_code",),
+                      summary="count shapes and measure their areas per colour in a generated PNG image")
     method = (
         ("Decode the PNG with Pillow (or NumPy on top of it), build a mask per listed colour with exact RGB "
          "equality, and label 4-connected components with a BFS/flood fill; count components and sum their "

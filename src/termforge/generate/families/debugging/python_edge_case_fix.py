@@ -315,12 +315,11 @@ class PythonEdgeCaseFix(TaskFamily):
     fixes it in place and is graded by comparing it with a reference on many generated inputs."""
 
     axes = FamilyAxes(name="python_edge_case_fix", domains=("debugging",), verifier_kinds=("fuzz_equivalence",),
-                      fixture_kinds=("text_only",),
-                      summary="fix a Python CLI that crashes or misbehaves on edge-case input; checked by fuzzing",
-                      skill_types=("crash_analysis", "logic_errors"),
+                      fixture_kinds=("text_only",), skill_types=("crash_analysis", "logic_errors"),
                       skills=("reproduce a crash with the smallest possible input",
                               "find the first line where state goes wrong"), languages=("python",),
-                      command_complexities=("bash_code",))
+                      command_complexities=("bash_code",),
+                      summary="fix a Python CLI that crashes or misbehaves on edge-case input; checked by fuzzing")
     method = (
         ('Read the specification line by line against the code and list every input class it names (empty '
          'input, blank and comment lines, ties, repeated keys, boundaries). Build a tiny file for each, run '

@@ -239,11 +239,11 @@ class ShellScriptFix(TaskFamily):
     graded on fixed scenarios (files with spaces, empty folders, collisions...) with exact output."""
 
     axes = FamilyAxes(name="shell_script_fix", domains=("debugging",), verifier_kinds=("exact_text",),
-                      fixture_kinds=("text_only",),
-                      summary="fix a bash script with quoting, globbing and ordering bugs; checked on exact "
-                              "scenario output", skill_types=("crash_analysis",),
+                      fixture_kinds=("text_only",), skill_types=("crash_analysis",),
                       skills=("find the first line where state goes wrong",), languages=("bash",),
-                      command_complexities=("bash_only",))
+                      command_complexities=("bash_only",),
+                      summary="fix a bash script with quoting, globbing and ordering bugs; checked on exact "
+                              "scenario output")
     method = (
         ('Read the script against the specification and test it on a scratch folder built to break it: names '
          'with spaces and several dots, a directory with a matching name, an empty folder, a file without a '

@@ -21,11 +21,11 @@ class DuplicateFilePruner(TaskFamily):
     """Remove byte-identical duplicate files, keeping the first path in byte order, and report each removal."""
 
     axes = FamilyAxes(name="duplicate_file_pruner", domains=("file_operations",), verifier_kinds=("exact_text",),
-                      fixture_kinds=("text_only",),
-                      summary="find files with identical content (hashing, not names or sizes), keep one canonical "
-                              "copy, report", skill_types=("search_and_selection",),
+                      fixture_kinds=("text_only",), skill_types=("search_and_selection",),
                       skills=("find duplicate files by content digest",), languages=("bash", "python"),
-                      command_complexities=("bash_only", "bash_code"))
+                      command_complexities=("bash_only", "bash_code"),
+                      summary="find files with identical content (hashing, not names or sizes), keep one canonical "
+                              "copy, report")
     method = (
         ('Group files by a content hash (sha256sum), never by name or size, and confirm that empty files form '
          'a group too. Within each group sort the relative paths with LC_ALL=C sort, keep the first and delete '

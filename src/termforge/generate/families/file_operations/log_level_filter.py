@@ -16,10 +16,9 @@ class LogLevelFilter(TaskFamily):
     """Extract the ERROR lines of one service from rotated logs, in time order."""
 
     axes = FamilyAxes(name="log_level_filter", domains=("file_operations",), verifier_kinds=("exact_text",),
-                      fixture_kinds=("text_only",),
-                      summary="filter rotated log files by service and level, sorted by timestamp",
-                      skill_types=("search_and_selection",), skills=(), languages=("bash", "awk", "python"),
-                      command_complexities=("bash_only", "bash_code"))
+                      fixture_kinds=("text_only",), skill_types=("search_and_selection",), skills=(),
+                      languages=("bash", "awk", "python"), command_complexities=("bash_only", "bash_code"),
+                      summary="filter rotated log files by service and level, sorted by timestamp")
     method = (
         ('Concatenate the rotated files, filter on the service and level fields (not on substrings of the '
          'message), then sort numerically on the timestamp.', None),

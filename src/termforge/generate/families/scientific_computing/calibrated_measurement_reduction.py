@@ -65,12 +65,12 @@ class CalibratedMeasurements(TaskFamily):
 
     axes = FamilyAxes(name="calibrated_measurement_reduction", domains=("scientific_computing",),
                       verifier_kinds=("exact_text",), fixture_kinds=("text_only",),
-                      summary="convert mixed-unit instrument readings, apply date-versioned calibrations, reject "
-                              "runs by a reference standard, and report exact half-even rounded means per sample",
                       skill_types=("scientific_data_handling",),
                       skills=("carry physical units through a calculation",
                               "compare results to a reference within tolerances"), languages=("python",),
-                      command_complexities=("bash_code",))
+                      command_complexities=("bash_code",),
+                      summary="convert mixed-unit instrument readings, apply date-versioned calibrations, reject "
+                              "runs by a reference standard, and report exact half-even rounded means per sample")
     method = (
         ('Read the runs and the calibration table with a CSV reader and keep every number as a decimal, never '
          'binary floating point. Convert to the base unit, find the calibration version whose inclusive date '

@@ -14,10 +14,10 @@ class DecayHalfLife(TaskFamily):
 
     axes = FamilyAxes(name="decay_half_life_fit", domains=("scientific_computing",),
                       verifier_kinds=("metric_threshold",), fixture_kinds=("text_only",),
-                      summary="nonlinear least-squares fit of an exponential decay with background from a messy CSV",
                       skill_types=("linear_algebra", "scientific_data_handling"),
                       skills=("fit a model by least squares", "carry physical units through a calculation"),
-                      languages=("python",), anchors=("NumPy",), command_complexities=("bash_code",))
+                      languages=("python",), anchors=("NumPy",), command_complexities=("bash_code",),
+                      summary="nonlinear least-squares fit of an exponential decay with background from a messy CSV")
     method = (
         ('Clean the table first: skip notes and unreadable rows, drop repeated readings, and convert the time '
          'column to seconds using the unit in its header. The model is linear in N0 and B once the decay '

@@ -37,11 +37,11 @@ class ToneInventory(TaskFamily):
     """Find the frequencies of the steady tones buried in a noisy mono WAV recording."""
 
     axes = FamilyAxes(name="tone_inventory", domains=("scientific_computing",), verifier_kinds=("metric_threshold",),
-                      fixture_kinds=("audio",),
-                      summary="estimate the frequencies of the significant sine tones in a noisy WAV file (FFT peak "
-                              "picking)", skill_types=("signal_processing",),
+                      fixture_kinds=("audio",), skill_types=("signal_processing",),
                       skills=("compute a spectrum with a proper window", "detect peaks in a noisy signal"),
-                      languages=("python",), anchors=("NumPy",), command_complexities=("bash_code",))
+                      languages=("python",), anchors=("NumPy",), command_complexities=("bash_code",),
+                      summary="estimate the frequencies of the significant sine tones in a noisy WAV file (FFT peak "
+                              "picking)")
     method = (
         ('Read the PCM samples, remove the mean (DC), apply a window (Hann) and take a zero-padded real FFT. '
          "Pick spectral peaks inside the stated band, strongest first, suppressing each peak's main lobe "

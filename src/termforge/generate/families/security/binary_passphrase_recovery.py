@@ -61,12 +61,11 @@ class BinaryPassphraseRecovery(TaskFamily):
     """A stripped vendor binary guards an unlock token behind a lost passphrase; recover both."""
 
     axes = FamilyAxes(name="binary_passphrase_recovery", domains=("security",), verifier_kinds=("exact_text",),
-                      fixture_kinds=("stripped_binary",),
-                      summary="recover a lost passphrase and the unlock token from a stripped ELF binary",
-                      skill_types=("artifact_triage",),
+                      fixture_kinds=("stripped_binary",), skill_types=("artifact_triage",),
                       skills=("extract printable strings from an unknown binary",
                               "read ELF headers, sections and imported symbols"), languages=("bash", "python"),
-                      command_complexities=("bash_only", "bash_code"))
+                      command_complexities=("bash_only", "bash_code"),
+                      summary="recover a lost passphrase and the unlock token from a stripped ELF binary")
     method = (
         ('Treat the binary as a black box first and as a disassembly second. `strings` shows candidate '
          'passphrases, but they belong to a revoked list and must be tried before being believed. Run the '

@@ -105,13 +105,13 @@ class SshBruteForceLogins(TaskFamily):
     """Find the sshd logins that followed a burst of failed passwords from the same address."""
 
     axes = FamilyAxes(name="ssh_bruteforce_logins", domains=("security",), verifier_kinds=("exact_text",),
-                      fixture_kinds=("text_only",),
-                      summary="find successful SSH logins preceded by a burst of failures from one address in "
-                              "rotated auth logs", skill_types=("log_forensics",),
+                      fixture_kinds=("text_only",), skill_types=("log_forensics",),
                       skills=("spot bursts of failed logins from one source",
                               "rebuild an attack timeline from authentication logs"),
                       languages=("python", "bash", "awk"), anchors=("OpenSSH",),
-                      command_complexities=("bash_code", "bash_only"))
+                      command_complexities=("bash_code", "bash_only"),
+                      summary="find successful SSH logins preceded by a burst of failures from one address in "
+                              "rotated auth logs")
     method = (
         ('Read the rotated files oldest first (highest number first, decompressing .gz ones), give every line '
          'a full date by carrying the year forward and bumping it when the month goes backwards, and keep only '

@@ -160,12 +160,12 @@ class UploadPathGuard(TaskFamily):
     """Write an upload-path guard to a precise policy; graded on a hidden corpus of bypass attempts."""
 
     axes = FamilyAxes(name="upload_path_guard", domains=("security",), verifier_kinds=("adversarial_corpus",),
-                      fixture_kinds=("text_only",),
-                      summary="implement a path-traversal guard for upload paths, graded on a hidden adversarial "
-                              "corpus", skill_types=("input_hardening",),
+                      fixture_kinds=("text_only",), skill_types=("input_hardening",),
                       skills=("detect path traversal attempts in request paths",
                               "reject injection payloads with an allow-list validator"), languages=("python",),
-                      command_complexities=("bash_code",))
+                      command_complexities=("bash_code",),
+                      summary="implement a path-traversal guard for upload paths, graded on a hidden adversarial "
+                              "corpus")
     method = (
         ('Implement the rules literally and in the stated order; the corpus is built from the classic bypasses '
          'of ad-hoc filters. Decode in a loop until a fixpoint (double- and triple-encoded dots and slashes: %2e, %2f, '

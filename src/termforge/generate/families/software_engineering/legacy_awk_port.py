@@ -223,10 +223,10 @@ class LegacyAwkPort(TaskFamily):
     """Port a legacy awk formatter to Python; graded against a reference on fuzzed inputs."""
 
     axes = FamilyAxes(name="legacy_awk_port", domains=("software_engineering",), verifier_kinds=("fuzz_equivalence",),
-                      fixture_kinds=("text_only",),
-                      summary="port a legacy awk formatter to Python with byte-identical output on fuzzed inputs",
-                      skill_types=("refactoring",), skills=("keep behaviour identical while restructuring code",),
-                      languages=("python", "awk"), command_complexities=("bash_code",))
+                      fixture_kinds=("text_only",), skill_types=("refactoring",),
+                      skills=("keep behaviour identical while restructuring code",), languages=("python", "awk"),
+                      command_complexities=("bash_code",),
+                      summary="port a legacy awk formatter to Python with byte-identical output on fuzzed inputs")
     method = (
         ('Read the awk script line by line and mirror its semantics, not its intent: awk numbers are doubles, '
          'so parse with float() and divide in floating point in the same order; printf-style formatting (%d, '

@@ -94,11 +94,11 @@ class MonorepoReleasePlan(TaskFamily):
     """Derive each package's next semantic version from conventional commits and internal dependencies."""
 
     axes = FamilyAxes(name="monorepo_release_plan", domains=("software_engineering",), verifier_kinds=("exact_text",),
-                      fixture_kinds=("text_only",),
-                      summary="plan a monorepo release: semver bumps from conventional commits, reverts and "
-                              "dependency propagation", skill_types=("interfaces_and_packaging",),
+                      fixture_kinds=("text_only",), skill_types=("interfaces_and_packaging",),
                       skills=("choose a semantic version bump from a changelog",), languages=("python", "bash"),
-                      command_complexities=("bash_code",))
+                      command_complexities=("bash_code",),
+                      summary="plan a monorepo release: semver bumps from conventional commits, reverts and "
+                              "dependency propagation")
     method = (
         ("Read every package.toml with a TOML parser and keep the name, the version and the [dependencies] keys "
          "that name workspace packages.", None),

@@ -171,10 +171,10 @@ class VendoredSemverFix(TaskFamily):
     """A resolver picks wrong versions; the planted defects are in its vendored SemVer library."""
 
     axes = FamilyAxes(name="vendored_semver_fix", domains=("software_engineering",), verifier_kinds=("exact_text",),
-                      fixture_kinds=("vendored_package",),
-                      summary="find and fix planted precedence/range bugs in a vendored pure-Python SemVer package",
-                      skill_types=("testing",), skills=("check invariants with generated inputs",),
-                      languages=("python",), command_complexities=("bash_code",), output_files=False)
+                      fixture_kinds=("vendored_package",), skill_types=("testing",),
+                      skills=("check invariants with generated inputs",), languages=("python",),
+                      command_complexities=("bash_code",), output_files=False,
+                      summary="find and fix planted precedence/range bugs in a vendored pure-Python SemVer package")
     method = (
         ('Reproduce first: run the resolver and diff it against known_good.txt, then shrink each disagreeing '
          'requirement to the smallest compare() or satisfies() call that contradicts the README. Turn every '

@@ -28,10 +28,10 @@ class AccountAudit(TaskFamily):
     """Report the active interactive accounts of one group from passwd/group/shadow/shells/login.defs."""
 
     axes = FamilyAxes(name="account_audit", domains=("system_administration",), verifier_kinds=("exact_text",),
-                      fixture_kinds=("text_only",),
+                      fixture_kinds=("text_only",), skill_types=("users_and_packages",), skills=(),
+                      languages=("bash", "awk", "python"), command_complexities=("bash_only", "bash_code"),
                       summary="join passwd, group, shadow, shells and login.defs to list a group's active login "
-                              "accounts", skill_types=("users_and_packages",), skills=(),
-                      languages=("bash", "awk", "python"), command_complexities=("bash_only", "bash_code"))
+                              "accounts")
     method = (
         ('Parse each file by its colon-separated fields rather than grepping lines (group names and user names '
          "are prefixes of one another, and a name can appear in another group's member list). Read "

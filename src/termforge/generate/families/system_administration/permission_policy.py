@@ -53,10 +53,9 @@ class PermissionPolicy(TaskFamily):
     """Apply a first-match-wins glob permission policy to the regular files of a tree, sparing symlinks."""
 
     axes = FamilyAxes(name="permission_policy", domains=("system_administration",), verifier_kinds=("exact_text",),
-                      fixture_kinds=("text_only",),
-                      summary="apply an ordered glob-to-mode policy to a service tree with chmod (first match wins)",
-                      skill_types=(), skills=(), languages=("bash", "python"),
-                      command_complexities=("bash_only", "bash_code"), output_files=False)
+                      fixture_kinds=("text_only",), skill_types=(), skills=(), languages=("bash", "python"),
+                      command_complexities=("bash_only", "bash_code"), output_files=False,
+                      summary="apply an ordered glob-to-mode policy to a service tree with chmod (first match wins)")
     method = (
         ('Walk the tree listing regular files only (find -type f skips symlinks), compute each path relative '
          'to /app/srv, and test the policy rules in file order, stopping at the first match; glob matching '
