@@ -1,8 +1,8 @@
-"""The calibration family (generate/families/calibration.py): every kind validates like any family
-(oracle, no-op, reward-hack and hijack probes, mutants) at the level that gives the command and at
-the level with a twist; the command an easy instruction gives really solves its task; the careless
-command fails where the twist is; and the family is opt-in: only the `calibration` corpus kind
-draws it, never the default mixes."""
+"""The calibration family (generate/families/calibration/one_step_file_task.py): every kind
+validates like any family (oracle, no-op, reward-hack and hijack probes, mutants) at the level that
+gives the command and at the level with a twist; the command an easy instruction gives really
+solves its task; the careless command fails where the twist is; and the family is opt-in: only the
+`calibration` corpus kind draws it, never the default mixes."""
 
 from __future__ import annotations
 

@@ -9,8 +9,9 @@ COMMAND_COMPLEXITIES = ("bash_only", "bash_code", "bash_code_services")
 VERIFIER_KINDS = ("exact_text", "metric_threshold", "adversarial_corpus", "fuzz_equivalence", "multi_protocol")
 FIXTURE_KINDS = ("text_only", "image", "audio", "video", "stripped_binary", "vendored_package",
                  "multi_service_compose")
-# calibration: tasks of the opt-in calibration family only (generate/families/calibration.py), for
-# showing that training raises a small model's reward; no default mix names it.
+# calibration: tasks of the opt-in calibration family only
+# (generate/families/calibration/one_step_file_task.py), for showing that training raises a small
+# model's reward; no default mix names it.
 CORPUS_KINDS = ("legacy", "sft_v2", "rl_v2", "calibration")
 
 # The buckets each corpus kind treats as "legacy"; everything else on that axis is a new (v2) bucket.
