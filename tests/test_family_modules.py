@@ -1,5 +1,5 @@
-"""The family package's layout: one module per family, each declaring its axes once and listed in
-the registry, and the sandbox programs each family ships as package files (loaded by name,
+"""The family package's layout: one module per family, each declaring its axes and its difficulty
+knobs once and listed in the registry, and the sandbox programs each family ships as package files (loaded by name,
 installed with the package, and valid programs once a family fills them)."""
 
 import ast
@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 import termforge.generate.families as families_pkg
-from termforge.generate.base import FamilyAxes, TaskFamily
+from termforge.axes.vocab import TASK_COMPLEXITIES
+from termforge.generate.base import DifficultyKnobs, FamilyAxes, TaskFamily
 from termforge.generate.families import FAMILY_MODULES, OPT_IN_MODULES, all_families
 from termforge.generate.families.debugging.planted_bugs import plant
 from termforge.generate.families.debugging.python_edge_case_fix import PYTHON_PROGRAMS
@@ -60,19 +61,96 @@ def test_every_family_module_is_registered_and_holds_one_family():
     assert [type(f) for f in all_families()] == [found[m].FAMILY for m in registered]
 
 
+def _family_class_node(module, tree: ast.Module) -> ast.ClassDef:
+    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == module.FAMILY.__name__)
+
+
 @pytest.mark.parametrize("module_name", FAMILY_MODULES + OPT_IN_MODULES)
 def test_each_family_declares_its_axes_once(module_name):
     module = importlib.import_module(f"{families_pkg.__name__}.{module_name}")
     tree = ast.parse(Path(module.__file__).read_text())
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "FamilyAxes"]
     assert len(calls) == 1, f"{module_name}: declare the axes in one FamilyAxes(...)"
-    cls_node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == module.FAMILY.__name__)
+    cls_node = _family_class_node(module, tree)
     assigned = {t.id for s in cls_node.body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
     axis_names = {f.name for f in fields(FamilyAxes)}
     assert assigned & axis_names == set(), f"{module_name}: an axis set beside FamilyAxes: {assigned & axis_names}"
     assert "axes" in assigned and isinstance(module.FAMILY.axes, FamilyAxes)
     for axis in axis_names:
         assert getattr(module.FAMILY, axis) == getattr(module.FAMILY.axes, axis), axis
+
+
+@pytest.mark.parametrize("module_name", FAMILY_MODULES + OPT_IN_MODULES)
+def test_each_family_declares_its_knobs_once(module_name):
+    module = importlib.import_module(f"{families_pkg.__name__}.{module_name}")
+    tree = ast.parse(Path(module.__file__).read_text())
+    calls = [n for n in ast.walk(tree)
+             if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "DifficultyKnobs"]
+    assert len(calls) == 1, f"{module_name}: declare the difficulty knobs in one DifficultyKnobs(...)"
+    declared = [s for s in _family_class_node(module, tree).body if isinstance(s, ast.Assign) and s.value is calls[0]]
+    targets = [t.id for s in declared for t in s.targets]
+    assert targets == ["knobs"], f"{module_name}: `knobs = DifficultyKnobs(...)` in its class"
+    assert isinstance(module.FAMILY.__dict__.get("knobs"), DifficultyKnobs)
+
+
+@pytest.mark.parametrize("module_name", FAMILY_MODULES + OPT_IN_MODULES)
+def test_every_knob_has_one_value_per_complexity_level_and_is_read(module_name):
+    module = importlib.import_module(f"{families_pkg.__name__}.{module_name}")
+    knobs = module.FAMILY.knobs.per_level
+    assert knobs, f"{module_name}: no difficulty knobs"
+    tree = ast.parse(Path(module.__file__).read_text())
+    # A knob is read as `knobs.NAME` (a level's values) or `per_level["NAME"]` (all of them).
+    read = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    read |= {n.slice.value for n in ast.walk(tree) if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant)
+             and isinstance(n.value, ast.Attribute) and n.value.attr == "per_level"}
+    for name, values in knobs.items():
+        assert isinstance(values, tuple) and len(values) == len(TASK_COMPLEXITIES), f"{module_name}.{name}: {values!r}"
+        assert name in read, f"{module_name}: knob {name} is declared but build() never reads it"
+
+
+def test_a_knob_without_one_value_per_level_is_refused():
+    with pytest.raises(ValueError, match="one value per task complexity"):
+        DifficultyKnobs(rows=(1, 2, 3))
+    with pytest.raises(ValueError, match="one value per task complexity"):
+        DifficultyKnobs(rows=[1, 2, 3, 4])
+    with pytest.raises(ValueError):
+        DifficultyKnobs()
+    assert DifficultyKnobs(rows=(1, 2, 3, 4), cols=(5, 6, 7, 8)).at(2).__dict__ == {"rows": 3, "cols": 7}
+
+
+def _inline_per_level_values(source: str) -> list[str]:
+    """Per-level values written where they are used: a tuple, list or dict literal indexed by the
+    complexity level (a name assigned from complexity_level(), or a parameter of that name), or a
+    dict keyed by complexity names."""
+    tree = ast.parse(source)
+    level_names = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                   and getattr(n.value.func, "id", None) == "complexity_level"
+                   for t in n.targets if isinstance(t, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Subscript) and isinstance(node.value, (ast.Tuple, ast.List, ast.Dict))
+                and {n.id for n in ast.walk(node.slice) if isinstance(n, ast.Name)} & level_names):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        keys = {k.value for k in node.keys if isinstance(k, ast.Constant)} if isinstance(node, ast.Dict) else set()
+        if keys & set(TASK_COMPLEXITIES):
+            found.append(f"line {node.lineno}: a dict keyed by task complexity")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(FAMILIES_DIR.rglob("*.py")), ids=lambda p: str(p.relative_to(FAMILIES_DIR)))
+def test_no_family_module_writes_per_level_values_inline(path):
+    assert _inline_per_level_values(path.read_text()) == [], f"{path.name}: declare these as difficulty knobs"
+
+
+def test_the_inline_check_sees_the_forms_it_forbids():
+    source = textwrap.dedent("""
+        lvl = complexity_level(sig)
+        n = rng.randint(*((2, 3), (2, 4), (4, 6), (6, 9))[lvl])
+        m = [8, 12, 16, 20][lvl - 1]
+        size = {"short": 40, "moderate": 60, "complex": 90, "intricate": 120}.get(tc, 60)
+        fine = ("a", "b")[flag] + knobs.rows
+        """)
+    assert sorted(line.split(":")[0] for line in _inline_per_level_values(source)) == ["line 3", "line 4", "line 5"]
 
 
 # Run in a fresh interpreter: the loader is wrapped before any family module binds it, and this

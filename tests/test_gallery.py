@@ -13,4 +13,5 @@ def test_the_gallery_is_current():
     assert DOC.read_text() == text, "docs/families.md is stale: run python -m termforge.generate.gallery docs/families.md"
     for fam in all_families():
         assert f"## {fam.name.replace('_', '-')}" in text and fam.summary in text
+        assert all(f"`{knob}` " in text for knob in fam.knobs.per_level), f"{fam.name}: its difficulty knobs"
     assert "**opt-in**" in text  # the calibration family says it is drawn only on request

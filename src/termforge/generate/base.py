@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 import textwrap
 from dataclasses import dataclass, field, fields
+from types import SimpleNamespace
 from typing import Callable, ClassVar, Union
 
 from termforge.generate.public_view import PublicTaskView
@@ -114,12 +115,35 @@ class FamilyAxes:
     the tree itself. A verifier strategy that serves the deliverables needs them."""
 
 
+class DifficultyKnobs:
+    """A family's difficulty knobs, declared once (TaskFamily.knobs): each knob is named and holds
+    one value per task complexity, in TASK_COMPLEXITIES order, so the family's scaling reads at a
+    glance and build() takes its numbers by name (`self.knobs.at(level).NAME`) rather than from a
+    tuple written inline. Rules a level switches on stay in build(), where they change the task."""
+
+    def __init__(self, **per_level: tuple):
+        for name, values in per_level.items():
+            if not isinstance(values, tuple) or len(values) != len(TASK_COMPLEXITIES):
+                raise ValueError(f"knob {name}: one value per task complexity {TASK_COMPLEXITIES}, got {values!r}")
+        if not per_level:
+            raise ValueError("a family declares at least one difficulty knob")
+        self.per_level: dict[str, tuple] = dict(per_level)
+
+    def at(self, level: int) -> SimpleNamespace:
+        """Every knob's value at `level` (complexity_level), read as attributes."""
+        return SimpleNamespace(**{name: values[level] for name, values in self.per_level.items()})
+
+    def __repr__(self) -> str:
+        return "DifficultyKnobs(" + ", ".join(f"{n}={v!r}" for n, v in self.per_level.items()) + ")"
+
+
 class TaskFamily:
-    """A small generator of one kind of task. A subclass declares `axes` (one FamilyAxes) and
-    build(); each axis is also readable as a class attribute (fam.name, fam.domains...), which is
+    """A small generator of one kind of task. A subclass declares `axes` (one FamilyAxes), `knobs`
+    (one DifficultyKnobs) and build(); each axis is also readable as a class attribute (fam.name, fam.domains...), which is
     how the sampler, honour and validation read them."""
 
     axes: ClassVar[FamilyAxes]
+    knobs: ClassVar[DifficultyKnobs]
     name: ClassVar[str]
     domains: ClassVar[tuple[str, ...]]
     verifier_kinds: ClassVar[tuple[str, ...]]

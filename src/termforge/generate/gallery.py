@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from termforge.generate.base import TaskFamily
+from termforge.generate.base import TASK_COMPLEXITIES, TaskFamily
 from termforge.generate.families import all_families
 from termforge.generate.procedural import build_task
 from termforge.io import atomic_write_text, make_task_id
@@ -41,7 +41,17 @@ def _declared(fam: TaskFamily) -> list[str]:
             f"- task complexities: {listed(fam.task_complexities)}; command complexities: "
             f"{listed(fam.command_complexities)}",
             f"- deliverables are files: {'yes' if fam.output_files else 'no (the final test inspects the tree)'}"
-            + ("; **opt-in**: only the `calibration` corpus kind draws it" if fam.opt_in else "")]
+            + ("; **opt-in**: only the `calibration` corpus kind draws it" if fam.opt_in else ""),
+            f"- difficulty knobs ({' / '.join(TASK_COMPLEXITIES)}): "
+            + "; ".join(f"`{name}` " + " / ".join(map(_knob_value, values))
+                        for name, values in fam.knobs.per_level.items())]
+
+
+def _knob_value(value) -> str:
+    """A knob's value at one level as the gallery prints it: strings bare, tuples in parentheses."""
+    if isinstance(value, tuple):
+        return "(" + ", ".join(map(_knob_value, value)) + ")"
+    return str(value)
 
 
 def families_markdown() -> str:

@@ -24,7 +24,8 @@ from __future__ import annotations
 import random
 import shlex
 
-from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     instruction_frame)
 from termforge.generate.families.sources import py_source
 
 
@@ -77,20 +78,6 @@ def _phrase(rng: random.Random) -> str:
     return f"{rng.choice(ADJECTIVES)} {rng.choice(NOUNS)}"
 
 
-def _guide(level: int, command: str, tool: str) -> str:
-    """What the instruction gives beyond the task, by level (see the module docstring)."""
-    if level == 0:
-        return f"Run exactly this one command:\n\n```bash\n{command}\n```"
-    if level == 1:
-        return f"Hint: {tool}"
-    return ""
-
-
-def _body(task: str, level: int, command: str, tool: str) -> str:
-    guide = _guide(level, command, tool)
-    return task + ("\n\n" + guide if guide else "")
-
-
 def _absent_test(*paths: str) -> str:
     return py_source("""
         import os
@@ -121,6 +108,8 @@ class OneStepFileTask(TaskFamily):
     """One shell command's worth of file work, with a difficulty knob that spans what a 135M
     instruct model solves sometimes (module docstring)."""
 
+    # The twists of the intricate level (two lines, no final newline, decoys...) stay rules in each kind.
+    knobs = DifficultyKnobs(instruction_gives=("the command", "the tool", "nothing", "nothing"))
     axes = FamilyAxes(name="one_step_file_task", domains=("file_operations",), verifier_kinds=("exact_text",),
                       fixture_kinds=("text_only",), skill_types=("bulk_transformation", "search_and_selection"),
                       skills=(), languages=("bash",), command_complexities=("bash_only",),
@@ -135,6 +124,7 @@ class OneStepFileTask(TaskFamily):
         (METHOD_NOTES["rename_file"], '(?m)^# Rename a file'),
         (METHOD_NOTES["fix_script"], '(?m)^# Fix '),
     )
+
 
     def __init__(self, kinds: tuple[str, ...] = KINDS):
         unknown = sorted(set(kinds) - set(KINDS))
@@ -151,6 +141,13 @@ class OneStepFileTask(TaskFamily):
         spec.truth = {**spec.truth, "given": {**spec.truth["given"], "kind": kind, "level": level}}
         return spec
 
+    def _body(self, task: str, level: int, command: str, tool: str) -> str:
+        """The task, then what the instruction gives beyond it at the level (instruction_gives)."""
+        gives = self.knobs.at(level).instruction_gives
+        guide = {"the command": f"Run exactly this one command:\n\n```bash\n{command}\n```",
+                 "the tool": f"Hint: {tool}", "nothing": ""}[gives]
+        return task + ("\n\n" + guide if guide else "")
+
     # -- the five kinds ------------------------------------------------------------------------
     def _write_line(self, sig: dict, rng: random.Random, level: int) -> TaskSpec:
         path = f"/app/{rng.choice(FILE_STEMS)}.txt"
@@ -164,7 +161,7 @@ class OneStepFileTask(TaskFamily):
         else:
             task = f"Create the file `{path}` containing the single line `{lines[0]}`."
         command = f"echo {shlex.quote(lines[0])} > {path}"
-        body = _body(task, level, command, "one `echo` command with output redirection (`>`) does it.")
+        body = self._body(task, level, command, "one `echo` command with output redirection (`>`) does it.")
         return TaskSpec(
             instruction=instruction_frame(sig, "Write a line to a new file", body,
                                           [f"`{path}` with the requested line(s)."]),
@@ -186,7 +183,7 @@ class OneStepFileTask(TaskFamily):
         task = (f"`{path}` is a list with one item per line. Add the item `{line}` as a new last line, "
                 "keeping every existing line as it is.")
         command = f"echo {shlex.quote(line)} >> {path}"
-        body = _body(task, level, command, "`echo` with `>>` appends a line to a file.")
+        body = self._body(task, level, command, "`echo` with `>>` appends a line to a file.")
         return TaskSpec(
             instruction=instruction_frame(sig, "Append a line", body, [f"`{path}` with the new last line."]),
             setup_sh=bash_script(f"cp /tmp/env/fixtures/{stem}.txt {path}"),
@@ -231,7 +228,7 @@ class OneStepFileTask(TaskFamily):
         task = (f"Count the lines of `{src}` that contain the word `{word}` (as a whole word) and write "
                 f"that number, and nothing else, to `{out}`.")
         command = f"grep -c -w {word} {src} > {out}"
-        body = _body(task, level, command, "`grep -c -w WORD FILE` prints how many lines contain WORD.")
+        body = self._body(task, level, command, "`grep -c -w WORD FILE` prints how many lines contain WORD.")
         return TaskSpec(
             instruction=instruction_frame(sig, "Count the lines with a word", body,
                                           [f"`{out}`: the number of matching lines."]),
@@ -267,7 +264,7 @@ class OneStepFileTask(TaskFamily):
         content = [_phrase(rng) for _ in range(rng.randint(6, 9))]
         task = f"In `/app`, rename the file `{old}` to `{new}`, keeping its content."
         command = f"mv /app/{old} /app/{new}"
-        body = _body(task, level, command, "`mv OLD NEW` renames a file.")
+        body = self._body(task, level, command, "`mv OLD NEW` renames a file.")
         return TaskSpec(
             instruction=instruction_frame(sig, "Rename a file", body, [f"`/app/{new}`, and no `{old}` any more."]),
             setup_sh=bash_script(f"cp /tmp/env/fixtures/source.txt {shlex.quote('/app/' + old)}"),
@@ -307,7 +304,7 @@ class OneStepFileTask(TaskFamily):
         task = (f"`bash {path}` should print `{message}`, but the one-line script fails. Fix `{path}` in "
                 "place so that it prints exactly that line.")
         command = f"sed -i 's/{typo}/echo/' {path}"
-        body = _body(task, level, command, "the command name in the script is misspelt; `sed -i` can "
+        body = self._body(task, level, command, "the command name in the script is misspelt; `sed -i` can "
                                            "correct it in place.")
         return TaskSpec(
             instruction=instruction_frame(sig, f"Fix {stem}.sh", body, [f"`{path}`, fixed."]),

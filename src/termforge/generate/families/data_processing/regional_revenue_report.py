@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     instruction_frame)
 from termforge.generate.families.sources import csv_inputs_initial_test, csv_text, packaged_source, python_oracle
 
 
@@ -22,6 +23,7 @@ def _money(cents: int) -> str:
 class RegionalRevenue(TaskFamily):
     """Join orders to customers and report paid revenue per region, following stated cleaning rules."""
 
+    knobs = DifficultyKnobs(regions=(3, 4, 5, 6), customers=(8, 15, 30, 50), orders=(30, 70, 150, 300))
     axes = FamilyAxes(name="regional_revenue_report", domains=("data_processing",), verifier_kinds=("exact_text",),
                       fixture_kinds=("text_only",), skill_types=("cleaning_and_validation",),
                       skills=("normalise dates, numbers and units",), languages=("python", "bash", "awk"),
@@ -36,11 +38,13 @@ class RegionalRevenue(TaskFamily):
          'format. Cross-check the grand total.', None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         lvl = complexity_level(sig)
-        regions = rng.sample(REGIONS, (3, 4, 5, 6)[lvl])
-        n_customers = (8, 15, 30, 50)[lvl]
-        n_orders = (30, 70, 150, 300)[lvl]
+        knobs = self.knobs.at(lvl)
+        regions = rng.sample(REGIONS, knobs.regions)
+        n_customers = knobs.customers
+        n_orders = knobs.orders
 
         def messy(text: str) -> str:
             if lvl == 0:

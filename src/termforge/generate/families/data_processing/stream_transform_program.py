@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 import textwrap
 
-from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     instruction_frame)
 from termforge.generate.families.package_files import family_template
 from termforge.generate.families.sources import packaged_source, py_source
 
@@ -25,6 +26,7 @@ _FUZZ_HARNESS = family_template(__name__, "fuzz_harness.py.txt")
 class StreamTransform(TaskFamily):
     """Write a line-streaming transform (window sums, sessionizing, throttling); fuzzed against a reference."""
 
+    knobs = DifficultyKnobs(sample_events=(12, 16, 20, 24), fuzz_cases=(8, 12, 16, 20))
     axes = FamilyAxes(name="stream_transform_program", domains=("data_processing",),
                       verifier_kinds=("fuzz_equivalence",), fixture_kinds=("text_only",),
                       skill_types=("parsing_and_extraction",), skills=("parse fixed-width and delimited records",),
@@ -38,8 +40,10 @@ class StreamTransform(TaskFamily):
          'against the sample files.', None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         lvl = complexity_level(sig)
+        knobs = self.knobs.at(lvl)
         variant = rng.choice(sorted(STREAM_VARIANTS))
         params: dict = {"window_sum": {"WINDOW": rng.randint(2, 6), "RESETS": lvl >= 2},
                         "sessionize": {"GAP": rng.randint(10, 120), "FOLD_CASE": lvl >= 2},
@@ -47,10 +51,10 @@ class StreamTransform(TaskFamily):
         source = STREAM_VARIANTS[variant]
         namespace: dict = dict(params)
         exec(source, namespace)  # noqa: S102 - our own constant source, the same text the test embeds
-        sample_in = namespace["random_stream"](rng, (12, 16, 20, 24)[lvl])
+        sample_in = namespace["random_stream"](rng, knobs.sample_events)
         sample_out = namespace["reference"](sample_in)
         fuzz_seed = rng.randrange(10 ** 5)
-        n_cases = (8, 12, 16, 20)[lvl]
+        n_cases = knobs.fuzz_cases
 
         if variant == "window_sum":
             w = params["WINDOW"]

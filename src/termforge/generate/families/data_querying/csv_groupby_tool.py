@@ -6,8 +6,8 @@ import inspect
 import random
 import textwrap
 
-from termforge.generate.base import (FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, indent_block,
-                                     instruction_frame, pytest_module)
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     indent_block, instruction_frame, pytest_module)
 from termforge.generate.families.package_files import family_template
 
 
@@ -128,6 +128,7 @@ CSVQ_ORACLE = family_template(__name__, "oracle.py.txt")
 class CsvGroupByTool(TaskFamily):
     """Write a group-by query CLI over quirky CSV files; graded by fuzzing against a reference."""
 
+    knobs = DifficultyKnobs(fuzz_cases=(12, 16, 20, 24))
     axes = FamilyAxes(name="csv_groupby_tool", domains=("data_querying",), verifier_kinds=("fuzz_equivalence",),
                       fixture_kinds=("text_only",), skill_types=("semi_structured_queries", "relational_aggregation"),
                       skills=("query CSV files by column name", "group rows and compute aggregates per group"),
@@ -142,8 +143,10 @@ class CsvGroupByTool(TaskFamily):
          'worked example.', None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)
+        knobs = self.knobs.at(level)
         theme_name = rng.choice(sorted(CSV_THEMES))
         theme = CSV_THEMES[theme_name]
         spec = {
@@ -156,7 +159,7 @@ class CsvGroupByTool(TaskFamily):
             "note_words": list(NOTE_WORDS),
         }
         fuzz_seed = rng.randrange(10**8, 10**9)
-        n_cases = (12, 16, 20, 24)[level]
+        n_cases = knobs.fuzz_cases
 
         # The sample shown to the agent: a mid-sized file and one worked invocation.
         sample_rng = random.Random(rng.randrange(2**32))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from termforge.generate.base import (FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, indent_block,
-                                     instruction_frame, pytest_module)
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     indent_block, instruction_frame, pytest_module)
 
 
 FIRST_NAMES = ("Ada", "Bram", "Chiara", "Dmitri", "Esme", "Farid", "Greta", "Hiro", "Ines", "Jonas",
@@ -22,9 +22,6 @@ NOUNS = ("Lamp", "Kettle", "Chair", "Planter", "Shelf", "Blender", "Hammock", "D
          "Puzzle", "Stool", "Grill", "Mirror", "Clock", "Basket")
 STATUSES = ("shipped", "pending", "cancelled", "returned")
 STATUS_WEIGHTS = (60, 15, 15, 10)
-# rows, columns: customers, products, orders per complexity level
-SHOP_SIZES = ((10, 8, 40), (18, 12, 90), (30, 18, 180), (45, 24, 300))
-SHOP_QUESTIONS = (2, 3, 5, 7)
 
 SHIPPED_SQL = "lower(trim(o.status)) = 'shipped'"
 
@@ -41,6 +38,8 @@ def _sql_text(value: str) -> str:
 class SqliteShopQuestions(TaskFamily):
     """Answer reporting questions over a SQLite shop database (joins, grouping, NOT EXISTS)."""
 
+    knobs = DifficultyKnobs(customers=(10, 18, 30, 45), products=(8, 12, 18, 24), orders=(40, 90, 180, 300),
+                            questions=(2, 3, 5, 7), regions=(3, 3, 4, 4), categories=(3, 4, 4, 4))
     axes = FamilyAxes(name="sqlite_shop_questions", domains=("data_querying",), verifier_kinds=("exact_text",),
                       fixture_kinds=("text_only",), skill_types=("relational_aggregation",),
                       skills=("group rows and compute aggregates per group",), languages=("sql", "python", "bash"),
@@ -57,12 +56,14 @@ class SqliteShopQuestions(TaskFamily):
          "stated tie-break, and cross-check each number with a second query.", None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)
-        n_cust, n_prod, n_ord = SHOP_SIZES[level]
+        knobs = self.knobs.at(level)
+        n_cust, n_prod, n_ord = knobs.customers, knobs.products, knobs.orders
         messy = level >= 2
-        regions = rng.sample(REGIONS, 3 + (level >= 2))
-        categories = rng.sample(CATEGORIES, 3 + (level >= 1))
+        regions = rng.sample(REGIONS, knobs.regions)
+        categories = rng.sample(CATEGORIES, knobs.categories)
 
         names = rng.sample([f"{f} {l}" for f in FIRST_NAMES for l in LAST_NAMES], n_cust)
         customers = [{"id": i + 1, "name": names[i], "region": rng.choice(regions),
@@ -88,7 +89,7 @@ class SqliteShopQuestions(TaskFamily):
                            "status": _messy_status(status, rng) if messy else status, "items": items})
 
         questions = self._questions(rng, customers, products, orders, regions, categories)
-        chosen = rng.sample(questions, min(SHOP_QUESTIONS[level], len(questions)))
+        chosen = rng.sample(questions, min(knobs.questions, len(questions)))
         for i, q in enumerate(chosen, 1):
             q["qid"] = f"q{i}"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
-from termforge.generate.base import (FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, indent_block,
-                                     instruction_frame)
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     indent_block, instruction_frame)
 from termforge.generate.families.package_files import family_template
 from termforge.generate.families.sources import (csv_inputs_initial_test, csv_text, packaged_source, py_source,
                                                  python_oracle)
@@ -27,7 +27,6 @@ CLASSIFIER_THEMES = {
                   "boar": ("wild boar",), "hare": ("brown hare",), "empty": ("blank", "no animal"),
                   "bird": ("birds", "avian")}),
 }
-CLASSIFIER_SIZES = ((3, 40), (4, 90), (5, 160), (6, 260))  # (classes, rows of the export) per level
 REPORT_HEADER = "class,precision,recall,f1,support"
 
 
@@ -86,6 +85,7 @@ class ClassifierReport(TaskFamily):
     table with macro and weighted averages, exact rounding, and (as complexity grows) messy labels,
     an alias map, re-exported ids, missing predictions and an abstention threshold."""
 
+    knobs = DifficultyKnobs(classes=(3, 4, 5, 6), export_rows=(40, 90, 160, 260))
     axes = FamilyAxes(name="classifier_report", domains=("data_science",), verifier_kinds=("exact_text",),
                       fixture_kinds=("text_only",), skill_types=("model_training_and_evaluation", "reporting"),
                       skills=("report metrics suited to imbalanced classes", "export tidy result tables"),
@@ -102,10 +102,12 @@ class ClassifierReport(TaskFamily):
          r"model abstains when"),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)
+        knobs = self.knobs.at(level)
         what, item, prefix, spellings = CLASSIFIER_THEMES[rng.choice(sorted(CLASSIFIER_THEMES))]
-        n_classes, n_rows = CLASSIFIER_SIZES[level]
+        n_classes, n_rows = knobs.classes, knobs.export_rows
         classes = rng.sample(sorted(spellings), n_classes)
         aliases = {a: c for c in classes for a in spellings[c]} if level >= 2 else {}
         threshold = rng.choice((500, 550, 600)) if level == 3 else None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import random
 
-from termforge.generate.base import (FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, indent_block,
-                                     instruction_frame, pytest_module)
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     indent_block, instruction_frame, pytest_module)
 from termforge.generate.families.package_files import family_template
 
 
@@ -27,7 +27,6 @@ REGRESSION_THEMES = {
                  "category": ("vehicle", ("bike", "van", "scooter")),
                  "irrelevant": ("driver_badge", (100.0, 999.0))},
 }
-REG_SIZES = ((160, 60), (240, 80), (360, 120), (500, 150))
 
 
 def _solve_normal_equations(rows: list[list[float]], ys: list[float]) -> list[float]:
@@ -118,6 +117,7 @@ class HeldoutRegression(TaskFamily):
     labels only it holds. The threshold is what a plain least-squares fit with squared terms,
     one-hot categories (and, where needed, imputation and outlier removal) reaches, plus slack."""
 
+    knobs = DifficultyKnobs(training_rows=(160, 240, 360, 500), test_rows=(60, 80, 120, 150))
     axes = FamilyAxes(name="heldout_regression", domains=("data_science",), verifier_kinds=("metric_threshold",),
                       fixture_kinds=("text_only",),
                       skill_types=("feature_engineering", "model_training_and_evaluation"),
@@ -136,11 +136,13 @@ class HeldoutRegression(TaskFamily):
         ("Hold out part of train to estimate RMSE before writing predictions.", None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)
+        knobs = self.knobs.at(level)
         theme_name = rng.choice(sorted(REGRESSION_THEMES))
         theme = REGRESSION_THEMES[theme_name]
-        n_train, n_test = REG_SIZES[level]
+        n_train, n_test = knobs.training_rows, knobs.test_rows
         numeric = list(theme["numeric"])
         cat_name, cat_levels = theme["category"]
         use_cat = level >= 1

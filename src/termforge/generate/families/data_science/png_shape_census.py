@@ -6,15 +6,13 @@ import random
 import struct
 import zlib
 
-from termforge.generate.base import (FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, indent_block,
-                                     instruction_frame, pytest_module)
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     indent_block, instruction_frame, pytest_module)
 from termforge.generate.families.package_files import family_template
 
 
 PALETTE = {"#d62728": "red", "#1f77b4": "blue", "#2ca02c": "green", "#ff7f0e": "orange",
            "#9467bd": "purple", "#e377c2": "pink", "#17becf": "cyan", "#8c564b": "brown"}
-CANVAS = ((96, 72), (128, 96), (160, 120), (200, 150))
-N_SHAPES = ((5, 7), (7, 10), (10, 14), (14, 20))
 MIN_BLOB = 6
 
 
@@ -72,6 +70,10 @@ class PngShapeCensus(TaskFamily):
     total area; at higher complexity also the bounding box of the largest shape, with noise specks
     to ignore and a non-uniform background."""
 
+    knobs = DifficultyKnobs(
+        canvas=((96, 72), (128, 96), (160, 120), (200, 150)), shapes=((5, 7), (7, 10), (10, 14), (14, 20)),
+        colours=(2, 3, 4, 5),
+        shape_kinds=(("rect",), ("rect", "disc"), ("rect", "disc", "triangle"), ("rect", "disc", "triangle")))
     axes = FamilyAxes(name="png_shape_census", domains=("data_science",), verifier_kinds=("exact_text",),
                       fixture_kinds=("image",), skill_types=(), skills=(), languages=("python",), anchors=("NumPy",),
                       command_complexities=("bash_code",),
@@ -85,18 +87,20 @@ class PngShapeCensus(TaskFamily):
         ("Check the total of all listed-colour pixels against the sum of the reported areas.", None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)
-        width, height = CANVAS[level]
-        colours = rng.sample(sorted(PALETTE), 2 + level)
+        knobs = self.knobs.at(level)
+        width, height = knobs.canvas
+        colours = rng.sample(sorted(PALETTE), knobs.colours)
         noisy = level >= 3
         gradient = level >= 2
         want_largest = level >= 2
 
         occupied: set[tuple[int, int]] = set()
         shapes = []  # (colour, cells)
-        target = rng.randint(*N_SHAPES[level])
-        kinds = ("rect",) if level == 0 else ("rect", "disc") if level == 1 else ("rect", "disc", "triangle")
+        target = rng.randint(*knobs.shapes)
+        kinds = knobs.shape_kinds
         attempts = 0
         while len(shapes) < target and attempts < 2000:
             attempts += 1

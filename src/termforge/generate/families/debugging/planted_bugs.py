@@ -1,10 +1,10 @@
 """Planted bugs, shared by the debugging families.
 
 Both are built from a program template with *bug sites*: each site has the correct code and one or
-more buggy variants. A task plants buggy variants at some sites (more with higher complexity); the
-oracle patches exactly those sites back; the tests exercise behaviour through subprocess only, on
-inputs that trigger every site's bug (whether planted or not, so the tests reveal nothing) plus
-random ones (Python) or fixed scenarios (shell)."""
+more buggy variants. A task plants buggy variants at some sites (as many as the family's
+planted_bugs knob says for the level); the oracle patches exactly those sites back; the tests
+exercise behaviour through subprocess only, on inputs that trigger every site's bug (whether
+planted or not, so the tests reveal nothing) plus random ones (Python) or fixed scenarios (shell)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from termforge.generate.base import bash_script
+
+EVERY_SITE = "every site"
+"""A planted_bugs knob's value for a level that plants a bug at every site the program has."""
 
 
 @dataclass(frozen=True)
@@ -53,11 +56,12 @@ class PlantedProgram(NamedTuple):
 
 
 def draw_planted_program(rng: random.Random, programs: dict[str, Callable[[random.Random], dict]],
-                         level: int) -> PlantedProgram:
-    """Draw one program of a family's registry (name -> builder) and plant bugs at the level."""
+                         bugs: int | str) -> PlantedProgram:
+    """Draw one program of a family's registry (name -> builder) and plant `bugs` bugs in it (a
+    family's planted_bugs knob: a number, or EVERY_SITE)."""
     program = programs[rng.choice(sorted(programs))](rng)
     sites = program["sites"]
-    planted = choose_bugs(rng, sites, level)
+    planted = choose_bugs(rng, sites, bugs)
     source = plant(program["template"], sites, planted)
     return PlantedProgram(program, sites, planted, source, f"/app/{program['file']}")
 
@@ -77,8 +81,8 @@ def program_and_symptoms(rng: random.Random, drawn: PlantedProgram, level: int, 
             f"{spec}\n\nUsers have reported problems:\n\n{quoted}\n\n{more}")
 
 
-def choose_bugs(rng: random.Random, sites: list[BugSite], level: int) -> dict[str, str]:
-    n = min(len(sites), (1, 2, 3, len(sites))[level])
+def choose_bugs(rng: random.Random, sites: list[BugSite], bugs: int | str) -> dict[str, str]:
+    n = len(sites) if bugs == EVERY_SITE else min(len(sites), bugs)
     chosen = rng.sample(sites, n)
     return {s.key: rng.choice(s.buggy) for s in sorted(chosen, key=lambda s: s.key)}
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import inspect
 import random
 
-from termforge.generate.base import (FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, indent_block,
-                                     instruction_frame, pytest_module)
-from termforge.generate.families.debugging.planted_bugs import (BugSite, draw_planted_program, patch_oracle,
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     indent_block, instruction_frame, pytest_module)
+from termforge.generate.families.debugging.planted_bugs import (EVERY_SITE, BugSite, draw_planted_program, patch_oracle,
                                                                 planted_truth, program_and_symptoms)
 from termforge.generate.families.package_files import family_template
 
@@ -314,6 +314,7 @@ class PythonEdgeCaseFix(TaskFamily):
     """A small Python CLI with planted bugs (crashes on edge-case input, wrong results); the agent
     fixes it in place and is graded by comparing it with a reference on many generated inputs."""
 
+    knobs = DifficultyKnobs(planted_bugs=(1, 2, 3, EVERY_SITE), random_cases=(10, 12, 16, 20))
     axes = FamilyAxes(name="python_edge_case_fix", domains=("debugging",), verifier_kinds=("fuzz_equivalence",),
                       fixture_kinds=("text_only",), skill_types=("crash_analysis", "logic_errors"),
                       skills=("reproduce a crash with the smallest possible input",
@@ -327,12 +328,14 @@ class PythonEdgeCaseFix(TaskFamily):
          'casing of test inputs), then rerun all the small files.', None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)
-        drawn = draw_planted_program(rng, PYTHON_PROGRAMS, level)
+        knobs = self.knobs.at(level)
+        drawn = draw_planted_program(rng, PYTHON_PROGRAMS, knobs.planted_bugs)
         prog, sites, planted, source, path = drawn
         fuzz_seed = rng.randrange(10**8, 10**9)
-        n_random = (10, 12, 16, 20)[level]
+        n_random = knobs.random_cases
         ref, case = prog["ref"], prog["case"]
 
         example_text, example_args = case(random.Random(rng.randrange(2**32)), prog["P"])

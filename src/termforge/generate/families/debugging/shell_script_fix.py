@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import random
 
-from termforge.generate.base import (FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, indent_block,
-                                     instruction_frame, pytest_module)
-from termforge.generate.families.debugging.planted_bugs import (BugSite, draw_planted_program, patch_oracle,
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     indent_block, instruction_frame, pytest_module)
+from termforge.generate.families.debugging.planted_bugs import (EVERY_SITE, BugSite, draw_planted_program, patch_oracle,
                                                                 planted_truth, program_and_symptoms)
 from termforge.generate.families.package_files import family_template
 
@@ -238,6 +238,7 @@ class ShellScriptFix(TaskFamily):
     """A bash script with planted quoting/ordering/subshell bugs; the agent fixes it in place and is
     graded on fixed scenarios (files with spaces, empty folders, collisions...) with exact output."""
 
+    knobs = DifficultyKnobs(planted_bugs=(1, 2, 3, EVERY_SITE), random_file_sets=(3, 5, 7, 9))
     axes = FamilyAxes(name="shell_script_fix", domains=("debugging",), verifier_kinds=("exact_text",),
                       fixture_kinds=("text_only",), skill_types=("crash_analysis",),
                       skills=("find the first line where state goes wrong",), languages=("bash",),
@@ -252,13 +253,15 @@ class ShellScriptFix(TaskFamily):
          'pipeline subshells, and print with printf.', None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)
-        drawn = draw_planted_program(rng, SHELL_SCRIPTS, level)
+        knobs = self.knobs.at(level)
+        drawn = draw_planted_program(rng, SHELL_SCRIPTS, knobs.planted_bugs)
         script, sites, planted, source, path = drawn
 
         file_sets = list(script["edges"])
-        for _ in range((3, 5, 7, 9)[level]):
+        for _ in range(knobs.random_file_sets):
             file_sets.append(script["random_files"](rng))
         scenarios = []
         for files in file_sets:

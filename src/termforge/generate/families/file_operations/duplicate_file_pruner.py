@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 import random
 
-from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     instruction_frame)
 from termforge.generate.families.sources import packaged_source, python_oracle
 
 
@@ -20,6 +21,7 @@ WORDS = ("alpha", "ledger", "quarter", "meeting", "draft", "review", "invoice", 
 class DuplicateFilePruner(TaskFamily):
     """Remove byte-identical duplicate files, keeping the first path in byte order, and report each removal."""
 
+    knobs = DifficultyKnobs(unique_contents=(6, 12, 22, 36), directories=(5, 7, 10, 10))
     axes = FamilyAxes(name="duplicate_file_pruner", domains=("file_operations",), verifier_kinds=("exact_text",),
                       fixture_kinds=("text_only",), skill_types=("search_and_selection",),
                       skills=("find duplicate files by content digest",), languages=("bash", "python"),
@@ -34,11 +36,12 @@ class DuplicateFilePruner(TaskFamily):
          'nothing unique was lost.', None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         lvl = complexity_level(sig)
-        lvl = complexity_level(sig)
-        n_unique = (6, 12, 22, 36)[lvl]
-        dirs = list(LIBRARY_DIRS[: (5, 7, 10, 10)[lvl]])
+        knobs = self.knobs.at(lvl)
+        n_unique = knobs.unique_contents
+        dirs = list(LIBRARY_DIRS[: knobs.directories])
         names = list(LIBRARY_NAMES)
         if lvl >= 2:
             names += ["-notes.txt", "--force.txt"]  # option-looking names break unquoted rm/xargs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from termforge.generate.base import (FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
                                      instruction_frame, pytest_module)
 
 
@@ -15,6 +15,8 @@ SERVICES = ("auth", "billing", "search", "gateway", "scheduler", "storage")
 class LogLevelFilter(TaskFamily):
     """Extract the ERROR lines of one service from rotated logs, in time order."""
 
+    knobs = DifficultyKnobs(rotated_files=((2, 3), (2, 4), (4, 6), (6, 9)),
+                            lines_per_file=((12, 24), (20, 40), (60, 120), (150, 300)))
     axes = FamilyAxes(name="log_level_filter", domains=("file_operations",), verifier_kinds=("exact_text",),
                       fixture_kinds=("text_only",), skill_types=("search_and_selection",), skills=(),
                       languages=("bash", "awk", "python"), command_complexities=("bash_only", "bash_code"),
@@ -24,11 +26,13 @@ class LogLevelFilter(TaskFamily):
          'message), then sort numerically on the timestamp.', None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         level = complexity_level(sig)
+        knobs = self.knobs.at(level)
         service = rng.choice(SERVICES)
-        n_files = rng.randint(*((2, 3), (2, 4), (4, 6), (6, 9))[level])
-        per_file = ((12, 24), (20, 40), (60, 120), (150, 300))[level]
+        n_files = rng.randint(*knobs.rotated_files)
+        per_file = knobs.lines_per_file
         fixtures: dict[str, bytes] = {}
         wanted: list[tuple[int, str]] = []
         for f in range(n_files):

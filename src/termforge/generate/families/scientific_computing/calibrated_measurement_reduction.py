@@ -7,7 +7,8 @@ import random
 from decimal import Decimal
 from fractions import Fraction
 
-from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     instruction_frame)
 from termforge.generate.families.sources import packaged_source, python_oracle
 
 
@@ -63,6 +64,9 @@ def _even_tie(value: Fraction, decimals: int) -> bool:
 class CalibratedMeasurements(TaskFamily):
     """Reduce instrument runs to calibrated per-sample means under a lab SOP, in exact arithmetic."""
 
+    knobs = DifficultyKnobs(units=(2, 2, 3, 3), runs=(3, 4, 6, 8), instruments=(1, 2, 3, 3),
+                            samples=(4, 8, 12, 18), biased_runs=(1, 1, 1, 2), runs_per_sample=(2, 2, 2, 3),
+                            out_of_range=(0, 2, 3, 4), halfway_ties=(1, 1, 1, 2))
     axes = FamilyAxes(name="calibrated_measurement_reduction", domains=("scientific_computing",),
                       verifier_kinds=("exact_text",), fixture_kinds=("text_only",),
                       skill_types=("scientific_data_handling",),
@@ -80,20 +84,22 @@ class CalibratedMeasurements(TaskFamily):
          'that ends exactly in 5 beyond the last decimal.', None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         lvl = complexity_level(sig)
+        knobs = self.knobs.at(lvl)
         kind = rng.choice(sorted(QUANTITIES))
         q = QUANTITIES[kind]
         d, base = q["decimals"], q["base"]
         out_decimals = d + 1
-        units = list(q["units"])[: (2, 2, 3, 3)[lvl]]
+        units = list(q["units"])[: knobs.units]
         lo, hi = (Fraction(x) for x in q["range"])
         cert, tol = (Fraction(x) for x in q["reference"])
         k = Fraction(rng.choice((3, 4, 5)), 1) if lvl == 3 else None
 
         start = datetime.date(2024, 1, 1) + datetime.timedelta(days=rng.randrange(300))
-        n_runs = (3, 4, 6, 8)[lvl]
-        instruments = [f"{q['instrument']}-{n}" for n in rng.sample(range(1, 10), (1, 2, 3, 3)[lvl])]
+        n_runs = knobs.runs
+        instruments = [f"{q['instrument']}-{n}" for n in rng.sample(range(1, 10), knobs.instruments)]
         # Every instrument runs at least once (n_runs >= instruments).
         used = rng.sample([instruments[i % len(instruments)] for i in range(n_runs)], n_runs)
         runs = [((start + datetime.timedelta(days=day)).isoformat(), inst)
@@ -123,11 +129,11 @@ class CalibratedMeasurements(TaskFamily):
         def calibration(inst: str, date: str) -> tuple[Fraction, Fraction] | None:
             return next(((g, o) for i, a, b, g, o in cals if i == inst and a <= date <= b), None)
 
-        samples = [f"S{n:03d}" for n in sorted(rng.sample(range(1, 400), (4, 8, 12, 18)[lvl]))]
+        samples = [f"S{n:03d}" for n in sorted(rng.sample(range(1, 400), knobs.samples))]
         true_value = {s: rng.randint(q["span"][0] * 10 ** d, q["span"][1] * 10 ** d) / 10 ** d for s in samples}
-        biased = rng.sample([r for r in runs if r != gap_run], (1, 1, 1, 2)[lvl])
+        biased = rng.sample([r for r in runs if r != gap_run], knobs.biased_runs)
         # Each sample is read in some of the runs, the reference standard in every run.
-        read_in = {s: rng.sample(runs, (2, 2, 2, 3)[lvl]) for s in samples}
+        read_in = {s: rng.sample(runs, knobs.runs_per_sample) for s in samples}
         rows: list[dict] = []
         for date, inst in runs:
             bias = float(tol) * rng.uniform(3, 6) * rng.choice((-1, 1)) if (date, inst) in biased else 0.0
@@ -145,7 +151,7 @@ class CalibratedMeasurements(TaskFamily):
         if lvl >= 1:
             for r in rows:
                 r["qc"] = "ok" if rng.random() < 0.9 else rng.choice(QC_FLAGS)
-            for r in rng.sample(plain, (0, 2, 3, 4)[lvl]):
+            for r in rng.sample(plain, knobs.out_of_range):
                 width = float(hi - lo)
                 value = (float(hi) + width * rng.uniform(0.02, 0.3) if rng.random() < 0.5
                          else float(lo) - width * rng.uniform(5e-4, 2e-3))
@@ -187,7 +193,7 @@ class CalibratedMeasurements(TaskFamily):
         kept, _ = reduce_rows()
         planted = 0
         for s in rng.sample(sorted(kept), len(kept)):
-            if planted == (1, 1, 1, 2)[lvl]:
+            if planted == knobs.halfway_ties:
                 break
             row, _ = kept[s][-1]
             gain = calibration(row["inst"], row["date"])[0]

@@ -5,13 +5,15 @@ from __future__ import annotations
 import math
 import random
 
-from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     instruction_frame)
 from termforge.generate.families.sources import packaged_source, python_oracle
 
 
 class DecayHalfLife(TaskFamily):
     """Fit N0 * 2^(-t/T) + B to noisy detector counts and report the half-life and background."""
 
+    knobs = DifficultyKnobs(points=(70, 100, 140, 200))
     axes = FamilyAxes(name="decay_half_life_fit", domains=("scientific_computing",),
                       verifier_kinds=("metric_threshold",), fixture_kinds=("text_only",),
                       skill_types=("linear_algebra", "scientific_data_handling"),
@@ -31,12 +33,14 @@ class DecayHalfLife(TaskFamily):
     BACKGROUND_ABS_TOL = 5.0
     BACKGROUND_REL_TOL = 0.1
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         lvl = complexity_level(sig)
+        knobs = self.knobs.at(lvl)
         half_life = round(rng.uniform(4.0, 90.0), 2)
         n0 = rng.randint(2000, 9000)
         background = rng.randint(30, 150)
-        n_points = (70, 100, 140, 200)[lvl]
+        n_points = knobs.points
         span = half_life * rng.uniform(12.0, 16.0)
         step = span / n_points
         in_ms = lvl >= 2 and rng.random() < 0.5

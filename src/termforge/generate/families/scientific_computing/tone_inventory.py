@@ -8,7 +8,8 @@ import random
 import struct
 import wave
 
-from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     instruction_frame)
 from termforge.generate.families.sources import packaged_source, python_oracle
 
 
@@ -36,6 +37,9 @@ def _spaced_values(rng: random.Random, count: int, low: float, high: float, min_
 class ToneInventory(TaskFamily):
     """Find the frequencies of the steady tones buried in a noisy mono WAV recording."""
 
+    knobs = DifficultyKnobs(
+        tones=((1, 2), (2, 3), (3, 4), (4, 5)), min_gap_hz=(60.0, 60.0, 60.0, 30.0),
+        noise=(0.05, 0.1, 0.2, 0.3))
     axes = FamilyAxes(name="tone_inventory", domains=("scientific_computing",), verifier_kinds=("metric_threshold",),
                       fixture_kinds=("audio",), skill_types=("signal_processing",),
                       skills=("compute a spectrum with a proper window", "detect peaks in a noisy signal"),
@@ -54,13 +58,17 @@ class ToneInventory(TaskFamily):
     RELATIVE_THRESHOLD = 0.1
     TOLERANCE_HZ = 1.0
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         lvl = complexity_level(sig)
+        knobs = self.knobs.at(lvl)
         rate = rng.choice((8000, 11025, 16000))
         duration = round(rng.uniform(1.5, 2.5), 2)
         n = int(rate * duration)
-        n_tones = (rng.randint(1, 2), rng.randint(2, 3), rng.randint(3, 4), rng.randint(4, 5))[lvl]
-        min_gap = 30.0 if lvl == 3 else 60.0
+        # A draw from every level's range, the level's kept: the RNG sequence, and with it every
+        # task's bytes, stays what it was before the ranges were knobs.
+        n_tones = [rng.randint(*tones) for tones in self.knobs.per_level["tones"]][lvl]
+        min_gap = knobs.min_gap_hz
         tones = _spaced_values(rng, n_tones, 150.0, 3300.0, min_gap)
         # Relative amplitudes stay far from the 10% cut (>= 0.25 or a decoy <= 0.035), so a sound
         # method never sits on the edge of the rule.
@@ -68,7 +76,7 @@ class ToneInventory(TaskFamily):
         rng.shuffle(rel_amps)
         decoys = _spaced_values(rng, 1, 150.0, 3300.0, 80.0, tones) if lvl >= 2 else []
         decoy_amps = [round(rng.uniform(0.02, 0.035), 3) for _ in decoys]
-        noise_rel = (0.05, 0.1, 0.2, 0.3)[lvl]
+        noise_rel = knobs.noise
         dc_rel = round(rng.uniform(0.3, 0.6), 3) if lvl == 3 else 0.0
         headroom = sum(rel_amps) + sum(decoy_amps) + 4 * noise_rel + dc_rel
         scale = 0.9 * 32767 / headroom

@@ -11,7 +11,8 @@ import tempfile
 from pathlib import Path
 
 from termforge.errors import TermforgeError
-from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                      instruction_frame, pytest_module)
 from termforge.generate.families.package_files import family_template
 
 
@@ -36,8 +37,6 @@ def compile_c(source: str, binary_name: str, family: str) -> bytes:
         return Path(tmp, binary_name).read_bytes()
 
 
-KEY_LENGTH = {"short": 6, "moderate": 8, "complex": 10, "intricate": 12}
-DECOY_COUNT = {"short": 1, "moderate": 2, "complex": 3, "intricate": 4}
 BINARY_NAMES = ("gatekeeper", "vaultctl", "licensed", "unlockd", "keyguard", "sealtool")
 TOKEN_PREFIXES = ("UNLOCK", "GRANT", "TOKEN", "LEASE", "OPEN")
 DECOY_WORDS = ("admin", "letmein", "vendor", "master", "default", "service", "backup", "support",
@@ -60,6 +59,7 @@ def derive_token(passphrase: str, basis: int, shift: int) -> int:
 class BinaryPassphraseRecovery(TaskFamily):
     """A stripped vendor binary guards an unlock token behind a lost passphrase; recover both."""
 
+    knobs = DifficultyKnobs(key_length=(6, 8, 10, 12), decoy_words=(1, 2, 3, 4))
     axes = FamilyAxes(name="binary_passphrase_recovery", domains=("security",), verifier_kinds=("exact_text",),
                       fixture_kinds=("stripped_binary",), skill_types=("artifact_triage",),
                       skills=("extract printable strings from an unknown binary",
@@ -77,16 +77,17 @@ class BinaryPassphraseRecovery(TaskFamily):
          'Finally run the binary with the recovered passphrase and copy its output line verbatim.', None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
-        complexity = sig.get("task_complexity", "moderate")
-        key_len = KEY_LENGTH.get(complexity, 8)
+        knobs = self.knobs.at(complexity_level(sig))
+        key_len = knobs.key_length
         binary = rng.choice(BINARY_NAMES)
         prefix = rng.choice(TOKEN_PREFIXES)
         passphrase = "".join(rng.choice(PASS_ALPHABET) for _ in range(key_len))
         # Decoys carry a non-alphanumeric character, so they can never be the real passphrase and
         # they are what `strings` shows first: a lead that has to be tested, not trusted.
         decoys = []
-        for word in rng.sample(DECOY_WORDS, DECOY_COUNT.get(complexity, 2)):
+        for word in rng.sample(DECOY_WORDS, knobs.decoy_words):
             decoys.append(f"{word}{rng.choice('-_')}{rng.randint(10, 9999)}")
         mask, step = rng.randrange(256), rng.randrange(1, 256, 2)
         sealed = [ord(c) ^ ((mask + i * step) & 0xFF) for i, c in enumerate(passphrase)]

@@ -6,7 +6,8 @@ import gzip
 import random
 from datetime import datetime, timedelta
 
-from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     instruction_frame)
 from termforge.generate.families.sources import lines_final_test, packaged_source, python_oracle
 
 
@@ -104,6 +105,9 @@ def bruteforce_findings(records: list[tuple], window_min: int, threshold: int) -
 class SshBruteForceLogins(TaskFamily):
     """Find the sshd logins that followed a burst of failed passwords from the same address."""
 
+    knobs = DifficultyKnobs(
+        log_hours=(20, 40, 80, 120), attacker_networks=(3, 2, 2, 2), break_ins=((2, 3), (2, 3), (3, 4), (3, 5)),
+        legit_logins=(3, 6, 12, 20), scanners=(1, 2, 5, 8), cron_sessions=(6, 12, 40, 80), log_files=(2, 3, 4, 5))
     axes = FamilyAxes(name="ssh_bruteforce_logins", domains=("security",), verifier_kinds=("exact_text",),
                       fixture_kinds=("text_only",), skill_types=("log_forensics",),
                       skills=("spot bursts of failed logins from one source",
@@ -122,17 +126,19 @@ class SshBruteForceLogins(TaskFamily):
          'login, and test the edges (an attempt exactly on the boundary, one a second outside).', None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         lvl = complexity_level(sig)
+        knobs = self.knobs.at(lvl)
         window, threshold = rng.choice((5, 10, 15, 30)), rng.randint(3, 6)
         year = rng.randint(2021, 2025)
-        hours = (20, 40, 80, 120)[lvl]
+        hours = knobs.log_hours
         if lvl == 3:  # the rotation spans New Year: the year has to be carried over
             start = datetime(year, 12, rng.randint(28, 29), rng.randint(0, 23))
         else:
             start = datetime(year, rng.randint(1, 12), rng.randint(1, 28), rng.randint(0, 23))
         log = _AuthLog(rng, rng.choice(SSH_HOSTS), lvl)
-        nets = ("203.0.113", "198.51.100", "192.0.2")[: (3, 2, 2, 2)[lvl]]  # fewer nets: more prefix look-alikes
+        nets = ("203.0.113", "198.51.100", "192.0.2")[: knobs.attacker_networks]  # fewer nets: more prefix look-alikes
         used: set[str] = set()
 
         def attacker() -> str:
@@ -154,8 +160,8 @@ class SshBruteForceLogins(TaskFamily):
         def target() -> str:  # the account an attack aims at (a real one, so the login can succeed)
             return rng.choice(list(LOCAL_USERS))
 
-        n_legit, n_scan, n_cron = ((3, 1, 6), (6, 2, 12), (12, 5, 40), (20, 8, 80))[lvl]
-        n_pos = rng.randint(*((2, 3), (2, 3), (3, 4), (3, 5))[lvl])
+        n_legit, n_scan, n_cron = knobs.legit_logins, knobs.scanners, knobs.cron_sessions
+        n_pos = rng.randint(*knobs.break_ins)
         for k in range(n_pos):
             ip, user, t = attacker(), target(), when()
             if lvl == 3 and k == 0:  # one finding after New Year, where a year not carried over shows
@@ -215,7 +221,7 @@ class SshBruteForceLogins(TaskFamily):
 
         records = sorted(log.records)
         expected = bruteforce_findings(records, window, threshold)
-        n_files = (2, 3, 4, 5)[lvl]
+        n_files = knobs.log_files
         # Rotation by size, roughly: near-equal files, a little uneven.
         step = len(records) // n_files
         cuts = [k * step + rng.randint(-step // 4, step // 4) for k in range(1, n_files)]

@@ -6,11 +6,11 @@ import random
 import string
 
 from termforge.errors import TermforgeError
-from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                      instruction_frame, pytest_module)
 from termforge.generate.families.package_files import family_template
 
 
-CORPUS_SIZE = {"short": 40, "moderate": 60, "complex": 90, "intricate": 120}
 EXTENSION_POOL = ("png", "jpg", "jpeg", "gif", "pdf", "txt", "csv", "webp", "md", "json")
 BAD_EXTENSIONS = ("php", "exe", "sh", "html", "svg", "js", "phtml", "jsp", "py", "bat")
 DIR_POOL = ("img", "docs", "2024", "user_42", "a-b", "reports", "tmp", "x", "q3", "team.alpha",
@@ -159,6 +159,7 @@ def load_guard(source: str):
 class UploadPathGuard(TaskFamily):
     """Write an upload-path guard to a precise policy; graded on a hidden corpus of bypass attempts."""
 
+    knobs = DifficultyKnobs(corpus_size=(40, 60, 90, 120))
     axes = FamilyAxes(name="upload_path_guard", domains=("security",), verifier_kinds=("adversarial_corpus",),
                       fixture_kinds=("text_only",), skill_types=("input_hardening",),
                       skills=("detect path traversal attempts in request paths",
@@ -177,6 +178,7 @@ class UploadPathGuard(TaskFamily):
          'after the last dot only, and count directories after normalization. Test the program against '
          '/app/samples.tsv and against your own adversarial cases for each rule.', None),
     )
+
 
     @staticmethod
     def _corpus(maker: _PathMaker, judge, size: int, instruction: str) -> tuple[list[str], list[str]]:
@@ -208,7 +210,7 @@ class UploadPathGuard(TaskFamily):
         return samples, corpus
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
-        complexity = sig.get("task_complexity", "moderate")
+        knobs = self.knobs.at(complexity_level(sig))
         allowed = sorted(rng.sample(EXTENSION_POOL, rng.randint(3, 5)))
         backslash = rng.random() < 0.5
         policy = rng.choice(("strict", "contained"))
@@ -262,7 +264,7 @@ class UploadPathGuard(TaskFamily):
             """,
             [f"`{prog}`: the guard described above (stdin to stdout)."],
         )
-        size = CORPUS_SIZE.get(complexity, 60)
+        size = knobs.corpus_size
         samples, corpus = self._corpus(maker, judge, size, instruction)
         expected = [judge(p) for p in corpus]
         sample_text = "".join(f"{p}\t{judge(p)}\n" for p in samples)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import random
 
-from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                      instruction_frame, pytest_module)
 from termforge.generate.families.package_files import family_template
 
 
-FEATURE_P = {"short": 0.2, "moderate": 0.4, "complex": 0.6, "intricate": 0.8}
-FUZZ_LINES = {"short": 300, "moderate": 500, "complex": 800, "intricate": 1000}
 INVALID_TOKENS = ("invalid", "ERR", "?", "n/a", "bad-input")
 
 
@@ -222,6 +221,7 @@ def _anchors(tool: str, q: dict) -> list[int]:
 class LegacyAwkPort(TaskFamily):
     """Port a legacy awk formatter to Python; graded against a reference on fuzzed inputs."""
 
+    knobs = DifficultyKnobs(feature_probability=(0.2, 0.4, 0.6, 0.8), fuzz_lines=(300, 500, 800, 1000))
     axes = FamilyAxes(name="legacy_awk_port", domains=("software_engineering",), verifier_kinds=("fuzz_equivalence",),
                       fixture_kinds=("text_only",), skill_types=("refactoring",),
                       skills=("keep behaviour identical while restructuring code",), languages=("python", "awk"),
@@ -237,9 +237,10 @@ class LegacyAwkPort(TaskFamily):
          'until there is no difference.', None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
-        complexity = sig.get("task_complexity", "moderate")
-        p = FEATURE_P.get(complexity, 0.4)
+        knobs = self.knobs.at(complexity_level(sig))
+        p = knobs.feature_probability
         tool = rng.choice(sorted(TOOLS))
         make_params, make_awk, make_python, what, inputs = TOOLS[tool]
         q = make_params(rng, p)
@@ -248,7 +249,7 @@ class LegacyAwkPort(TaskFamily):
         anchors = _anchors(tool, q)
         seed = rng.randrange(1, 2**31)
         batches = 3
-        batch = FUZZ_LINES.get(complexity, 500) // batches
+        batch = knobs.fuzz_lines // batches
         legacy = f"/app/legacy/{tool}.awk"
         port = f"/app/{tool}.py"
         header = (

@@ -6,7 +6,8 @@ import random
 from datetime import datetime, timedelta
 
 from termforge.errors import TermforgeError
-from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     instruction_frame)
 from termforge.generate.families.sources import lines_final_test, packaged_source, python_oracle
 
 
@@ -93,6 +94,8 @@ def _git_log(commits: list[dict]) -> str:
 class MonorepoReleasePlan(TaskFamily):
     """Derive each package's next semantic version from conventional commits and internal dependencies."""
 
+    knobs = DifficultyKnobs(packages=(4, 6, 8, 11), quiet_types=(2, 4, 7, 7), commits=(8, 14, 24, 36),
+                            merges=(0, 0, 2, 3), reverts=(0, 0, 1, 3))
     axes = FamilyAxes(name="monorepo_release_plan", domains=("software_engineering",), verifier_kinds=("exact_text",),
                       fixture_kinds=("text_only",), skill_types=("interfaces_and_packaging",),
                       skills=("choose a semantic version bump from a changelog",), languages=("python", "bash"),
@@ -120,8 +123,10 @@ class MonorepoReleasePlan(TaskFamily):
          lambda v: not v.states(r"For `0\.Y\.Z` versions")),
     )
 
+
     def _draft(self, rng: random.Random, lvl: int):
-        names = rng.sample(RELEASE_PACKAGES, (4, 6, 8, 11)[lvl])
+        knobs = self.knobs.at(lvl)
+        names = rng.sample(RELEASE_PACKAGES, knobs.packages)
         packages = {}
         for i, name in enumerate(names):  # only on packages drawn earlier: the graph stays acyclic
             k = 0 if lvl == 0 else min(i, rng.choice((0, 1, 1, 2, 2, 3)))
@@ -130,11 +135,11 @@ class MonorepoReleasePlan(TaskFamily):
                        else f"{x}.{rng.randint(1 if x == 0 else 0, 12)}.{rng.randint(0, 9)}")
             packages[name] = {"version": version, "deps": sorted(rng.sample(names[:i], k))}
         active = rng.sample(names, max(2, len(names) * 3 // 5))  # the rest change only through dependencies
-        types = ["feat", "fix"] + (["perf"] if lvl else []) + list(QUIET_TYPES[: (2, 4, 7, 7)[lvl]])
+        types = ["feat", "fix"] + (["perf"] if lvl else []) + list(QUIET_TYPES[: knobs.quiet_types])
         weights = [3, 4] + ([1] if lvl else []) + [2] * (len(types) - 2 - (1 if lvl else 0))
         start = datetime(rng.randint(2022, 2025), rng.randint(1, 12), rng.randint(1, 28), 9)
         commits, subjects = [], set()
-        for _ in range((8, 14, 24, 36)[lvl]):
+        for _ in range(knobs.commits):
             kind = rng.choices(types, weights)[0]
             roll = rng.random()
             if lvl >= 1 and roll < 0.12:
@@ -162,13 +167,13 @@ class MonorepoReleasePlan(TaskFamily):
                 body += ["", f"Refs: #{rng.randint(100, 999)}"]
             commits.append({"type": kind, "scopes": scopes, "breaking": bool(breaking), "subject": subject,
                             "body": body})
-        for _ in range((0, 0, 2, 3)[lvl]):  # merge commits: no conventional subject
+        for _ in range(knobs.merges):  # merge commits: no conventional subject
             commits.insert(rng.randint(1, len(commits)), {"subject": f"Merge pull request #{rng.randint(100, 999)} "
                            f"from {rng.choice(COMMIT_AUTHORS)[1]}/topic", "body": [], "merge": True})
         for c in commits:
             c["sha"] = f"{rng.getrandbits(160):040x}"
         reverted: list[dict] = []
-        for k in range((0, 0, 1, 2)[lvl] + (lvl == 3)):
+        for k in range(knobs.reverts):
             if k == 2:  # a revert of a revert: the first reverted commit counts again
                 targets = [c for c in commits if c.get("reverts") == reverted[0]["sha"]]
             else:

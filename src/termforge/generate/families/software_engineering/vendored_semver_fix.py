@@ -9,11 +9,11 @@ import sys
 import types
 
 from termforge.errors import TermforgeError
-from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                      instruction_frame, pytest_module)
 from termforge.generate.families.package_files import family_template
 
 
-BUG_COUNT = {"short": 1, "moderate": 1, "complex": 2, "intricate": 3}
 
 
 PACKAGE_NAMES = ("verkit", "semverlite", "relver", "pinlib", "vertools", "semkit")
@@ -170,6 +170,7 @@ def _probe(lib, cases: dict) -> dict:
 class VendoredSemverFix(TaskFamily):
     """A resolver picks wrong versions; the planted defects are in its vendored SemVer library."""
 
+    knobs = DifficultyKnobs(planted_bugs=(1, 1, 2, 3), ordinary_projects=(3, 5, 7, 9))
     axes = FamilyAxes(name="vendored_semver_fix", domains=("software_engineering",), verifier_kinds=("exact_text",),
                       fixture_kinds=("vendored_package",), skill_types=("testing",),
                       skills=("check invariants with generated inputs",), languages=("python",),
@@ -185,6 +186,7 @@ class VendoredSemverFix(TaskFamily):
          'signatures, then rerun the checks and the resolver.', None),
     )
 
+
     def _witness(self, maker: _VersionMaker, good, bad) -> tuple[list[str], str] | None:
         """A (versions, range) pair on which the buggy library picks differently."""
         for _ in range(3000):
@@ -195,10 +197,10 @@ class VendoredSemverFix(TaskFamily):
         return None
 
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
-        complexity = sig.get("task_complexity", "moderate")
+        knobs = self.knobs.at(complexity_level(sig))
         pkg = rng.choice(PACKAGE_NAMES)
         lib_version = f"{rng.randint(0, 2)}.{rng.randint(1, 9)}.{rng.randint(0, 9)}"
-        planted = sorted(rng.sample(sorted(BUGS), BUG_COUNT.get(complexity, 1)))
+        planted = sorted(rng.sample(sorted(BUGS), knobs.planted_bugs))
         good_files = package_files(pkg, lib_version, [])
         bad_files = package_files(pkg, lib_version, planted)
         good, bad = load_package(good_files), load_package(bad_files)
@@ -221,7 +223,7 @@ class VendoredSemverFix(TaskFamily):
             available[name], spec = found
             requirements.append((name, spec))
             witnessed.append(name)
-        for _ in range({"short": 3, "moderate": 5, "complex": 7, "intricate": 9}.get(complexity, 5)):
+        for _ in range(knobs.ordinary_projects):
             name = projects.pop()
             available[name] = maker.pool(rng.randint(4, 10))
             requirements.append((name, maker.spec(available[name])))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     instruction_frame)
 from termforge.generate.families.sources import lines_final_test, packaged_source, python_oracle
 
 
@@ -27,6 +28,7 @@ INVALID_SHELLS = ("/usr/sbin/nologin", "/bin/false", "/usr/bin/fish", "/bin/tcsh
 class AccountAudit(TaskFamily):
     """Report the active interactive accounts of one group from passwd/group/shadow/shells/login.defs."""
 
+    knobs = DifficultyKnobs(people=(8, 16, 30, 45), service_accounts=(2, 3, 4, 5))
     axes = FamilyAxes(name="account_audit", domains=("system_administration",), verifier_kinds=("exact_text",),
                       fixture_kinds=("text_only",), skill_types=("users_and_packages",), skills=(),
                       languages=("bash", "awk", "python"), command_complexities=("bash_only", "bash_code"),
@@ -41,11 +43,13 @@ class AccountAudit(TaskFamily):
          'missing.', None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         lvl = complexity_level(sig)
+        knobs = self.knobs.at(lvl)
         uid_min, uid_max = rng.choice(((1000, 60000), (1000, 29999), (500, 60000), (2000, 59999)))
         today = rng.randint(19_500, 20_500)
-        n_people = (8, 16, 30, 45)[lvl]
+        n_people = knobs.people
         target = rng.choice(TEAM_GROUPS)
         shells = sorted(rng.sample(VALID_SHELLS, rng.randint(3, 5)))
         unlisted = sorted((set(VALID_SHELLS) - set(shells)) | set(INVALID_SHELLS))
@@ -85,7 +89,7 @@ class AccountAudit(TaskFamily):
             shadow_pw[person] = rng.choice(("$6$", "$6$", "$6$", "$y$", "!$6$", "!", "*", "!!"))
             if lvl == 3 and rng.random() < 0.3:
                 expiry[person] = str(today + rng.choice((-300, -1, 0, 1, 200)))
-        for svc in rng.sample(SERVICE_ACCOUNTS, 2 + lvl):
+        for svc in rng.sample(SERVICE_ACCOUNTS, knobs.service_accounts):
             uid = rng.randint(uid_min, uid_max) if rng.random() < 0.5 else rng.randint(uid_max + 1, uid_max + 5000)
             users.append((svc, uid, groups[target] if rng.random() < 0.5 else 65534, "", f"/var/lib/{svc}",
                           rng.choice(shells)))

@@ -6,7 +6,8 @@ import fnmatch
 import posixpath
 import random
 
-from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level, instruction_frame
+from termforge.generate.base import (DifficultyKnobs, FamilyAxes, TaskFamily, TaskSpec, bash_script, complexity_level,
+                                     instruction_frame)
 from termforge.generate.families.sources import packaged_source, python_oracle
 
 
@@ -52,6 +53,7 @@ INITIAL_MODES = (0o644, 0o664, 0o666, 0o755, 0o777, 0o600, 0o700, 0o640, 0o775)
 class PermissionPolicy(TaskFamily):
     """Apply a first-match-wins glob permission policy to the regular files of a tree, sparing symlinks."""
 
+    knobs = DifficultyKnobs(directories=(4, 6, 8, len(SRV_LAYOUT)), rules=(6, 8, 10, 12))
     axes = FamilyAxes(name="permission_policy", domains=("system_administration",), verifier_kinds=("exact_text",),
                       fixture_kinds=("text_only",), skill_types=(), skills=(), languages=("bash", "python"),
                       command_complexities=("bash_only", "bash_code"), output_files=False,
@@ -64,10 +66,12 @@ class PermissionPolicy(TaskFamily):
          "Verify with stat -c '%a %n'.", None),
     )
 
+
     def build(self, sig: dict, rng: random.Random) -> TaskSpec:
         lvl = complexity_level(sig)
+        knobs = self.knobs.at(lvl)
         dirs = sorted(SRV_LAYOUT)
-        n_dirs = (4, 6, 8, len(dirs))[lvl]
+        n_dirs = knobs.directories
         chosen_dirs = sorted(rng.sample(dirs, n_dirs))
         files: list[str] = []
         for d in chosen_dirs:
@@ -75,7 +79,7 @@ class PermissionPolicy(TaskFamily):
             for name in rng.sample(names, max(2, len(names) - rng.randint(0, 1))):
                 files.append(name if d == "." else f"{d}/{name}")
         files.sort()
-        rules = [(pat, rng.choice(modes)) for pat, modes in rng.sample(RULE_TEMPLATES, (6, 8, 10, 12)[lvl])]
+        rules = [(pat, rng.choice(modes)) for pat, modes in rng.sample(RULE_TEMPLATES, knobs.rules)]
         catch_all = rng.random() < 0.5
         if catch_all:
             rules.append(("*", rng.choice(("0644", "0640"))))
