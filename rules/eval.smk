@@ -23,7 +23,7 @@ rule eval_aime:
         mem_mb=GPU_MEM,
         runtime=GPU_RUNTIME,
     shell:
-        "termforge eval-aime --params {params.options:q} --model-name {wildcards.model} {params.weights} "
+        "TERMFORGE_JOB_THREADS={threads} termforge eval-aime --params {params.options:q} --model-name {wildcards.model} {params.weights} "
         "--math-heldout {input.heldout} --out-dir results/runs/{wildcards.model}/eval/aime "
         "--out {output.record} 2>&1 | tee {log}"
 
@@ -49,7 +49,7 @@ rule eval_tbench:
         mem_mb=GPU_MEM,
         runtime=GPU_RUNTIME,
     shell:
-        "termforge eval-tbench --params {params.options:q} --model-name {wildcards.model} {params.weights} "
+        "TERMFORGE_JOB_THREADS={threads} termforge eval-tbench --params {params.options:q} --model-name {wildcards.model} {params.weights} "
         "--images-dir results/images/tbench --out-dir results/runs/{wildcards.model}/eval/tbench "
         "--out {output.record} 2>&1 | tee {log}"
 

@@ -24,4 +24,4 @@ rule serve_policy:
         mem_mb=GPU_MEM,
         runtime=GPU_RUNTIME,
     shell:
-        "exec termforge serve-policy --params {params.options:q} --out {output.info} --log {log}"
+        "TERMFORGE_JOB_THREADS={threads} exec termforge serve-policy --params {params.options:q} --out {output.info} --log {log}"

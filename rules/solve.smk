@@ -24,7 +24,7 @@ rule solve:
         mem_mb=CPU_MEM,
         runtime=CPU_RUNTIME,
     shell:
-        "termforge solve --params {params.options:q} {params.server} --manifest {input.manifest} --corpus {input.corpus} "
+        "TERMFORGE_JOB_THREADS={threads} termforge solve --params {params.options:q} {params.server} --manifest {input.manifest} --corpus {input.corpus} "
         "--images-dir results/images --trajectories results/solve/trajectories --out {output.rollouts} "
         "2>&1 | tee {log}"
 

@@ -50,3 +50,33 @@ def test_openmp_threads_wait_passively_unless_the_user_chose():
     env = {"OMP_WAIT_POLICY": "ACTIVE"}
     passive_openmp_env(env)
     assert env["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_every_command_sets_the_passive_wait_policy_before_torch_loads(monkeypatch):
+    """solve, the evals and serving load torch too, not only training: main() sets it for all."""
+    import os
+
+    import pytest
+
+    from termforge.cli import main
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    with pytest.raises(SystemExit):
+        main(["solve", "--help"])
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_a_local_model_generates_with_the_jobs_threads_not_every_core(monkeypatch):
+    from types import SimpleNamespace
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from termforge.models.transformers_backend import TransformersChatModel
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))
+    tokenizer = SimpleNamespace(eos_token_id=1, pad_token_id=0)
+    monkeypatch.setenv("TERMFORGE_JOB_THREADS", "1")
+    assert TransformersChatModel("tiny", loaded=(model, tokenizer)).num_threads == 1
+    # An explicit setting (models.<name>.num_threads) still wins.
+    assert TransformersChatModel("tiny", loaded=(model, tokenizer), num_threads=3).num_threads == 3

@@ -10,7 +10,7 @@ import pytest
 
 from termforge.errors import ConfigError
 from termforge.opsd.config import OPSDConfig
-from termforge.opsd.uplift import hints_without_uplift, uplift_report
+from termforge.opsd.uplift import hints_without_uplift, uplift_report, uplift_summary_lines
 
 
 def test_report_per_task_family_and_flags():
@@ -63,3 +63,15 @@ def test_tasks_whose_hint_has_no_uplift_leave_the_opsd_part_only(tmp_path):
     drop = TerminalRun(OPSDConfig.from_dict({**base, "drop_hints_without_uplift": True}), rows, tmp_path)
     assert [r.id for r in drop.hinted] == ["a"]
     assert drop.pool == keep.pool == ["a", "b", "c"]  # GRPO still trains every task
+
+
+def test_the_summary_names_each_family_its_rates_and_flags():
+    report = uplift_report({"t1": [1, 1, 0, 0, 0, 0, 0, 0], "t2": [0] * 8, "t3": [1] * 3},
+                           {"t1": [0] * 8, "t2": [1] + [0] * 7},
+                           {"t1": "calib", "t2": "calib", "t3": "logs"}, k=8)
+    lines = uplift_summary_lines(report)
+    assert lines == [
+        "  calib: 2 hinted task(s), pass rate 0.062 without -> 0.125 with, uplift +0.062; 1 without uplift",
+        "  logs: 1 hinted task(s), none measured (no graded episode in an arm)",
+        "  overall: 3 hinted task(s), pass rate 0.062 without -> 0.125 with, uplift +0.062; 2 without uplift",
+    ]

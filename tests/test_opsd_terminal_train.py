@@ -449,4 +449,6 @@ def test_hint_uplift_command_writes_the_report(tiny_model_dir, corpus, tmp_path,
     assert [t["task_id"] for t in report["tasks"]] == sorted(t.name for t in tasks[:2])  # the hinted ones
     assert all(t["graded_with"] + t["graded_without"] + t["infra_failed"] == 16 for t in report["tasks"])
     assert report["k"] == 8 and set(report["families"]) == {"log_level_filter", "account_audit"}
-    assert "hint-uplift: 2 hinted tasks, k=8" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "hint-uplift: 2 hinted tasks, k=8" in printed
+    assert "  log_level_filter: 1 hinted task(s)" in printed and "  overall: 2 hinted task(s)" in printed

@@ -37,6 +37,7 @@ import signal
 import sys
 from pathlib import Path
 
+from termforge.cpu_budget import passive_openmp_env
 from termforge.errors import (ConfigError, InputError, NoSpaceError, TermforgeError, is_no_space, one_line,
                               os_error_problem, show_path)
 from termforge.io import StagedOutputs, atomic_write_json, atomic_write_text
@@ -456,9 +457,6 @@ def _policy(o: dict, weights: str | None):
 
 
 def cmd_train(args) -> int:
-    from termforge.cpu_budget import passive_openmp_env
-
-    passive_openmp_env()  # before torch loads its OpenMP runtime
     from termforge.opsd.trainer import run_train_cli_args
 
     o = _stage_options(args, "train")
@@ -485,9 +483,6 @@ def cmd_train(args) -> int:
 
 
 def cmd_hint_uplift(args) -> int:
-    from termforge.cpu_budget import passive_openmp_env
-
-    passive_openmp_env()  # before torch loads its OpenMP runtime
     from termforge.opsd.uplift_run import run_uplift_cli
 
     o = _stage_options(args, "train")
@@ -1075,6 +1070,10 @@ def _stdout_closed() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Every command that runs a local model (solve, evals, training, hint uplift, serving) shares
+    # its cores with other jobs on a laptop, CI or a shared node: OpenMP threads must sleep, not
+    # spin, when idle. Read once when torch first loads, so set before any command imports it.
+    passive_openmp_env()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from termforge.cpu_budget import allotted_cpus
 from termforge.errors import ConfigError, TermforgeError
 from termforge.io import seed_from, stable_hash, staging_dir
 from termforge.models.base import (
@@ -227,9 +228,11 @@ class TransformersChatModel(ChatModel):
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ConfigError(f"{key}: expected an integer >= {minimum}, got {value!r}")
         self.batch_size = batch_size
-        # CPU threads for generate only (restored afterwards). On a shared or oversubscribed node,
-        # fewer threads than cores is often much faster: measured 4x with 1 instead of 2 under load.
-        self.num_threads = num_threads
+        # CPU threads for generate only (restored afterwards): by default the job's allotment
+        # (affinity, cgroup quota, the workflow's threads), never every core of a shared node. On an
+        # oversubscribed node fewer threads than cores is often much faster: measured 4x with 1
+        # instead of 2 under load.
+        self.num_threads = num_threads or allotted_cpus()
         if loaded is None:
             loaded = load_causal_lm(model_name, device=device, dtype=dtype, converted_cache=converted_cache)
         self.model, self.tokenizer = loaded

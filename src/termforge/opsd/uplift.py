@@ -66,6 +66,19 @@ def _summary(rows: Sequence[dict]) -> dict[str, Any]:
             "no_uplift": sum(1 for r in rows if r["no_uplift"])}
 
 
+def uplift_summary_lines(report: Mapping[str, Any]) -> list[str]:
+    """The uplift report as the hints stage prints it: one line per family and one overall, each
+    with its pass rates without and with the hint and how many hints are flagged as teaching nothing."""
+    def line(name: str, s: Mapping[str, Any]) -> str:
+        if not s["measured"]:
+            return f"  {name}: {s['tasks']} hinted task(s), none measured (no graded episode in an arm)"
+        return (f"  {name}: {s['tasks']} hinted task(s), pass rate {s['pass_without']:.3f} without -> "
+                f"{s['pass_with']:.3f} with, uplift {s['uplift']:+.3f}; {s['no_uplift']} without uplift")
+
+    return ([line(name, s) for name, s in report["families"].items()]
+            + [line("overall", report["overall"])])
+
+
 def measure_hint_uplift(run: Any, trainer: Any, task_ids: Sequence[str], *, k: int = DEFAULT_K, seed: int = 0,
                         min_uplift: float = 0.0) -> dict[str, Any]:
     """Run k episodes of each hinted task without and with its hint (TerminalRun `run`, the

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from termforge.opsd.uplift import DEFAULT_K, measure_hint_uplift
+from termforge.opsd.uplift import DEFAULT_K, measure_hint_uplift, uplift_summary_lines
 
 
 def run_uplift_cli(train_options: Mapping[str, Any] | None, out: str | Path, *, demos: str, tasks_dir: str,
@@ -51,4 +51,6 @@ def run_uplift_cli(train_options: Mapping[str, Any] | None, out: str | Path, *, 
     print(f"hint-uplift: {overall['tasks']} hinted tasks, k={k}: pass rate without {overall['pass_without']}, with "
           f"{overall['pass_with']}, uplift {overall['uplift']}; {len(report['no_uplift'])} hints without uplift "
           f"-> {out}")
+    print("hint uplift per family (the hint's pass rate in the policy's context vs without, same seeds):")
+    print("\n".join(uplift_summary_lines(report)))
     return report
