@@ -451,4 +451,6 @@ def test_hint_uplift_command_writes_the_report(tiny_model_dir, corpus, tmp_path,
     assert report["k"] == 8 and set(report["families"]) == {"log_level_filter", "account_audit"}
     printed = capsys.readouterr().out
     assert "hint-uplift: 2 hinted tasks, k=8" in printed
+    assert "hint-uplift: 16 episodes without the hint (2 tasks x k=8) ..." in printed  # progress, arm by arm
+    assert "hint-uplift: with the hint: " in printed
     assert "  log_level_filter: 1 hinted task(s)" in printed and "  overall: 2 hinted task(s)" in printed

@@ -13,6 +13,7 @@ placement, `teacher_context_role`), so the measured policy is the OPSD teacher a
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -100,6 +101,9 @@ def measure_hint_uplift(run: Any, trainer: Any, task_ids: Sequence[str], *, k: i
     arms = {}
     failed: dict[str, int] = defaultdict(int)
     for name, opening in (("without", None), ("with", hinted)):
+        # Progress: an arm is minutes of sandboxed episodes on a laptop.
+        print(f"hint-uplift: {len(specs)} episodes {name} the hint ({len(rows)} tasks x k={k}) ...", flush=True)
+        started = time.monotonic()
         _, outcomes, _ = run.run_episodes(trainer, specs, seed, opening=opening)
         rewards: dict[str, list[float]] = defaultdict(list)
         for o in outcomes:
@@ -108,6 +112,9 @@ def measure_hint_uplift(run: Any, trainer: Any, task_ids: Sequence[str], *, k: i
             else:
                 failed[o.spec.task_id] += 1
         arms[name] = rewards
+        passed = sum(sum(r) for r in rewards.values())
+        print(f"hint-uplift: {name} the hint: {passed:g} of {len(specs)} episodes passed "
+              f"({sum(len(r) for r in rewards.values())} graded) in {time.monotonic() - started:.0f}s", flush=True)
     tasks_dir = Path(run.cfg.tasks_dir)
     families = {r.id: str(read("task", tasks_dir / r.id / "task.json").get("family") or "unknown") for r in rows}
     return uplift_report(arms["with"], arms["without"], families, k=k, min_uplift=min_uplift, infra_failed=failed)
