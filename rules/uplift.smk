@@ -22,6 +22,7 @@ rule hint_uplift:
         uplift="results/hints/uplift.json",
     params:
         options=hint_uplift_params,
+        tasks=config["hints"]["uplift_tasks"],
     log:
         "results/logs/hints/uplift.log",
     benchmark:
@@ -29,5 +30,6 @@ rule hint_uplift:
     threads: CPU_THREADS
     shell:
         "TERMFORGE_JOB_THREADS={threads} termforge hint-uplift --params {params.options:q} --demos {input.demos} "
-        "--tasks-dir results/tasks --images-dir results/images --corpus {input.corpus} --out {output.uplift} "
+        "--tasks-dir results/tasks --images-dir results/images --corpus {input.corpus} --tasks {params.tasks} "
+        "--out {output.uplift} "
         "2>&1 | tee {log}"

@@ -10,7 +10,8 @@ import pytest
 
 from termforge.errors import ConfigError
 from termforge.opsd.config import OPSDConfig
-from termforge.opsd.uplift import hints_without_uplift, uplift_report, uplift_summary_lines
+from termforge.opsd.uplift import (hints_without_uplift, tasks_spread_over_families, uplift_report,
+                                   uplift_summary_lines)
 
 
 def test_report_per_task_family_and_flags():
@@ -75,3 +76,24 @@ def test_the_summary_names_each_family_its_rates_and_flags():
         "  logs: 1 hinted task(s), none measured (no graded episode in an arm)",
         "  overall: 3 hinted task(s), pass rate 0.062 without -> 0.125 with, uplift +0.062; 2 without uplift",
     ]
+
+
+def test_a_sample_of_hinted_tasks_takes_the_families_in_turn():
+    families = {"a1": "alpha", "a2": "alpha", "a3": "alpha", "b1": "beta", "c1": "gamma", "c2": "gamma"}
+    assert tasks_spread_over_families(families, 0) == sorted(families)  # 0: every task
+    assert tasks_spread_over_families(families, 3) == ["a1", "b1", "c1"]  # one per family first
+    assert tasks_spread_over_families(families, 5) == ["a1", "a2", "b1", "c1", "c2"]
+    assert tasks_spread_over_families(families, 99) == sorted(families)
+    assert tasks_spread_over_families(families, 2) == ["a1", "b1"]
+    with pytest.raises(ConfigError, match=r"hints\.uplift_tasks: expected 0 .* got -1"):
+        tasks_spread_over_families(families, -1)
+
+
+def test_a_negative_task_count_is_refused_before_any_work(tmp_path, capsys):
+    from termforge.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["hint-uplift", "--demos", str(tmp_path / "demos.parquet"), "--tasks-dir", str(tmp_path),
+              "--images-dir", str(tmp_path), "--out", str(tmp_path / "uplift.json"), "--tasks", "-2"])
+    assert exit_.value.code == 2
+    assert "--tasks: expected 0 (every hinted task) or a positive count, got '-2'" in capsys.readouterr().err

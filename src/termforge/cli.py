@@ -482,12 +482,23 @@ def cmd_train(args) -> int:
     return 0
 
 
+def _task_count(text: str) -> int:
+    """argparse type of a task count (0: every task), refused before any work starts."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 (every hinted task) or a positive count, got {text!r}")
+    return value
+
+
 def cmd_hint_uplift(args) -> int:
     from termforge.opsd.uplift_run import run_uplift_cli
 
     o = _stage_options(args, "train")
     run_uplift_cli(o["train"], Path(args.out), demos=args.demos, tasks_dir=args.tasks_dir, images_dir=args.images_dir,
-                   corpus=args.corpus, k=args.k, min_uplift=args.min_uplift)
+                   corpus=args.corpus, k=args.k, min_uplift=args.min_uplift, max_tasks=args.tasks)
     return 0
 
 
@@ -893,6 +904,8 @@ def build_parser() -> argparse.ArgumentParser:
     input_arg(sp, "--corpus", kind="corpus_manifest", help="corpus manifest (its kept tasks and collected tests)")
     sp.add_argument("--k", type=int, default=8, help="episodes per task and arm (same seeds in both; at least 8)")
     sp.add_argument("--min-uplift", type=float, default=0.0, help="a hint whose uplift is not above this is flagged")
+    sp.add_argument("--tasks", type=_task_count, default=0, help="hinted tasks to measure: 0 every one, N of them spread "
+                    "over the families in turn (hints.uplift_tasks)")
     sp.set_defaults(func=cmd_hint_uplift)
 
     for name, func, help_ in (("eval-aime", cmd_eval_aime, "AIME-style math eval: avg@n, pass@n, maj@n"),

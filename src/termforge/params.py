@@ -67,6 +67,8 @@ STAGE_KEYS: dict[str, tuple[str | When, ...]] = {
               *_LLM_HINTS("hints.model", "models.{hints.model}", "hints.judge", "hints.probe", "hints.judge_corpus"),
               *_when(("hints.backend", "llm"), ("hints.judge", NOT_NULL))("models.{hints.judge}"),
               *_when(("hints.backend", "llm"), ("hints.probe", NOT_NULL))("models.{hints.probe}")),
+    # hint_uplift also passes the terminal ablation's train config (export_verifiers.export_config)
+    "hint_uplift": ("hints.uplift_tasks",),
     # (a rule only when eval.tbench.source is set)
     "import_tbench": _when(("eval.tbench.source", NOT_NULL))("eval.tbench.source", "eval.tbench.tasks_dir",
                                                              "eval.tbench.benchmark"),

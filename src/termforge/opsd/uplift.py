@@ -67,6 +67,26 @@ def _summary(rows: Sequence[dict]) -> dict[str, Any]:
             "no_uplift": sum(1 for r in rows if r["no_uplift"])}
 
 
+def tasks_spread_over_families(families: Mapping[str, str], n: int) -> list[str]:
+    """n of the task ids (all when n is 0 or covers them), taken from the families in turn (families
+    by name, tasks by id), so a small sample still measures as many families as it can."""
+    if n < 0:
+        raise ConfigError(f"hints.uplift_tasks: expected 0 (every hinted task) or a positive count, got {n}")
+    by_family: dict[str, list[str]] = defaultdict(list)
+    for task_id, family in sorted(families.items()):
+        by_family[family].append(task_id)
+    queues = [by_family[f] for f in sorted(by_family)]
+    chosen: list[str] = []
+    depth = 0
+    while queues and (n == 0 or len(chosen) < n):
+        layer = [q[depth] for q in queues if depth < len(q)]
+        if not layer:
+            break
+        chosen += layer if n == 0 else layer[:n - len(chosen)]
+        depth += 1
+    return sorted(chosen)
+
+
 def uplift_summary_lines(report: Mapping[str, Any]) -> list[str]:
     """The uplift report as the hints stage prints it: one line per family and one overall, each
     with its pass rates without and with the hint and how many hints are flagged as teaching nothing."""
@@ -81,9 +101,10 @@ def uplift_summary_lines(report: Mapping[str, Any]) -> list[str]:
 
 
 def measure_hint_uplift(run: Any, trainer: Any, task_ids: Sequence[str], *, k: int = DEFAULT_K, seed: int = 0,
-                        min_uplift: float = 0.0) -> dict[str, Any]:
+                        min_uplift: float = 0.0, max_tasks: int = 0) -> dict[str, Any]:
     """Run k episodes of each hinted task without and with its hint (TerminalRun `run`, the
-    trainer's current policy), on the same seeds; the uplift report (uplift_report)."""
+    trainer's current policy), on the same seeds; the uplift report (uplift_report). max_tasks > 0
+    measures that many of them, spread over the families (tasks_spread_over_families)."""
     from termforge.opsd.data import PromptRow, teacher_messages
     from termforge.opsd.terminal import EpisodeSpec
     from termforge.schemas import read
@@ -91,6 +112,12 @@ def measure_hint_uplift(run: Any, trainer: Any, task_ids: Sequence[str], *, k: i
     if k < MIN_K:
         raise ConfigError(f"hint uplift: k {k} episodes per arm is too few to compare pass rates (at least {MIN_K})")
     rows = [run.rows[t] for t in task_ids if run.rows[t].privileged_context]
+    tasks_dir = Path(run.cfg.tasks_dir)
+    families = {r.id: str(read("task", tasks_dir / r.id / "task.json").get("family") or "unknown") for r in rows}
+    if max_tasks:
+        chosen = set(tasks_spread_over_families(families, max_tasks))
+        rows = [r for r in rows if r.id in chosen]
+        families = {t: f for t, f in families.items() if t in chosen}
     specs = [EpisodeSpec(r.id, i, UPLIFT_PART) for r in rows for i in range(k)]
 
     def hinted(spec, messages):
@@ -115,8 +142,6 @@ def measure_hint_uplift(run: Any, trainer: Any, task_ids: Sequence[str], *, k: i
         passed = sum(sum(r) for r in rewards.values())
         print(f"hint-uplift: {name} the hint: {passed:g} of {len(specs)} episodes passed "
               f"({sum(len(r) for r in rewards.values())} graded) in {time.monotonic() - started:.0f}s", flush=True)
-    tasks_dir = Path(run.cfg.tasks_dir)
-    families = {r.id: str(read("task", tasks_dir / r.id / "task.json").get("family") or "unknown") for r in rows}
     return uplift_report(arms["with"], arms["without"], families, k=k, min_uplift=min_uplift, infra_failed=failed)
 
 

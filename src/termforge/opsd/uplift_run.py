@@ -12,9 +12,10 @@ from termforge.opsd.uplift import DEFAULT_K, measure_hint_uplift, uplift_summary
 
 def run_uplift_cli(train_options: Mapping[str, Any] | None, out: str | Path, *, demos: str, tasks_dir: str,
                    images_dir: str, corpus: str | None = None, k: int = DEFAULT_K,
-                   min_uplift: float = 0.0) -> dict[str, Any]:
+                   min_uplift: float = 0.0, max_tasks: int = 0) -> dict[str, Any]:
     """What `termforge hint-uplift` does: the train config's policy, sandbox and harness settings
-    (terminal data), every hinted kept task, k episodes per arm; the report written to `out`."""
+    (terminal data), every hinted kept task (or max_tasks of them), k episodes per arm; the report
+    written to `out`."""
     import random
     import tempfile
 
@@ -44,7 +45,8 @@ def run_uplift_cli(train_options: Mapping[str, Any] | None, out: str | Path, *, 
     with tempfile.TemporaryDirectory(prefix="hint-uplift-") as tmp:
         run = TerminalRun(cfg, rows, Path(tmp))
         report = measure_hint_uplift(run, trainer, [r.id for r in run.hinted], k=k,
-                                     seed=seed_from("hint-uplift-episodes", cfg.seed), min_uplift=min_uplift)
+                                     seed=seed_from("hint-uplift-episodes", cfg.seed), min_uplift=min_uplift,
+                                     max_tasks=max_tasks)
     report["model"] = cfg.model
     atomic_write_json(Path(out), report)
     overall = report["overall"]
