@@ -63,8 +63,11 @@ LOG_TAIL_LINES = 15
 BUILD_SCRIPT = (SCRIPTS_DIR / "buildah-build.sh").read_text()
 # How the step sandbox is started (python3 -I: the standard library only, nothing of the caller's).
 STEP_RUNTIME = """#!/bin/sh
-exec {python} -I {program} --root={steps} --allow={work} --allow={storage} --bwrap={bwrap} --records={records} "$@"
+exec {python} -I {program} --root={steps} --allow={work} --allow={storage} --bwrap={bwrap} --records={records} --net={net} --ca={ca} "$@"
 """
+# The host's CA bundle, bound read-only over the image's in every RUN step of a build given network
+# (a TLS-intercepting proxy's root is often only there); the first that exists.
+HOST_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
 # Failures of the builder's own making (the kernel, the storage, buildah itself) when buildah's final
 # error is not about a RUN step: a Dockerfile cannot cause these, a retry may clear them.
 _BUILDER_SIGNS = re.compile(r"device or resource busy|resource temporarily unavailable|sealing memfd|database is locked|"
@@ -217,16 +220,22 @@ def _step_python() -> str:
 
 def build_dockerfile(context: str | os.PathLike, dockerfile: str | os.PathLike, base, *,
                      timeout: float = BUILD_TIMEOUT_SEC, cache=None, log: Callable[[str], None] = print,
-                     what: str = "") -> DockerfileImage:
-    """Build `dockerfile` with `context` on `base` (a termforge.images BuiltBase), offline; the
-    cached build when the same Dockerfile, context and base were built before."""
+                     what: str = "", text: str | None = None, others=(), network: bool = False) -> DockerfileImage:
+    """Build `dockerfile` with `context` on `base` (a termforge.images BuiltBase); the cached build
+    when the same Dockerfile, context and bases were built before. `text`: the Dockerfile as
+    buildah is to read it, every FROM naming its base as localhost/termforge-base:<key> (then
+    `base` is the final stage's, `others` the other stages' and COPY --from images', all put in
+    the build's storage); None: `dockerfile` as written, its first FROM replaced by `base`.
+    `network`: RUN steps get the host's network and CA bundle (as `docker build`); else none."""
     from termforge.images.build import _check_reachable, _locked, _mkdirs
 
     context, dockerfile = Path(context), Path(dockerfile)
-    text = dockerfile.read_text(encoding="utf-8")
+    rewritten = text is not None
+    text = text if rewritten else dockerfile.read_text(encoding="utf-8")
     # The base's key as well as its layer: a store image's config (Env, WorkingDir...) is part of
     # what the build inherits, and the key changes with it where the layer does not.
-    key = build_key(text, context, f"{base.digest} {base.key}")
+    key = build_key(text, context, " ".join([f"{b.digest} {b.key}" for b in [base, *others]]
+                                            + (["rewritten"] if rewritten else []) + (["network"] if network else [])))
     found = find_built(key, cache)
     if found:
         return found
@@ -248,7 +257,8 @@ def build_dockerfile(context: str | os.PathLike, dockerfile: str | os.PathLike, 
             stage = root / f".stage-{key}-{os.getpid()}"
             stage.mkdir()
             try:
-                built = _build(text, context, base, key, stage, cache, timeout, log, what, tools)
+                built = _build(text, context, [base, *others], key, stage, cache, timeout, log, what, tools,
+                               rewritten, network)
                 os.rename(stage, root / key)
                 break
             except _BuilderFailed as exc:
@@ -283,12 +293,14 @@ def _base_layout(base, cache, dest: Path) -> tuple[str, dict]:
     return f"oci:{dest}:base", image.config
 
 
-def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout: float,
-           log: Callable[[str], None], what: str, tools: dict[str, str]) -> DockerfileImage:
+def _build(text: str, context: Path, bases: list, key: str, stage: Path, cache, timeout: float,
+           log: Callable[[str], None], what: str, tools: dict[str, str], rewritten: bool,
+           network: bool) -> DockerfileImage:
     from termforge.containment import copy_regular_tree
     from termforge.errors import InputError
 
     start = time.monotonic()
+    base = bases[0]
     userns, owner = _userns()
     work = Path(tempfile.mkdtemp(prefix=f"tf-buildah-{key[:8]}-", dir=stage.parent))
     try:
@@ -311,10 +323,14 @@ def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout
         # The step sandbox is copied in: the namespace's root runs it wherever the package lies.
         shutil.copyfile(Path(__file__).with_name("step_sandbox.py"), work / "step_sandbox.py")
         (work / "steps").mkdir()
+        ca = next((Path(c) for c in HOST_CA_BUNDLES if os.path.isfile(c)), None) if network else None
+        if ca is not None:
+            shutil.copyfile(ca, work / "ca.crt")  # in the build's folders, where the step sandbox binds from
         runtime = work / "step-runtime"
         runtime.write_text(STEP_RUNTIME.format(**{k: shlex.quote(str(v)) for k, v in {
             "python": tools["python"], "program": work / "step_sandbox.py", "steps": work / "steps", "work": work,
-            "storage": storage.resolve(), "bwrap": tools["bwrap"], "records": work / "steps.jsonl"}.items()}))
+            "storage": storage.resolve(), "bwrap": tools["bwrap"], "records": work / "steps.jsonl",
+            "net": "host" if network else "none", "ca": work / "ca.crt" if ca else ""}.items()}))
         runtime.chmod(0o755)
         if owner:
             subprocess.run(["chown", "-R", f"{owner[0]}:{owner[1]}", str(work)], check=True, capture_output=True)
@@ -323,13 +339,20 @@ def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout
                 os.chown(storage / sub, *owner)
         # Linked after the chown (which would otherwise reach the store's blobs through the links).
         _link(base.layer, _blob(layout, base.digest))
-        base_ref, base_config = _base_layout(base, cache, work / "base")
+        pairs: list[str] = []
+        for i, b in enumerate(bases):
+            ref, config = _base_layout(b, cache, work / f"base-{i}")
+            if i == 0:
+                base_config = config
+            pairs += [ref, f"localhost/termforge-base:{b.key}"]
         tag = f"localhost/termforge-build:{key}"
         # --mount-proc: RUN steps see the build's own pid namespace in /proc, not the host's processes.
-        argv = [tools["unshare"], *userns, "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
-                "bash", "-c", BUILD_SCRIPT, "build", str(work), str(storage), base_ref,
-                f"localhost/termforge-base:{base.key}", tag, tools["buildah"], tools["skopeo"]]
-        log(f"images: building the Dockerfile of {what} with buildah (offline) ...")
+        # Without network: a network namespace of the build's own, with nothing in it.
+        argv = [tools["unshare"], *userns, *([] if network else ["--net"]), "--mount", "--pid", "--fork",
+                "--kill-child", "--mount-proc", "bash", "-c", BUILD_SCRIPT, "build", str(work), str(storage), tag,
+                tools["buildah"], tools["skopeo"], "host" if network else "none",
+                "" if rewritten else f"localhost/termforge-base:{base.key}", *pairs]
+        log(f"images: building the Dockerfile of {what} with buildah ({'with network' if network else 'offline'}) ...")
         output = _run_build(argv, work, timeout, what, text)
         atomic_write_text(stage / "build.log", output)
         index = json.loads((layout / "index.json").read_text())

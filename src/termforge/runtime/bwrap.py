@@ -73,6 +73,7 @@ def sandbox_argv(
     user: tuple[int, int, str] = (SANDBOX_UID, SANDBOX_UID, "user"),
     shm_dir: Path | None = None,
     own_ipc: bool = False,
+    root_dir: Path | None = None,
 ) -> list[str]:
     """The bwrap command line for one process in a task sandbox over `rootfs`: an image's root
     filesystem (bound read-only as /; it provides the mount points bound below), or HOST_ROOTFS.
@@ -84,7 +85,8 @@ def sandbox_argv(
     sandbox to one `disk_mb` (Scratch); /dev itself is read-only (bwrap's --dev is a tmpfs of no
     size the sandbox's uid owns). Without `tmp_dir`/`shm_dir` (callers outside a session), /tmp
     and /dev/shm are tmpfs of `tmp_mb` each. `own_ipc`: the caller starts bwrap in an IPC
-    namespace of the sandbox's own, with its limits set (ipc_limits), which bwrap then keeps."""
+    namespace of the sandbox's own, with its limits set (ipc_limits), which bwrap then keeps.
+    `root_dir`: the session's writable root over `rootfs` (runtime.rootlayer), bound as / instead."""
     host = str(rootfs) == HOST_ROOTFS
     if host:
         # The host's root cannot be bound whole (a read-only / cannot get the /app mount point).
@@ -93,7 +95,7 @@ def sandbox_argv(
             if os.path.exists(f"/usr/{name}"):
                 argv += ["--symlink", f"usr/{name}", f"/{name}"]
     elif rootfs and os.path.isdir(os.path.join(rootfs, "usr")):
-        argv = ["bwrap", "--ro-bind", str(rootfs), "/"]
+        argv = ["bwrap", "--bind", str(root_dir), "/"] if root_dir else ["bwrap", "--ro-bind", str(rootfs), "/"]
     else:
         raise TermforgeError(f"sandbox: no image root filesystem at {str(rootfs)!r} "
                              "(termforge images build makes the declared bases)")
@@ -407,6 +409,8 @@ class BwrapSession(Session):
     netns = None
     # (uid, gid, name) of the sandbox's processes inside it (HarborSession: the image's User).
     sandbox_user = (SANDBOX_UID, SANDBOX_UID, "user")
+    # The session's writable root over the image (make_root_writable); None: the image read-only.
+    writable_root = None
 
     def __init__(self, image: Image, limits: Limits, work_root: Path | None = None, *, uid=FRESH_UID):
         """`uid`: the host uid the session's sandboxes run as; by default a fresh one per session
@@ -449,7 +453,20 @@ class BwrapSession(Session):
             raise
 
     def writable_roots(self) -> list[Path]:
-        return [self.layer, self.home]
+        return [self.layer, self.home, *(self.writable_root.roots if self.writable_root else [])]
+
+    def make_root_writable(self) -> bool:
+        """Give this session's sandboxes the image's whole root filesystem writable, as a container's
+        (runtime.rootlayer: an overlay whose upper layer lies in this session's tree, under the one
+        disk cap; the image itself is never written). False where this host cannot (not root, or
+        the host's /usr as root): the root stays read-only but for /app, /tmp and the home."""
+        from termforge.runtime import rootlayer
+
+        if self.uid is None or str(self.rootfs) == HOST_ROOTFS or not rootlayer.available():
+            return False
+        self.writable_root = rootlayer.WritableRoot.mount(self.rootfs, self.workdir / "rootfs",
+                                                          self.sandbox_user[:2], self.uid)
+        return True
 
     def exec(self, command: str, timeout: float | None = None, env: dict | None = None,
              cwd: str = "/app", binds: list[Bind] = (), stdin: bytes | None = None,
@@ -472,6 +489,7 @@ class BwrapSession(Session):
                 shm_dir=scratch.shm,
                 own_ipc=self.ipc is not None,
                 user=self.sandbox_user,
+                root_dir=self.writable_root.merged if self.writable_root else None,
             )
             return run_sandboxed(argv, timeout or self.limits.wall_sec, self.limits, stdin=stdin, uid=self.uid,
                                  watch=self.writable_roots() + scratch.roots + [b.host for b in binds if b.writable],
@@ -495,7 +513,8 @@ class BwrapSession(Session):
                                 rootfs=self.rootfs, binds=self.binds,
                                 env=env, cwd=cwd, allow_network=self.image.allow_network, home_dir=self.home,
                                 tmp_dir=scratch.tmp, shm_dir=scratch.shm, own_ipc=self.ipc is not None,
-                                user=self.sandbox_user)
+                                user=self.sandbox_user,
+                                root_dir=self.writable_root.merged if self.writable_root else None)
 
         return PersistentShell(argv, self.limits, uid=self.uid, watch=self.writable_roots() + scratch.roots,
                                ipc=self.ipc, netns=self.netns if self.image.allow_network else None)
@@ -588,7 +607,9 @@ class BwrapSession(Session):
         what could not be removed is kept in `cleanup_problems`)."""
         if not self._stopped:
             self._stopped = True
-            self.cleanup_problems = trees.remove_tree(self.workdir)
+            detached = self.writable_root.unmount() if self.writable_root else []
+            # A mount that would not come off is never walked into: its tree is left, and said.
+            self.cleanup_problems = detached or trees.remove_tree(self.workdir)
             self.reservation.release()
 
 
