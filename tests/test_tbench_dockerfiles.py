@@ -4,15 +4,22 @@ small Harbor task whose oracle scores 1 and whose no-op scores 0 (docs/terminal-
 
 from __future__ import annotations
 
+import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from conftest import needs_bwrap
-from termforge.evals.harbor_tasks import (EnvironmentUnsupported, buildah_dockerfile, load_harbor_task,
-                                          plan_dockerfile)
+from termforge.evals.harbor_tasks import (EnvironmentUnsupported, build_harbor_image, buildah_dockerfile,
+                                          load_harbor_task, plan_dockerfile, start_harbor_session)
 from termforge.evals.tbench import noop_agent, oracle_agent, run_native
+from termforge.runtime import rootlayer
+from termforge.runtime.base import Limits
+from termforge.runtime.bwrap import default_work_root, tree_digest
 
+LIMITS = Limits(wall_sec=60, cpu_sec=60, memory_mb=1024, max_procs=64, max_file_mb=32, disk_mb=64, tmp_mb=32)
 TASK_TOML = '[verifier]\ntimeout_sec = 120.0\n\n[agent]\ntimeout_sec = 120.0\n\n[environment]\nbuild_timeout_sec = 600.0\n'
 
 
@@ -124,3 +131,76 @@ def test_each_dockerfile_form_scores_oracle_1_and_noop_0(form, tmp_path):
         assert trial.exception_type is None, (form, name, trial)
         scores[name] = trial.reward
     assert scores == {"oracle": 1.0, "noop": 0.0}, form
+
+
+# -- the image's filesystem as the container's writable layer ------------------------------------
+
+WRITES = "echo srv > /srv/x; echo root > /root/y; echo etc > /etc/tf-conf; rm /etc/debian_version"
+
+
+@needs_bwrap
+def test_the_agent_and_verifier_write_anywhere_in_the_image(tmp_path):
+    """Under Docker the container's root is writable: an oracle that writes /srv, /root and /etc
+    (and removes an image file) scores 1, the no-op 0; the verifier sees what the agent wrote."""
+    d = harbor_task(tmp_path / "tasks", "writes-anywhere", "FROM debian:bookworm-slim\nWORKDIR /app\n",
+                    WRITES, "unused")
+    (d / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nif [ \"$(cat /srv/x /root/y /etc/tf-conf)\" = \"$(printf 'srv\\nroot\\netc')\" ] && "
+        "[ ! -e /etc/debian_version ]; then echo 1 > /logs/verifier/reward.txt; "
+        "else echo 0 > /logs/verifier/reward.txt; fi\n")
+    task = load_harbor_task(d)
+    for name, agent, reward in (("oracle", oracle_agent, 1.0), ("noop", noop_agent, 0.0)):
+        trial = run_native([task], agent, 1, tmp_path / "images", tmp_path / name).trials[0]
+        assert (trial.exception_type, trial.reward) == (None, reward), (name, trial)
+
+
+@pytest.fixture
+def work():
+    """A work root the sessions' own uids can enter (where sessions put their trees by default)."""
+    path = Path(tempfile.mkdtemp(prefix="tf-test-work-", dir=default_work_root()))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def built_image(tmp_path):
+    d = harbor_task(tmp_path / "tasks", "plain", "FROM debian:bookworm-slim\nWORKDIR /app\n", "true", "x")
+    built = build_harbor_image(load_harbor_task(d), tmp_path / "images")
+    assert built.ok, built.reason
+    return built.image
+
+
+@needs_bwrap
+@pytest.mark.skipif(not rootlayer.available(), reason="a writable root needs a root host (mounts)")
+def test_a_sessions_writes_never_reach_the_image_or_another_session(built_image, work):
+    before = tree_digest(Path(built_image.rootfs))
+    first = start_harbor_session(built_image, LIMITS, work)
+    second = start_harbor_session(built_image, LIMITS, work)
+    try:
+        res = first.exec(WRITES + "; echo more >> /etc/hosts; cat /srv/x /root/y")
+        assert res.ok and res.stdout.split() == ["srv", "root"], res.stderr
+        seen = second.exec("for f in /srv/x /root/y /etc/tf-conf; do [ -e $f ] && echo LEAK $f; done; "
+                           "cat /etc/debian_version; grep -c more /etc/hosts || true", cwd="/")
+        assert seen.ok and seen.stdout.split()[-1] == "0" and "LEAK" not in seen.stdout and \
+            re.match(r"\d", seen.stdout), seen.stdout + seen.stderr
+    finally:
+        first.stop()
+        second.stop()
+    assert tree_digest(Path(built_image.rootfs)) == before, "a session wrote the image in the cache"
+    assert not first.cleanup_problems and not any(work.iterdir()), "a session's tree or mount was left"
+
+
+@needs_bwrap
+@pytest.mark.skipif(not rootlayer.available(), reason="a writable root needs a root host (mounts)")
+@pytest.mark.parametrize("place", ["/opt/fill", "/root", "/usr/share/fill"])
+def test_writing_past_disk_mb_anywhere_in_the_root_hits_the_cap(built_image, work, place):
+    """An attack: files of 8 MiB (under the file-size limit) written past disk_mb into the image's
+    own directories; the one disk cap counts the overlay's upper layer and kills the sandbox."""
+    session = start_harbor_session(built_image, LIMITS, work)
+    try:
+        res = session.exec(f"mkdir -p {place}; for i in $(seq {LIMITS.disk_mb // 2}); do dd if=/dev/zero "
+                           f"of={place}/.fill$i bs=1M count=8 2>/dev/null || break; done; echo filled", timeout=60)
+        assert res.limit_hit and "disk" in res.limit_hit, (place, res.stdout[-300:], res.stderr[-300:])
+    finally:
+        session.stop()
