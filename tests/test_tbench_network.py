@@ -11,6 +11,7 @@ own network never sees it, which is what the unreachable case uses."""
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from local_registry import free_port
 from termforge.evals.harbor_tasks import (NativeOptions, build_harbor_image, load_harbor_task, native_blocker,
                                           verifier_apt_packages)
 from termforge.evals.tbench import noop_agent, oracle_agent, run_native
+from termforge.images.dockerfile import HOST_CA_BUNDLES
 
 needs_netns = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
                                  reason="private network namespaces need root and iproute2")
@@ -141,3 +143,77 @@ def test_a_missing_network_namespace_is_bad_input_naming_the_key(tmp_path):
                    options=NativeOptions(network_namespace="tf-absent-ns"))
     with pytest.raises(TermforgeError, match="is not a network namespace name"):
         NativeOptions(network_namespace="../../proc/1/ns/net").netns_path()
+
+
+@pytest.fixture
+def host_http(tmp_path):
+    """(port, www): a local HTTP server on the host's loopback standing in for a download URL."""
+    port = free_port()
+    www = tmp_path / "build-www"
+    www.mkdir()
+    (www / "tool").write_text(f"#!/bin/sh\necho {ANSWER}\n")
+    (www / "data.txt").write_text("fetched-by-add\n")
+    server = subprocess.Popen([sys.executable, "-u", "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                               "--directory", str(www)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "the HTTP server did not start"
+                time.sleep(0.1)
+        yield port, www
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def _fetching_build_task(root: Path, port: int) -> Path:
+    """A task whose Dockerfile fetches its tool at build time (RUN curl, ADD of a URL) and records
+    the CA bundle its RUN steps see; the oracle runs the tool."""
+    d = root / "build-fetch"
+    for sub in ("environment", "tests", "solution"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    (d / "instruction.md").write_text("Run the tool; write what it prints to /app/answer.txt.\n")
+    (d / "task.toml").write_text('version = "1.0"\n')
+    (d / "environment" / "Dockerfile").write_text(
+        "FROM debian:bookworm-slim\nRUN apt-get update && apt-get install -y curl ca-certificates\n"
+        f"RUN curl -fsS http://127.0.0.1:{port}/tool -o /usr/local/bin/tool && chmod 755 /usr/local/bin/tool\n"
+        f"ADD http://127.0.0.1:{port}/data.txt /opt/data.txt\n"
+        "RUN sha256sum < /etc/ssl/certs/ca-certificates.crt | cut -d' ' -f1 > /opt/step-ca.sum\nWORKDIR /app\n")
+    (d / "solution" / "solve.sh").write_text("#!/bin/bash\ntool > /app/answer.txt\n")
+    (d / "tests" / "test.sh").write_text(
+        f"#!/bin/bash\nif [ \"$(cat /app/answer.txt)\" = {ANSWER} ] && [ \"$(cat /opt/data.txt)\" = fetched-by-add ]; "
+        "then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n")
+    return d
+
+
+@needs_bwrap
+def test_the_dockerfile_build_gets_the_network_and_the_hosts_ca_bundle(tmp_path, host_http):
+    """RUN curl and ADD of a URL reach a local stand-in for the download host (the build's network
+    is the host's, as `docker build`'s is); each RUN step sees the host's CA bundle, bound
+    read-only (a TLS-intercepting proxy's root is only there), which the image never keeps."""
+    import hashlib
+
+    port, _www = host_http
+    task_dir = _fetching_build_task(tmp_path / "tasks", port)
+    scores = {name: [t.reward for t in r.trials] for name, r in _run(task_dir, tmp_path, NativeOptions()).items()}
+    assert scores == {"oracle": [1.0], "noop": [0.0]}, scores
+    built = build_harbor_image(load_harbor_task(task_dir), tmp_path / "images")
+    rootfs = Path(built.image.rootfs)
+    host_ca = next(Path(c) for c in HOST_CA_BUNDLES if Path(c).is_file()).read_bytes()
+    # The image keeps its own bundle (the one its ca-certificates wrote), not the host's.
+    image_ca = (rootfs / "etc/ssl/certs/ca-certificates.crt").read_bytes()
+    if image_ca == host_ca:
+        pytest.skip("the host's CA bundle is byte for byte the image's: which one a step saw cannot be told")
+    assert (rootfs / "opt/step-ca.sum").read_text().split() == [hashlib.sha256(host_ca).hexdigest()]
+
+
+@needs_bwrap
+def test_an_offline_build_refuses_a_fetching_step_up_front(tmp_path, host_http):
+    port, _www = host_http
+    task = load_harbor_task(_fetching_build_task(tmp_path / "tasks", port))
+    built = build_harbor_image(task, tmp_path / "images", options=NativeOptions(build_network=False))
+    assert not built.ok and "needs network at build time" in built.reason and "build_network: false" in built.reason

@@ -95,7 +95,9 @@ def bwrap_argv(spec: dict, allowed: list[str], place, bwrap: str = "bwrap") -> l
              *([] if NETWORK["net"] == "host" else ["--unshare-net"]), "--die-with-parent", "--new-session",
              "--bind", place(os.path.realpath(root_path)), "/", *_dev_args(spec), "--proc", "/proc"]
     ca = os.path.join(root_path, CA_BUNDLE)
-    if NETWORK["net"] == "host" and NETWORK["ca"] and os.path.isfile(ca) and not os.path.islink(ca) \
+    # Not for a step that rebuilds the bundle (it renames a new one over it: a mount point is busy).
+    rebuilds = any("update-ca-certificates" in arg for arg in (spec.get("process") or {}).get("args") or [])
+    if NETWORK["net"] == "host" and NETWORK["ca"] and not rebuilds and os.path.isfile(ca) and not os.path.islink(ca) \
             and not any(os.path.islink(os.path.join(root_path, *CA_BUNDLE.split("/")[:n])) for n in (1, 2, 3)):
         if not _within(NETWORK["ca"], allowed):
             raise StepError(f"the CA bundle {NETWORK['ca']} is outside the build's folders")
