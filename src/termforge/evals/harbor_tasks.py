@@ -5,25 +5,27 @@ A Harbor task is a directory with instruction.md, task.toml, environment/Dockerf
 multi-step task has steps/<name>/ with each step's instruction (and tests, solution, workdir).
 task.toml is read as Harbor 0.26 reads it (harbor/models/task/config.py; docs/terminal-bench.md).
 
-The bwrap runtime runs tasks on an image's read-only root filesystem with a private writable
-/app. That image is the task's own environment/Dockerfile built by buildah (termforge.images.
-dockerfile; docs/images.md "Dockerfile builds"): the built root filesystem is /, its /app the task
-layer, and the image's own configuration (Env, WorkingDir, User, Entrypoint) is what every command
-of the session runs with (HarborSession). Before building, the Dockerfile is read (plan_dockerfile)
-for what the build needs and for what cannot work under bwrap:
+The bwrap runtime runs tasks on the task's own environment/Dockerfile built by buildah (termforge.
+images.dockerfile; docs/images.md "Dockerfile builds"): the built root filesystem is /, writable as
+a container's (each session's writes in an overlay in its own tree under its disk cap: termforge.
+runtime.rootlayer), its /app the task layer, and the image's own configuration (Env, WorkingDir,
+User, Entrypoint) is what every command of the session runs with (HarborSession). Before building,
+the Dockerfile is read (plan_dockerfile) for what the build needs, and buildah then builds it as
+written (buildah_dockerfile; docs/terminal-bench.md "Dockerfiles as written"):
 
-- FROM: resolved to an image termforge has (a declared base under one of its image names, e.g.
-  debian:bookworm-slim, or an image of the store), pulled from its registry first when
-  NativeOptions.pull_images allows; any other image is an environment error naming it and the
-  commands that add it. One stage only.
-- RUN apt-get install ...: the packages make a derived base (the FROM base plus them, built once
-  and shared), which buildah builds on, so the offline apt-get finds them; so do the packages a
-  test.sh installs with apt-get when it runs (the image's root is read-only then).
-- COPY/ADD destinations and WORKDIR must be /app (or a build scratch under /tmp): the agent's
-  writable state is /app.
-- RUN steps that fetch software (pip/curl/git clone...), heredocs and package removal are refused up
-  front with the line; so is a test.sh that installs its toolchain in a task without network (with
-  network it runs, the hosts it fetches from probed first: verifier_hosts).
+- FROM (every stage's) and COPY --from=<image>: resolved to an image termforge has (a declared
+  base under one of its image names, e.g. debian:bookworm-slim, or an image of the store), pulled
+  from its registry first when NativeOptions.pull_images allows; any other image is an environment
+  error naming it and the commands that add it. Each goes into the build's storage under
+  localhost/termforge-base:<key>, which the FROM lines then name.
+- RUN apt-get install ...: the packages make a derived base of the stage's image (built once and
+  shared), which buildah builds on, so apt-get finds them (offline too); so do the packages a
+  test.sh installs with apt-get when it runs (the sandbox has no capabilities for dpkg then).
+- Heredocs become the shell steps BuildKit runs (buildah 1.28 does not read them).
+- The build has the host's network and CA bundle unless NativeOptions.build_network is off; then a
+  RUN step that fetches software is refused up front with its line, as a test.sh that installs
+  its toolchain in a task without network is (with network it runs, the hosts it fetches from
+  probed first: verifier_hosts). Secret/ssh mounts and a final stage FROM scratch are refused.
 
 Everything refused, and a Dockerfile buildah fails to build (its log tail in the reason), is an
 *environment error*: evaluation counts it apart from rewards 0 and 1.
@@ -52,7 +54,7 @@ from termforge.runtime import trees
 from termforge.runtime.bwrap import HOST_ROOTFS, BwrapSession, image_summary, layer_problem, tree_digest
 
 # Bumped whenever the interpretation of a Dockerfile changes, so cached layers are rebuilt.
-BUILDER_VERSION = "harbor-buildah-2"
+BUILDER_VERSION = "harbor-buildah-3"
 TASK_ROOT = "/app"
 
 # Harbor's defaults for fields a task.toml leaves out (harbor/models/task/config.py): the verifier

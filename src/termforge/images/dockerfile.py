@@ -1,18 +1,22 @@
-"""Dockerfile builds: a real `buildah bud`, offline, from the local image store, the result turned
-into a root filesystem the bwrap runtime runs on (docs/images.md, "Dockerfile builds").
+"""Dockerfile builds: a real `buildah bud` from the local image store, the result turned into a
+root filesystem the bwrap runtime runs on (docs/images.md, "Dockerfile builds").
 
-    build_dockerfile(context, dockerfile, base) -> DockerfileImage
+    build_dockerfile(context, dockerfile, base, text=..., others=[...], network=...) -> DockerfileImage
 
-1. `base` is the built termforge base the Dockerfile's FROM resolved to (a declared base, or an
-   image of the store, plus a derived base holding the Debian packages its `apt-get install`
-   lines name: termforge.images.ensure_task_base). The store holds it as an OCI image; it is
-   copied once into the image cache's overlay containers-storage (`<cache>/buildah`, shared by
-   every build) and buildah's `--from` puts it in place of the FROM line, so nothing is pulled.
-2. buildah runs `bud --isolation oci --runtime <the step sandbox> --pull=never` inside `unshare
-   --net` (no network), as root of a user namespace mapped to the subordinate ids of /etc/subuid.
+1. `base` is the built termforge base the Dockerfile's (final stage's) FROM resolved to (a declared
+   base, or an image of the store, plus a derived base holding the Debian packages its `apt-get
+   install` lines name: termforge.images.ensure_task_base); `others` the other stages' and COPY
+   --from images'. The store holds each as an OCI image; each is copied once into the image
+   cache's overlay containers-storage (`<cache>/buildah`, shared by every build) under
+   localhost/termforge-base:<key>, which the FROM lines of `text` name (without `text`, buildah's
+   `--from` puts `base` in place of the first FROM), so nothing is pulled.
+2. buildah runs `bud --isolation oci --runtime <the step sandbox> --pull=never` as root of a user
+   namespace mapped to the subordinate ids of /etc/subuid: with `network`, in the host's network
+   namespace (`--network host`; each RUN step gets the host's CA bundle bound read-only over the
+   image's), else inside `unshare --net` (`--network none`).
    RUN steps are task code: each runs in termforge.images.step_sandbox (bwrap pivot_rooted into
    the working container, nothing of the host), never in buildah's chroot, which a double chroot
-   leaves. `apt-get update` then fails softly and `apt-get install` finds its packages already
+   leaves. Offline, `apt-get update` fails softly and `apt-get install` finds its packages already
    installed (they are in the derived base), so a Terminal-Bench Dockerfile builds unchanged.
 3. The built image is pushed to an OCI layout; its first layers must be the base's. The root
    filesystem is the base's, hard-linked from the image cache, with only the build's own layers
