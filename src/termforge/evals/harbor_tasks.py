@@ -1221,13 +1221,14 @@ def buildah_dockerfile(plan: BuildPlan, names: dict[str, str]) -> str:
             user = args
         elif inst.keyword in ("COPY", "ADD"):
             flags, words = _copy_words(inst, "")
-            if index in plan.image_refs:
-                flags["from"] = names[plan.image_refs[index]]
-            flags.pop("link", None)  # a cache hint of BuildKit's: the same files either way
             if inst.heredocs:
                 lines.extend(_heredoc_copy(inst, flags, words[-1], user))
                 continue
-            args = " ".join([*(f"--{k}={v}" for k, v in flags.items()), json.dumps(words)])
+            if index in plan.image_refs or "link" in flags:  # else the line as written
+                if index in plan.image_refs:
+                    flags["from"] = names[plan.image_refs[index]]
+                flags.pop("link", None)  # a cache hint of BuildKit's: the same files either way
+                args = " ".join([*(f"--{k}={v}" for k, v in flags.items()), json.dumps(words)])
         if inst.keyword == "RUN" and inst.heredocs:
             lines.append(_heredoc_run(inst, shell))
         else:
