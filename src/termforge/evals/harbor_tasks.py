@@ -22,8 +22,9 @@ written (buildah_dockerfile; docs/terminal-bench.md "Dockerfiles as written"):
   shared), which buildah builds on, so apt-get finds them (offline too); so do the packages a
   test.sh installs with apt-get when it runs (the sandbox has no capabilities for dpkg then).
 - Heredocs become the shell steps BuildKit runs (buildah 1.28 does not read them).
-- The build has the host's network and CA bundle unless NativeOptions.build_network is off; then a
-  RUN step that fetches software is refused up front with its line, as a test.sh that installs
+- The build has network (a namespace of its own that slirp4netns connects to the outside, never
+  the host's: runtime.process.PublicNetwork) and the host's CA bundle unless
+  NativeOptions.build_network is off; then a RUN step that fetches software is refused up front with its line, as a test.sh that installs
   its toolchain in a task without network is (with network it runs, the hosts it fetches from
   probed first: verifier_hosts). Secret/ssh mounts and a final stage FROM scratch are refused.
 
@@ -759,10 +760,11 @@ class NativeOptions:
       the commands that add it.
     network_namespace: the named network namespace (`ip netns add NAME`, /run/netns/NAME) whose
       network the agent and verifier of a task with public network get (the runner must be root
-      to enter it); None: the host's.
-    build_network: the Dockerfile's build (RUN apt-get/pip/curl, ADD of a URL) gets the host's
-      network and CA bundle, as `docker build` does; off, it runs offline and a step that fetches
-      software is refused up front."""
+      to enter it); None: each sandbox's own namespace, connected to the outside by slirp4netns
+      (runtime.process.PublicNetwork: the host's loopback and abstract sockets out of reach).
+    build_network: the Dockerfile's build (RUN apt-get/pip/curl, ADD of a URL) gets network (its own
+      namespace, connected by slirp4netns) and the host's CA bundle, as `docker build` does; off,
+      it runs offline and a step that fetches software is refused up front."""
 
     pull_images: bool = False
     network_namespace: str | None = None

@@ -11,9 +11,12 @@ root filesystem the bwrap runtime runs on (docs/images.md, "Dockerfile builds").
    localhost/termforge-base:<key>, which the FROM lines of `text` name (without `text`, buildah's
    `--from` puts `base` in place of the first FROM), so nothing is pulled.
 2. buildah runs `bud --isolation oci --runtime <the step sandbox> --pull=never` as root of a user
-   namespace mapped to the subordinate ids of /etc/subuid: with `network`, in the host's network
-   namespace (`--network host`; each RUN step gets the host's CA bundle bound read-only over the
-   image's), else inside `unshare --net` (`--network none`).
+   namespace mapped to the subordinate ids of /etc/subuid, always in a network namespace of the
+   build's own (`unshare --net`): with `network`, slirp4netns connects it to the outside (NAT, the
+   host's loopback and abstract sockets out of reach: runtime.process.PublicNetwork; buildah's
+   `--network host` then means that namespace, where RUN steps and ADD of a URL fetch, and each RUN
+   step gets the host's CA bundle bound read-only over the image's), else it has nothing in it
+   (`--network none`).
    RUN steps are task code: each runs in termforge.images.step_sandbox (bwrap pivot_rooted into
    the working container, nothing of the host), never in buildah's chroot, which a double chroot
    leaves. Offline, `apt-get update` fails softly and `apt-get install` finds its packages already
@@ -39,6 +42,7 @@ import json
 import os
 import pwd
 import re
+import select
 import shlex
 import shutil
 import signal
@@ -53,6 +57,7 @@ from typing import Callable
 from termforge.errors import TermforgeError
 from termforge.images.declarations import SCRIPTS_DIR
 from termforge.io import atomic_write_json, atomic_write_text, stable_hash
+from termforge.runtime.process import NETWORK_UP_SEC, SLIRP_DNS, PublicNetwork
 
 # Bump when what a build produces changes: every build is redone.
 BUILDER = "termforge-buildah-2"
@@ -230,7 +235,8 @@ def build_dockerfile(context: str | os.PathLike, dockerfile: str | os.PathLike, 
     buildah is to read it, every FROM naming its base as localhost/termforge-base:<key> (then
     `base` is the final stage's, `others` the other stages' and COPY --from images', all put in
     the build's storage); None: `dockerfile` as written, its first FROM replaced by `base`.
-    `network`: RUN steps get the host's network and CA bundle (as `docker build`); else none."""
+    `network`: the build gets network (a namespace of its own connected by slirp4netns, as `docker
+    build`'s bridge) and RUN steps the host's CA bundle; else none."""
     from termforge.images.build import _check_reachable, _locked, _mkdirs
 
     context, dockerfile = Path(context), Path(dockerfile)
@@ -351,13 +357,19 @@ def _build(text: str, context: Path, bases: list, key: str, stage: Path, cache, 
             pairs += [ref, f"localhost/termforge-base:{b.key}"]
         tag = f"localhost/termforge-build:{key}"
         # --mount-proc: RUN steps see the build's own pid namespace in /proc, not the host's processes.
-        # Without network: a network namespace of the build's own, with nothing in it.
-        argv = [tools["unshare"], *userns, *([] if network else ["--net"]), "--mount", "--pid", "--fork",
+        # A network namespace of the build's own, with nothing in it, or (network) connected by
+        # slirp4netns: never the host's, whose 127.0.0.1 services and abstract sockets a RUN step
+        # (or buildah fetching an ADD URL the Dockerfile names) would otherwise reach.
+        if network:
+            (work / "resolv.conf").write_text(f"nameserver {SLIRP_DNS}\n")
+            if owner:
+                os.chown(work / "resolv.conf", *owner)
+        argv = [tools["unshare"], *userns, "--net", "--mount", "--pid", "--fork",
                 "--kill-child", "--mount-proc", "bash", "-c", BUILD_SCRIPT, "build", str(work), str(storage), tag,
                 tools["buildah"], tools["skopeo"], "host" if network else "none",
                 "" if rewritten else f"localhost/termforge-base:{base.key}", *pairs]
         log(f"images: building the Dockerfile of {what} with buildah ({'with network' if network else 'offline'}) ...")
-        output = _run_build(argv, work, timeout, what, text)
+        output = _run_build(argv, work, timeout, what, text, network)
         atomic_write_text(stage / "build.log", output)
         index = json.loads((layout / "index.json").read_text())
         if not index.get("manifests"):
@@ -391,17 +403,50 @@ def _build(text: str, context: Path, bases: list, key: str, stage: Path, cache, 
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run_build(argv: list[str], work: Path, timeout: float, what: str, dockerfile_text: str) -> str:
+def _run_build(argv: list[str], work: Path, timeout: float, what: str, dockerfile_text: str,
+               network: bool = False) -> str:
     """buildah's log. A failure is a DockerfileError when it is the Dockerfile's (failure_owner),
-    else _BuilderFailed (the caller tries again)."""
+    else _BuilderFailed (the caller tries again). `network`: the build's namespace is connected
+    by slirp4netns before the script does anything (it says it is up on one descriptor and waits
+    for the go on another, TF_BUILD_NET_FDS),
+    and slirp4netns is ended and reaped with the build, however it ends."""
+    net = PublicNetwork() if network else None  # no slirp4netns: one line naming it, never the host's network
+    try:
+        return _run_build_in(argv, work, timeout, what, dockerfile_text, net)
+    finally:
+        if net is not None:
+            net.close()
+
+
+def _run_build_in(argv: list[str], work: Path, timeout: float, what: str, dockerfile_text: str,
+                  net: PublicNetwork | None) -> str:
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(work / "home"),
            "XDG_RUNTIME_DIR": str(work / "home"), "LC_ALL": "C.UTF-8", "TMPDIR": str(work / "home"),
            "BUILDAH_ISOLATION": "oci"}
+    fds = {}
+    if net is not None:
+        go_r, go_w = os.pipe()
+        up_r, up_w = os.pipe()
+        fds = {"go_r": go_r, "go_w": go_w, "up_r": up_r, "up_w": up_w}
+        # The script's descriptors: where it says it is up, where it waits for the go.
+        env["TF_BUILD_NET_FDS"] = f"{up_w} {go_r}"
+
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
-    except OSError as exc:
-        raise _BuilderFailed(f"cannot start buildah: {exc}") from None
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, start_new_session=True,
+                                    pass_fds=(fds["go_r"], fds["up_w"]) if fds else ())
+        except OSError as exc:
+            raise _BuilderFailed(f"cannot start buildah: {exc}") from None
+        finally:
+            for name in ("go_r", "up_w"):
+                if name in fds:
+                    os.close(fds.pop(name))
+        if net is not None:
+            _connect_build(proc, net, fds)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -416,6 +461,21 @@ def _run_build(argv: list[str], work: Path, timeout: float, what: str, dockerfil
             raise DockerfileError(message)
         raise _BuilderFailed(message)
     return text
+
+
+def _connect_build(proc: subprocess.Popen, net: PublicNetwork, fds: dict) -> None:
+    """Once the script runs inside the build's namespaces (it said so), connect the network
+    namespace unshare made (the unshare process is in it) and let the script go on."""
+    ready, _, _ = select.select([fds["up_r"]], [], [], NETWORK_UP_SEC)
+    try:
+        if not ready or not os.read(fds["up_r"], 16):
+            raise _BuilderFailed("the build's namespaces did not come up (unshare failed)")
+        net.attach(proc.pid)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    os.write(fds["go_w"], b"go\n")
 
 
 def read_step_records(path: Path) -> list[dict]:

@@ -5,8 +5,9 @@ buildah keeps everything it is good at (the Dockerfile's syntax, layers, commit)
 process is ours. bwrap pivot_roots into a fresh mount namespace holding the working container's
 root filesystem and nothing else of the host: a /dev of its own (a few harmless device nodes on
 a capped tmpfs, a capped /dev/shm), no /sys, no cgroup tree, only bind mounts whose source lies in the build's own folders (buildah's per-step files,
-RUN --mount sources), a new pid namespace (so /proc/1/root is the sandbox's root), no network (the
-host's, and its CA bundle read-only over the image's, where the build was given network), no
+RUN --mount sources), a new pid namespace (so /proc/1/root is the sandbox's root), no network (where
+the build was given network: the build's own namespace, which slirp4netns connects to the outside,
+never the host's (dockerfile.py), and the host's CA bundle read-only over the image's), no
 inherited descriptor but stdio, and only the capabilities of ALLOWED_CAPS (what apt and dpkg
 need: CAP_SYS_CHROOT is harmless once the host tree is gone; never SYS_ADMIN or SYS_PTRACE). A
 chroot escape ends at the image's root.
@@ -55,7 +56,7 @@ INFO_FILES = frozenset({"/run/.containerenv", "/etc/hostname", "/etc/hosts", "/e
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 DEV_BYTES = 1 << 20
 SHM_BYTES = 64 << 20
-# The build's network (--net=host: the build was given the host's, see dockerfile.py) and the host's
+# The build's network (--net=host: the build was given network, its own namespace's, see dockerfile.py) and the host's
 # CA bundle (--ca=FILE, in the build's folders), set once by main.
 NETWORK = {"net": "none", "ca": ""}
 # Where a Debian/Ubuntu/Alpine image keeps its CA bundle: the host's is bound over it, read-only.

@@ -1,7 +1,9 @@
 #!/bin/bash
 # A Harbor task's Dockerfile build: `buildah-build.sh WORK STORAGE TAG BUILDAH SKOPEO NETWORK FROM
 # [BASE_REF BASE_NAME]...`, run by images/dockerfile.py as root of the build's user namespace (NETWORK
-# none: in a network namespace of its own; host: the host's). One overlay containers-storage per
+# none: in a network namespace of its own with nothing in it; host: in a network namespace of its
+# own that slirp4netns connects to the outside, never the host's; buildah's `--network host` means
+# that one). One overlay containers-storage per
 # image cache (S) serves every build: each base goes in once (named by its key), FROM (when not
 # empty) replaces the Dockerfile's first FROM, and each build's image is pushed uncompressed to the build's own OCI layout (the base's blob
 # is already linked there, so only the new layers are written) and then dropped from the storage.
@@ -10,6 +12,18 @@
 set -euo pipefail
 W=$1; S=$2; TAG=$3; BUILDAH=$4; SKOPEO=$5; NETWORK=$6; FROM=$7
 shift 7
+if [ -n "${TF_BUILD_NET_FDS:-}" ]; then
+  # Nothing runs before slirp4netns has configured this namespace: say we are in it, wait for the go.
+  read -r UP GO <<<"$TF_BUILD_NET_FDS"
+  echo up >&"$UP"
+  eval "exec $UP>&-"
+  read -r _ <&"$GO"
+  eval "exec $GO<&-"
+  unset TF_BUILD_NET_FDS
+  # Names resolve through slirp4netns's DNS forwarder (the host's resolv.conf may name a resolver
+  # on the host's loopback, out of this namespace's reach); buildah copies it into every RUN step.
+  mount --bind "$W/resolv.conf" /etc/resolv.conf
+fi
 B=("$BUILDAH" --root "$S/root" --runroot "$S/run" --storage-driver overlay)
 while [ $# -ge 2 ]; do
   if ! "${B[@]}" inspect --type image "$2" >/dev/null 2>&1; then
