@@ -6,7 +6,12 @@ cannot be reached, the trial is an environment error naming it, never a score.
 
 The network is a private one: a named network namespace with only its loopback interface up,
 holding a local HTTP server that stands in for the install URL and a package index. The host's
-own network never sees it, which is what the unreachable case uses."""
+own network never sees it, which is what the unreachable case uses.
+
+Without a named namespace, a sandbox's "public" network is a namespace of its own that slirp4netns
+connects to the outside (as Docker's bridge): the attack tests below start services on the host's
+127.0.0.1 and an abstract unix socket and find them out of reach of the agent, the verifier, a RUN
+step and an ADD of a URL; the stand-in download servers listen on the host's network address."""
 
 import os
 import secrets
@@ -391,6 +396,56 @@ def test_a_public_network_session_cannot_reach_the_hosts_loopback_or_abstract_so
         assert all(v.startswith("unreached") for v in found.values()), (who, found)
     assert "nameserver 10.0.2.3" in seen.stdout and "tap0" in seen.stdout, seen.stdout
     assert timed_out.timed_out
+
+
+@needs_bwrap
+def test_a_public_network_is_up_before_the_command_runs(tmp_path, no_leaked_slirp):
+    """The command's first act already sees its network configured (tap0 with slirp's address):
+    bwrap holds the command (--block-fd) until slirp4netns is ready, and slirp4netns starts only
+    once bwrap has set the loopback up (the two configuring the namespace at once fail bwrap)."""
+    from termforge.evals.harbor_tasks import start_harbor_session
+
+    built = build_harbor_image(load_harbor_task(_public_task(tmp_path / "tasks")), tmp_path / "images")
+    assert built.ok, built.reason
+    session = start_harbor_session(built.image)
+    try:
+        runs = [session.exec("cat /proc/net/route /proc/net/fib_trie", timeout=30) for _ in range(20)]
+    finally:
+        session.stop()
+    for res in runs:
+        assert res.exit_code == 0, res.stderr
+        assert "tap0" in res.stdout and "10.0.2.100" in res.stdout, res.stdout
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+def test_slirp4netns_starts_only_once_the_sandboxs_loopback_is_up(no_leaked_slirp):
+    """bwrap reports the sandbox's pid while its child still sets lo up over netlink; slirp4netns
+    --configure sets lo up too, and both at once fail bwrap ("loopback: Failed RTM_NEWADDR") now
+    and then. A sandbox whose loopback never comes up (a bare namespace standing in for bwrap's
+    child) must never get a slirp4netns."""
+    import json
+
+    from termforge.runtime.process import PublicNetwork
+
+    net = PublicNetwork()
+    sandbox = subprocess.Popen(["unshare", "--user", "--map-root-user", "--net", "sleep", "2"])
+    try:
+        deadline = time.monotonic() + 10
+        # Its own namespace first: slirp4netns must never be pointed at the host's.
+        while os.readlink(f"/proc/{sandbox.pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+            assert time.monotonic() < deadline and sandbox.poll() is None
+            time.sleep(0.01)
+        os.write(net.fds[0], json.dumps({"child-pid": sandbox.pid}).encode())  # as bwrap's --info-fd says it
+        held = os.dup(net.fds[1])  # the end of --block-fd bwrap would hold
+        try:
+            net.connect(sandbox)
+        finally:
+            os.close(held)
+        assert net.proc is None, "slirp4netns started while the sandbox's loopback was still down"
+    finally:
+        sandbox.kill()
+        sandbox.wait()
+        net.close()
 
 
 @needs_bwrap
