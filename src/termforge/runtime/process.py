@@ -221,9 +221,7 @@ class PublicNetwork:
         self._block_r, self._block_w = os.pipe()
         self._exit_r = self._exit_w = None
         self._log = None
-        # The child's ends travel by number (pass_fds); the parent's stay close-on-exec.
-        os.set_inheritable(self._info_w, True)
-        os.set_inheritable(self._block_r, True)
+        # All four are close-on-exec: the child's two ends reach bwrap only through pass_fds.
 
     @property
     def fds(self) -> tuple[int, int]:
