@@ -9,10 +9,12 @@ cd "$(dirname "$0")/.."
 # mmdebstrap builds the base images; skopeo, umoci and buildah read and write OCI images (the
 # image store, exports, Dockerfile builds). python3-* serve only `runtime.rootfs: host`; gcc
 # builds the security family's fixtures at generation time; docker-registry is the local
-# registry the image-pull tests start on 127.0.0.1; iproute2 makes their private network namespaces.
+# registry the image-pull tests start on 127.0.0.1; iproute2 makes their private network namespaces;
+# slirp4netns connects a sandbox given network (and a Dockerfile build's) to the outside from a
+# network namespace of its own, never the host's (runtime/process.py PublicNetwork).
 APT_PACKAGES=(bubblewrap slurm-wlm munge graphviz gcc libc6-dev make binutils file
               python3 python3-pytest python3-numpy python3-pil chromium
-              mmdebstrap buildah skopeo umoci docker-registry iproute2)
+              mmdebstrap buildah skopeo umoci docker-registry iproute2 slirp4netns)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -693,7 +693,8 @@ def _tb_copy(root: Path, name: str, new_name: str, test_sh_prefix: str = "", ext
 
 def test_a_tb_dockerfile_build_cannot_reach_the_host_or_the_network(tmp_path):
     """A third-party Dockerfile's RUN steps are task code: they run as root of a user namespace
-    mapped to unprivileged ids (never the host's root), with no network, in the step sandbox (bwrap
+    mapped to unprivileged ids (never the host's root), with no network when the config says offline
+    (eval.tbench.build_network: false; with network: tests/test_tbench_network.py), in the step sandbox (bwrap
     pivot_rooted into the image), in a pid namespace of their own (no host process or its command
     line is visible); what they write lands in the image, never on the host."""
     import shutil
@@ -709,12 +710,13 @@ def test_a_tb_dockerfile_build_cannot_reach_the_host_or_the_network(tmp_path):
         "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' > /app/ifaces; "
         "(ls /work /root/.cache 2>&1 || true) > /app/host_view; "
         f"(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c {canary[:-1]}[{canary[-1]}] || true) > /app/host_procs\n"))
-    from termforge.evals.harbor_tasks import load_harbor_task
+    from termforge.evals.harbor_tasks import NativeOptions, load_harbor_task
 
     # A host process whose command line a build that sees the host's processes would find.
     host_process = subprocess.Popen(["bash", "-c", f"exec -a {canary} sleep 600"])
     try:
-        built = build_harbor_image(load_harbor_task(task_dir), tmp_path / "images")
+        built = build_harbor_image(load_harbor_task(task_dir), tmp_path / "images",
+                                   options=NativeOptions(build_network=False))
     finally:
         host_process.kill()
         host_process.wait()

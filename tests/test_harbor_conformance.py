@@ -225,6 +225,9 @@ def test_eval_tbench_cli_runs_the_dataset_around_its_broken_task_with_control_ro
     # harbor/models/task/task.py is_valid_dir: an environment/ without a Dockerfile is a valid
     # task (compose environments); harbor/models/task/paths.py: Windows tasks verify with test.bat.
     ({"environment/docker-compose.yaml": "services: {main: {build: .}}\n"}, "multi-container"),
+    # Harbor's [verifier] environment_mode = "separate" (its own image for the verifier): one line.
+    ({"task.toml": '[verifier]\nenvironment_mode = "separate"\n', "environment/Dockerfile": "FROM debian:bookworm-slim\n"},
+     "[verifier] separate verifier environment"),
     ({"tests/test.bat": "@echo off\n", "_os": "windows", "environment/Dockerfile": "FROM mcr/windows\n"},
      "os = 'windows'"),
 ])

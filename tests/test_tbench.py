@@ -140,22 +140,12 @@ def _task(root: Path, name: str, dockerfile: str, files: dict | None = None) -> 
 BAD_ENVIRONMENTS = {
     "missing-package": ("FROM debian:bookworm-slim\nRUN apt-get update && apt-get install -y python3 "
                         "tf-no-such-package-zz\nWORKDIR /app\n", "tf-no-such-package-zz"),
-    "copy-outside-app": ("FROM debian:bookworm-slim\nWORKDIR /app\nCOPY server.log /usr/local/bin/tool\n",
-                         "/usr/local/bin/tool is outside /app"),
     "run-fails": ("FROM debian:bookworm-slim\nWORKDIR /app\nRUN echo tf-log-marker-42 && exit 3\n",
                   "tf-log-marker-42"),
     "alpine-base": ("FROM alpine:3.19\nWORKDIR /app\n",
                     "base image alpine:3.19 is not in termforge's image store; add it with `termforge images add"),
-    "pip-install": ("FROM debian:bookworm-slim\nRUN pip install --no-cache-dir requests\nWORKDIR /app\n",
-                    "pip install"),
-    "workdir-outside-app": ("FROM debian:bookworm-slim\nWORKDIR /srv/data\n", "WORKDIR /srv/data is outside /app"),
-    "multi-stage": ("FROM debian:bookworm-slim AS build\nRUN true\nFROM debian:bookworm-slim\n", "multi-stage"),
-    "heredoc": ("FROM debian:bookworm-slim\nWORKDIR /app\nRUN cat <<EOF > /app/x\nhello\nEOF\n", "heredocs"),
     "secret-mount": ("FROM debian:bookworm-slim\nRUN --mount=type=secret,id=tok cat /run/secrets/tok\n",
                      "--mount=type=secret"),
-    "curl-download": ("FROM debian:bookworm-slim\nWORKDIR /app\nRUN curl -fsSL https://example.org/x.sh | sh\n",
-                      "fetches or installs software"),
-    "remove-package": ("FROM debian:bookworm-slim\nRUN apt-get purge -y python3\n", "apt-get purge"),
 }
 
 
@@ -172,12 +162,12 @@ def test_unbuildable_environment_is_an_environment_error(case, tmp_path):
 @needs_bwrap
 def test_environment_errors_are_counted_apart_from_rewards(images, tmp_path):
     tasks = [load_harbor_task(TB2 / "count-log-levels"), load_harbor_task(TB2 / "checksum-manifest")]
-    for case in ("missing-package", "copy-outside-app"):
+    for case in ("missing-package", "run-fails"):
         tasks.append(load_harbor_task(_task(tmp_path / "tasks", case, BAD_ENVIRONMENTS[case][0])))
     res = run_native(tasks, oracle_agent, 2, images, tmp_path / "job", n_concurrent=2)
     by_task = {p["task_name"]: p for p in res.summary["per_task"]}
     assert by_task["count-log-levels"]["n_passed"] == 2
-    for name in ("checksum-manifest", "missing-package", "copy-outside-app"):
+    for name in ("checksum-manifest", "missing-package", "run-fails"):
         assert by_task[name]["n_scored"] == 0 and by_task[name]["n_environment_errors"] == 2
         assert by_task[name]["mean_reward"] is None and by_task[name]["pass_at_k"]["1"] is None
     # Its test.sh installs its toolchain over the network, which a task with network may do; its

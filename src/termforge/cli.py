@@ -560,7 +560,8 @@ def cmd_eval_tbench(args) -> int:
         try:
             agent = harness_agent(model, harness, f"vanillux:{args.model_name}")
             limits = Limits.from_options(o)
-            native = NativeOptions(pull_images=t["pull_images"], network_namespace=t["network_namespace"])
+            native = NativeOptions(pull_images=t["pull_images"], network_namespace=t["network_namespace"],
+                                   build_network=t["build_network"])
             results = run_native(tasks, agent, t["k"], Path(args.images_dir), out_dir, limits,
                                  n_concurrent=t["n_concurrent"], dataset=t["benchmark"], broken=broken,
                                  options=native)

@@ -132,6 +132,8 @@ def initial_state_test(plan) -> str:
 
 
 def _canonical_blocker(task: HarborTask, plan) -> str | None:
+    if plan.canonical_blocker:
+        return f"{plan.canonical_blocker}: the canonical form (setup.sh over /app) cannot carry it"
     if plan.workdir != TASK_ROOT:
         return f"the image's WORKDIR is {plan.workdir}; canonical sessions start in {TASK_ROOT}"
     extra = sorted(set(plan.env) - HARMLESS_ENV)

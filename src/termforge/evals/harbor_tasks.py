@@ -5,25 +5,28 @@ A Harbor task is a directory with instruction.md, task.toml, environment/Dockerf
 multi-step task has steps/<name>/ with each step's instruction (and tests, solution, workdir).
 task.toml is read as Harbor 0.26 reads it (harbor/models/task/config.py; docs/terminal-bench.md).
 
-The bwrap runtime runs tasks on an image's read-only root filesystem with a private writable
-/app. That image is the task's own environment/Dockerfile built by buildah (termforge.images.
-dockerfile; docs/images.md "Dockerfile builds"): the built root filesystem is /, its /app the task
-layer, and the image's own configuration (Env, WorkingDir, User, Entrypoint) is what every command
-of the session runs with (HarborSession). Before building, the Dockerfile is read (plan_dockerfile)
-for what the build needs and for what cannot work under bwrap:
+The bwrap runtime runs tasks on the task's own environment/Dockerfile built by buildah (termforge.
+images.dockerfile; docs/images.md "Dockerfile builds"): the built root filesystem is /, writable as
+a container's (each session's writes in an overlay in its own tree under its disk cap: termforge.
+runtime.rootlayer), its /app the task layer, and the image's own configuration (Env, WorkingDir,
+User, Entrypoint) is what every command of the session runs with (HarborSession). Before building,
+the Dockerfile is read (plan_dockerfile) for what the build needs, and buildah then builds it as
+written (buildah_dockerfile; docs/terminal-bench.md "Dockerfiles as written"):
 
-- FROM: resolved to an image termforge has (a declared base under one of its image names, e.g.
-  debian:bookworm-slim, or an image of the store), pulled from its registry first when
-  NativeOptions.pull_images allows; any other image is an environment error naming it and the
-  commands that add it. One stage only.
-- RUN apt-get install ...: the packages make a derived base (the FROM base plus them, built once
-  and shared), which buildah builds on, so the offline apt-get finds them; so do the packages a
-  test.sh installs with apt-get when it runs (the image's root is read-only then).
-- COPY/ADD destinations and WORKDIR must be /app (or a build scratch under /tmp): the agent's
-  writable state is /app.
-- RUN steps that fetch software (pip/curl/git clone...), heredocs and package removal are refused up
-  front with the line; so is a test.sh that installs its toolchain in a task without network (with
-  network it runs, the hosts it fetches from probed first: verifier_hosts).
+- FROM (every stage's) and COPY --from=<image>: resolved to an image termforge has (a declared
+  base under one of its image names, e.g. debian:bookworm-slim, or an image of the store), pulled
+  from its registry first when NativeOptions.pull_images allows; any other image is an environment
+  error naming it and the commands that add it. Each goes into the build's storage under
+  localhost/termforge-base:<key>, which the FROM lines then name.
+- RUN apt-get install ...: the packages make a derived base of the stage's image (built once and
+  shared), which buildah builds on, so apt-get finds them (offline too); so do the packages a
+  test.sh installs with apt-get when it runs (the sandbox has no capabilities for dpkg then).
+- Heredocs become the shell steps BuildKit runs (buildah 1.28 does not read them).
+- The build has network (a namespace of its own that slirp4netns connects to the outside, never
+  the host's: runtime.process.PublicNetwork) and the host's CA bundle unless
+  NativeOptions.build_network is off; then a RUN step that fetches software is refused up front with its line, as a test.sh that installs
+  its toolchain in a task without network is (with network it runs, the hosts it fetches from
+  probed first: verifier_hosts). Secret/ssh mounts and a final stage FROM scratch are refused.
 
 Everything refused, and a Dockerfile buildah fails to build (its log tail in the reason), is an
 *environment error*: evaluation counts it apart from rewards 0 and 1.
@@ -52,7 +55,7 @@ from termforge.runtime import trees
 from termforge.runtime.bwrap import HOST_ROOTFS, BwrapSession, image_summary, layer_problem, tree_digest
 
 # Bumped whenever the interpretation of a Dockerfile changes, so cached layers are rebuilt.
-BUILDER_VERSION = "harbor-buildah-2"
+BUILDER_VERSION = "harbor-buildah-3"
 TASK_ROOT = "/app"
 
 # Harbor's defaults for fields a task.toml leaves out (harbor/models/task/config.py): the verifier
@@ -634,14 +637,32 @@ class DockerInstruction:
     lineno: int
     keyword: str
     args: str
+    # The here-documents that follow the instruction's line (RUN/COPY/ADD <<EOF): (delimiter, body).
+    heredocs: list = field(default_factory=list)
+
+
+# A here-document opener in a RUN/COPY/ADD line: `<<EOF`, `<<-EOF`, `<<"EOF"`, `<<'EOF'` (not `<<<`).
+HEREDOC = re.compile(r"(?<![<\w])<<(-?)([\"']?)([A-Za-z_][A-Za-z0-9_]*)\2")
 
 
 def parse_dockerfile(text: str) -> list[DockerInstruction]:
-    """Split a Dockerfile into instructions: comments dropped, backslash continuations joined."""
+    """Split a Dockerfile into instructions: comments dropped, backslash continuations joined, the
+    here-documents after a RUN/COPY/ADD line kept as that instruction's bodies (as BuildKit reads them)."""
     out: list[DockerInstruction] = []
     pending: list[str] = []
     start = 0
+    waiting: list[tuple[str, str]] = []  # (strip tabs "-" or "", delimiter) still to be read
+    body: list[str] = []
     for lineno, raw in enumerate(text.splitlines(), 1):
+        if waiting:
+            strip, delim = waiting[0]
+            if (raw.lstrip("\t") if strip else raw) == delim:
+                out[-1].heredocs.append((delim, "".join(line + "\n" for line in body)))
+                waiting.pop(0)
+                body = []
+            else:
+                body.append(raw.lstrip("\t") if strip else raw)
+            continue
         stripped = raw.strip()
         if stripped.startswith("#") or not stripped:
             continue
@@ -655,6 +676,11 @@ def parse_dockerfile(text: str) -> list[DockerInstruction]:
         pending = []
         keyword, _, args = line.partition(" ")
         out.append(DockerInstruction(start, keyword.upper(), args.strip()))
+        if out[-1].keyword in ("RUN", "COPY", "ADD"):
+            waiting = [(m.group(1), m.group(3)) for m in HEREDOC.finditer(args)]
+    if waiting:
+        raise EnvironmentUnsupported(f"Dockerfile line {out[-1].lineno} ({out[-1].keyword}): the here-document "
+                                     f"<<{waiting[0][1]} has no closing {waiting[0][1]} line")
     if pending:
         line = " ".join(p.strip() for p in pending if p.strip())
         keyword, _, args = line.partition(" ")
@@ -683,13 +709,22 @@ class RunStep:
 
 @dataclass
 class BuildPlan:
-    """What a Dockerfile asks for, in bwrap terms."""
+    """What a Dockerfile asks for: the image its final stage builds on (base_image, with the Debian
+    packages its apt-get install lines name), the other images its stages start from or copy out of
+    (other_images: name -> packages), and, for the canonical form (harbor_import's setup.sh), its
+    steps, or canonical_blocker naming the first feature that form cannot carry (buildah builds
+    the Dockerfile as written either way)."""
 
     base_image: str
     apt_packages: list[str]
     steps: list
     workdir: str
     env: dict
+    other_images: dict = field(default_factory=dict)
+    canonical_blocker: str | None = None
+    instructions: list = field(default_factory=list)
+    # Instruction index -> the image a FROM or COPY --from there names (not a stage, not scratch).
+    image_refs: dict = field(default_factory=dict)
 
 
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -725,10 +760,15 @@ class NativeOptions:
       the commands that add it.
     network_namespace: the named network namespace (`ip netns add NAME`, /run/netns/NAME) whose
       network the agent and verifier of a task with public network get (the runner must be root
-      to enter it); None: the host's."""
+      to enter it); None: each sandbox's own namespace, connected to the outside by slirp4netns
+      (runtime.process.PublicNetwork: the host's loopback and abstract sockets out of reach).
+    build_network: the Dockerfile's build (RUN apt-get/pip/curl, ADD of a URL) gets network (its own
+      namespace, connected by slirp4netns) and the host's CA bundle, as `docker build` does; off,
+      it runs offline and a step that fetches software is refused up front."""
 
     pull_images: bool = False
     network_namespace: str | None = None
+    build_network: bool = True
 
     def netns_path(self) -> str | None:
         if not self.network_namespace:
@@ -841,14 +881,10 @@ def _apt_packages(words: list[str], where: str) -> list[str] | None:
     if sub in APT_DROPPED:
         return []
     if sub == "install":
-        pkgs = []
-        for a in args:
-            if a.startswith(("/", "./")) or a.endswith(".deb"):
-                raise EnvironmentUnsupported(f"{where}: installing the local package file {a} needs root")
-            pkgs.append(re.split(r"[=/]", a, maxsplit=1)[0])
-        return pkgs
-    raise EnvironmentUnsupported(f"{where}: `{words[0]} {sub}` is not supported by the bwrap builder "
-                                 "(apt-get install makes a derived base image)")
+        # A local .deb is installed by the build's own apt-get (as root of the build's namespace).
+        return [re.split(r"[=/]", a, maxsplit=1)[0] for a in args
+                if not (a.startswith(("/", "./")) or a.endswith(".deb"))]
+    return None  # remove, purge...: the build's apt-get runs them
 
 
 def _is_apt_housekeeping(words: list[str]) -> bool:
@@ -861,29 +897,50 @@ def _is_apt_housekeeping(words: list[str]) -> bool:
 
 
 def _check_downloader(words: list[str], where: str) -> None:
+    """For an offline build (eval.tbench.build_network: false): a step that fetches software."""
     if not words:
         return
     prog = posixpath.basename(words[0])
+    offline = "needs network at build time, and the build runs offline (eval.tbench.build_network: false)"
     if prog in ("pip", "pip3") or (prog.startswith("python") and words[1:3] == ["-m", "pip"]):
         if "install" in words:
-            raise EnvironmentUnsupported(
-                f"{where}: pip install needs network and writes outside /app; the bwrap builder installs "
-                "Debian packages only (e.g. python3-numpy instead)")
+            raise EnvironmentUnsupported(f"{where}: pip install {offline}")
     elif prog == "git" and "clone" in words:
-        raise EnvironmentUnsupported(f"{where}: git clone needs network at build time")
+        raise EnvironmentUnsupported(f"{where}: git clone {offline}")
     elif prog in DOWNLOADERS or FETCHING_SUBCOMMANDS.get(prog, set()) & set(words[1:]):
-        raise EnvironmentUnsupported(f"{where}: `{' '.join(words[:2])}` fetches or installs software at build "
-                                     "time, which needs network and root (not available to a bwrap build)")
+        raise EnvironmentUnsupported(f"{where}: `{' '.join(words[:2])}` fetches software and {offline}")
 
 
-def _plan_run(args: str, lineno: int, shell: list[str], env: dict, cwd: str,
-              apt: list[str]) -> RunStep | None:
-    where = f"Dockerfile line {lineno} (RUN)"
+# RUN --mount types a build can give: a cache (empty here), a bind of the context or a stage, a tmpfs.
+RUN_MOUNTS = ("cache", "bind", "tmpfs")
+
+
+def _plan_run(inst: DockerInstruction, shell: list[str], env: dict, cwd: str, apt: list[str],
+              network: bool, blockers: list[str]) -> RunStep | None:
+    """A RUN line's step for the canonical form, its apt-get install packages added to `apt`;
+    EnvironmentUnsupported for what no build here can give it (a secret or ssh mount, a fetch
+    without build network)."""
+    where = f"Dockerfile line {inst.lineno} (RUN)"
+    args = inst.args
     while (m := re.match(r"--(\w+)=(\S+)\s*", args)):
-        # BuildKit flags: a cache mount or a network mode changes nothing in the result here.
-        if not (m.group(1) == "network" or (m.group(1) == "mount" and "type=cache" in m.group(2))):
-            raise EnvironmentUnsupported(f"{where}: --{m.group(1)}={m.group(2)} is not supported by the bwrap builder")
+        flag, value = m.group(1), m.group(2)
+        kind = re.search(r"(?:^|,)type=(\w+)", value)
+        if flag == "mount" and (kind.group(1) if kind else "bind") not in RUN_MOUNTS:
+            raise EnvironmentUnsupported(f"{where}: RUN --mount={value}: the build is given no secrets or ssh agent")
+        if flag not in ("mount", "network"):
+            raise EnvironmentUnsupported(f"{where}: RUN --{flag}={value} is not supported by the buildah build")
+        if flag == "mount" and not (kind and kind.group(1) == "cache"):
+            blockers.append(f"{where}: RUN --mount={value}")
         args = args[m.end():]
+    check = (lambda words: _check_downloader(words, where)) if not network else (lambda words: None)
+    if inst.heredocs:
+        blockers.append(f"{where}: a heredoc")
+        for _delim, body in inst.heredocs:
+            for _sep, segment in _split_shell(body):
+                words = _command_words(_substitute(segment, env))
+                apt.extend(_apt_packages(words, where) or [])
+                check(words)
+        return None
     if args.startswith("["):
         try:
             argv = json.loads(args)
@@ -895,11 +952,8 @@ def _plan_run(args: str, lineno: int, shell: list[str], env: dict, cwd: str,
             if pkgs is not None:
                 apt.extend(pkgs)
                 return None
-            _check_downloader(words, where)
-            return RunStep(lineno, argv, dict(env), cwd, shlex.join(argv))
-    if re.search(r"(?<!<)<<-?\s*['\"]?[A-Za-z_]", args):
-        # A here-document in a one-line RUN is a Dockerfile heredoc whose body follows the line.
-        raise EnvironmentUnsupported(f"{where}: Dockerfile heredocs are not supported by the bwrap builder")
+            check(words)
+            return RunStep(inst.lineno, argv, dict(env), cwd, shlex.join(argv))
     kept: list[str] = []
     any_real = False
     for sep, segment in _split_shell(args):
@@ -913,32 +967,35 @@ def _plan_run(args: str, lineno: int, shell: list[str], env: dict, cwd: str,
         elif _is_apt_housekeeping(words):
             segment = blank
         else:
-            _check_downloader(words, where)
+            check(words)
+            if _fetches(words):
+                blockers.append(f"{where}: `{' '.join(words[:2])}` fetches at build time")
             any_real = any_real or bool(segment.strip())
         kept.append(f"{sep}{segment}")
     if not any_real:
         return None
     command = "".join(kept).strip()
-    return RunStep(lineno, [*shell, command], dict(env), cwd, command)
+    return RunStep(inst.lineno, [*shell, command], dict(env), cwd, command)
 
 
-def _resolve_dest(dest: str, workdir: str, where: str) -> str:
-    path = dest if dest.startswith("/") else posixpath.join(workdir or "/", dest)
-    path = posixpath.normpath(path)
-    if path == "/tmp" or path.startswith("/tmp/"):
-        return path
-    if path != TASK_ROOT and not path.startswith(TASK_ROOT + "/"):
-        raise EnvironmentUnsupported(
-            f"{where}: destination {path} is outside {TASK_ROOT}; the bwrap runtime keeps only the task "
-            f"layer at {TASK_ROOT} (the host's /usr and /etc are read-only)")
+def _fetches(words: list[str]) -> bool:
+    try:
+        _check_downloader(words, "")
+    except EnvironmentUnsupported:
+        return True
+    return False
+
+
+def _resolve_dest(dest: str, workdir: str, where: str, blockers: list[str]) -> str:
+    path = posixpath.normpath(dest if dest.startswith("/") else posixpath.join(workdir or "/", dest))
+    if not (path in ("/tmp", TASK_ROOT) or path.startswith(("/tmp/", TASK_ROOT + "/"))):
+        blockers.append(f"{where}: destination {path} is outside {TASK_ROOT}")
     return path
 
 
-def _plan_copy(inst: DockerInstruction, values: dict, workdir: str, context: Path) -> CopyStep:
-    where = f"Dockerfile line {inst.lineno} ({inst.keyword})"
+def _copy_words(inst: DockerInstruction, where: str) -> tuple[dict, list[str]]:
+    """A COPY/ADD line's --flags (name -> value) and its other words."""
     args = inst.args
-    chmod = None
-    words: list[str]
     if args.lstrip().startswith("["):
         try:
             words = json.loads(args)
@@ -949,26 +1006,49 @@ def _plan_copy(inst: DockerInstruction, values: dict, workdir: str, context: Pat
             words = shlex.split(args)
         except ValueError as exc:
             raise EnvironmentUnsupported(f"{where}: cannot parse arguments: {exc}") from None
-    flags = []
+    flags = {}
     while words and words[0].startswith("--"):
-        flags.append(words.pop(0))
-    for flag in flags:
-        name, _, value = flag[2:].partition("=")
+        name, _, value = words.pop(0)[2:].partition("=")
+        flags[name] = value
+    return flags, words
+
+
+def _plan_copy(inst: DockerInstruction, values: dict, workdir: str, context: Path, network: bool,
+               blockers: list[str]) -> CopyStep | None:
+    """A COPY/ADD line's step for the canonical form (None when it copies out of a stage or an
+    image, or writes here-documents); EnvironmentUnsupported for a source that cannot be."""
+    where = f"Dockerfile line {inst.lineno} ({inst.keyword})"
+    flags, words = _copy_words(inst, where)
+    chmod = None
+    for name, value in flags.items():
         if name == "chmod":
             if not re.fullmatch(r"[0-7]{3,4}", value):
                 raise EnvironmentUnsupported(f"{where}: only octal --chmod is supported, got {value!r}")
             chmod = int(value, 8)
-        elif name not in ("chown", "link"):
-            raise EnvironmentUnsupported(f"{where}: --{name} is not supported by the bwrap builder")
+        elif name not in ("chown", "link", "from"):
+            raise EnvironmentUnsupported(f"{where}: --{name} is not supported by the buildah build")
     words = [_substitute(w, values) for w in words]
     if len(words) < 2:
         raise EnvironmentUnsupported(f"{where}: needs at least one source and a destination")
     *sources, dest = words
+    dest_path = _resolve_dest(dest, workdir, where, blockers)
+    if "from" in flags:
+        blockers.append(f"{where}: COPY --from")
+        return None
+    if inst.heredocs:
+        if len(inst.heredocs) != len(sources):
+            raise EnvironmentUnsupported(f"{where}: here-documents and context files in one {inst.keyword}")
+        blockers.append(f"{where}: a heredoc")
+        return None
     resolved: list[Path] = []
     root = context.resolve()
     for src in sources:
         if re.match(r"^[a-z]+://", src):
-            raise EnvironmentUnsupported(f"{where}: remote source {src} needs network")
+            if not network:
+                raise EnvironmentUnsupported(f"{where}: remote source {src} needs build network "
+                                             "(eval.tbench.build_network is off)")
+            blockers.append(f"{where}: remote source {src}")
+            continue
         rel = src.lstrip("/")
         if any(ch in rel for ch in "*?["):
             matches = sorted(p for p in root.glob(rel))
@@ -983,55 +1063,100 @@ def _plan_copy(inst: DockerInstruction, values: dict, workdir: str, context: Pat
             resolved.append(m)
         if not matches:
             raise EnvironmentUnsupported(f"{where}: source {src} matches nothing in environment/")
-    dest_path = _resolve_dest(dest, workdir, where)
     dest_is_dir = dest.endswith("/") or len(resolved) > 1
-    extract = inst.keyword == "ADD"
-    return CopyStep(inst.lineno, resolved, dest_path, dest_is_dir, chmod, extract)
+    return CopyStep(inst.lineno, resolved, dest_path, dest_is_dir, chmod, inst.keyword == "ADD")
 
 
-def plan_dockerfile(dockerfile: Path, context: Path, pull: bool = False, resolve_from: bool = True) -> BuildPlan:
-    """Interpret a Dockerfile for the bwrap runtime; EnvironmentUnsupported names what cannot be.
-    `pull`: a FROM image the store lacks is pulled (NativeOptions.pull_images); `resolve_from`
-    False: the FROM image is taken as one a registry serves, neither looked up nor pulled (what a
-    machine with pulling on and a reachable registry would plan)."""
+@dataclass
+class _Stage:
+    """One FROM of a Dockerfile as the planner follows it."""
+
+    name: str | None
+    root: str | None  # the image it builds on, through the stages it starts from; None: scratch
+    env: dict = field(default_factory=dict)
+    args: dict = field(default_factory=dict)
+    workdir: str = ""
+    shell: list = field(default_factory=lambda: ["/bin/sh", "-c"])
+
+
+def _plan_from(inst: DockerInstruction, stages: list[_Stage], global_args: dict, pull: bool,
+               resolve_from: bool) -> tuple[_Stage, str | None]:
+    """The stage a FROM line starts, and the image it names (None: a stage or scratch)."""
+    where = f"Dockerfile line {inst.lineno} (FROM)"
+    words = [w for w in inst.args.split() if not w.startswith("--")]
+    if not words:
+        raise EnvironmentUnsupported(f"{where}: FROM names no image")
+    ref = _substitute(words[0], {"PATH": DOCKER_DEFAULT_PATH, **global_args})
+    alias = words[2].lower() if len(words) >= 3 and words[1].lower() == "as" else None
+    parent = next((st for st in reversed(stages) if st.name and st.name == ref.lower()), None)
+    if parent is not None:
+        return _Stage(alias, parent.root, dict(parent.env), {}, parent.workdir, list(parent.shell)), None
+    if ref == "scratch":
+        return _Stage(alias, None), None
+    if resolve_from:
+        try:
+            check_base_image(ref, pull)
+        except EnvironmentUnsupported as exc:
+            raise EnvironmentUnsupported(f"{where}: {exc}") from None
+    return _Stage(alias, ref), ref
+
+
+def plan_dockerfile(dockerfile: Path, context: Path, pull: bool = False, resolve_from: bool = True,
+                    network: bool = True) -> BuildPlan:
+    """Read a Dockerfile for what its buildah build needs (the images its stages start from and copy
+    out of, each with the Debian packages its apt-get install lines name); EnvironmentUnsupported
+    names, in one line, what no build here can give it. `pull`: a FROM image the store lacks is
+    pulled (NativeOptions.pull_images); `resolve_from` False: images are taken as ones a registry
+    serves, neither looked up nor pulled; `network` False: the build runs offline
+    (eval.tbench.build_network), so a step that fetches software is refused up front."""
     instructions = parse_dockerfile(Path(dockerfile).read_text(encoding="utf-8"))
-    base = None
-    apt: list[str] = []
+    apt: dict[str | None, list[str]] = {}
+    image_refs: dict[int, str] = {}
     steps: list = []
-    env: dict[str, str] = {}
-    args: dict[str, str] = {}
-    workdir = ""
-    shell = ["/bin/sh", "-c"]
-    for inst in instructions:
+    blockers: list[str] = []
+    global_args: dict[str, str] = {}
+    stages: list[_Stage] = []
+    stage: _Stage | None = None
+    for index, inst in enumerate(instructions):
         where = f"Dockerfile line {inst.lineno} ({inst.keyword})"
-        values = {"PATH": DOCKER_DEFAULT_PATH, **args, **env}
         if inst.keyword == "FROM":
-            if base is not None:
-                raise EnvironmentUnsupported(f"{where}: multi-stage builds are not supported by the bwrap builder")
-            words = [w for w in inst.args.split() if not w.startswith("--")]
-            if not words:
-                raise EnvironmentUnsupported(f"{where}: FROM names no image")
-            base = _substitute(words[0], values)
-            try:
-                if resolve_from:
-                    check_base_image(base, pull)
-            except EnvironmentUnsupported as exc:
-                raise EnvironmentUnsupported(f"{where}: {exc}") from None
-        elif base is None and inst.keyword != "ARG":
+            if stage is not None:
+                blockers.append(f"{where}: a multi-stage build")
+            stage, ref = _plan_from(inst, stages, global_args, pull, resolve_from)
+            stages.append(stage)
+            if ref:
+                image_refs[index] = ref
+            apt.setdefault(stage.root, [])
+            continue
+        if stage is None and inst.keyword != "ARG":
             raise EnvironmentUnsupported(f"{where}: instruction before FROM")
-        elif inst.keyword == "RUN":
-            step = _plan_run(inst.args, inst.lineno, shell, {**args, **env}, workdir or "/", apt)
+        values = {"PATH": DOCKER_DEFAULT_PATH, **(stage.args if stage else global_args), **(stage.env if stage else {})}
+        if inst.keyword == "RUN":
+            step = _plan_run(inst, stage.shell, {**stage.args, **stage.env}, stage.workdir or "/", apt[stage.root],
+                             network, blockers)
             if step is not None:
                 steps.append(step)
         elif inst.keyword in ("COPY", "ADD"):
-            steps.append(_plan_copy(inst, values, workdir, context))
+            step = _plan_copy(inst, values, stage.workdir, context, network, blockers)
+            if step is not None:
+                steps.append(step)
+            source = _copy_words(inst, where)[0].get("from")
+            if source is not None and not source.isdigit() \
+                    and not any(st.name == source.lower() for st in stages[:-1]):
+                image = _substitute(source, values)
+                if resolve_from:
+                    try:
+                        check_base_image(image, pull)
+                    except EnvironmentUnsupported as exc:
+                        raise EnvironmentUnsupported(f"{where}: COPY --from={source}: {exc}") from None
+                image_refs[index] = image
+                apt.setdefault(image, [])
         elif inst.keyword == "WORKDIR":
             target = _substitute(inst.args.strip().strip('"'), values)
-            path = posixpath.normpath(target if target.startswith("/") else posixpath.join(workdir or "/", target))
+            path = posixpath.normpath(target if target.startswith("/") else posixpath.join(stage.workdir or "/", target))
             if path != TASK_ROOT and not path.startswith(TASK_ROOT + "/"):
-                raise EnvironmentUnsupported(
-                    f"{where}: WORKDIR {path} is outside {TASK_ROOT}, the only writable place under bwrap")
-            workdir = path
+                blockers.append(f"{where}: WORKDIR {path} is outside {TASK_ROOT}")
+            stage.workdir = path
             steps.append(CopyStep(inst.lineno, [], path, True, None, False))
         elif inst.keyword in ("ENV", "ARG"):
             try:
@@ -1047,25 +1172,106 @@ def plan_dockerfile(dockerfile: Path, context: Path, pull: bool = False, resolve
                     pairs.append((key, value if eq else None))
             for key, value in pairs:
                 if inst.keyword == "ENV":
-                    env[key] = _substitute(value or "", values)
+                    stage.env[key] = _substitute(value or "", values)
+                elif stage is None:
+                    # Before the first FROM: for FROM lines, and for stages that declare it again.
+                    global_args.setdefault(key, _substitute(value or "", values))
                 elif value is not None:
-                    args.setdefault(key, _substitute(value, values))
+                    stage.args[key] = _substitute(value, values)
+                elif key in global_args:
+                    stage.args[key] = global_args[key]
         elif inst.keyword == "SHELL":
             try:
                 shell_argv = json.loads(inst.args)
             except json.JSONDecodeError:
                 shell_argv = None
-            if not (isinstance(shell_argv, list) and shell_argv and all(isinstance(a, str) for a in shell_argv)
-                    and os.path.exists(shell_argv[0])):
-                raise EnvironmentUnsupported(f"{where}: SHELL must be a JSON array naming a shell the host has")
-            shell = shell_argv
+            if not (isinstance(shell_argv, list) and shell_argv and all(isinstance(a, str) for a in shell_argv)):
+                raise EnvironmentUnsupported(f"{where}: SHELL must be a JSON array")
+            stage.shell = shell_argv
         elif inst.keyword in IGNORED_INSTRUCTIONS:
             continue
         else:
             raise EnvironmentUnsupported(f"{where}: unsupported instruction {inst.keyword}")
-    if base is None:
+    if stage is None:
         raise EnvironmentUnsupported("Dockerfile has no FROM")
-    return BuildPlan(base, sorted(set(apt)), steps, workdir or TASK_ROOT, env)
+    if stage.root is None:
+        raise EnvironmentUnsupported("the final stage builds FROM scratch: the native runner runs tasks on an "
+                                     "image's root filesystem that a base image starts")
+    others = {image: sorted(set(pkgs)) for image, pkgs in apt.items() if image and image != stage.root}
+    return BuildPlan(stage.root, sorted(set(apt[stage.root])), steps, stage.workdir or TASK_ROOT, stage.env,
+                     others, blockers[0] if blockers else None, instructions, image_refs)
+
+
+def buildah_dockerfile(plan: BuildPlan, names: dict[str, str]) -> str:
+    """The Dockerfile handed to buildah: `plan`'s instructions as written, every image a FROM or
+    COPY --from names replaced by the name the build's storage holds it under (`names`), and
+    here-documents (which buildah 1.28 does not read) turned into the shell steps BuildKit runs:
+    a RUN's script with its here-documents, a COPY's files written by a root step."""
+    lines: list[str] = []
+    shell, user = ["/bin/sh", "-c"], ""
+    for index, inst in enumerate(plan.instructions):
+        args = inst.args
+        if inst.keyword == "FROM":
+            shell, user = ["/bin/sh", "-c"], ""
+            words = [w for w in args.split() if not w.startswith("--")]
+            if index in plan.image_refs:
+                words[0] = names[plan.image_refs[index]]
+            args = " ".join(words)
+        elif inst.keyword == "SHELL":
+            shell = json.loads(args)
+        elif inst.keyword == "USER":
+            user = args
+        elif inst.keyword in ("COPY", "ADD"):
+            flags, words = _copy_words(inst, "")
+            if inst.heredocs:
+                lines.extend(_heredoc_copy(inst, flags, words[-1], user))
+                continue
+            if index in plan.image_refs or "link" in flags:  # else the line as written
+                if index in plan.image_refs:
+                    flags["from"] = names[plan.image_refs[index]]
+                flags.pop("link", None)  # a cache hint of BuildKit's: the same files either way
+                args = " ".join([*(f"--{k}={v}" for k, v in flags.items()), json.dumps(words)])
+        if inst.keyword == "RUN" and inst.heredocs:
+            lines.append(_heredoc_run(inst, shell))
+        else:
+            lines.append(f"{inst.keyword} {args}")
+    return "\n".join(lines) + "\n"
+
+
+def _heredoc_run(inst: DockerInstruction, shell: list[str]) -> str:
+    flags = ""
+    args = inst.args
+    while (m := re.match(r"--\w+=\S+\s*", args)):
+        flags += m.group(0)
+        args = args[m.end():]
+    only = HEREDOC.fullmatch(args.strip())
+    if only and len(inst.heredocs) == 1:
+        delim, body = inst.heredocs[0]
+        if body.startswith("#!"):
+            # A script with its own interpreter: written to a file and run, as BuildKit does.
+            script = (f"f=$(mktemp) && cat > \"$f\" <<'{delim}'\n{body}{delim}\nchmod +x \"$f\" && \"$f\"; "
+                      "s=$?; rm -f \"$f\"; exit $s")
+        else:
+            script = body
+    else:
+        script = args + "\n" + "".join(f"{body}{delim}\n" for delim, body in inst.heredocs)
+    return f"RUN {flags}{json.dumps([*shell, script])}"
+
+
+def _heredoc_copy(inst: DockerInstruction, flags: dict, dest: str, user: str) -> list[str]:
+    """COPY <<NAME dest: the files written by a root step (the image's /bin/sh), owned as --chown says."""
+    many = len(inst.heredocs) > 1 or dest.endswith("/")
+    parts = []
+    for delim, body in inst.heredocs:
+        target = shlex.quote(posixpath.join(dest, delim) if many else dest)
+        parts.append(f"mkdir -p \"$(dirname {target})\" && cat > {target} <<'{delim}'\n{body}{delim}\n")
+        if flags.get("chmod"):
+            parts.append(f"chmod {shlex.quote(flags['chmod'])} {target}\n")
+        if flags.get("chown"):
+            parts.append(f"chown {shlex.quote(flags['chown'])} {target}\n")
+    lines = ["USER 0"] if user else []
+    lines.append(f"RUN {json.dumps(['/bin/sh', '-ec', ''.join(parts)])}")
+    return lines + ([f"USER {user}"] if user else [])
 
 
 def check_test_sh_offline(task: HarborTask) -> None:
@@ -1124,7 +1330,7 @@ def verifier_hosts(task: HarborTask) -> list[tuple[str, int]]:
     return found
 
 
-def native_plan(task: HarborTask, pull: bool = False, resolve_from: bool = True) -> BuildPlan:
+def native_plan(task: HarborTask, pull: bool = False, resolve_from: bool = True, network: bool = True) -> BuildPlan:
     """Everything the native runner can tell about a task without building it: the BuildPlan, or
     EnvironmentUnsupported with the first reason it cannot run (unsupported task.toml features, a
     prebuilt image, a test.sh that installs its toolchain, a Dockerfile it cannot interpret, a base
@@ -1137,15 +1343,15 @@ def native_plan(task: HarborTask, pull: bool = False, resolve_from: bool = True)
                                          "(no environment/Dockerfile)")
         raise EnvironmentUnsupported("environment/ has no Dockerfile for the native runner to build")
     check_test_sh_offline(task)
-    return plan_dockerfile(task.dockerfile, task.environment_dir, pull, resolve_from)
+    return plan_dockerfile(task.dockerfile, task.environment_dir, pull, resolve_from, network)
 
 
-def native_blocker(task: HarborTask, assume_pullable: bool = False) -> str | None:
+def native_blocker(task: HarborTask, assume_pullable: bool = False, network: bool = True) -> str | None:
     """Why the native runner cannot run this task (None when it can, as far as can be told
     without building it). `assume_pullable`: FROM images are taken as pullable (eval.tbench.pull_images
     on, the registry reachable) instead of looked up in the store."""
     try:
-        native_plan(task, resolve_from=not assume_pullable)
+        native_plan(task, resolve_from=not assume_pullable, network=network)
     except EnvironmentUnsupported as exc:
         return str(exc)
     return None
@@ -1180,7 +1386,7 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
 
     options = options or NativeOptions()
     try:
-        plan = native_plan(task, options.pull_images)
+        plan = native_plan(task, options.pull_images, network=options.build_network)
     except EnvironmentUnsupported as exc:
         return fail(str(exc))
     # The Dockerfile's apt-get install packages go into a derived base (built once from the Debian
@@ -1188,10 +1394,14 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
     request = {"base": plan.base_image, "apt_packages": sorted(set(plan.apt_packages) | set(verifier_apt_packages(task)))}
     try:
         base = ensure_task_base(request["base"], request["apt_packages"], image_cache)
+        # The other images its stages start from or copy out of, under the names buildah reads.
+        others = {image: ensure_task_base(image, pkgs, image_cache) for image, pkgs in plan.other_images.items()}
     except TermforgeError as exc:
         return fail(f"base image {plan.base_image} + {request['apt_packages']}: {exc}")
+    names = {image: f"localhost/termforge-base:{b.key}" for image, b in [(plan.base_image, base), *others.items()]}
     final = contained(images_dir, task.slug, where=task.path)
-    digest = harbor_image_digest(task, f"{base.digest} {base.key}")
+    digest = harbor_image_digest(task, " ".join(f"{b.digest} {b.key}" for b in [base, *others.values()])
+                                 + (" offline" if not options.build_network else ""))
     meta_path = final / "image.json"
     if meta_path.exists():
         meta = read_json(meta_path)
@@ -1206,7 +1416,9 @@ def build_harbor_image(task: HarborTask, images_dir: str | Path, limits: Limits 
               f" (apt packages {request['apt_packages']})")
     try:
         built = build_dockerfile(task.environment_dir, task.dockerfile, base, timeout=timeout, cache=image_cache,
-                                 log=lambda _msg: None, what=f"task {task.name}")
+                                 log=lambda _msg: None, what=f"task {task.name}",
+                                 text=buildah_dockerfile(plan, names), others=list(others.values()),
+                                 network=options.build_network)
     except BuilderError as exc:
         return fail(f"not built, and not for its environment/Dockerfile's sake: {exc}", header, infra=True)
     except DockerfileError as exc:
@@ -1285,6 +1497,12 @@ class HarborSession(BwrapSession):
             except TermforgeError as exc:
                 self.stop()
                 raise EnvironmentUnsupported(f"task {image.task_id}: {exc}") from None
+        try:
+            # The image's filesystem writable as the container's layer is, under the disk cap.
+            self.make_root_writable()
+        except TermforgeError:
+            self.stop()
+            raise
         # (BwrapSession.workdir is the host directory holding this session's copy of the layer.)
         self.task_workdir = workdir or image.meta.get("workdir", TASK_ROOT)
         # The image's whole Env (its own and its Dockerfile's), as the engine starts every process.
@@ -1369,6 +1587,6 @@ def start_harbor_session(image: Image, limits: Limits | None = None, work_root: 
 __all__ = [
     "HarborStep", "HarborTask", "HarborTaskError", "EnvironmentUnsupported", "HarborSession", "BuildPlan", "BrokenTask",
     "load_harbor_task", "load_harbor_dir", "load_harbor_dataset", "dataset_root", "strip_canary", "check_base_image", "resolve_env",
-    "native_plan", "native_blocker", "parse_dockerfile", "plan_dockerfile", "check_test_sh_offline",
+    "native_plan", "native_blocker", "parse_dockerfile", "plan_dockerfile", "buildah_dockerfile", "check_test_sh_offline",
     "build_harbor_image", "start_harbor_session", "harbor_image_digest",
 ]

@@ -694,7 +694,7 @@ def _verifier_phase(session: HarborSession, task: HarborTask, sources: list[Path
         phase["finished_at"] = _now()
         target["exception_info"] = _exception_info(
             "VerifierNetworkError", f"tests/test.sh fetches from {', '.join(unreachable)}, which the verifier's "
-            "network does not reach (eval.tbench.network_namespace, or the host's network)")
+            "network does not reach (eval.tbench.network_namespace, or slirp4netns's NAT from this host)")
         tf["error_kind"] = ENVIRONMENT_ERROR
         return
     try:

@@ -1,18 +1,25 @@
-"""Dockerfile builds: a real `buildah bud`, offline, from the local image store, the result turned
-into a root filesystem the bwrap runtime runs on (docs/images.md, "Dockerfile builds").
+"""Dockerfile builds: a real `buildah bud` from the local image store, the result turned into a
+root filesystem the bwrap runtime runs on (docs/images.md, "Dockerfile builds").
 
-    build_dockerfile(context, dockerfile, base) -> DockerfileImage
+    build_dockerfile(context, dockerfile, base, text=..., others=[...], network=...) -> DockerfileImage
 
-1. `base` is the built termforge base the Dockerfile's FROM resolved to (a declared base, or an
-   image of the store, plus a derived base holding the Debian packages its `apt-get install`
-   lines name: termforge.images.ensure_task_base). The store holds it as an OCI image; it is
-   copied once into the image cache's overlay containers-storage (`<cache>/buildah`, shared by
-   every build) and buildah's `--from` puts it in place of the FROM line, so nothing is pulled.
-2. buildah runs `bud --isolation oci --runtime <the step sandbox> --pull=never` inside `unshare
-   --net` (no network), as root of a user namespace mapped to the subordinate ids of /etc/subuid.
+1. `base` is the built termforge base the Dockerfile's (final stage's) FROM resolved to (a declared
+   base, or an image of the store, plus a derived base holding the Debian packages its `apt-get
+   install` lines name: termforge.images.ensure_task_base); `others` the other stages' and COPY
+   --from images'. The store holds each as an OCI image; each is copied once into the image
+   cache's overlay containers-storage (`<cache>/buildah`, shared by every build) under
+   localhost/termforge-base:<key>, which the FROM lines of `text` name (without `text`, buildah's
+   `--from` puts `base` in place of the first FROM), so nothing is pulled.
+2. buildah runs `bud --isolation oci --runtime <the step sandbox> --pull=never` as root of a user
+   namespace mapped to the subordinate ids of /etc/subuid, always in a network namespace of the
+   build's own (`unshare --net`): with `network`, slirp4netns connects it to the outside (NAT, the
+   host's loopback and abstract sockets out of reach: runtime.process.PublicNetwork; buildah's
+   `--network host` then means that namespace, where RUN steps and ADD of a URL fetch, and each RUN
+   step gets the host's CA bundle bound read-only over the image's), else it has nothing in it
+   (`--network none`).
    RUN steps are task code: each runs in termforge.images.step_sandbox (bwrap pivot_rooted into
    the working container, nothing of the host), never in buildah's chroot, which a double chroot
-   leaves. `apt-get update` then fails softly and `apt-get install` finds its packages already
+   leaves. Offline, `apt-get update` fails softly and `apt-get install` finds its packages already
    installed (they are in the derived base), so a Terminal-Bench Dockerfile builds unchanged.
 3. The built image is pushed to an OCI layout; its first layers must be the base's. The root
    filesystem is the base's, hard-linked from the image cache, with only the build's own layers
@@ -35,6 +42,7 @@ import json
 import os
 import pwd
 import re
+import select
 import shlex
 import shutil
 import signal
@@ -49,6 +57,7 @@ from typing import Callable
 from termforge.errors import TermforgeError
 from termforge.images.declarations import SCRIPTS_DIR
 from termforge.io import atomic_write_json, atomic_write_text, stable_hash
+from termforge.runtime.process import NETWORK_UP_SEC, SLIRP_DNS, PublicNetwork
 
 # Bump when what a build produces changes: every build is redone.
 BUILDER = "termforge-buildah-2"
@@ -63,8 +72,11 @@ LOG_TAIL_LINES = 15
 BUILD_SCRIPT = (SCRIPTS_DIR / "buildah-build.sh").read_text()
 # How the step sandbox is started (python3 -I: the standard library only, nothing of the caller's).
 STEP_RUNTIME = """#!/bin/sh
-exec {python} -I {program} --root={steps} --allow={work} --allow={storage} --bwrap={bwrap} --records={records} "$@"
+exec {python} -I {program} --root={steps} --allow={work} --allow={storage} --bwrap={bwrap} --records={records} --net={net} --ca={ca} "$@"
 """
+# The host's CA bundle, bound read-only over the image's in every RUN step of a build given network
+# (a TLS-intercepting proxy's root is often only there); the first that exists.
+HOST_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
 # Failures of the builder's own making (the kernel, the storage, buildah itself) when buildah's final
 # error is not about a RUN step: a Dockerfile cannot cause these, a retry may clear them.
 _BUILDER_SIGNS = re.compile(r"device or resource busy|resource temporarily unavailable|sealing memfd|database is locked|"
@@ -217,16 +229,23 @@ def _step_python() -> str:
 
 def build_dockerfile(context: str | os.PathLike, dockerfile: str | os.PathLike, base, *,
                      timeout: float = BUILD_TIMEOUT_SEC, cache=None, log: Callable[[str], None] = print,
-                     what: str = "") -> DockerfileImage:
-    """Build `dockerfile` with `context` on `base` (a termforge.images BuiltBase), offline; the
-    cached build when the same Dockerfile, context and base were built before."""
+                     what: str = "", text: str | None = None, others=(), network: bool = False) -> DockerfileImage:
+    """Build `dockerfile` with `context` on `base` (a termforge.images BuiltBase); the cached build
+    when the same Dockerfile, context and bases were built before. `text`: the Dockerfile as
+    buildah is to read it, every FROM naming its base as localhost/termforge-base:<key> (then
+    `base` is the final stage's, `others` the other stages' and COPY --from images', all put in
+    the build's storage); None: `dockerfile` as written, its first FROM replaced by `base`.
+    `network`: the build gets network (a namespace of its own connected by slirp4netns, as `docker
+    build`'s bridge) and RUN steps the host's CA bundle; else none."""
     from termforge.images.build import _check_reachable, _locked, _mkdirs
 
     context, dockerfile = Path(context), Path(dockerfile)
-    text = dockerfile.read_text(encoding="utf-8")
+    rewritten = text is not None
+    text = text if rewritten else dockerfile.read_text(encoding="utf-8")
     # The base's key as well as its layer: a store image's config (Env, WorkingDir...) is part of
     # what the build inherits, and the key changes with it where the layer does not.
-    key = build_key(text, context, f"{base.digest} {base.key}")
+    key = build_key(text, context, " ".join([f"{b.digest} {b.key}" for b in [base, *others]]
+                                            + (["rewritten"] if rewritten else []) + (["network"] if network else [])))
     found = find_built(key, cache)
     if found:
         return found
@@ -248,7 +267,8 @@ def build_dockerfile(context: str | os.PathLike, dockerfile: str | os.PathLike, 
             stage = root / f".stage-{key}-{os.getpid()}"
             stage.mkdir()
             try:
-                built = _build(text, context, base, key, stage, cache, timeout, log, what, tools)
+                built = _build(text, context, [base, *others], key, stage, cache, timeout, log, what, tools,
+                               rewritten, network)
                 os.rename(stage, root / key)
                 break
             except _BuilderFailed as exc:
@@ -283,12 +303,14 @@ def _base_layout(base, cache, dest: Path) -> tuple[str, dict]:
     return f"oci:{dest}:base", image.config
 
 
-def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout: float,
-           log: Callable[[str], None], what: str, tools: dict[str, str]) -> DockerfileImage:
+def _build(text: str, context: Path, bases: list, key: str, stage: Path, cache, timeout: float,
+           log: Callable[[str], None], what: str, tools: dict[str, str], rewritten: bool,
+           network: bool) -> DockerfileImage:
     from termforge.containment import copy_regular_tree
     from termforge.errors import InputError
 
     start = time.monotonic()
+    base = bases[0]
     userns, owner = _userns()
     work = Path(tempfile.mkdtemp(prefix=f"tf-buildah-{key[:8]}-", dir=stage.parent))
     try:
@@ -311,10 +333,14 @@ def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout
         # The step sandbox is copied in: the namespace's root runs it wherever the package lies.
         shutil.copyfile(Path(__file__).with_name("step_sandbox.py"), work / "step_sandbox.py")
         (work / "steps").mkdir()
+        ca = next((Path(c) for c in HOST_CA_BUNDLES if os.path.isfile(c)), None) if network else None
+        if ca is not None:
+            shutil.copyfile(ca, work / "ca.crt")  # in the build's folders, where the step sandbox binds from
         runtime = work / "step-runtime"
         runtime.write_text(STEP_RUNTIME.format(**{k: shlex.quote(str(v)) for k, v in {
             "python": tools["python"], "program": work / "step_sandbox.py", "steps": work / "steps", "work": work,
-            "storage": storage.resolve(), "bwrap": tools["bwrap"], "records": work / "steps.jsonl"}.items()}))
+            "storage": storage.resolve(), "bwrap": tools["bwrap"], "records": work / "steps.jsonl",
+            "net": "host" if network else "none", "ca": work / "ca.crt" if ca else ""}.items()}))
         runtime.chmod(0o755)
         if owner:
             subprocess.run(["chown", "-R", f"{owner[0]}:{owner[1]}", str(work)], check=True, capture_output=True)
@@ -323,14 +349,27 @@ def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout
                 os.chown(storage / sub, *owner)
         # Linked after the chown (which would otherwise reach the store's blobs through the links).
         _link(base.layer, _blob(layout, base.digest))
-        base_ref, base_config = _base_layout(base, cache, work / "base")
+        pairs: list[str] = []
+        for i, b in enumerate(bases):
+            ref, config = _base_layout(b, cache, work / f"base-{i}")
+            if i == 0:
+                base_config = config
+            pairs += [ref, f"localhost/termforge-base:{b.key}"]
         tag = f"localhost/termforge-build:{key}"
         # --mount-proc: RUN steps see the build's own pid namespace in /proc, not the host's processes.
-        argv = [tools["unshare"], *userns, "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
-                "bash", "-c", BUILD_SCRIPT, "build", str(work), str(storage), base_ref,
-                f"localhost/termforge-base:{base.key}", tag, tools["buildah"], tools["skopeo"]]
-        log(f"images: building the Dockerfile of {what} with buildah (offline) ...")
-        output = _run_build(argv, work, timeout, what, text)
+        # A network namespace of the build's own, with nothing in it, or (network) connected by
+        # slirp4netns: never the host's, whose 127.0.0.1 services and abstract sockets a RUN step
+        # (or buildah fetching an ADD URL the Dockerfile names) would otherwise reach.
+        if network:
+            (work / "resolv.conf").write_text(f"nameserver {SLIRP_DNS}\n")
+            if owner:
+                os.chown(work / "resolv.conf", *owner)
+        argv = [tools["unshare"], *userns, "--net", "--mount", "--pid", "--fork",
+                "--kill-child", "--mount-proc", "bash", "-c", BUILD_SCRIPT, "build", str(work), str(storage), tag,
+                tools["buildah"], tools["skopeo"], "host" if network else "none",
+                "" if rewritten else f"localhost/termforge-base:{base.key}", *pairs]
+        log(f"images: building the Dockerfile of {what} with buildah ({'with network' if network else 'offline'}) ...")
+        output = _run_build(argv, work, timeout, what, text, network)
         atomic_write_text(stage / "build.log", output)
         index = json.loads((layout / "index.json").read_text())
         if not index.get("manifests"):
@@ -364,17 +403,50 @@ def _build(text: str, context: Path, base, key: str, stage: Path, cache, timeout
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run_build(argv: list[str], work: Path, timeout: float, what: str, dockerfile_text: str) -> str:
+def _run_build(argv: list[str], work: Path, timeout: float, what: str, dockerfile_text: str,
+               network: bool = False) -> str:
     """buildah's log. A failure is a DockerfileError when it is the Dockerfile's (failure_owner),
-    else _BuilderFailed (the caller tries again)."""
+    else _BuilderFailed (the caller tries again). `network`: the build's namespace is connected
+    by slirp4netns before the script does anything (it says it is up on one descriptor and waits
+    for the go on another, TF_BUILD_NET_FDS),
+    and slirp4netns is ended and reaped with the build, however it ends."""
+    net = PublicNetwork() if network else None  # no slirp4netns: one line naming it, never the host's network
+    try:
+        return _run_build_in(argv, work, timeout, what, dockerfile_text, net)
+    finally:
+        if net is not None:
+            net.close()
+
+
+def _run_build_in(argv: list[str], work: Path, timeout: float, what: str, dockerfile_text: str,
+                  net: PublicNetwork | None) -> str:
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(work / "home"),
            "XDG_RUNTIME_DIR": str(work / "home"), "LC_ALL": "C.UTF-8", "TMPDIR": str(work / "home"),
            "BUILDAH_ISOLATION": "oci"}
+    fds = {}
+    if net is not None:
+        go_r, go_w = os.pipe()
+        up_r, up_w = os.pipe()
+        fds = {"go_r": go_r, "go_w": go_w, "up_r": up_r, "up_w": up_w}
+        # The script's descriptors: where it says it is up, where it waits for the go.
+        env["TF_BUILD_NET_FDS"] = f"{up_w} {go_r}"
+
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
-    except OSError as exc:
-        raise _BuilderFailed(f"cannot start buildah: {exc}") from None
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, start_new_session=True,
+                                    pass_fds=(fds["go_r"], fds["up_w"]) if fds else ())
+        except OSError as exc:
+            raise _BuilderFailed(f"cannot start buildah: {exc}") from None
+        finally:
+            for name in ("go_r", "up_w"):
+                if name in fds:
+                    os.close(fds.pop(name))
+        if net is not None:
+            _connect_build(proc, net, fds)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -389,6 +461,21 @@ def _run_build(argv: list[str], work: Path, timeout: float, what: str, dockerfil
             raise DockerfileError(message)
         raise _BuilderFailed(message)
     return text
+
+
+def _connect_build(proc: subprocess.Popen, net: PublicNetwork, fds: dict) -> None:
+    """Once the script runs inside the build's namespaces (it said so), connect the network
+    namespace unshare made (the unshare process is in it) and let the script go on."""
+    ready, _, _ = select.select([fds["up_r"]], [], [], NETWORK_UP_SEC)
+    try:
+        if not ready or not os.read(fds["up_r"], 16):
+            raise _BuilderFailed("the build's namespaces did not come up (unshare failed)")
+        net.attach(proc.pid)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    os.write(fds["go_w"], b"go\n")
 
 
 def read_step_records(path: Path) -> list[dict]:

@@ -5,7 +5,9 @@ buildah keeps everything it is good at (the Dockerfile's syntax, layers, commit)
 process is ours. bwrap pivot_roots into a fresh mount namespace holding the working container's
 root filesystem and nothing else of the host: a /dev of its own (a few harmless device nodes on
 a capped tmpfs, a capped /dev/shm), no /sys, no cgroup tree, only bind mounts whose source lies in the build's own folders (buildah's per-step files,
-RUN --mount sources), a new pid namespace (so /proc/1/root is the sandbox's root), no network, no
+RUN --mount sources), a new pid namespace (so /proc/1/root is the sandbox's root), no network (where
+the build was given network: the build's own namespace, which slirp4netns connects to the outside,
+never the host's (dockerfile.py), and the host's CA bundle read-only over the image's), no
 inherited descriptor but stdio, and only the capabilities of ALLOWED_CAPS (what apt and dpkg
 need: CAP_SYS_CHROOT is harmless once the host tree is gone; never SYS_ADMIN or SYS_PTRACE). A
 chroot escape ends at the image's root.
@@ -23,7 +25,7 @@ This file runs as a program in the build's user namespace (python3 -I step_sandb
 host's Python by path: standard library only. The commands are the OCI runtime's that buildah
 1.28 uses: create, start, state, kill, delete. Global options: --root=DIR (state), --allow=DIR
 (a folder bind sources may come from; repeated), --bwrap=PATH, --records=FILE (where each step's
-outcome is appended: did its command start, how did it end).
+outcome is appended: did its command start, how did it end), --net=none|host, --ca=FILE.
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ INFO_FILES = frozenset({"/run/.containerenv", "/etc/hostname", "/etc/hosts", "/e
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 DEV_BYTES = 1 << 20
 SHM_BYTES = 64 << 20
+# The build's network (--net=host: the build was given network, its own namespace's, see dockerfile.py) and the host's
+# CA bundle (--ca=FILE, in the build's folders), set once by main.
+NETWORK = {"net": "none", "ca": ""}
+# Where a Debian/Ubuntu/Alpine image keeps its CA bundle: the host's is bound over it, read-only.
+CA_BUNDLE = "etc/ssl/certs/ca-certificates.crt"
 RLIMITS = {"RLIMIT_NOFILE": resource.RLIMIT_NOFILE, "RLIMIT_NPROC": resource.RLIMIT_NPROC}
 
 
@@ -85,9 +92,17 @@ def bwrap_argv(spec: dict, allowed: list[str], place, bwrap: str = "bwrap") -> l
     argv = [bwrap]
     if uid != 0:
         argv += ["--unshare-user", "--uid", str(uid), "--gid", str(gid), "--disable-userns"]
-    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
-             "--die-with-parent", "--new-session",
+    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+             *([] if NETWORK["net"] == "host" else ["--unshare-net"]), "--die-with-parent", "--new-session",
              "--bind", place(os.path.realpath(root_path)), "/", *_dev_args(spec), "--proc", "/proc"]
+    ca = os.path.join(root_path, CA_BUNDLE)
+    # Not for a step that rebuilds the bundle (it renames a new one over it: a mount point is busy).
+    rebuilds = any("update-ca-certificates" in arg for arg in (spec.get("process") or {}).get("args") or [])
+    if NETWORK["net"] == "host" and NETWORK["ca"] and not rebuilds and os.path.isfile(ca) and not os.path.islink(ca) \
+            and not any(os.path.islink(os.path.join(root_path, *CA_BUNDLE.split("/")[:n])) for n in (1, 2, 3)):
+        if not _within(NETWORK["ca"], allowed):
+            raise StepError(f"the CA bundle {NETWORK['ca']} is outside the build's folders")
+        argv += ["--ro-bind", place(os.path.realpath(NETWORK["ca"])), "/" + CA_BUNDLE]
     for mount in spec.get("mounts") or []:
         dest, kind, opts = mount.get("destination") or "", mount.get("type") or "", mount.get("options") or []
         if not os.path.isabs(dest) or dest in ("/", "/proc", "/dev") or dest.startswith(("/dev/", "/proc/", "/sys")):
@@ -400,7 +415,7 @@ def delete(root: str, cid: str, force: bool) -> None:
 
 
 def main(argv: list[str]) -> int:
-    opts = {"root": "", "bwrap": "bwrap", "records": ""}
+    opts = {"root": "", "bwrap": "bwrap", "records": "", "net": "none", "ca": ""}
     allowed: list[str] = []
     args = list(argv)
     while args and args[0].startswith("--"):
@@ -410,6 +425,7 @@ def main(argv: list[str]) -> int:
         elif key in opts:
             opts[key] = value
         # other global options (--log, --log-format, --systemd-cgroup ...) mean nothing here
+    NETWORK.update(net=opts["net"], ca=opts["ca"])
     if not args:
         print("usage: step_sandbox.py --root=DIR --allow=DIR... COMMAND ...", file=sys.stderr)
         return 2

@@ -3,7 +3,9 @@
 Layout inside every sandbox: the base image's root filesystem (termforge.images: built by
 mmdebstrap, cached per user) bound read-only as `/`, fresh /dev /proc /tmp /home/user over the
 mount points the image provides, the task layer bound at /app; new user, pid, ipc, uts, cgroup
-and net namespaces; uid 1000; every capability dropped; killed with its parent. Nothing of the
+and net namespaces (a task with network gets its own namespace connected to the outside by
+slirp4netns, process.PublicNetwork, never the host's); uid 1000; every capability dropped;
+killed with its parent. Nothing of the
 host's /usr, /etc or PATH is visible. (`runtime.rootfs: host`, an explicit opt-in recorded in
 every image.json, runs over the host's /usr and /etc instead: a tmpfs `/` with those bound
 read-only, as before images.) Limits: wall clock (the caller's timeout), CPU seconds, address
@@ -41,8 +43,8 @@ from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, read_json, stable_hash
 from termforge.runtime import accounting, trees, workspace
 from termforge.runtime.base import Bind, BuildResult, ExecResult, Image, Limits, Runtime, Session
-from termforge.runtime.process import (DiskWatch, Launch, NetworkNamespace, _limit_preexec, ipc_limits, limit_reason,
-                                       nproc_prefix, own_ipc_namespaces, tree_bounds)
+from termforge.runtime.process import (DiskWatch, Launch, NetworkNamespace, PublicNetwork, _limit_preexec, ipc_limits,
+                                       limit_reason, nproc_prefix, own_ipc_namespaces, slirp_resolv_conf, tree_bounds)
 from termforge.runtime.shell import PersistentShell
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
@@ -73,6 +75,8 @@ def sandbox_argv(
     user: tuple[int, int, str] = (SANDBOX_UID, SANDBOX_UID, "user"),
     shm_dir: Path | None = None,
     own_ipc: bool = False,
+    root_dir: Path | None = None,
+    named_netns: bool = False,
 ) -> list[str]:
     """The bwrap command line for one process in a task sandbox over `rootfs`: an image's root
     filesystem (bound read-only as /; it provides the mount points bound below), or HOST_ROOTFS.
@@ -84,7 +88,12 @@ def sandbox_argv(
     sandbox to one `disk_mb` (Scratch); /dev itself is read-only (bwrap's --dev is a tmpfs of no
     size the sandbox's uid owns). Without `tmp_dir`/`shm_dir` (callers outside a session), /tmp
     and /dev/shm are tmpfs of `tmp_mb` each. `own_ipc`: the caller starts bwrap in an IPC
-    namespace of the sandbox's own, with its limits set (ipc_limits), which bwrap then keeps."""
+    namespace of the sandbox's own, with its limits set (ipc_limits), which bwrap then keeps.
+    `root_dir`: the session's writable root over `rootfs` (runtime.rootlayer), bound as / instead.
+    `allow_network`: a "public" network, a namespace of the sandbox's own that its launcher connects
+    to the outside with slirp4netns (process.PublicNetwork; never the host's namespace, whose
+    loopback services and abstract sockets the sandbox would reach); with `named_netns`, the
+    namespace the launcher enters (eval.tbench.network_namespace), which the sandbox keeps."""
     host = str(rootfs) == HOST_ROOTFS
     if host:
         # The host's root cannot be bound whole (a read-only / cannot get the /app mount point).
@@ -93,7 +102,7 @@ def sandbox_argv(
             if os.path.exists(f"/usr/{name}"):
                 argv += ["--symlink", f"usr/{name}", f"/{name}"]
     elif rootfs and os.path.isdir(os.path.join(rootfs, "usr")):
-        argv = ["bwrap", "--ro-bind", str(rootfs), "/"]
+        argv = ["bwrap", "--bind", str(root_dir), "/"] if root_dir else ["bwrap", "--ro-bind", str(rootfs), "/"]
     else:
         raise TermforgeError(f"sandbox: no image root filesystem at {str(rootfs)!r} "
                              "(termforge images build makes the declared bases)")
@@ -106,16 +115,19 @@ def sandbox_argv(
     argv += ["--bind", str(layer), "/app"]
     for b in binds:
         argv += ["--bind" if b.writable else "--ro-bind", str(b.host), b.sandbox]
+    if allow_network and not named_netns:
+        # Name resolution through slirp4netns's DNS forwarder: the host's resolv.conf may name a
+        # resolver on the host's loopback, which a namespace of the sandbox's own does not reach.
+        argv += ["--ro-bind", slirp_resolv_conf(), "/etc/resolv.conf"]
+    elif allow_network and not host:
+        # A named namespace: the host's resolver over the image's empty /etc/resolv.conf, as before.
+        argv += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
     if host:
         # With every mount point in place, the tmpfs root itself becomes read-only.
         argv += ["--remount-ro", "/"]
-    elif allow_network:
-        # Name resolution as a container engine gives it: the host's resolver over the image's
-        # empty /etc/resolv.conf (only where the task declares network access).
-        argv += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
     argv += ["--unshare-user", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
     argv += [] if own_ipc else ["--unshare-ipc"]
-    argv += [] if allow_network else ["--unshare-net"]
+    argv += [] if allow_network and named_netns else ["--unshare-net"]
     argv += ["--uid", str(user[0]), "--gid", str(user[1])]
     argv += ["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv"]
     base_env = {"PATH": SANDBOX_PATH, "HOME": "/home/user", "USER": user[2], "LANG": "C.UTF-8",
@@ -303,10 +315,23 @@ def wait_for(proc: subprocess.Popen, timeout: float) -> None:
 
 def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes | None = None, *,
                   uid: int | None = None, watch: list[Path] = (), pass_fds: tuple[int, ...] = (),
-                  ipc: dict[str, int] | None = None, netns: NetworkNamespace | None = None) -> ExecResult:
+                  ipc: dict[str, int] | None = None, netns: NetworkNamespace | None = None,
+                  public_net: bool = False) -> ExecResult:
     """Run a bwrap command line; on timeout kill the sandbox (its pid namespace dies with it).
-    `netns`: the network namespace it starts in (with --share-net, the one it keeps)."""
+    `netns`: the network namespace it starts in (with --share-net, the one it keeps).
+    `public_net`: the sandbox's own namespace (sandbox_argv's --unshare-net) is connected to the
+    outside by slirp4netns before its command runs, which is ended and reaped with the sandbox."""
     start = time.monotonic()
+    net = PublicNetwork(uid) if public_net else None
+    try:
+        return _run_sandboxed(net.argv(argv) if net else argv, timeout, limits, stdin, uid, watch,
+                              (*pass_fds, *(net.fds if net else ())), ipc, netns, net, start)
+    finally:
+        if net is not None:
+            net.close()
+
+
+def _run_sandboxed(argv, timeout, limits, stdin, uid, watch, pass_fds, ipc, netns, net, start) -> ExecResult:
     launch = Launch(argv)
     # Only where somebody is measuring (bench/bench_validate.py, validation's per-step profile).
     cgroup = accounting.sandbox_cgroup() if accounting.current() is not None else None
@@ -330,6 +355,14 @@ def run_sandboxed(argv: list[str], timeout: float, limits: Limits, stdin: bytes 
         if ns_fd is not None:
             os.close(ns_fd)
         launch.close()
+    if net is not None:
+        try:
+            net.connect(proc)
+        except BaseException:
+            proc.wait()
+            if cgroup is not None:
+                cgroup.finish(wait=0)
+            raise
     disk = DiskWatch(list(watch), limits.disk_mb, proc.pid, tree_bounds(limits))
     # Bounded readers: a sandboxed program printing without end costs the host at most OUTPUT_CAP
     # per stream (head and tail kept), never its memory.
@@ -407,6 +440,8 @@ class BwrapSession(Session):
     netns = None
     # (uid, gid, name) of the sandbox's processes inside it (HarborSession: the image's User).
     sandbox_user = (SANDBOX_UID, SANDBOX_UID, "user")
+    # The session's writable root over the image (make_root_writable); None: the image read-only.
+    writable_root = None
 
     def __init__(self, image: Image, limits: Limits, work_root: Path | None = None, *, uid=FRESH_UID):
         """`uid`: the host uid the session's sandboxes run as; by default a fresh one per session
@@ -449,7 +484,20 @@ class BwrapSession(Session):
             raise
 
     def writable_roots(self) -> list[Path]:
-        return [self.layer, self.home]
+        return [self.layer, self.home, *(self.writable_root.roots if self.writable_root else [])]
+
+    def make_root_writable(self) -> bool:
+        """Give this session's sandboxes the image's whole root filesystem writable, as a container's
+        (runtime.rootlayer: an overlay whose upper layer lies in this session's tree, under the one
+        disk cap; the image itself is never written). False where this host cannot (not root, or
+        the host's /usr as root): the root stays read-only but for /app, /tmp and the home."""
+        from termforge.runtime import rootlayer
+
+        if self.uid is None or str(self.rootfs) == HOST_ROOTFS or not rootlayer.available():
+            return False
+        self.writable_root = rootlayer.WritableRoot.mount(self.rootfs, self.workdir / "rootfs",
+                                                          self.sandbox_user[:2], self.uid)
+        return True
 
     def exec(self, command: str, timeout: float | None = None, env: dict | None = None,
              cwd: str = "/app", binds: list[Bind] = (), stdin: bytes | None = None,
@@ -472,11 +520,14 @@ class BwrapSession(Session):
                 shm_dir=scratch.shm,
                 own_ipc=self.ipc is not None,
                 user=self.sandbox_user,
+                root_dir=self.writable_root.merged if self.writable_root else None,
+                named_netns=self.netns is not None,
             )
             return run_sandboxed(argv, timeout or self.limits.wall_sec, self.limits, stdin=stdin, uid=self.uid,
                                  watch=self.writable_roots() + scratch.roots + [b.host for b in binds if b.writable],
                                  pass_fds=pass_fds, ipc=self.ipc,
-                                 netns=self.netns if self.image.allow_network else None)
+                                 netns=self.netns if self.image.allow_network else None,
+                                 public_net=self.image.allow_network and self.netns is None)
         finally:
             scratch.remove()
 
@@ -495,10 +546,13 @@ class BwrapSession(Session):
                                 rootfs=self.rootfs, binds=self.binds,
                                 env=env, cwd=cwd, allow_network=self.image.allow_network, home_dir=self.home,
                                 tmp_dir=scratch.tmp, shm_dir=scratch.shm, own_ipc=self.ipc is not None,
-                                user=self.sandbox_user)
+                                user=self.sandbox_user,
+                                root_dir=self.writable_root.merged if self.writable_root else None,
+                                named_netns=self.netns is not None)
 
         return PersistentShell(argv, self.limits, uid=self.uid, watch=self.writable_roots() + scratch.roots,
-                               ipc=self.ipc, netns=self.netns if self.image.allow_network else None)
+                               ipc=self.ipc, netns=self.netns if self.image.allow_network else None,
+                               public_net=self.image.allow_network and self.netns is None)
 
     def copy_in(self, src: Path, dst: str) -> None:
         """Copy a host file or directory (termforge's own, e.g. a step's workdir) to `dst` in the
@@ -588,7 +642,9 @@ class BwrapSession(Session):
         what could not be removed is kept in `cleanup_problems`)."""
         if not self._stopped:
             self._stopped = True
-            self.cleanup_problems = trees.remove_tree(self.workdir)
+            detached = self.writable_root.unmount() if self.writable_root else []
+            # A mount that would not come off is never walked into: its tree is left, and said.
+            self.cleanup_problems = detached or trees.remove_tree(self.workdir)
             self.reservation.release()
 
 
@@ -689,7 +745,7 @@ class BwrapRuntime(Runtime):
         # setup.sh is task code: everything it can write counts against one disk_mb.
         limits = limits or Limits(wall_sec=timeout, cpu_sec=int(timeout))
         res = run_sandboxed(argv, timeout, limits, watch=[layer, tmp, home, shm],
-                            ipc=ipc_limits(limits) if own_ipc_namespaces() else None)
+                            ipc=ipc_limits(limits) if own_ipc_namespaces() else None, public_net=allow_network)
         on = f"base {base_ref['name']} {base_ref['digest'][:19]}" if base_ref else "the host's /usr (runtime.rootfs: host)"
         log = (f"# on {on}\n$ bash /tmp/env/setup.sh  (exit {res.exit_code}, {res.duration_sec:.2f}s)\n"
                f"{res.stdout}{res.stderr}")

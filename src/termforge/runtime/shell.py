@@ -21,15 +21,19 @@ from pathlib import Path
 from typing import Callable
 
 from termforge.runtime.base import ExecResult, Limits
-from termforge.runtime.process import DiskWatch, Launch, _limit_preexec, limit_reason, tree_bounds
+from termforge.runtime.process import DiskWatch, Launch, PublicNetwork, _limit_preexec, limit_reason, tree_bounds
 
 MAX_BUFFER = 8 * 1024 * 1024
 
 
 class PersistentShell:
     def __init__(self, argv_factory: Callable[[], list[str]], limits: Limits, uid: int | None = None,
-                 watch: list[Path] = (), ipc: dict[str, int] | None = None, netns=None):
+                 watch: list[Path] = (), ipc: dict[str, int] | None = None, netns=None, public_net: bool = False):
         self.netns = netns  # runtime.bwrap.NetworkNamespace the shell (and every restart) starts in
+        # Each (re)started shell's own namespace connected by slirp4netns (process.PublicNetwork),
+        # ended and reaped with that shell.
+        self.public_net = public_net
+        self.net: PublicNetwork | None = None
         self.argv_factory = argv_factory
         self.limits = limits
         self.uid = uid
@@ -39,7 +43,11 @@ class PersistentShell:
         self.restarts = 0
 
     def _start(self) -> None:
-        launch = Launch(self.argv_factory())
+        argv = self.argv_factory()
+        if self.public_net:
+            self.net = PublicNetwork(self.uid)
+            argv = self.net.argv(argv)
+        launch = Launch(argv)
         ns_fd = self.netns.open() if self.netns is not None else None
         try:
             self.proc = subprocess.Popen(
@@ -47,13 +55,27 @@ class PersistentShell:
                 start_new_session=True,
                 preexec_fn=_limit_preexec(self.limits, self.uid, ipc=self.ipc,
                                           netns=(self.netns, ns_fd) if ns_fd is not None else None),
-                pass_fds=launch.fds,
+                pass_fds=(*launch.fds, *(self.net.fds if self.net else ())),
                 env=launch.env,
             )
+        except BaseException:
+            self._close_net()
+            raise
         finally:
             if ns_fd is not None:
                 os.close(ns_fd)
             launch.close()
+        if self.net is not None:
+            try:
+                self.net.connect(self.proc)
+            except BaseException:
+                self._kill()
+                raise
+
+    def _close_net(self) -> None:
+        if self.net is not None:
+            self.net.close()
+            self.net = None
 
     def _kill(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -69,6 +91,7 @@ class PersistentShell:
                 except OSError:
                     pass
         self.proc = None
+        self._close_net()
 
     def run(self, command: str, timeout: float) -> ExecResult:
         if self.proc is None or self.proc.poll() is not None:
