@@ -129,8 +129,9 @@ TINY = {
 def _project(tmp: Path, ablations: dict | None = None) -> Path:
     repo = tmp / "project"
     repo.mkdir()
+    # pyproject.toml and README.md: the verifiers export builds a termforge wheel from the checkout.
     for name in ("Snakefile", "rules", "workflow", "profiles", "benchmarks", "src", "dvc-receipts", ".gitignore",
-                 ".dvcignore", "Makefile"):
+                 ".dvcignore", "Makefile", "pyproject.toml", "README.md"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, repo / name)
     base = yaml.safe_load((ROOT / "config.yaml").read_text())
