@@ -30,6 +30,6 @@ rule hint_uplift:
     threads: CPU_THREADS
     shell:
         "TERMFORGE_JOB_THREADS={threads} termforge hint-uplift --params {params.options:q} --demos {input.demos} "
-        "--tasks-dir results/tasks --images-dir results/images --corpus {input.corpus} --tasks {params.tasks} "
+        "--tasks-dir results/tasks --images-dir results/images --corpus {input.corpus} --task-count {params.tasks} "
         "--out {output.uplift} "
         "2>&1 | tee {log}"

@@ -94,6 +94,6 @@ def test_a_negative_task_count_is_refused_before_any_work(tmp_path, capsys):
 
     with pytest.raises(SystemExit) as exit_:
         main(["hint-uplift", "--demos", str(tmp_path / "demos.parquet"), "--tasks-dir", str(tmp_path),
-              "--images-dir", str(tmp_path), "--out", str(tmp_path / "uplift.json"), "--tasks", "-2"])
+              "--images-dir", str(tmp_path), "--out", str(tmp_path / "uplift.json"), "--task-count", "-2"])
     assert exit_.value.code == 2
-    assert "--tasks: expected 0 (every hinted task) or a positive count, got '-2'" in capsys.readouterr().err
+    assert "--task-count: expected 0 (every hinted task) or a positive count, got '-2'" in capsys.readouterr().err

@@ -498,7 +498,7 @@ def cmd_hint_uplift(args) -> int:
 
     o = _stage_options(args, "train")
     run_uplift_cli(o["train"], Path(args.out), demos=args.demos, tasks_dir=args.tasks_dir, images_dir=args.images_dir,
-                   corpus=args.corpus, k=args.k, min_uplift=args.min_uplift, max_tasks=args.tasks)
+                   corpus=args.corpus, k=args.k, min_uplift=args.min_uplift, max_tasks=args.task_count)
     return 0
 
 
@@ -905,7 +905,7 @@ def build_parser() -> argparse.ArgumentParser:
     input_arg(sp, "--corpus", kind="corpus_manifest", help="corpus manifest (its kept tasks and collected tests)")
     sp.add_argument("--k", type=int, default=8, help="episodes per task and arm (same seeds in both; at least 8)")
     sp.add_argument("--min-uplift", type=float, default=0.0, help="a hint whose uplift is not above this is flagged")
-    sp.add_argument("--tasks", type=_task_count, default=0, help="hinted tasks to measure: 0 every one, N of them spread "
+    sp.add_argument("--task-count", type=_task_count, default=0, help="hinted tasks to measure: 0 every one, N of them spread "
                     "over the families in turn (hints.uplift_tasks)")
     sp.set_defaults(func=cmd_hint_uplift)
 
