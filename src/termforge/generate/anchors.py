@@ -290,7 +290,9 @@ class Git(Anchor):
     name = "git"
     apt_packages = ("git",)
     artefacts = (f"{INBOX}/inputs.bundle",)
-    _GIT = ("env HOME={s} GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_DATE=2000-01-01T00:00:00Z GIT_COMMITTER_DATE=2000-01-01T00:00:00Z "
+    # Fixed identity and dates, no system or user config: the bundle depends on the inputs alone.
+    _GIT = ("env HOME={s} GIT_CONFIG_NOSYSTEM=1 "
+            "GIT_AUTHOR_DATE=2000-01-01T00:00:00Z GIT_COMMITTER_DATE=2000-01-01T00:00:00Z "
             "git -c user.name=packer -c user.email=packer@example.invalid -c init.defaultBranch=main")
 
     def params(self, rng):
@@ -359,8 +361,77 @@ class Apt(Anchor):
                 "install it system-wide: extract it.")
 
 
+class Hdf5(Anchor):
+    name = "HDF5"
+    apt_packages = ("python3-h5py",)
+    artefacts = (f"{INBOX}/inputs.h5",)
+
+    def params(self, rng):
+        return {"root": rng.choice(("app", "snapshot", "inputs"))}
+
+    def pack(self, p):
+        return _python("\n".join([_TAR_TO_ROWS, "import h5py, numpy as np",
+                                  f"with h5py.File({self.artefacts[0]!r}, 'w') as h5:",
+                                  f"    top = h5.create_group({p['root']!r})",
+                                  "    for path, kind, mode, data in sorted(tar_rows(%r)):" % TAR_GZ,
+                                  "        node = top.require_group(path) if kind == 'dir' else "
+                                  "top.create_dataset(path, data=np.frombuffer(data, dtype=np.uint8))",
+                                  "        node.attrs['type'], node.attrs['mode'] = kind, mode"]),
+                       "TERMFORGE_ANCHOR_HDF5")
+
+    def unpack(self, p):
+        return _python("\n".join([_ROWS_TO_APP, "import h5py, numpy as np", "rows = []",
+                                  f"with h5py.File({self.artefacts[0]!r}, 'r') as h5:",
+                                  f"    top = h5[{p['root']!r}]",
+                                  "    def visit(name, node):",
+                                  "        data = b'' if isinstance(node, h5py.Group) else np.asarray(node[()], dtype=np.uint8).tobytes()",
+                                  "        rows.append((name, str(node.attrs['type']), int(node.attrs['mode']), data))",
+                                  "    top.visititems(visit)",
+                                  "restore_rows(rows)"]), "TERMFORGE_ANCHOR_HDF5")
+
+    def describe(self, p):
+        return (f"`{self.artefacts[0]}` is an HDF5 file. Under its group `/{p['root']}` (which stands for `/app`) "
+                "every directory is a group and every file or symlink a one-dimensional uint8 dataset (a file's "
+                "bytes, a symlink's target), each with the attributes `type` (`dir`, `file` or `symlink`) and "
+                "`mode` (the permission bits, an integer).")
+
+
+class ExifTool(Anchor):
+    name = "ExifTool"
+    apt_packages = ("libimage-exiftool-perl",)
+    artefacts = (f"{INBOX}/inputs.xmp",)
+    # Simple (single-text) Dublin Core properties: one carries the archive, the others ordinary text.
+    _FIELDS = ("source", "identifier", "rights", "coverage")
+
+    def params(self, rng):
+        field = rng.choice(self._FIELDS[:2])
+        return {"field": field, "decoys": [f for f in self._FIELDS if f != field]}
+
+    def pack(self, p):
+        # An XMP sidecar: the whole file is metadata, so every byte of it is the task's input
+        # (a picture carrying it would have pixels no answer depends on).
+        return _python("\n".join([
+            "import base64",
+            f"fields = {{k: 'see the ticket' for k in {p['decoys']!r}}}",
+            f"fields[{p['field']!r}] = base64.b64encode(open({TAR_GZ!r}, 'rb').read()).decode()",
+            "props = ''.join(f'   <dc:{k}>{v}</dc:{k}>\\n' for k, v in sorted(fields.items()))",
+            "open(%r, 'w', encoding='utf-8').write(\"<?xpacket begin='\\ufeff' id='W5M0MpCehiHzreSzNTczkc9d'?>\\n\"" % self.artefacts[0],
+            "    \"<x:xmpmeta xmlns:x='adobe:ns:meta/'>\\n <rdf:RDF xmlns:rdf='http://www.w3.org/1999/02/22-rdf-syntax-ns#'>\\n\"",
+            "    \"  <rdf:Description rdf:about='' xmlns:dc='http://purl.org/dc/elements/1.1/'>\\n\" + props",
+            "    + \"  </rdf:Description>\\n </rdf:RDF>\\n</x:xmpmeta>\\n<?xpacket end='w'?>\\n\")"]),
+            "TERMFORGE_ANCHOR_XMP")
+
+    def unpack(self, p):
+        return f"exiftool -b -XMP-dc:{p['field'].capitalize()} {self.artefacts[0]} | base64 -d | tar -xzp -C /app\n"
+
+    def describe(self, p):
+        return (f"`{self.artefacts[0]}` is an XMP metadata sidecar; its Dublin Core field `{p['field']}` "
+                f"(ExifTool's tag `XMP-dc:{p['field'].capitalize()}`) holds a base64-encoded, gzip-compressed tar "
+                "archive of those files (paths relative to `/app`, file modes kept). Its other fields are not "
+                "part of it.")
+
 ANCHORS: dict[str, Anchor] = {a.name: a for a in (GnuTar(), Zstd(), Coreutils(), OpenSsl(), Sqlite(), Jq(), Numpy(),
-                                                    Git(), Apt())}
+                                                    Hdf5(), ExifTool(), Git(), Apt())}
 """Every anchor that can bear load, by its taxonomy name. An anchor not here is never drawn."""
 
 
