@@ -19,14 +19,15 @@ import pytest
 from conftest import make_signature, needs_bwrap
 from termforge.axes.sampler import anchor_honour, draw_signatures
 from termforge.axes.taxonomy import load_taxonomy
-from termforge.generate.anchors import (ANCHORS, anchor_plan, anchorless_corpus_kinds, apply_anchor,
-                                        load_bearing_anchors_by_domain)
+from termforge.generate.anchors import (ANCHORS, MIN_SECRET_LEN, anchor_plan, anchorless_corpus_kinds,
+                                        apply_anchor, hidden_strings, load_bearing_anchors_by_domain)
 from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
 from termforge.generate.families import default_families, family_by_name
 from termforge.generate.procedural import build_task, generate_task, task_json
 from termforge.grading.taskcheck import check_soundness
 from termforge.grading.verifier import run_oracle, run_verifier
 from termforge.images.runtimes import BwrapRuntime
+from termforge.quality import validate as quality_validate
 from termforge.runtime.base import Limits
 
 LIMITS = Limits(wall_sec=120, cpu_sec=120, memory_mb=4096)
@@ -228,11 +229,21 @@ def test_apply_anchor_without_an_anchor_is_the_identity():
 
 
 def test_family_declared_anchors_are_not_claimed_without_the_transformation():
-    # sqlite_shop_questions declares SQLite; requested "jq" it bears jq, and SQLite is never claimed for it.
-    fam = family_by_name("sqlite_shop_questions")
-    sig = make_signature(4, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0], anchor="jq")
-    meta = task_json(sig, build_task(sig, families=[fam]), {})
-    assert meta["actual"]["anchor"] == "jq" and meta["honoured"]["anchor"] is True
+    # The audited bug: a family that declares an anchor was recorded as honouring it, though the
+    # anchor shaped nothing. A declaration alone now claims nothing, and the task says nothing of it.
+    class DeclaresFfmpeg(TreeCensus):
+        name = "tree_census_declaring_ffmpeg"
+        anchors = ("FFmpeg",)
+
+    sig = _sig("FFmpeg", 4)
+    built = build_task(sig, families=[DeclaresFfmpeg()])
+    meta = task_json(sig, built, {})
+    assert meta["honoured"]["anchor"] is False and meta["actual"]["anchor"] is None
+    assert "FFmpeg" not in built.spec.instruction
+    # The same family asked for an anchor that bears load claims it, and the task changes with it.
+    sig = _sig("zstd", 4)
+    meta = task_json(sig, build_task(sig, families=[DeclaresFfmpeg()]), {})
+    assert meta["honoured"]["anchor"] is True and meta["actual"]["anchor"] == "zstd"
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -264,3 +275,19 @@ def test_every_load_bearing_anchor_is_a_taxonomy_anchor():
     tax = load_taxonomy()
     spelled = {a for body in tax["domains"].values() for a in body["anchors"]}
     assert set(ANCHORS) <= spelled
+
+
+def test_a_draw_whose_packed_form_would_spell_a_hidden_answer_is_refused():
+    # An invented truth that hides the packed form's own file name, which every draw shows.
+    spec = GitSafeTreeCensus().build(_sig("git"), random.Random(1))
+    spec.truth = {"labels": ["unrelated", "inputs.bundle"], "given": {"shown": "inputs.bundle"}}
+    with pytest.raises(ValueError, match="hidden answer"):
+        apply_anchor(spec, ANCHORS["git"], random.Random(2))
+    spec.truth = {"given": {"shown": "inputs.bundle"}}  # a given value may be shown
+    assert apply_anchor(spec, ANCHORS["git"], random.Random(2)).truth == spec.truth
+
+
+def test_the_leak_rule_restated_here_is_the_validators():
+    truth = {"answer": ["remove", "ab", {"deep": "inputs.db"}], "flag": True, "n": 1234567, "given": {"x": "shown!"}}
+    assert MIN_SECRET_LEN == quality_validate.MIN_SECRET_LEN
+    assert hidden_strings(truth) == set(quality_validate.hidden_truth_strings(truth))

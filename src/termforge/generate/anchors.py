@@ -293,7 +293,7 @@ class Git(Anchor):
     # Fixed identity and dates, no system or user config: the bundle depends on the inputs alone.
     _GIT = ("env HOME={s} GIT_CONFIG_NOSYSTEM=1 "
             "GIT_AUTHOR_DATE=2000-01-01T00:00:00Z GIT_COMMITTER_DATE=2000-01-01T00:00:00Z "
-            "git -c user.name=packer -c user.email=packer@example.invalid -c init.defaultBranch=main")
+            "git -c user.name=p -c user.email=p@p -c init.defaultBranch=main")
 
     def params(self, rng):
         return {"branch": rng.choice(("inputs", "snapshot", "handover")), "decoy": rng.choice(("draft", "wip"))}
@@ -345,7 +345,7 @@ class Apt(Anchor):
     def pack(self, p):
         pkg = f"{STAGING}/pkg"
         control = (f"Package: {p['package']}\nVersion: {p['version']}\nArchitecture: all\n"
-                   f"Maintainer: Task Packer <packer@example.invalid>\nDescription: the task's files\n")
+                   f"Maintainer: p <p@p>\nDescription: files\n")
         return (f"mkdir -p {pkg}/DEBIAN {pkg}/{self.PREFIX} && chmod 0755 {pkg} {pkg}/DEBIAN\n"
                 f"cat > {pkg}/DEBIAN/control <<'TERMFORGE_ANCHOR_CONTROL'\n{control}TERMFORGE_ANCHOR_CONTROL\n"
                 f"tar -xzpf {TAR_GZ} -C {pkg}/{self.PREFIX}\n"
@@ -503,6 +503,24 @@ def inputs_section(anchor: Anchor, params: dict) -> str:
         """).format(name=anchor.name, inbox=INBOX, describe=anchor.describe(params)).strip() + "\n"
 
 
+# The shortest answer string the validator's leak check looks for (quality.validate.MIN_SECRET_LEN;
+# generate may not import quality, so the rule is restated here and tests/test_anchors.py pins it).
+MIN_SECRET_LEN = 6
+
+
+def hidden_strings(truth: dict) -> set[str]:
+    """The answer strings the validator forbids in the instruction and setup.sh: every leaf of the
+    truth outside truth['given'], at least MIN_SECRET_LEN long (quality.validate.hidden_truth_strings)."""
+    def leaves(obj):
+        if isinstance(obj, dict):
+            return [s for v in obj.values() for s in leaves(v)]
+        if isinstance(obj, list):
+            return [s for v in obj for s in leaves(v)]
+        return [] if isinstance(obj, bool) or obj is None else [str(obj)]
+
+    return {s for s in leaves({k: v for k, v in truth.items() if k != "given"}) if len(s) >= MIN_SECRET_LEN}
+
+
 def apply_anchor(spec: TaskSpec, anchor: Anchor | None, rng: random.Random) -> TaskSpec:
     """The (composed) task with its inputs packed by `anchor`: setup packs /app last, every solution
     unpacks first, the initial test sees only the packed form, and the instruction says how to
@@ -510,8 +528,8 @@ def apply_anchor(spec: TaskSpec, anchor: Anchor | None, rng: random.Random) -> T
     if anchor is None:
         return spec
     params = anchor.params(rng)
-    setup = (spec.setup_sh.rstrip("\n") + "\n" + _python(_STAGE_APP, "TERMFORGE_ANCHOR_STAGE")
-             + anchor.pack(params) + f"rm -rf {STAGING}\n")
+    packing = _python(_STAGE_APP, "TERMFORGE_ANCHOR_STAGE") + anchor.pack(params) + f"rm -rf {STAGING}\n"
+    setup = spec.setup_sh.rstrip("\n") + "\n" + packing
     before = anchor.unpack(params) + f"rm -rf {STAGING}\n"
 
     def unpacking_first(solution: str) -> str:
@@ -520,7 +538,13 @@ def apply_anchor(spec: TaskSpec, anchor: Anchor | None, rng: random.Random) -> T
                            "bash /tmp/termforge-anchored-solve.sh\nrm -f /tmp/termforge-anchored-solve.sh\n")
 
     apt = tuple(sorted(set(spec.apt_packages) | set(anchor.apt_packages)))
-    instruction = spec.instruction.rstrip("\n") + "\n\n" + inputs_section(anchor, params)
+    section = inputs_section(anchor, params)
+    # What the anchor adds to what the agent and the image see must not spell an answer by chance
+    # (a table or branch name equal to a label the task hides): such a draw is refused, and the
+    # generator retries with a derived seed (procedural.build_task).
+    if clash := sorted(s for s in hidden_strings(spec.truth) if s in packing + section):
+        raise ValueError(f"{anchor.name}: the packed form's text would show a hidden answer ({clash[0][:40]!r})")
+    instruction = spec.instruction.rstrip("\n") + "\n\n" + section
     return replace(spec, setup_sh=setup, solve_sh=unpacking_first(spec.solve_sh),
                    alternatives={k: unpacking_first(v) for k, v in spec.alternatives.items()},
                    instruction=instruction, test_initial=_initial_test(anchor, list(spec.output_paths)),
