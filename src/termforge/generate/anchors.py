@@ -28,6 +28,7 @@ from typing import ClassVar
 from termforge.generate.base import TaskFamily, TaskSpec, bash_script, pytest_module
 from termforge.generate.bundles import INBOX, PACK_SOURCE
 from termforge.generate.families import CALIBRATION_KIND, all_families
+from termforge.schemas import with_packing_step
 
 # The packed /app as a gzip-compressed tar (bundles.PACK_SOURCE makes it), on its way into the
 # anchor's format during setup; the oracle's decoders put it back the same way.
@@ -529,7 +530,7 @@ def apply_anchor(spec: TaskSpec, anchor: Anchor | None, rng: random.Random) -> T
         return spec
     params = anchor.params(rng)
     packing = _python(_STAGE_APP, "TERMFORGE_ANCHOR_STAGE") + anchor.pack(params) + f"rm -rf {STAGING}\n"
-    setup = spec.setup_sh.rstrip("\n") + "\n" + packing
+    setup = with_packing_step(spec.setup_sh, packing)
     before = anchor.unpack(params) + f"rm -rf {STAGING}\n"
 
     def unpacking_first(solution: str) -> str:
