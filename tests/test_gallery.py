@@ -14,3 +14,6 @@ def test_the_gallery_is_current():
     for fam in all_families():
         assert f"## {fam.name.replace('_', '-')}" in text and fam.summary in text
     assert "**opt-in**" in text  # the calibration family says it is drawn only on request
+    # A family's declared anchors are context, never presented as anchors the task honours.
+    assert "; anchors: " not in text and text.count("anchors its text mentions (context only, not honoured") == len(
+        all_families())

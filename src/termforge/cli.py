@@ -206,7 +206,7 @@ def cmd_sample_axes(args) -> int:
                            anchors_by_domain=load_bearing_anchors_by_domain(taxonomy, default_families()),
                            anchorless_kinds=anchorless_corpus_kinds())
     sigs = draw.signatures
-    stats = axis_balance(sigs, taxonomy, domains)
+    stats = axis_balance(sigs, taxonomy, domains, draw)
     stats["verifier_kind_honour"] = verifier_kind_honour(draw)
     stats["anchor_honour"] = anchor_honour(draw, taxonomy)
     with StagedOutputs() as staged:  # signatures and their balance, both or neither

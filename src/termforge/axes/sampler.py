@@ -20,8 +20,12 @@ A signature fixes every axis of one task . Two rules shape this module:
   cannot is replaced by a draw over the kinds it can (weights renormalised) from where the same
   uniform number fell inside the replaced kind's bucket, so RNG consumption stays fixed. Where
   the domain can honour none of the corpus kind's kinds (rl_v2 in a domain whose families all
-  grade exact text) the weighted draw stands and a strategy adds the kind (generate.compose);
-  the stats (verifier_kind_honour) count it as not honoured by the family.
+  grade exact text) the domain is still never asked for a kind no family there grades: the same
+  number picks, uniformly, among the kinds the domain does honour, outside the corpus kind's
+  weights (so such an rl_v2 signature asks exact_text); the stats (verifier_kind_honour,
+  `outside_corpus_weights`) count these per corpus kind and domain. Together with the family
+  choice (generate.procedural.rank_families: a family whose own final test is the requested kind
+  comes first), every kind a restricted draw asks is graded by the family's own deliverable.
 * A domain is only asked for anchors a task there can bear (`anchors_by_domain`, from
   generate.anchors.load_bearing_anchors_by_domain: the anchor decides how the inputs arrive), and
   a corpus kind in `anchorless_kinds` (one whose families cannot take an anchor) for none. The
@@ -199,13 +203,19 @@ class _Tables:
             self.kind_tables[kind] = {axis: _cumulative(weights[axis][v] for v in REWEIGHTED_AXES[axis])
                                       for axis in REWEIGHTED_AXES}
         # (corpus kind, domain) -> cumulative weights over the kinds the domain honours; absent
-        # where no restriction is given or the domain honours none of the corpus kind's kinds.
+        # where no restriction is given or the domain honours no kind at all. Where it honours
+        # none the corpus kind weighs, the kinds it honours count alike (module docstring), and
+        # the pair is in `outside_corpus_weights`.
         self.honoured_verifier_cum: dict[tuple[str, str], list[float]] = {}
+        self.outside_corpus_weights: set[tuple[str, str]] = set()
         for domain in domains if verifier_kinds_by_domain is not None else ():
             allowed = set(verifier_kinds_by_domain.get(domain, ()))
             for kind in CORPUS_KINDS:
                 w = corpus_axis_weights(kind, new_bucket_weight, rl_intricate_prob)["verifier_kind"]
                 cum = _cumulative(w[v] if v in allowed else 0.0 for v in VERIFIER_KINDS)
+                if cum[-1] <= 0 and allowed:
+                    cum = _cumulative(1.0 if v in allowed else 0.0 for v in VERIFIER_KINDS)
+                    self.outside_corpus_weights.add((kind, domain))
                 if cum[-1] > 0:
                     self.honoured_verifier_cum[(kind, domain)] = cum
 
@@ -268,6 +278,8 @@ class Draw:
     requested_anchors: list[str | None] | None = None
     """Per signature, the anchor drawn before the domain's restriction (None: no anchor drawn)."""
     anchors_by_domain: dict[str, tuple[str, ...]] | None = None
+    outside_corpus_weights: frozenset = frozenset()
+    """(corpus kind, domain) pairs asked, for want of any other, a kind their corpus kind does not weigh."""
 
 
 def sample_signatures(n: int, seed: int, corpus_mix: dict[str, float], taxonomy: dict,
@@ -318,7 +330,7 @@ def draw_signatures(n: int, seed: int, corpus_mix: dict[str, float], taxonomy: d
     anchor_table = None if tables.bearable_anchors is None else {
         d: tuple(a) for d, a in zip(chosen, tables.bearable_anchors)}
     return Draw([sig for sig, _, _ in drawn], [req for _, req, _ in drawn], by_domain,
-                [a for _, _, a in drawn], anchor_table)
+                [a for _, _, a in drawn], anchor_table, frozenset(tables.outside_corpus_weights))
 
 
 def write_signatures(path: str | Path, sigs: list[dict]) -> None:
@@ -365,19 +377,26 @@ def _per_domain_axis(sigs: list[dict], axis: str, options: dict[str, list[str]])
             "by_domain": per_domain}
 
 
-def axis_balance(sigs: list[dict], taxonomy: dict, domains: list[str] | None = None) -> dict:
+def axis_balance(sigs: list[dict], taxonomy: dict, domains: list[str] | None = None,
+                 draw: Draw | None = None) -> dict:
     """Per-axis counts and normalised effective numbers (exp(H)/N, N = values possible in this
     run), plus totals. The possible values of the three reweighted axes are those the corpus
-    kinds present can produce (a legacy-only run is perfectly balanced on verifier kind)."""
+    kinds present can produce (a legacy-only run is perfectly balanced on verifier kind), and, given
+    the `draw` the signatures come from, the verifier kinds it asked outside the corpus weights
+    (Draw.outside_corpus_weights)."""
     chosen = _resolve_domains(taxonomy, domains)
     kinds_present = [k for k in CORPUS_KINDS if any(s["corpus_kind"] == k for s in sigs)]
+    outside = set() if draw is None else {s["verifier_kind"] for s in draw.signatures
+                                          if (s["corpus_kind"], s["domain"]) in draw.outside_corpus_weights}
+    possible_kinds = _possible_reweighted("verifier_kind", kinds_present)
+    possible_kinds = [v for v in VERIFIER_KINDS if v in set(possible_kinds) | outside]
     flat_options: dict[str, list] = {
         "domain": chosen,
         "language": [lang for lang, w in taxonomy["languages"].items() if w > 0],
         "anchor_presence": ["anchored", "none"],
         "task_complexity": _possible_reweighted("task_complexity", kinds_present),
         "command_complexity": list(COMMAND_COMPLEXITIES),
-        "verifier_kind": _possible_reweighted("verifier_kind", kinds_present),
+        "verifier_kind": possible_kinds,
         "fixture_kind": _possible_reweighted("fixture_kind", kinds_present),
         "corpus_kind": kinds_present,
     }
@@ -441,7 +460,13 @@ def verifier_kind_honour(draw: Draw) -> dict:
             "asked": {v: asked[v] for v in VERIFIER_KINDS if asked[v]},
             "redirected": dict(sorted(moved.items())),
             "honoured_by_family": {v: honoured[v] for v in VERIFIER_KINDS if honoured[v]},
-            "honoured_share": round(sum(honoured.values()) / n, 6) if n and by_domain is not None else None}
+            "honoured_share": round(sum(honoured.values()) / n, 6) if n and by_domain is not None else None,
+            # Signatures whose domain honours no kind their corpus kind weighs (rl_v2 where every
+            # family grades exact text): asked a kind the domain honours instead, never one a
+            # program beside the task would have to supply.
+            "outside_corpus_weights": {f"{k}/{d}": c for (k, d), c in sorted(Counter(
+                (s["corpus_kind"], s["domain"]) for s in draw.signatures
+                if (s["corpus_kind"], s["domain"]) in draw.outside_corpus_weights).items())}}
 
 
 def anchor_honour(draw: Draw, taxonomy: dict) -> dict:

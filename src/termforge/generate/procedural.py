@@ -36,12 +36,19 @@ def shape_mismatches(sig: dict, fam: TaskFamily) -> list[str]:
 
 def rank_families(sig: dict, families: list[TaskFamily]) -> list[TaskFamily]:
     """Families from best to worst for the signature. Domain weighs most (a task stays in its
-    domain whenever a family there exists), then the number of shape axes missed, then whether
-    the family exercises any requested skill; ties are broken by the task's own seed."""
+    domain whenever a family there exists); then, for a requested verifier kind other than
+    exact_text, whether the family's own final test is that kind (a family that cannot grade it
+    would have a program beside the task supply it: generate.compose), so a domain with a family
+    that grades the kind always builds the task with one; then the number of shape axes missed,
+    then whether the family exercises any requested skill; ties are broken by the task's own seed.
+    (exact_text, which every domain's families grade, is left to the axis count: the legacy corpus
+    keeps its families.)"""
+    kind_counts = sig.get("verifier_kind") != "exact_text"
 
-    def cost(fam: TaskFamily) -> tuple[int, int, int]:
+    def cost(fam: TaskFamily) -> tuple[int, int, int, int]:
         miss = shape_mismatches(sig, fam)
-        return (1 if "domain" in miss else 0, len(miss), 0 if exercised_skills(sig, fam) else 1)
+        return (1 if "domain" in miss else 0, 1 if kind_counts and "verifier_kind" in miss else 0, len(miss),
+                0 if exercised_skills(sig, fam) else 1)
 
     rng = random.Random(seed_from("family", sig["id"]))
     by_cost: dict[tuple, list[TaskFamily]] = {}
