@@ -45,7 +45,8 @@ def bench_generate(n: int) -> None:
 
 def overlay_signatures(overlay: str, unrestricted: bool = False) -> list[dict]:
     """The overlay's signatures as the sample_axes stage draws them: each domain asked only for the
-    verifier kinds its families grade themselves (`unrestricted`: the corpus weights alone)."""
+    verifier kinds its families grade themselves and the anchors its tasks can bear (`unrestricted`:
+    the corpus weights and the taxonomy's anchors alone)."""
     import yaml
 
     root = Path(__file__).resolve().parents[1]
@@ -55,9 +56,12 @@ def overlay_signatures(overlay: str, unrestricted: bool = False) -> list[dict]:
     c = cfg["corpus"]
     restriction = {}
     if not unrestricted:  # (imported here: the unrestricted draw also runs against older checkouts)
-        from termforge.generate.families import intrinsic_verifier_kinds_by_domain
+        from termforge.generate.anchors import anchorless_corpus_kinds, load_bearing_anchors_by_domain
+        from termforge.generate.families import default_families, intrinsic_verifier_kinds_by_domain
 
         restriction["verifier_kinds_by_domain"] = intrinsic_verifier_kinds_by_domain()
+        restriction["anchors_by_domain"] = load_bearing_anchors_by_domain(load_taxonomy(), default_families())
+        restriction["anchorless_kinds"] = anchorless_corpus_kinds()
     return sample_signatures(c["n_tasks"], cfg["seed"], c["mix"], load_taxonomy(), domains=c["domains"] or None,
                              anchor_prob=c["anchor_prob"], new_bucket_weight=c["sft_v2_new_bucket_weight"],
                              **restriction)
@@ -74,7 +78,8 @@ def bench_signatures(overlay: str, limit: int = 0) -> None:
     for sig in sigs:
         built = build_task(sig)  # the signature's corpus kind picks the families, as generate does
         spec = built.spec
-        ok = honoured_axes(sig, actual_axes(sig, built.family, spec.verifier_kind, spec.fixture_kind), built.family)
+        ok = honoured_axes(sig, actual_axes(sig, built.family, spec.verifier_kind, spec.fixture_kind,
+                                            built.anchor.name if built.anchor else None), built.family)
         for a in AXES:
             honoured[a] += ok[a]
         shape += all(ok[a] for a in SHAPE_AXES)

@@ -13,10 +13,13 @@ signatures:
   grades the task. The task is generated twice from the same signature and seeds, once with the
   anchor and once with it removed; if the fixtures, setup, tests, truth and oracle come out byte
   for byte the same, no verdict can depend on the anchor (only the instruction's words changed).
-  Beside it, for comparison, the metadata's view: the family declares the anchor (honour.py).
+  Behavioural check (--anchor-behavioural K, real bwrap sandboxes, a seeded random sample of K
+  anchored tasks): the anchored task's oracle must score 1 on its own final test, and the oracle
+  of the task built without the anchor, run on the anchored task, must score 0 there: ignoring
+  the anchor changes the verdict. Beside them, the metadata's view: task.json's honoured.anchor.
 
     .venv/bin/python bench/bench_honour.py --n 300                 # proxy + anchors, seconds
-    .venv/bin/python bench/bench_honour.py --n 300 --behavioural 24  # + sandboxed check, minutes
+    .venv/bin/python bench/bench_honour.py --n 300 --behavioural 24 --anchor-behavioural 24  # + sandboxes, minutes
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from pathlib import Path
 from termforge.generate.base import TaskSpec
 from termforge.generate.compose import compose, plan
 from termforge.generate.honour import honest_view
-from termforge.generate.procedural import build_task, write_task
+from termforge.generate.procedural import build_task, task_json, write_task
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -75,11 +78,39 @@ def intrinsic_proxy(sig: dict, built) -> bool:
     return built.spec.verifier_kind == sig["verifier_kind"] and plan(sig, built.family).strategy is None
 
 
+def without_anchor(sig: dict, built) -> TaskSpec:
+    """The same signature's task with the anchor removed (same family and seeds)."""
+    return build_task({**sig, "anchor": None}, families=[built.family]).spec
+
+
 def anchor_involved(sig: dict, built) -> bool:
     """Whether removing the anchor (same signature otherwise, same family and seeds) changes any
     file that decides a verdict."""
-    without = build_task({**sig, "anchor": None}, families=[built.family]).spec
+    without = without_anchor(sig, built)
     return any(getattr(built.spec, part) != getattr(without, part) for part in GRADING_PARTS)
+
+
+def anchor_behavioural(sig: dict, built, work: Path, runtime, limits) -> tuple[bool | None, str]:
+    """(True: the anchored task's oracle scores 1 and the oracle of the task without the anchor
+    scores 0 on it; False: ignoring the anchor still scores; None: not measurable, with why)."""
+    from termforge.grading.verifier import run_oracle, run_verifier
+
+    task_dir, _ = write_task(sig, work / "anchored", families=[built.family])
+    naive_dir = work / "naive" / task_dir.name
+    shutil.copytree(task_dir, naive_dir)
+    (naive_dir / "solution" / "solve.sh").write_text(without_anchor(sig, built).solve_sh)
+    shutil.rmtree(naive_dir / "solution" / "alternatives", ignore_errors=True)
+    build = runtime.build(task_dir, work / "images")
+    if not build.ok:
+        return None, f"build failed: {build.reason}"[:200]
+    verdicts = []
+    for solution_of in (task_dir, naive_dir):
+        with runtime.start(build.image, limits) as session:
+            run_oracle(session, solution_of, timeout=limits.wall_sec)
+            verdicts.append(run_verifier(session, task_dir, timeout=limits.wall_sec).reward)
+    if verdicts[0] != 1.0:
+        return None, f"the anchored oracle scores {verdicts[0]}"
+    return verdicts[1] == 0.0, f"the oracle that ignores the anchor scores {verdicts[1]}"
 
 
 def behavioural(sig: dict, built, work: Path, runtime, limits) -> tuple[bool | None, str]:
@@ -127,14 +158,18 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=300, help="signatures sampled from the run")
     ap.add_argument("--behavioural", type=int, default=0, metavar="K",
                     help="run the sandboxed check on K non-exact_text tasks (a seeded random sample)")
+    ap.add_argument("--anchor-behavioural", type=int, default=0, metavar="K",
+                    help="run the sandboxed anchor check on K anchored tasks (a seeded random sample)")
     ap.add_argument("--unrestricted", action="store_true",
-                    help="verifier kinds by the corpus weights alone, every domain asked for every kind (the old draw)")
+                    help="verifier kinds by the corpus weights alone, every domain asked for every kind, and "
+                         "every taxonomy anchor drawn (the old draw)")
     args = ap.parse_args()
     existing("--config", ROOT / args.config)
     sigs = sample(args.config, args.n, args.unrestricted)
     rows: dict[str, Counter] = defaultdict(Counter)
     requested_vs_built: Counter = Counter()
     picked: dict[str, list] = defaultdict(list)
+    anchored: list = []
     start = time.perf_counter()
     built_all = [(sig, build_task(sig)) for sig in sigs]
     gen_ms = 1000 * (time.perf_counter() - start) / max(1, len(sigs))
@@ -151,7 +186,8 @@ def main() -> int:
         if sig.get("anchor"):
             rows[fam]["anchor_requested"] += 1
             rows[fam]["anchor_involved"] += anchor_involved(sig, built)
-            rows[fam]["anchor_declared"] += sig["anchor"] in built.family.anchors
+            rows[fam]["anchor_claimed"] += task_json(sig, built, {})["honoured"]["anchor"]
+            anchored.append((sig, built))
     if args.behavioural:
         from termforge.runtime.base import Limits
         from termforge.images.runtimes import BwrapRuntime
@@ -171,8 +207,26 @@ def main() -> int:
                     rows[fam]["behaviour_intrinsic"] += ok
                     if ok != intrinsic_proxy(sig, built):
                         print(f"  proxy disagrees {sig['id']} {fam} {sig['verifier_kind']}: {why}")
+    if args.anchor_behavioural:
+        from termforge.runtime.base import Limits
+        from termforge.images.runtimes import BwrapRuntime
+
+        runtime, limits = BwrapRuntime(), Limits(wall_sec=120, cpu_sec=120, memory_mb=4096)
+        chosen = random.Random(1).sample(anchored, min(args.anchor_behavioural, len(anchored)))
+        with tempfile.TemporaryDirectory() as tmp:
+            for sig, built in chosen:
+                ok, why = anchor_behavioural(sig, built, Path(tmp), runtime, limits)
+                fam = built.family.name
+                if ok is None:
+                    rows[fam]["anchor_unmeasured"] += 1
+                    print(f"  anchor unmeasured {sig['id']} {fam} {sig['anchor']}: {why}")
+                else:
+                    rows[fam]["anchor_checked"] += 1
+                    rows[fam]["anchor_verdict_changes"] += ok
+                    if not ok:
+                        print(f"  anchor ignored and still passes {sig['id']} {fam} {sig['anchor']}: {why}")
     print(f"{'family':36} {'kind intrinsic (proxy)':>24} {'behavioural':>16} {'anchor involved':>18} "
-          f"{'anchor declared':>18}")
+          f"{'anchor behavioural':>19} {'anchor claimed':>18}")
     total: Counter = Counter()
     for fam in sorted(rows):
         total.update(rows[fam])
@@ -180,7 +234,8 @@ def main() -> int:
         print(f"{name:36} {pct(r['kind_intrinsic'], r['kind_requested']):>24} "
               f"{pct(r['behaviour_intrinsic'], r['behaviour_checked']):>16} "
               f"{pct(r['anchor_involved'], r['anchor_requested']):>18} "
-              f"{pct(r['anchor_declared'], r['anchor_requested']):>18}")
+              f"{pct(r['anchor_verdict_changes'], r['anchor_checked']):>19} "
+              f"{pct(r['anchor_claimed'], r['anchor_requested']):>18}")
     print("requested kind -> what grades it:")
     for (want, got), c in sorted(requested_vs_built.items()):
         print(f"  {want:20} -> {got:30} {c}")

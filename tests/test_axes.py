@@ -326,7 +326,12 @@ def test_a_domain_is_asked_only_for_kinds_it_honours(tax):
             assert sig["verifier_kind"] in allowed, sig
             # a request the domain honours is never moved
             assert requested not in allowed or sig["verifier_kind"] == requested, sig
-        else:  # nothing it could honour for this corpus kind: the weighted draw stands
+        elif HONOURS.get(sig["domain"]):
+            # Nothing it honours has weight for this corpus kind (rl_v2 in file_operations): it is
+            # still asked only for a kind it honours, never one a program beside the task supplies.
+            assert sig["verifier_kind"] in HONOURS[sig["domain"]], sig
+            assert (sig["corpus_kind"], sig["domain"]) in draw.outside_corpus_weights, sig
+        else:  # a domain no family serves at all: the weighted draw stands
             assert sig["verifier_kind"] == requested, sig
     rl_sec = [s for s in draw.signatures if s["corpus_kind"] == "rl_v2" and s["domain"] == "security"]
     assert rl_sec and {s["verifier_kind"] for s in rl_sec} == {"adversarial_corpus"}
@@ -359,8 +364,12 @@ def test_the_stats_say_what_was_requested_asked_and_honoured(tax):
     assert got["asked"] == dict(Counter(s["verifier_kind"] for s in draw.signatures))
     honoured = [s for s in draw.signatures if s["verifier_kind"] in HONOURS.get(s["domain"], ())]
     assert sum(got["honoured_by_family"].values()) == len(honoured)
-    # rl_v2 never asks exact_text, so file_operations and the unlisted domains honour nothing here
-    assert not any(s["domain"] not in ("security", "debugging") for s in honoured)
+    # Every signature of a listed domain asks a kind it honours; rl_v2 weighs no kind file_operations
+    # honours, so there it asks exact_text, outside its weights, and the stats count each one.
+    assert {s["domain"] for s in draw.signatures} - {s["domain"] for s in honoured} == set(DOMAINS) - set(HONOURS)
+    ops = [s for s in draw.signatures if s["domain"] == "file_operations"]
+    assert ops and {s["verifier_kind"] for s in ops} == {"exact_text"}
+    assert got["outside_corpus_weights"] == {"rl_v2/file_operations": len(ops)}
     assert got["honoured_share"] == round(len(honoured) / 1500, 6)
     assert sum(got["redirected"].values()) == sum(a["verifier_kind"] != b["verifier_kind"]
                                                   for a, b in zip(free, draw.signatures))

@@ -27,7 +27,7 @@ SMOKE = {
     "bench_decontam.py": ["--tasks", "200", "--refs", "5", "--plants", "1", "--repeat", "1", "--shard-size", "100"],
     "bench_generate.py": ["--tasks", "3", "--reps", "2"],
     "bench_harness.py": ["--tasks", "1", "--delay", "0.05", "--concurrency", "1,2"],
-    "bench_honour.py": ["--n", "20", "--behavioural", "1"],
+    "bench_honour.py": ["--n", "20", "--behavioural", "1", "--anchor-behavioural", "1"],
     "bench_hint_gate.py": ["--split", "heldout"],
     "bench_images.py": ["--tasks", "1", "--starts", "2"],
     "bench_input_checks.py": ["--tasks", "20", "--k", "2", "--repeat", "1"],

@@ -15,3 +15,6 @@ def test_the_gallery_is_current():
         assert f"## {fam.name.replace('_', '-')}" in text and fam.summary in text
         assert all(f"`{knob}` " in text for knob in fam.knobs.per_level), f"{fam.name}: its difficulty knobs"
     assert "**opt-in**" in text  # the calibration family says it is drawn only on request
+    # A family's declared anchors are context, never presented as anchors the task honours.
+    assert "; anchors: " not in text and text.count("anchors its text mentions (context only, not honoured") == len(
+        all_families())

@@ -16,7 +16,9 @@ from termforge.axes.taxonomy import load_taxonomy
 from termforge.errors import TermforgeError
 from termforge.export import harbor_task_toml, policy_row
 from termforge.generate.base import FamilyAxes, TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
-from termforge.generate.families import all_families, family_by_name, intrinsic_verifier_kinds_by_domain
+from termforge.generate.anchors import anchorless_corpus_kinds, load_bearing_anchors_by_domain
+from termforge.generate.families import (all_families, default_families, family_by_name,
+                                        intrinsic_verifier_kinds_by_domain)
 from termforge.generate.honour import AXES
 from termforge.generate.procedural import attempt_seeds, build_task, generate_task, task_json
 
@@ -37,12 +39,15 @@ def _config(*overlays: str) -> dict:
 def _signatures(*overlays: str, every_kind_everywhere: bool = False) -> tuple:
     cfg = _config(*overlays)
     c = cfg["corpus"]
-    # As the sample_axes stage draws them: each domain asked only for kinds its families grade
-    # (`every_kind_everywhere`: the draw before that restriction, which some reported failures came from).
+    # As the sample_axes stage draws them: each domain asked only for kinds its families grade and
+    # anchors its tasks can bear (`every_kind_everywhere`: the draw before those restrictions, which
+    # some reported failures came from).
     by_domain = None if every_kind_everywhere else intrinsic_verifier_kinds_by_domain()
+    anchors = None if every_kind_everywhere else load_bearing_anchors_by_domain(load_taxonomy(), default_families())
     return tuple(sample_signatures(c["n_tasks"], cfg["seed"], c["mix"], load_taxonomy(), domains=c["domains"] or None,
                                    anchor_prob=c["anchor_prob"], new_bucket_weight=c["sft_v2_new_bucket_weight"],
-                                   verifier_kinds_by_domain=by_domain))
+                                   verifier_kinds_by_domain=by_domain, anchors_by_domain=anchors,
+                                   anchorless_kinds=anchorless_corpus_kinds()))
 
 
 def _tmax15k_slice() -> list[dict]:
@@ -163,7 +168,9 @@ def _check_instruction(sig: dict, fam: TaskFamily, instruction: str, all_skills:
     mention = "Context: this comes up when working with "
     if mention in instruction:
         anchor = instruction.split(mention, 1)[1].split(".\n", 1)[0]
-        assert anchor in fam.anchors and anchor == sig["anchor"], f"{sig['id']}: anchor {anchor!r} not involved"
+        # Named only when the inputs are packed with it (generate.anchors), whatever the family declares.
+        assert anchor == sig["anchor"] and f"## Inputs packed with {anchor}\n" in instruction, \
+            f"{sig['id']}: anchor {anchor!r} not involved"
 
 
 @pytest.mark.parametrize("overlays", [(), ("configs/tmax15k.yaml",)], ids=["default", "tmax15k-slice"])
@@ -226,26 +233,20 @@ def test_tmax15k_overlay_plans_75_shards_per_stage(tmp_path):
         {"generate": "75", "build_images": "75", "validate": "75", "solve": "75"}
 
 
-class _AnchorShaped(_Flaky):
-    """Writes its input in the anchor's format when one is given (an anchor that is load-bearing)."""
-
-    anchors = ("SQLite",)
-
-    def build(self, sig, rng):
-        spec = super().build(sig, rng)
-        fixture = b"SQLite format 3\0" if sig.get("anchor") else b"id,name\n"
-        return TaskSpec(**{**spec.__dict__, "fixtures": {"input": fixture}})
-
-
 def test_the_audit_tells_a_load_bearing_anchor_from_a_named_one():
     import sys as _sys
 
     _sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     from bench_honour import anchor_involved
 
-    sig = make_signature(9, "debugging", "exact_text", "text_only", anchor="SQLite")
-    named, shaped = _Flaky(), _AnchorShaped()
-    named.anchors = ("SQLite",)  # declared, and named in the instruction, but shaping nothing
+    # FFmpeg has no transformation that makes it bear load (generate.anchors): a family may declare
+    # it, but the task is the same bytes without it and the metadata does not claim it.
+    sig = make_signature(9, "debugging", "exact_text", "text_only", anchor="FFmpeg")
+    named = _Flaky()
+    named.anchors = ("FFmpeg",)
     built = build_task(sig, [named])
-    assert "SQLite" in built.spec.instruction and not anchor_involved(sig, built)
-    assert anchor_involved(sig, build_task(sig, [shaped]))
+    assert not anchor_involved(sig, built) and task_json(sig, built, {})["honoured"]["anchor"] is False
+    # SQLite packs the same family's inputs into a database: the setup, oracle and initial test change.
+    sig = make_signature(9, "debugging", "exact_text", "text_only", anchor="SQLite")
+    built = build_task(sig, [_Flaky()])
+    assert anchor_involved(sig, built) and task_json(sig, built, {})["honoured"]["anchor"] is True

@@ -259,9 +259,12 @@ def test_validation_verdicts_are_identical_on_the_reference_and_the_default_path
             _same_verdict(new, old, task_dir.name)
             assert old.kept and old.evidence["mutation"], task_dir.name  # every check ran
             # Saved: the mutation probe's own run and one per mutant, and input sensitivity's run
-            # on the untouched environment (and the one before its program check).
+            # on the untouched environment (and the one before its program check). A packed task's
+            # (the composed one) runs on the family's own environment, then packs: not saved.
             program = old.evidence["sensitivity"]["mode"] == "program"
-            assert new_runs == old_runs - (1 + len(old.evidence["mutation"])) - (2 if program else 1), task_dir.name
+            packed = bool(old.evidence["sensitivity"]["before_packing"])
+            saved_by_sensitivity = (1 if program else 0) + (0 if packed else 1)
+            assert new_runs == old_runs - (1 + len(old.evidence["mutation"])) - saved_by_sensitivity, task_dir.name
         assert len(shelf._all) == 1  # one zygote served the whole corpus
     concurrent = validate_task(corpus[-1], BwrapRuntime(), tmp_path / "images", LIMITS, concurrent_checks=3)
     _same_verdict(concurrent, old, corpus[-1].name)

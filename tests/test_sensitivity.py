@@ -29,10 +29,12 @@ from termforge.images.runtimes import BwrapRuntime
 LIMITS = Limits(wall_sec=60, cpu_sec=60, memory_mb=4096)
 
 
-def _task(tmp_path, name, seed=0):
+def _task(tmp_path, name, seed=0, anchor=None):
+    """`anchor`: the same signature, id included (so the same family data), asking for it."""
     fam = family_by_name(name)
     sig = make_signature(seed, fam.domains[0], fam.verifier_kinds[0], fam.fixture_kinds[0],
                          corpus_kind=f"family-test-{fam.name}")
+    sig = {**sig, "anchor": anchor} if anchor else sig
     return generate_task(sig, tmp_path / "tasks", families=[fam])
 
 
@@ -242,12 +244,15 @@ def test_an_instruction_that_states_the_output_is_dropped(tmp_path):
 
 
 @needs_bwrap
-def test_a_log_level_filter_task_whose_selected_lines_the_blanket_perturbations_miss_is_kept(tmp_path):
+@pytest.mark.parametrize("anchor", (None, "GNU tar"))
+def test_a_log_level_filter_task_whose_selected_lines_the_blanket_perturbations_miss_is_kept(anchor, tmp_path):
     """Issue 40: the family's oracle plainly reads its logs, but for this seed both blanket
     perturbations (numbers in every second line, every third line dropped) miss the one line it
     selects, and the task was dropped as "answer is a constant". The perturbation aimed at the
-    lines the oracle's output holds moves it."""
-    task_dir = _task(tmp_path, "log_level_filter", seed=19)
+    lines the oracle's output holds moves it; with an anchor too, where the logs reach the agent
+    only inside the packed form (they are perturbed before packing)."""
+    task_dir = _task(tmp_path, "log_level_filter", seed=19, anchor=anchor)
+    assert (task_dir / "environment" / "setup.sh").read_text().count("tar --sort=name") == (anchor is not None)
     [selected] = json.loads((task_dir / "private" / "truth.json").read_text())["expected_lines"]
     for variant in (0, 1):  # the case as it is: neither blanket perturbation touches the selected line
         for log in (task_dir / "environment" / "fixtures" / "logs").iterdir():
@@ -257,6 +262,7 @@ def test_a_log_level_filter_task_whose_selected_lines_the_blanket_perturbations_
     assert v.kept, (v.stage, v.reason)
     [row] = v.evidence["sensitivity"]["per_input"]
     assert row["input"] == "/app/logs/" and row["moved"] and row["variant"].endswith("_at_answer"), row
+    assert v.evidence["sensitivity"]["before_packing"] is (anchor is not None)
 
 
 @needs_bwrap
@@ -296,3 +302,95 @@ def test_aimed_perturbations_reach_the_records_the_answer_holds():
     changed, what = P.perturb_text(log, 2, ["170003 svc0 ERROR code=503"])
     assert "170003 svc0 ERROR code=503" not in changed and "1 line(s) the answer draws on" in what
     assert [a for a, b in zip(log.splitlines(), changed.splitlines()) if a != b] == ["170003 svc0 ERROR code=503"]
+
+
+class _TwoLedgers:
+    """An invented family (built lazily: the family base class is imported with the generator):
+    /app/ledgers/north.txt and /app/ledgers/south.txt hold amounts, the deliverable is their total.
+    `reads_south=False` is a dishonest oracle: it sums the north ledger alone, which the final test,
+    written from that oracle, accepts."""
+
+    @staticmethod
+    def make(reads_south: bool):
+        import random as _random
+
+        from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
+
+        class TwoLedgers(TaskFamily):
+            name = "two_ledgers" if reads_south else "two_ledgers_north_only"
+            domains = ("file_operations",)
+            verifier_kinds = ("exact_text",)
+            fixture_kinds = ("text_only",)
+
+            def build(self, sig: dict, rng: _random.Random) -> TaskSpec:
+                north = [rng.randint(10, 999) for _ in range(12)]
+                south = [rng.randint(10, 999) for _ in range(12)]
+                total = sum(north) + (sum(south) if reads_south else 0)
+                files = " ".join(["/app/ledgers/north.txt"] + (["/app/ledgers/south.txt"] if reads_south else []))
+                return TaskSpec(
+                    instruction=instruction_frame(
+                        sig, "Ledger total", "Add up every amount in `/app/ledgers/north.txt` and "
+                        "`/app/ledgers/south.txt` (one amount per line).", ["`/app/total.txt`: the total"]),
+                    setup_sh=bash_script(
+                        "mkdir -p /app/ledgers\n"
+                        f"printf '%s\\n' {' '.join(map(str, north))} > /app/ledgers/north.txt\n"
+                        f"printf '%s\\n' {' '.join(map(str, south))} > /app/ledgers/south.txt\n"),
+                    test_initial=pytest_module('''
+                        import os
+
+                        def test_ledgers_are_there():
+                            assert os.path.isdir("/app/ledgers")
+                        '''),
+                    test_final=pytest_module(f'''
+                        def test_total():
+                            assert open("/app/total.txt").read().strip() == "{total}"
+                        '''),
+                    solve_sh=bash_script(f"cat {files} | awk '{{s += $1}} END {{print s}}' > /app/total.txt"),
+                    truth={"total": total}, verifier_kind="exact_text", fixture_kind="text_only",
+                    output_paths=["/app/total.txt"])
+
+        return TwoLedgers()
+
+
+def _ledger_task(tmp_path, reads_south: bool, anchor: str | None, fixture_kind: str = "text_only"):
+    sig = make_signature(4, "file_operations", "exact_text", fixture_kind, anchor=anchor,
+                         corpus_kind="family-test-two-ledgers")
+    return generate_task(sig, tmp_path / "tasks", families=[_TwoLedgers.make(reads_south)])
+
+
+@needs_bwrap
+@pytest.mark.parametrize("anchor, fixture_kind", [("GNU tar", "text_only"), ("SQLite", "text_only"),
+                                                  (None, "image"), ("OpenSSL", "audio")])
+def test_a_packed_oracle_that_ignores_a_named_input_is_dropped_naming_it(anchor, fixture_kind, tmp_path):
+    """Packing (an anchor, a fixture kind's container, or both) puts every input into one file; the
+    check still perturbs each family input alone, before packing, and drops the task naming the
+    one the oracle never reads (issue 40)."""
+    task_dir = _ledger_task(tmp_path, reads_south=False, anchor=anchor, fixture_kind=fixture_kind)
+    honoured = json.loads((task_dir / "task.json").read_text())["honoured"]
+    assert honoured["anchor"] is True and honoured["fixture_kind"] is True, honoured
+    rt = BwrapRuntime()
+    build = rt.build(task_dir, tmp_path / "images")
+    assert build.ok, build.reason
+    report = input_sensitivity(task_dir, rt, build.image, LIMITS)
+    assert report.before_packing and report.drop and report.blame == "oracle", report.to_dict()
+    assert report.reason.startswith("oracle_ignores_inputs: /app/ledgers/south.txt"), report.reason
+    moved = {r["input"]: r["moved"] for r in report.per_input}
+    assert moved == {"/app/ledgers/north.txt": True, "/app/ledgers/south.txt": False}, report.per_input
+    # Perturbing the packed form as a whole (the check before this guarantee) cannot name it: the
+    # packed file breaks the oracle (a corrupt archive) or moves nothing, never the south ledger.
+    whole = input_sensitivity(task_dir, rt, build.image, LIMITS, before_packing=False)
+    assert "/app/ledgers/south.txt" not in whole.reason, whole.to_dict()
+    # Validation calls the check the same way, and names the input in its verdict.
+    v = validate_task(task_dir, rt, tmp_path / "images", LIMITS, mutants=0)
+    assert not v.kept and v.stage == "input_sensitivity" and "/app/ledgers/south.txt" in v.reason, (v.stage, v.reason)
+
+
+@needs_bwrap
+def test_an_honest_anchored_task_is_kept_with_every_input_moving_the_answer(tmp_path):
+    task_dir = _ledger_task(tmp_path, reads_south=True, anchor="GNU tar")
+    v = validate_task(task_dir, BwrapRuntime(), tmp_path / "images", LIMITS)
+    assert v.kept, (v.stage, v.reason)
+    sens = v.evidence["sensitivity"]
+    assert sens["before_packing"] and sens["sensitive"], sens
+    assert {r["input"]: r["moved"] for r in sens["per_input"]} == {"/app/ledgers/north.txt": True,
+                                                                   "/app/ledgers/south.txt": True}

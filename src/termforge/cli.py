@@ -191,10 +191,11 @@ def cmd_serve_policy(args) -> int:
 
 
 def cmd_sample_axes(args) -> int:
-    from termforge.axes.sampler import (axis_balance, draw_signatures, verifier_kind_honour, write_signatures,
-                                        write_stats)
+    from termforge.axes.sampler import (anchor_honour, axis_balance, draw_signatures, verifier_kind_honour,
+                                        write_signatures, write_stats)
     from termforge.axes.taxonomy import load_taxonomy
-    from termforge.generate.families import intrinsic_verifier_kinds_by_domain
+    from termforge.generate.anchors import anchorless_corpus_kinds, load_bearing_anchors_by_domain
+    from termforge.generate.families import default_families, intrinsic_verifier_kinds_by_domain
 
     o = _stage_options(args, "sample_axes")
     taxonomy = load_taxonomy(o["corpus.taxonomy"])
@@ -202,10 +203,13 @@ def cmd_sample_axes(args) -> int:
     draw = draw_signatures(o["corpus.n_tasks"], o["seed"], o["corpus.mix"], taxonomy, domains=domains,
                            anchor_prob=o["corpus.anchor_prob"],
                            new_bucket_weight=o["corpus.sft_v2_new_bucket_weight"],
-                           verifier_kinds_by_domain=intrinsic_verifier_kinds_by_domain())
+                           verifier_kinds_by_domain=intrinsic_verifier_kinds_by_domain(),
+                           anchors_by_domain=load_bearing_anchors_by_domain(taxonomy, default_families()),
+                           anchorless_kinds=anchorless_corpus_kinds())
     sigs = draw.signatures
-    stats = axis_balance(sigs, taxonomy, domains)
+    stats = axis_balance(sigs, taxonomy, domains, draw)
     stats["verifier_kind_honour"] = verifier_kind_honour(draw)
+    stats["anchor_honour"] = anchor_honour(draw, taxonomy)
     with StagedOutputs() as staged:  # signatures and their balance, both or neither
         write_signatures(staged.file(args.out), sigs)
         write_stats(staged.file(args.stats), stats)

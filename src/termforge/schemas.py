@@ -526,3 +526,29 @@ def read_dataset(source: str | os.PathLike) -> list[dict] | None:
 def read_optional(kind: str, path: str | os.PathLike, check_refs: bool = False) -> Any | None:
     """read() for an input that may be absent (None then)."""
     return read(kind, path, check_refs=check_refs) if Path(path).exists() else None
+
+
+# setup.sh of a composed or anchored task is the family's own setup followed by steps that pack
+# /app into the form the agent receives (generate.compose's container, generate.anchors' anchor).
+# This line opens those steps. quality.sensitivity builds the environment as the family's setup
+# left it (setup.sh up to here), perturbs one input alone, then runs the rest: per-input
+# sensitivity (issue 40) holds on a packed task as on a plain one. One line, written once, before
+# the first packing step (a container packed again by an anchor is still one tail).
+SETUP_PACKING_MARK = "# termforge: from here on, setup packs /app into the form the task hands over"
+
+
+def with_packing_step(setup_sh: str, step: str) -> str:
+    """`setup_sh` followed by the packing `step`, the mark placed before the first such step."""
+    head = setup_sh.rstrip("\n") + "\n"
+    if SETUP_PACKING_MARK not in head.splitlines():
+        head += SETUP_PACKING_MARK + "\n"
+    return head + step
+
+
+def split_packing(setup_sh: str) -> tuple[str, str]:
+    """(the family's setup, the packing steps after it); the second is "" when nothing packs /app."""
+    lines = setup_sh.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.rstrip("\n") == SETUP_PACKING_MARK:
+            return "".join(lines[:i]), "".join(lines[i + 1:])
+    return setup_sh, ""

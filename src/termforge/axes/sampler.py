@@ -20,8 +20,18 @@ A signature fixes every axis of one task . Two rules shape this module:
   cannot is replaced by a draw over the kinds it can (weights renormalised) from where the same
   uniform number fell inside the replaced kind's bucket, so RNG consumption stays fixed. Where
   the domain can honour none of the corpus kind's kinds (rl_v2 in a domain whose families all
-  grade exact text) the weighted draw stands and a strategy adds the kind (generate.compose);
-  the stats (verifier_kind_honour) count it as not honoured by the family.
+  grade exact text) the domain is still never asked for a kind no family there grades: the same
+  number picks, uniformly, among the kinds the domain does honour, outside the corpus kind's
+  weights (so such an rl_v2 signature asks exact_text); the stats (verifier_kind_honour,
+  `outside_corpus_weights`) count these per corpus kind and domain. Together with the family
+  choice (generate.procedural.rank_families: a family whose own final test is the requested kind
+  comes first), every kind a restricted draw asks is graded by the family's own deliverable.
+* A domain is only asked for anchors a task there can bear (`anchors_by_domain`, from
+  generate.anchors.load_bearing_anchors_by_domain: the anchor decides how the inputs arrive), and
+  a corpus kind in `anchorless_kinds` (one whose families cannot take an anchor) for none. The
+  anchor coin and the taxonomy-wide draw are made as before (RNG consumption stays fixed); an
+  anchor the domain cannot bear is replaced by a uniform pick over those it can, from an RNG of
+  its own, and dropped where it can bear none. The stats (anchor_honour) say which were dropped.
 """
 
 from __future__ import annotations
@@ -175,8 +185,13 @@ class _Tables:
     """Everything per-signature sampling needs, precomputed once per call."""
 
     def __init__(self, taxonomy: dict, domains: list[str], new_bucket_weight: float, rl_intricate_prob: float,
-                 verifier_kinds_by_domain: Mapping[str, Iterable[str]] | None = None):
+                 verifier_kinds_by_domain: Mapping[str, Iterable[str]] | None = None,
+                 anchors_by_domain: Mapping[str, Iterable[str]] | None = None, anchorless_kinds: Iterable[str] = ()):
         self.domains = domains
+        # Domain index -> the anchors a task there can bear, in taxonomy order; None: unrestricted.
+        self.bearable_anchors = None if anchors_by_domain is None else [
+            [a for a in taxonomy["domains"][d]["anchors"] if a in set(anchors_by_domain.get(d, ()))] for d in domains]
+        self.anchorless_kinds = frozenset(anchorless_kinds)
         self.domain_bodies = [taxonomy["domains"][d] for d in domains]
         self.skill_types = [list(b["skill_types"].items()) for b in self.domain_bodies]
         langs = taxonomy["languages"]
@@ -188,20 +203,27 @@ class _Tables:
             self.kind_tables[kind] = {axis: _cumulative(weights[axis][v] for v in REWEIGHTED_AXES[axis])
                                       for axis in REWEIGHTED_AXES}
         # (corpus kind, domain) -> cumulative weights over the kinds the domain honours; absent
-        # where no restriction is given or the domain honours none of the corpus kind's kinds.
+        # where no restriction is given or the domain honours no kind at all. Where it honours
+        # none the corpus kind weighs, the kinds it honours count alike (module docstring), and
+        # the pair is in `outside_corpus_weights`.
         self.honoured_verifier_cum: dict[tuple[str, str], list[float]] = {}
+        self.outside_corpus_weights: set[tuple[str, str]] = set()
         for domain in domains if verifier_kinds_by_domain is not None else ():
             allowed = set(verifier_kinds_by_domain.get(domain, ()))
             for kind in CORPUS_KINDS:
                 w = corpus_axis_weights(kind, new_bucket_weight, rl_intricate_prob)["verifier_kind"]
                 cum = _cumulative(w[v] if v in allowed else 0.0 for v in VERIFIER_KINDS)
+                if cum[-1] <= 0 and allowed:
+                    cum = _cumulative(1.0 if v in allowed else 0.0 for v in VERIFIER_KINDS)
+                    self.outside_corpus_weights.add((kind, domain))
                 if cum[-1] > 0:
                     self.honoured_verifier_cum[(kind, domain)] = cum
 
 
-def _sample_one(seed: int, index: int, corpus_kind: str, t: _Tables, anchor_prob: float) -> tuple[dict, str]:
-    """The signature, and the verifier kind the corpus kind's weights drew before the domain's
-    restriction (the request the stats compare with what the signature asks)."""
+def _sample_one(seed: int, index: int, corpus_kind: str, t: _Tables, anchor_prob: float
+                ) -> tuple[dict, str, str | None]:
+    """The signature, and the verifier kind and anchor drawn before the domain's restrictions
+    (the requests the stats compare with what the signature asks)."""
     # Fixed draw order and fixed RNG consumption per draw (see the module docstring).
     rng = random.Random(seed_from("signature", seed, index))
     d = rng.randrange(len(t.domains))
@@ -215,7 +237,13 @@ def _sample_one(seed: int, index: int, corpus_kind: str, t: _Tables, anchor_prob
     anchored = rng.random() < anchor_prob
     anchors = body["anchors"]
     anchor_i = rng.randrange(len(anchors)) if anchors else None
-    anchor = anchors[anchor_i] if anchored and anchors else None
+    anchor = requested_anchor = anchors[anchor_i] if anchored and anchors else None
+    if anchor is not None and t.bearable_anchors is not None:
+        bearable = [] if corpus_kind in t.anchorless_kinds else t.bearable_anchors[d]
+        if not bearable:
+            anchor = None
+        elif anchor not in bearable:
+            anchor = bearable[random.Random(seed_from("anchor", seed, index)).randrange(len(bearable))]
     kind_t = t.kind_tables[corpus_kind]
     task_complexity = _pick(rng, TASK_COMPLEXITIES, kind_t["task_complexity"])
     command_complexity = COMMAND_COMPLEXITIES[rng.randrange(len(COMMAND_COMPLEXITIES))]
@@ -238,7 +266,7 @@ def _sample_one(seed: int, index: int, corpus_kind: str, t: _Tables, anchor_prob
         "verifier_kind": verifier_kind,
         "fixture_kind": _pick(rng, FIXTURE_KINDS, kind_t["fixture_kind"]),
     }
-    return {"id": make_task_id(seed, index, sig), "index": index, **sig}, requested
+    return {"id": make_task_id(seed, index, sig), "index": index, **sig}, requested, requested_anchor
 
 
 @dataclass(frozen=True)
@@ -247,27 +275,37 @@ class Draw:
     requested_verifier_kinds: list[str]
     """Per signature, the verifier kind the corpus kind's weights drew (before the domain's restriction)."""
     verifier_kinds_by_domain: dict[str, tuple[str, ...]] | None
+    requested_anchors: list[str | None] | None = None
+    """Per signature, the anchor drawn before the domain's restriction (None: no anchor drawn)."""
+    anchors_by_domain: dict[str, tuple[str, ...]] | None = None
+    outside_corpus_weights: frozenset = frozenset()
+    """(corpus kind, domain) pairs asked, for want of any other, a kind their corpus kind does not weigh."""
 
 
 def sample_signatures(n: int, seed: int, corpus_mix: dict[str, float], taxonomy: dict,
                       domains: list[str] | None = None, anchor_prob: float = 0.35, *,
                       new_bucket_weight: float = DEFAULT_NEW_BUCKET_WEIGHT,
                       rl_intricate_prob: float = DEFAULT_RL_INTRICATE_PROB,
-                      verifier_kinds_by_domain: Mapping[str, Iterable[str]] | None = None) -> list[dict]:
+                      verifier_kinds_by_domain: Mapping[str, Iterable[str]] | None = None,
+                      anchors_by_domain: Mapping[str, Iterable[str]] | None = None,
+                      anchorless_kinds: Iterable[str] = ()) -> list[dict]:
     """n signatures for corpus seed `seed`. Corpus kinds follow corpus_mix in exact proportions;
     domains are uniform over `domains` (default: every domain the taxonomy defines);
-    `verifier_kinds_by_domain` limits each domain's verifier kinds (module docstring)."""
+    `verifier_kinds_by_domain` limits each domain's verifier kinds and `anchors_by_domain` its
+    anchors (module docstring)."""
     return draw_signatures(n, seed, corpus_mix, taxonomy, domains, anchor_prob, new_bucket_weight=new_bucket_weight,
-                           rl_intricate_prob=rl_intricate_prob,
-                           verifier_kinds_by_domain=verifier_kinds_by_domain).signatures
+                           rl_intricate_prob=rl_intricate_prob, verifier_kinds_by_domain=verifier_kinds_by_domain,
+                           anchors_by_domain=anchors_by_domain, anchorless_kinds=anchorless_kinds).signatures
 
 
 def draw_signatures(n: int, seed: int, corpus_mix: dict[str, float], taxonomy: dict,
                     domains: list[str] | None = None, anchor_prob: float = 0.35, *,
                     new_bucket_weight: float = DEFAULT_NEW_BUCKET_WEIGHT,
                     rl_intricate_prob: float = DEFAULT_RL_INTRICATE_PROB,
-                    verifier_kinds_by_domain: Mapping[str, Iterable[str]] | None = None) -> Draw:
-    """sample_signatures, with what each signature's verifier kind was before the restriction."""
+                    verifier_kinds_by_domain: Mapping[str, Iterable[str]] | None = None,
+                    anchors_by_domain: Mapping[str, Iterable[str]] | None = None,
+                    anchorless_kinds: Iterable[str] = ()) -> Draw:
+    """sample_signatures, with what each signature's verifier kind and anchor were before the restrictions."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ConfigError(f"n: expected a whole number >= 0, got {n!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -286,9 +324,13 @@ def draw_signatures(n: int, seed: int, corpus_mix: dict[str, float], taxonomy: d
     if verifier_kinds_by_domain is not None:
         by_domain = {d: tuple(v for v in VERIFIER_KINDS if v in set(verifier_kinds_by_domain.get(d, ())))
                      for d in chosen}
-    tables = _Tables(taxonomy, chosen, new_bucket_weight, rl_intricate_prob, by_domain)
+    tables = _Tables(taxonomy, chosen, new_bucket_weight, rl_intricate_prob, by_domain, anchors_by_domain,
+                     anchorless_kinds)
     drawn = [_sample_one(seed, i, kinds[i], tables, anchor_prob) for i in range(n)]
-    return Draw([sig for sig, _ in drawn], [req for _, req in drawn], by_domain)
+    anchor_table = None if tables.bearable_anchors is None else {
+        d: tuple(a) for d, a in zip(chosen, tables.bearable_anchors)}
+    return Draw([sig for sig, _, _ in drawn], [req for _, req, _ in drawn], by_domain,
+                [a for _, _, a in drawn], anchor_table, frozenset(tables.outside_corpus_weights))
 
 
 def write_signatures(path: str | Path, sigs: list[dict]) -> None:
@@ -335,19 +377,26 @@ def _per_domain_axis(sigs: list[dict], axis: str, options: dict[str, list[str]])
             "by_domain": per_domain}
 
 
-def axis_balance(sigs: list[dict], taxonomy: dict, domains: list[str] | None = None) -> dict:
+def axis_balance(sigs: list[dict], taxonomy: dict, domains: list[str] | None = None,
+                 draw: Draw | None = None) -> dict:
     """Per-axis counts and normalised effective numbers (exp(H)/N, N = values possible in this
     run), plus totals. The possible values of the three reweighted axes are those the corpus
-    kinds present can produce (a legacy-only run is perfectly balanced on verifier kind)."""
+    kinds present can produce (a legacy-only run is perfectly balanced on verifier kind), and, given
+    the `draw` the signatures come from, the verifier kinds it asked outside the corpus weights
+    (Draw.outside_corpus_weights)."""
     chosen = _resolve_domains(taxonomy, domains)
     kinds_present = [k for k in CORPUS_KINDS if any(s["corpus_kind"] == k for s in sigs)]
+    outside = set() if draw is None else {s["verifier_kind"] for s in draw.signatures
+                                          if (s["corpus_kind"], s["domain"]) in draw.outside_corpus_weights}
+    possible_kinds = _possible_reweighted("verifier_kind", kinds_present)
+    possible_kinds = [v for v in VERIFIER_KINDS if v in set(possible_kinds) | outside]
     flat_options: dict[str, list] = {
         "domain": chosen,
         "language": [lang for lang, w in taxonomy["languages"].items() if w > 0],
         "anchor_presence": ["anchored", "none"],
         "task_complexity": _possible_reweighted("task_complexity", kinds_present),
         "command_complexity": list(COMMAND_COMPLEXITIES),
-        "verifier_kind": _possible_reweighted("verifier_kind", kinds_present),
+        "verifier_kind": possible_kinds,
         "fixture_kind": _possible_reweighted("fixture_kind", kinds_present),
         "corpus_kind": kinds_present,
     }
@@ -411,7 +460,31 @@ def verifier_kind_honour(draw: Draw) -> dict:
             "asked": {v: asked[v] for v in VERIFIER_KINDS if asked[v]},
             "redirected": dict(sorted(moved.items())),
             "honoured_by_family": {v: honoured[v] for v in VERIFIER_KINDS if honoured[v]},
-            "honoured_share": round(sum(honoured.values()) / n, 6) if n and by_domain is not None else None}
+            "honoured_share": round(sum(honoured.values()) / n, 6) if n and by_domain is not None else None,
+            # Signatures whose domain honours no kind their corpus kind weighs (rl_v2 where every
+            # family grades exact text): asked a kind the domain honours instead, never one a
+            # program beside the task would have to supply.
+            "outside_corpus_weights": {f"{k}/{d}": c for (k, d), c in sorted(Counter(
+                (s["corpus_kind"], s["domain"]) for s in draw.signatures
+                if (s["corpus_kind"], s["domain"]) in draw.outside_corpus_weights).items())}}
+
+
+def anchor_honour(draw: Draw, taxonomy: dict) -> dict:
+    """Anchors drawn (the taxonomy's, before the restriction) against asked (an anchor a task of the
+    domain can bear): which anchors the run cannot make load-bearing and how many draws that dropped."""
+    by_domain = draw.anchors_by_domain
+    requested = [a for a in draw.requested_anchors or [] if a]
+    asked = [s["anchor"] for s in draw.signatures if s["anchor"]]
+    moved = Counter(f"{r} -> {s['anchor']}" for s, r in zip(draw.signatures, draw.requested_anchors or [])
+                    if r and s["anchor"] and r != s["anchor"])
+    dropped = Counter(s["domain"] for s, r in zip(draw.signatures, draw.requested_anchors or [])
+                      if r and not s["anchor"])
+    return {"restricted": by_domain is not None,
+            "load_bearing_by_domain": {d: list(v) for d, v in (by_domain or {}).items()},
+            "never_drawn_by_domain": {d: [a for a in taxonomy["domains"][d]["anchors"] if a not in v]
+                                      for d, v in (by_domain or {}).items()},
+            "requested": len(requested), "asked": len(asked),
+            "redirected": dict(sorted(moved.items())), "dropped_by_domain": dict(sorted(dropped.items()))}
 
 
 def write_stats(path: str | Path, stats: dict) -> None:

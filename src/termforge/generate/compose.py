@@ -18,6 +18,7 @@ from termforge.generate.base import TaskFamily, TaskSpec, bash_script, complexit
 from termforge.generate.bundles import CONTAINERS, Container, inputs_section, oracle_step, setup_step
 from termforge.generate.honour import intrinsic_kind
 from termforge.generate.verifier_kinds import STRATEGIES, VerifierStrategy
+from termforge.schemas import with_packing_step
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def compose(spec: TaskSpec, p: Plan, sig: dict, rng: random.Random) -> TaskSpec:
     outputs = list(spec.output_paths)
     test_final, test_data = spec.test_final, spec.test_data
     if container:
-        setup = setup.rstrip("\n") + "\n" + setup_step(container, params)
+        setup = with_packing_step(setup, setup_step(container, params))
         before = oracle_step(container)
         instruction = instruction.rstrip("\n") + "\n\n" + inputs_section(container, params, level)
     if strategy:

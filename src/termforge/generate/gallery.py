@@ -37,7 +37,10 @@ def _declared(fam: TaskFamily) -> list[str]:
     return [f"- domains: {listed(fam.domains)}",
             f"- skill types: {listed(fam.skill_types)}; skills: {listed(fam.skills)}",
             f"- verifier kinds: {listed(fam.verifier_kinds)}; fixture kinds: {listed(fam.fixture_kinds)}",
-            f"- languages: {listed(fam.languages)}; anchors: {listed(fam.anchors)}",
+            # A family's own anchors are words in its text: only a signature's anchor packed into
+            # the inputs (generate.anchors) is honoured, so the gallery must not list them as if.
+            f"- languages: {listed(fam.languages)}; anchors its text mentions (context only, not honoured: "
+            f"a signature's anchor is honoured by packing the inputs, docs/generation.md): {listed(fam.anchors)}",
             f"- task complexities: {listed(fam.task_complexities)}; command complexities: "
             f"{listed(fam.command_complexities)}",
             f"- deliverables are files: {'yes' if fam.output_files else 'no (the final test inspects the tree)'}"

@@ -3,8 +3,9 @@
 A family declares what its tasks exercise (generate.base.TaskFamily). Against a signature that
 gives, per axis, the value the task really has (``actual``) and whether it is the requested one.
 The instruction is written from the honest view of the signature (only exercised skills, the
-anchor only when the task involves it), task.json records every axis not honoured, and the
-exports' axis columns carry ``actual``.
+anchor only when the task bears it), task.json records every axis not honoured, and the
+exports' axis columns carry ``actual``. A task bears an anchor only when generate.anchors packed
+its inputs with it: a family's own declared anchors are context, and grade nothing.
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ def exercised_skills(sig: dict, fam: TaskFamily) -> list[str]:
     return [s for s in sig.get("skills") or [] if s in declared]
 
 
-def honest_view(sig: dict, fam: TaskFamily) -> dict:
-    """The signature as the family may state it to the agent: unexercised skills and an anchor
-    the task does not involve are removed (the family writes its instruction from this)."""
-    anchor = sig.get("anchor")
-    return {**sig, "skills": exercised_skills(sig, fam), "anchor": anchor if anchor in fam.anchors else None}
+def honest_view(sig: dict, fam: TaskFamily, anchored: bool = False) -> dict:
+    """The signature as the family may state it to the agent: unexercised skills are removed, and
+    the anchor unless the task bears it (`anchored`: generate.anchors packs the inputs with it).
+    The family writes its instruction from this."""
+    return {**sig, "skills": exercised_skills(sig, fam), "anchor": sig.get("anchor") if anchored else None}
 
 
 def _pick(requested, offered: tuple, default=None):
@@ -42,8 +43,9 @@ def _pick(requested, offered: tuple, default=None):
     return offered[0] if offered else default
 
 
-def actual_axes(sig: dict, fam: TaskFamily, verifier_kind: str, fixture_kind: str) -> dict:
-    """What the task is on every axis (verifier and fixture kinds as the built spec reports them)."""
+def actual_axes(sig: dict, fam: TaskFamily, verifier_kind: str, fixture_kind: str, anchor: str | None = None) -> dict:
+    """What the task is on every axis (verifier and fixture kinds as the built spec reports them;
+    `anchor`, the one its inputs are packed with, generate.anchors)."""
     commands = fam.command_complexities
     if SERVICE_KINDS & {verifier_kind, fixture_kind}:  # the composed task runs HTTP services
         commands = (*commands, "bash_code_services")
@@ -51,7 +53,7 @@ def actual_axes(sig: dict, fam: TaskFamily, verifier_kind: str, fixture_kind: st
         "domain": _pick(sig.get("domain"), fam.domains),
         "skill_type": _pick(sig.get("skill_type"), fam.skill_types),
         "skills": list(fam.skills),
-        "anchor": sig.get("anchor") if sig.get("anchor") in fam.anchors else None,
+        "anchor": anchor,
         "language": _pick(sig.get("language"), fam.languages),
         "command_complexity": _pick(sig.get("command_complexity"), commands),
         "task_complexity": _pick(sig.get("task_complexity"), fam.task_complexities),
@@ -67,7 +69,7 @@ def intrinsic_kind(sig: dict, fam: TaskFamily) -> bool:
 
 def honoured_axes(sig: dict, actual: dict, fam: TaskFamily | None = None) -> dict[str, bool]:
     """Axis -> whether the task has the requested value. skills: every requested skill is
-    exercised; anchor: none was requested, or the task involves the requested one; verifier_kind
+    exercised; anchor: none was requested, or the task bears the requested one; verifier_kind
     (given the family): the family's own final test is that kind, since a kind met only by a
     strategy's program (generate.compose) grades that program, not what the family asked for."""
     out = {}

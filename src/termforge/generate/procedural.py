@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from termforge.errors import TermforgeError
+from termforge.generate.anchors import Anchor, anchor_plan, apply_anchor
 from termforge.generate.base import TaskFamily, TaskSpec
 from termforge.generate.compose import compose, offered, plan
 from termforge.generate.families import families_for
@@ -35,12 +36,19 @@ def shape_mismatches(sig: dict, fam: TaskFamily) -> list[str]:
 
 def rank_families(sig: dict, families: list[TaskFamily]) -> list[TaskFamily]:
     """Families from best to worst for the signature. Domain weighs most (a task stays in its
-    domain whenever a family there exists), then the number of shape axes missed, then whether
-    the family exercises any requested skill; ties are broken by the task's own seed."""
+    domain whenever a family there exists); then, for a requested verifier kind other than
+    exact_text, whether the family's own final test is that kind (a family that cannot grade it
+    would have a program beside the task supply it: generate.compose), so a domain with a family
+    that grades the kind always builds the task with one; then the number of shape axes missed,
+    then whether the family exercises any requested skill; ties are broken by the task's own seed.
+    (exact_text, which every domain's families grade, is left to the axis count: the legacy corpus
+    keeps its families.)"""
+    kind_counts = sig.get("verifier_kind") != "exact_text"
 
-    def cost(fam: TaskFamily) -> tuple[int, int, int]:
+    def cost(fam: TaskFamily) -> tuple[int, int, int, int]:
         miss = shape_mismatches(sig, fam)
-        return (1 if "domain" in miss else 0, len(miss), 0 if exercised_skills(sig, fam) else 1)
+        return (1 if "domain" in miss else 0, 1 if kind_counts and "verifier_kind" in miss else 0, len(miss),
+                0 if exercised_skills(sig, fam) else 1)
 
     rng = random.Random(seed_from("family", sig["id"]))
     by_cost: dict[tuple, list[TaskFamily]] = {}
@@ -70,6 +78,8 @@ class BuiltTask:
     failed_attempts: list[dict] = field(default_factory=list)
     graded_as: list[str] = field(default_factory=list)
     """Every verifier kind the final test applies: the family's own and a strategy's."""
+    anchor: Anchor | None = None
+    """The anchor the task's inputs are packed with (generate.anchors), if any."""
 
 
 def attempt_seeds(task_id: str) -> list[int]:
@@ -84,12 +94,16 @@ def build_task(sig: dict, families: list[TaskFamily] | None = None) -> BuiltTask
     families = families or families_for(sig)
     failed: list[dict] = []
     for fam in rank_families(sig, families):
-        view = honest_view(sig, fam)
+        anchor = anchor_plan(sig, fam)
+        view = honest_view(sig, fam, anchor is not None)
         for seed in attempt_seeds(sig["id"]):
             try:
                 rng = random.Random(seed)
                 own = fam.build(view, rng)
                 spec = compose(own, plan(sig, fam), sig, rng)
+                # The anchor's parameters come from their own stream, so the family's task and its
+                # composition are the same bytes with or without the anchor (bench/bench_honour.py).
+                spec = apply_anchor(spec, anchor, random.Random(seed_from("anchor", seed)))
                 # The method note is rendered from what the agent is given, never from what the
                 # family knew while building (generate/public_view.py).
                 public = make_view(fam.name, spec.instruction, spec.fixtures)
@@ -97,7 +111,7 @@ def build_task(sig: dict, families: list[TaskFamily] | None = None) -> BuiltTask
             except Exception as exc:  # noqa: BLE001 - any failure of one draw is recorded, then retried
                 failed.append({"family": fam.name, "seed": seed, "error": f"{type(exc).__name__}: {exc}"})
                 continue
-            return BuiltTask(fam, spec, seed, failed, sorted({own.verifier_kind, spec.verifier_kind}))
+            return BuiltTask(fam, spec, seed, failed, sorted({own.verifier_kind, spec.verifier_kind}), anchor)
     last = failed[-1]["error"] if failed else "no families"
     raise TermforgeError(f"task {sig['id']}: no family could realise the signature after {len(failed)} attempts "
                          f"(last: {last})")
@@ -110,7 +124,7 @@ def build_spec(sig: dict, families: list[TaskFamily] | None = None) -> tuple[Tas
 
 def task_json(sig: dict, built: BuiltTask, provenance: dict) -> dict:
     fam, spec = built.family, built.spec
-    actual = actual_axes(sig, fam, spec.verifier_kind, spec.fixture_kind)
+    actual = actual_axes(sig, fam, spec.verifier_kind, spec.fixture_kind, built.anchor.name if built.anchor else None)
     honoured = honoured_axes(sig, actual, fam)
     return {
         "id": sig["id"],

@@ -94,12 +94,17 @@ def view_of_task_dir(task_dir: str | Path, vocabulary: tuple[str, ...] = ()) -> 
 
 def render_method(family: object, view: PublicTaskView) -> str:
     """The method note of `family` for the task `view` shows: the family's text over the view, plus
-    what a composed task (its inputs packed in a container, an extra deliverable) adds, read from
-    the instruction's own sections."""
+    what a composed task (its inputs packed in a container or with an anchor, an extra deliverable)
+    adds, read from the instruction's own sections."""
     note = family.method_note(view).strip()  # type: ignore[attr-defined]
     if view.states(r"^## How the inputs arrive"):
         note += ("\n\nThe inputs arrive packed: read how the instruction says they arrive, decode the container "
                  "to the bundle, restore the files under /app from it, then solve the task as usual.")
+    packed = re.search(r"^## Inputs packed with (.+)$", view.instruction, re.M)
+    if packed:
+        note += (f"\n\nThe inputs arrive packed with {packed.group(1)}: read how the instruction describes the "
+                 "packed form, restore the files under /app from it with that tool, check they are all there, "
+                 "then solve the task as usual.")
     also = re.search(r"^## Also deliver\s*\n+- `([^`]+)`", view.instruction, re.M)
     if also:
         note += (f"\n\nThe extra deliverable {also.group(1)} is graded on its own: build it to its description and "

@@ -23,6 +23,15 @@ its output score 0. What gives it away is that its output does not move when the
    rejects them (the test reads the input, the oracle does not). An input nothing of which could
    be changed is not judged.
 
+A task whose setup packs /app into the form the agent receives (a fixture kind's container, an
+anchor: the setup steps after schemas.SETUP_PACKING_MARK) hands the agent one packed file, and
+perturbing that file as a whole would only test that a corrupt archive breaks the oracle. So for
+such a task the check builds the environment as the family's setup left it (setup.sh up to the
+mark, an image of its own), perturbs each input there alone, runs the packing steps, and only then
+the oracle (which unpacks first): an oracle that ignores one of the family's inputs is dropped
+naming it, packed or not. What the packing steps write (the packed form) is not counted as the
+oracle's effect.
+
 Only inputs the instruction names are perturbed (every file under a named directory): an oracle
 that reads its answer from a file the agent is not pointed at (a cached key, a notes file) keeps its
 output when the named inputs change, and is caught here even when the encoding fools the leak scan.
@@ -42,13 +51,16 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from termforge.io import read_json
 from termforge.quality.leaks import environment_text, output_lines_changed, stated_outputs
 from termforge.quality.solved import SolvedApp, solve_in
+from termforge.schemas import split_packing
 
 PERTURB_SCRIPT = Path(__file__).with_name("perturb_inputs.py")
 VARIANTS = ("numbers", "records", "numbers_at_answer", "records_at_answer")
@@ -80,6 +92,8 @@ class SensitivityReport:
     restated: list[str] = field(default_factory=list)
     """What the instruction states of the outputs the data decides (described, never quoted):
     givens come from inputs, never from outputs."""
+    before_packing: bool = False
+    """The inputs were perturbed as the family's setup left them, then packed (module doc)."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -208,6 +222,43 @@ def _shell_quote(s: str) -> str:
     return "'" + s.replace("'", "'\\''") + "'"
 
 
+def _pack(session, packing: str, timeout: float) -> set[str]:
+    """Run setup's packing steps in `session` (as setup.sh runs them: bash, errors fatal); the
+    files they created under /app (the packed form), which are no effect of the oracle's."""
+    before = set(tree_state(session))
+    res = session.exec("bash --noprofile --norc -s", stdin=("set -euo pipefail\n" + packing).encode(),
+                       timeout=timeout)
+    if not res.ok:
+        raise RuntimeError(f"setup's packing steps failed after the family's setup: {res.tail(300)}")
+    return set(tree_state(session)) - before
+
+
+class _FamilyState:
+    """The image of a packed task's environment as the family's setup left it (module doc): the
+    task's task.json and environment/ copied, setup.sh cut at the packing mark, built by the
+    runtime like any task, in a directory removed on close."""
+
+    def __init__(self, task_dir: Path, runtime, limits, family_setup: str):
+        self.tmp = Path(tempfile.mkdtemp(prefix="tf-family-state-", dir=getattr(runtime, "work_root", None)))
+        try:
+            task = self.tmp / "task" / task_dir.name
+            task.mkdir(parents=True)
+            shutil.copy2(task_dir / "task.json", task / "task.json")
+            shutil.copytree(task_dir / "environment", task / "environment", symlinks=True)
+            (task / "environment" / "setup.sh").write_text(family_setup)
+            build = runtime.build(task, self.tmp / "images", timeout=limits.wall_sec * 2)
+            if not build.ok:
+                raise RuntimeError(f"the family's setup alone (setup.sh before its packing steps) did not "
+                                   f"build: {build.reason}")
+            self.image = build.image
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 def constant_program(path: str, data: bytes) -> bytes:
     """A program at the same path that ignores its input, prints nothing and exits 0."""
     first = data.split(b"\n", 1)[0] if data.startswith(b"#!") else b""
@@ -233,33 +284,60 @@ def _answer_targets(produced: dict[str, bytes]) -> list[str]:
 
 def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str] | None = None,
                       zero_check: bool = True, solved: SolvedApp | None = None,
-                      per_input: bool = True) -> SensitivityReport:
+                      per_input: bool = True, before_packing: bool = True) -> SensitivityReport:
     """Run the check (module doc) on a built image; `expected`: the test ids the final test must
     collect (validation's record). Raises RuntimeError when the oracle fails on the untouched
     environment (validation has already caught that). `zero_check`: its grades, of states that pass
     only if the task is unsound, stop at their first failing test (verifier.ZERO_CHECK). `solved`:
     validation's own oracle run's /app (quality/solved.py), taken instead of running the oracle on
     the untouched environment again. `per_input=False`: every named input perturbed at once, as
-    one (the check before issue 40, kept as bench_input_sensitivity's baseline)."""
+    one (the check before issue 40, kept as bench_input_sensitivity's baseline). A task whose
+    setup packs /app is perturbed before its packing steps (module doc; `before_packing=False`:
+    the packed form perturbed as a whole, the check before that, for comparison only)."""
+    task_dir = Path(task_dir)
+    setup = task_dir / "environment" / "setup.sh"
+    family_setup, packing = split_packing(setup.read_text()) if setup.is_file() else ("", "")
+    if not packing or not before_packing:
+        return _check(task_dir, runtime, image, limits, expected, zero_check, solved, per_input, image, "")
+    state = _FamilyState(task_dir, runtime, limits, family_setup)
+    try:
+        return _check(task_dir, runtime, image, limits, expected, zero_check, solved, per_input, state.image, packing)
+    finally:
+        state.close()
+
+
+def _check(task_dir: Path, runtime, image, limits, expected, zero_check: bool, solved: SolvedApp | None,
+           per_input: bool, inputs_image, packing: str) -> SensitivityReport:
+    """The check, its sessions started on `inputs_image`; `packing`: bash run after each
+    perturbation and before the oracle ("" where `inputs_image` is the task's own image). `solved`
+    (the oracle's /app on the task's own image) stands in for the untouched run only there, and
+    for the program check, which runs on the task's own image."""
     from termforge.grading.verifier import ZERO_CHECK, run_oracle, run_verifier
 
-    task_dir = Path(task_dir)
     task = read_json(task_dir / "task.json")
     outputs = list(task.get("output_paths") or [])
     instruction = (task_dir / "instruction.md").read_text()
     named = named_inputs(instruction, outputs)
 
-    s0 = runtime.start(image, limits)
+    def unpacked(after: dict, created: set[str]) -> dict:
+        return {p: v for p, v in after.items() if p not in created}
+
+    s0 = runtime.start(inputs_image, limits)
     try:
         units = input_units(s0, named, outputs)
         files = [f for _, fs in units for f in fs]
         if not per_input and units:
             units = [("the named inputs", list(dict.fromkeys(files)))]
         before0 = tree_state(s0)
-        s0, res = solve_in(s0, runtime, image, limits, task_dir, solved)
+        if packing:
+            created0 = _pack(s0, packing, limits.wall_sec)
+            res = run_oracle(s0, task_dir, timeout=limits.wall_sec)
+        else:
+            created0 = set()
+            s0, res = solve_in(s0, runtime, image, limits, task_dir, solved)
         if res is not None and not res.ok:
             raise RuntimeError(f"the oracle failed on the untouched environment: {res.tail(300)}")
-        after0 = tree_state(s0)
+        after0 = unpacked(tree_state(s0), created0)
         effect0 = _effect(before0, after0)
         out0 = _read_outputs(s0, outputs if outputs else [p for p, v in effect0.items() if v is not None])
     finally:
@@ -273,13 +351,15 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
     if not produced:
         return SensitivityReport("none", None, reason="the oracle leaves no deliverable to compare", inputs=files)
     if not data_outputs:
-        return _program_check(task_dir, runtime, image, limits, programs, files, expected, zero_check, solved)
+        report = _program_check(task_dir, runtime, image, limits, programs, files, expected, zero_check, solved)
+        report.before_packing = bool(packing)  # the deliverables were found on the family's environment
+        return report
     if not files:
         return SensitivityReport("none", None, reason="the instruction names no input file under /app",
                                  inputs=files)
 
     targets = _answer_targets({p: produced[p] for p in data_outputs})
-    report = SensitivityReport("data", None, inputs=files)
+    report = SensitivityReport("data", None, inputs=files, before_packing=bool(packing))
     moved_lines: dict[str, list[str]] = {}
     moved_after: list[str] = []
 
@@ -290,6 +370,7 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
         if not done.get("changed"):
             return done, None, []
         before1 = tree_state(s1)
+        created = _pack(s1, packing, limits.wall_sec) if packing else set()
         ran = run_oracle(s1, task_dir, timeout=limits.wall_sec)
         if not ran.ok:
             return done, ran, []
@@ -303,7 +384,7 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
                     moved_lines[path] += [ln for ln in lines if ln not in moved_lines[path]]
                 moved_after.extend((out1.get(p) or b"").decode("utf-8", "replace") for p in changed)
         else:
-            effect1 = _effect(before1, tree_state(s1))
+            effect1 = _effect(before1, unpacked(tree_state(s1), created))
             changed = [p for p in data_outputs if effect1.get(p) != effect0.get(p)]
         return done, ran, changed
 
@@ -314,7 +395,7 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
         report.per_input.append(row)
         first_change = None
         for variant, name in enumerate(VARIANTS):
-            with runtime.start(image, limits) as s1:
+            with runtime.start(inputs_image, limits) as s1:
                 done, ran, changed = oracle_on(s1, unit_files, variant, name, unit)
             if ran is None and not done.get("changed"):
                 continue
@@ -331,8 +412,10 @@ def input_sensitivity(task_dir: Path, runtime, image, limits, expected: list[str
         if not row["moved"]:
             row["moved"] = False
             # The oracle's deliverables are the unperturbed ones: grade them where only this input changed.
-            with runtime.start(image, limits) as s1:
+            with runtime.start(inputs_image, limits) as s1:
                 _perturb(s1, unit_files, first_change, limits.wall_sec, targets)
+                if packing:
+                    _pack(s1, packing, limits.wall_sec)
                 run_oracle(s1, task_dir, timeout=limits.wall_sec)
                 verdict = run_verifier(s1, task_dir, timeout=limits.wall_sec, expected=expected,
                                        options=ZERO_CHECK if zero_check else ())
