@@ -188,43 +188,45 @@ def main() -> int:
             rows[fam]["anchor_involved"] += anchor_involved(sig, built)
             rows[fam]["anchor_claimed"] += task_json(sig, built, {})["honoured"]["anchor"]
             anchored.append((sig, built))
+    def in_sandbox(chosen, check, record):
+        """check(sig, built, tmp, runtime, limits) -> (ok or None, why) on each chosen task in a
+        real bwrap sandbox; record(sig, built, ok, why) books it."""
+        from termforge.images.runtimes import BwrapRuntime
+        from termforge.runtime.base import Limits
+
+        runtime, limits = BwrapRuntime(), Limits(wall_sec=120, cpu_sec=120, memory_mb=4096)
+        with tempfile.TemporaryDirectory() as tmp:
+            for sig, built in chosen:
+                record(sig, built, *check(sig, built, Path(tmp), runtime, limits))
+
+    def record_kind(sig, built, ok, why):
+        fam = built.family.name
+        if ok is None:
+            rows[fam]["behaviour_unmeasured"] += 1
+            print(f"  unmeasured {sig['id']} {fam} {sig['verifier_kind']}: {why}")
+            return
+        rows[fam]["behaviour_checked"] += 1
+        rows[fam]["behaviour_intrinsic"] += ok
+        if ok != intrinsic_proxy(sig, built):
+            print(f"  proxy disagrees {sig['id']} {fam} {sig['verifier_kind']}: {why}")
+
+    def record_anchor(sig, built, ok, why):
+        fam = built.family.name
+        if ok is None:
+            rows[fam]["anchor_unmeasured"] += 1
+            print(f"  anchor unmeasured {sig['id']} {fam} {sig['anchor']}: {why}")
+            return
+        rows[fam]["anchor_checked"] += 1
+        rows[fam]["anchor_verdict_changes"] += ok
+        if not ok:
+            print(f"  anchor ignored and still passes {sig['id']} {fam} {sig['anchor']}: {why}")
+
     if args.behavioural:
-        from termforge.runtime.base import Limits
-        from termforge.images.runtimes import BwrapRuntime
-
-        runtime, limits = BwrapRuntime(), Limits(wall_sec=120, cpu_sec=120, memory_mb=4096)
         pool = [t for fam in sorted(picked) for t in picked[fam]]
-        chosen = random.Random(0).sample(pool, min(args.behavioural, len(pool)))
-        with tempfile.TemporaryDirectory() as tmp:
-            for sig, built in chosen:
-                ok, why = behavioural(sig, built, Path(tmp), runtime, limits)
-                fam = built.family.name
-                if ok is None:
-                    rows[fam]["behaviour_unmeasured"] += 1
-                    print(f"  unmeasured {sig['id']} {fam} {sig['verifier_kind']}: {why}")
-                else:
-                    rows[fam]["behaviour_checked"] += 1
-                    rows[fam]["behaviour_intrinsic"] += ok
-                    if ok != intrinsic_proxy(sig, built):
-                        print(f"  proxy disagrees {sig['id']} {fam} {sig['verifier_kind']}: {why}")
+        in_sandbox(random.Random(0).sample(pool, min(args.behavioural, len(pool))), behavioural, record_kind)
     if args.anchor_behavioural:
-        from termforge.runtime.base import Limits
-        from termforge.images.runtimes import BwrapRuntime
-
-        runtime, limits = BwrapRuntime(), Limits(wall_sec=120, cpu_sec=120, memory_mb=4096)
-        chosen = random.Random(1).sample(anchored, min(args.anchor_behavioural, len(anchored)))
-        with tempfile.TemporaryDirectory() as tmp:
-            for sig, built in chosen:
-                ok, why = anchor_behavioural(sig, built, Path(tmp), runtime, limits)
-                fam = built.family.name
-                if ok is None:
-                    rows[fam]["anchor_unmeasured"] += 1
-                    print(f"  anchor unmeasured {sig['id']} {fam} {sig['anchor']}: {why}")
-                else:
-                    rows[fam]["anchor_checked"] += 1
-                    rows[fam]["anchor_verdict_changes"] += ok
-                    if not ok:
-                        print(f"  anchor ignored and still passes {sig['id']} {fam} {sig['anchor']}: {why}")
+        in_sandbox(random.Random(1).sample(anchored, min(args.anchor_behavioural, len(anchored))),
+                   anchor_behavioural, record_anchor)
     print(f"{'family':36} {'kind intrinsic (proxy)':>24} {'behavioural':>16} {'anchor involved':>18} "
           f"{'anchor behavioural':>19} {'anchor claimed':>18}")
     total: Counter = Counter()

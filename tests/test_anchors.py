@@ -21,7 +21,8 @@ from termforge.axes.sampler import anchor_honour, draw_signatures
 from termforge.axes.taxonomy import load_taxonomy
 from termforge.generate.anchors import (ANCHORS, MIN_SECRET_LEN, anchor_plan, anchorless_corpus_kinds,
                                         apply_anchor, hidden_strings, load_bearing_anchors_by_domain)
-from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
+from termforge.generate.base import (FamilyAxes, TaskFamily, TaskSpec, bash_script, instruction_frame,
+                                     pytest_module)
 from termforge.generate.families import default_families, family_by_name
 from termforge.generate.procedural import build_task, generate_task, task_json
 from termforge.grading.taskcheck import check_soundness
@@ -59,10 +60,8 @@ class TreeCensus(TaskFamily):
     """An invented family: /app holds a tree with awkward entries, the deliverable lists them all.
     `git_safe`: only modes git keeps (0644, 0755) and no empty directory."""
 
-    name = "tree_census"
-    domains = ("file_operations",)
-    verifier_kinds = ("exact_text",)
-    fixture_kinds = ("text_only",)
+    axes = FamilyAxes(name="tree_census", domains=("file_operations",), verifier_kinds=("exact_text",),
+                      fixture_kinds=("text_only",))
     git_safe = False
 
     def entries(self, rng: random.Random) -> list[tuple]:
@@ -126,7 +125,8 @@ class TreeCensus(TaskFamily):
 
 
 class GitSafeTreeCensus(TreeCensus):
-    name = "tree_census_git_safe"
+    axes = FamilyAxes(name="tree_census_git_safe", domains=("file_operations",), verifier_kinds=("exact_text",),
+                      fixture_kinds=("text_only",))
     git_safe = True
 
 
@@ -232,8 +232,8 @@ def test_family_declared_anchors_are_not_claimed_without_the_transformation():
     # The audited bug: a family that declares an anchor was recorded as honouring it, though the
     # anchor shaped nothing. A declaration alone now claims nothing, and the task says nothing of it.
     class DeclaresFfmpeg(TreeCensus):
-        name = "tree_census_declaring_ffmpeg"
-        anchors = ("FFmpeg",)
+        axes = FamilyAxes(name="tree_census_declaring_ffmpeg", domains=("file_operations",),
+                          verifier_kinds=("exact_text",), fixture_kinds=("text_only",), anchors=("FFmpeg",))
 
     sig = _sig("FFmpeg", 4)
     built = build_task(sig, families=[DeclaresFfmpeg()])

@@ -391,16 +391,16 @@ def test_a_family_that_grades_the_requested_kind_itself_is_always_chosen_first()
     the other grades the requested kind itself but needs image inputs. Each misses one shape axis,
     so the axis count alone ties them and the task's seed would pick either; a requested kind other
     than exact_text goes first to the family whose own final test is that kind, on every seed."""
-    from termforge.generate.base import TaskFamily
+    from termforge.generate.base import FamilyAxes, TaskFamily
     from termforge.generate.procedural import rank_families
 
     class TextReport(TaskFamily):
-        name, domains = "invented_text_report", ("data_processing",)
-        verifier_kinds, fixture_kinds = ("exact_text",), ("text_only",)
+        axes = FamilyAxes(name="invented_text_report", domains=("data_processing",), verifier_kinds=("exact_text",),
+                          fixture_kinds=("text_only",))
 
     class ImageFuzz(TaskFamily):
-        name, domains = "invented_image_fuzz", ("data_processing",)
-        verifier_kinds, fixture_kinds = ("fuzz_equivalence",), ("image",)
+        axes = FamilyAxes(name="invented_image_fuzz", domains=("data_processing",),
+                          verifier_kinds=("fuzz_equivalence",), fixture_kinds=("image",))
 
     families = [TextReport(), ImageFuzz()]
     for i in range(60):

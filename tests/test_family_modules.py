@@ -241,3 +241,15 @@ def test_shell_bug_templates_render_to_scripts(name):
         for variant, source in _rendered(SHELL_SCRIPTS[name], seed):
             res = subprocess.run(["bash", "-n"], input=source, capture_output=True, text=True)
             assert res.returncode == 0, f"{name}[{variant}]: {res.stderr}"
+
+
+def test_axes_set_as_loose_class_attributes_are_refused_with_the_way_to_declare_them():
+    import pytest as _pytest
+
+    from termforge.generate.base import TaskFamily
+
+    with _pytest.raises(TypeError, match=r"family Loose: declare its axes once, as `axes = FamilyAxes\(...\)`, "
+                                          r"not as class attributes \(name, domains\)"):
+        class Loose(TaskFamily):
+            name = "loose"
+            domains = ("file_operations",)

@@ -314,13 +314,12 @@ class _TwoLedgers:
     def make(reads_south: bool):
         import random as _random
 
-        from termforge.generate.base import TaskFamily, TaskSpec, bash_script, instruction_frame, pytest_module
+        from termforge.generate.base import (FamilyAxes, TaskFamily, TaskSpec, bash_script, instruction_frame,
+                                             pytest_module)
 
         class TwoLedgers(TaskFamily):
-            name = "two_ledgers" if reads_south else "two_ledgers_north_only"
-            domains = ("file_operations",)
-            verifier_kinds = ("exact_text",)
-            fixture_kinds = ("text_only",)
+            axes = FamilyAxes(name="two_ledgers" if reads_south else "two_ledgers_north_only",
+                              domains=("file_operations",), verifier_kinds=("exact_text",), fixture_kinds=("text_only",))
 
             def build(self, sig: dict, rng: _random.Random) -> TaskSpec:
                 north = [rng.randint(10, 999) for _ in range(12)]

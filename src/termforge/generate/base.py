@@ -166,6 +166,10 @@ class TaskFamily:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        loose = [axis.name for axis in fields(FamilyAxes) if axis.name in cls.__dict__]
+        if loose and "axes" not in cls.__dict__:
+            raise TypeError(f"family {cls.__name__}: declare its axes once, as `axes = FamilyAxes(...)`, "
+                            f"not as class attributes ({', '.join(loose)})")
         if "axes" in cls.__dict__:
             for axis in fields(FamilyAxes):
                 setattr(cls, axis.name, getattr(cls.axes, axis.name))
