@@ -18,6 +18,7 @@ rule hint_uplift:
         demos="results/hints/demos.parquet",
         corpus="results/corpus/manifest.json",
         images=expand("results/images/manifests/{shard}.json", shard=SHARDS),
+        stamp=params_stamp("hint_uplift"),
     output:
         uplift="results/hints/uplift.json",
     params:

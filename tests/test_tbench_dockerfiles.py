@@ -204,3 +204,22 @@ def test_writing_past_disk_mb_anywhere_in_the_root_hits_the_cap(built_image, wor
         assert res.limit_hit and "disk" in res.limit_hit, (place, res.stdout[-300:], res.stderr[-300:])
     finally:
         session.stop()
+
+
+@pytest.mark.skipif(not rootlayer.available(), reason="a writable root needs a root host (mounts)")
+def test_the_idmapping_namespace_comes_from_an_execd_helper_every_time():
+    """The embedded run's eval process (torch loaded, a persistent shell, slirp4netns) had every
+    session after its first refused with EINVAL when it forked itself to unshare the namespace:
+    tb-mini's oracle scored 0/6 as environment errors. The namespace is now made by an exec'd
+    `unshare`, so nothing of the calling process can refuse it; each call gives a new namespace
+    with the mapping asked for."""
+    import os
+
+    fds = [rootlayer._userns_fd((inner, inner), os.getuid()) for inner in (0, 1000, 0)]
+    try:  # all three held open at once, so their namespaces are distinct (no inode reused)
+        links = [os.readlink(f"/proc/self/fd/{fd}") for fd in fds]
+        assert all(link.startswith("user:[") for link in links)
+        assert len(set(links)) == 3 and os.readlink("/proc/self/ns/user") not in links
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -30,7 +30,6 @@ NR_OPEN_TREE, NR_MOVE_MOUNT, NR_MOUNT_SETATTR = 428, 429, 442
 OPEN_TREE_CLONE, AT_RECURSIVE, AT_EMPTY_PATH, AT_FDCWD = 1, 0x8000, 0x1000, -100
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV, MOUNT_ATTR_IDMAP = 0x1, 0x2, 0x4, 0x100000
-CLONE_NEWUSER = 0x10000000
 MNT_DETACH = 2
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -47,33 +46,27 @@ def _fail(what: str) -> TermforgeError:
 
 
 def _userns_fd(inside: tuple[int, int], host: int) -> int:
-    """An fd of a user namespace mapping the ids `inside` to the host id `host` (a child made it
-    and is gone; the fd keeps the namespace)."""
-    ready_r, ready_w = os.pipe()
-    done_r, done_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(ready_r)
-            os.close(done_w)
-            ok = _libc.unshare(CLONE_NEWUSER) == 0
-            os.write(ready_w, b"y" if ok else b"n")
-            os.read(done_r, 1)
-        finally:
-            os._exit(0)
-    os.close(ready_w)
-    os.close(done_r)
+    """An fd of a user namespace mapping the ids `inside` to the host id `host`. A helper program
+    unshares it (util-linux `unshare`, exec'd, so nothing of this process's threads, locks or
+    inherited state can make the kernel refuse: a fork of a process that has loaded torch was
+    refused with EINVAL after its first session); the fd keeps the namespace once it is gone."""
+    proc = subprocess.Popen(["unshare", "--user", "--", "sh", "-c", "echo ready; read _"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True)
     try:
-        if os.read(ready_r, 1) != b"y":
-            raise TermforgeError("writable root: cannot make the idmapping's user namespace")
+        if proc.stdout.readline().strip() != b"ready":
+            proc.stdin.close()
+            err = proc.stderr.read().decode(errors="replace").strip()
+            raise TermforgeError(f"writable root: cannot make the idmapping's user namespace: {err or 'unshare failed'}")
         for kind, inner in (("uid", inside[0]), ("gid", inside[1])):
-            with open(f"/proc/{pid}/{kind}_map", "w") as f:
+            with open(f"/proc/{proc.pid}/{kind}_map", "w") as f:
                 f.write(f"{inner} {host} 1\n")
-        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        return os.open(f"/proc/{proc.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
-        os.close(ready_r)
-        os.close(done_w)
-        os.waitpid(pid, 0)
+        if not proc.stdin.closed:
+            proc.stdin.close()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
 
 
 def _idmapped_bind(src: Path, dst: Path, inside: tuple[int, int], host: int) -> None:
