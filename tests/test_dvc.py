@@ -212,10 +212,13 @@ def test_make_run_leaves_one_state_for_dvc_and_snakemake(tmp_path):
     _run(["git", "add", "-A"], repo)
     _run(["git", "commit", "-qm", "baseline"], repo)
     exp = _run([dvc, "exp", "run", "-S", "config.yaml:train.learning_rate=1e-5", "-n", "lr1e-5"], repo)
-    # The verifiers export too: its prime-rl configs carry the training settings (dvcgen.DVC_STAGES).
-    assert _ran_stages(exp) == {"train", "verifiers", "eval", "report"}, exp[-3000:]
-    for stage in ("data", "quality", "solve", "hints"):
+    # The verifiers export too: its prime-rl configs carry the training settings (dvcgen.DVC_STAGES);
+    # and the hints stage, whose hint_uplift rule runs the terminal ablation's train config.
+    assert _ran_stages(exp) == {"train", "verifiers", "hints", "eval", "report"}, exp[-3000:]
+    for stage in ("data", "quality", "solve"):
         assert f"Stage '{stage}' didn't change, skipping" in exp
+    # Inside the hints stage Snakemake re-runs the uplift only, never the hints themselves.
+    assert not re.search(r"^hints\s+1$", exp, re.M) and not re.search(r"^export\s+1$", exp, re.M)
     # Snakemake's own account: the trained policy's jobs re-ran, no data job did.
     assert re.search(r"train_opsd\s+1", exp) and re.search(r"eval_aime\s+1", exp)
     assert not re.search(r"\b(generate|validate|solve|hints)\s+\d", exp)
