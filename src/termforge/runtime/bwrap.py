@@ -41,7 +41,7 @@ from pathlib import Path
 from termforge.containment import check_task_id, contained
 from termforge.errors import TermforgeError
 from termforge.io import atomic_write_json, read_json, stable_hash
-from termforge.runtime import accounting, trees, workspace
+from termforge.runtime import accounting, rootlayer, trees, workspace
 from termforge.runtime.base import Bind, BuildResult, ExecResult, Image, Limits, Runtime, Session
 from termforge.runtime.process import (DiskWatch, Launch, NetworkNamespace, PublicNetwork, _limit_preexec, ipc_limits,
                                        limit_reason, nproc_prefix, own_ipc_namespaces, slirp_resolv_conf, tree_bounds)
@@ -491,8 +491,6 @@ class BwrapSession(Session):
         (runtime.rootlayer: an overlay whose upper layer lies in this session's tree, under the one
         disk cap; the image itself is never written). False where this host cannot (not root, or
         the host's /usr as root): the root stays read-only but for /app, /tmp and the home."""
-        from termforge.runtime import rootlayer
-
         if self.uid is None or str(self.rootfs) == HOST_ROOTFS or not rootlayer.available():
             return False
         self.writable_root = rootlayer.WritableRoot.mount(self.rootfs, self.workdir / "rootfs",
